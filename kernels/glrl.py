@@ -1,0 +1,221 @@
+"""Numba kernels for greedy low-rank pursuit (GLRL / EGLRL / R1MP) over observed entries.
+
+A block of observed entries arrives in CSR form: ``indptr`` (n_block_rows + 1,), ``cols``
+(nnz,), ``vals`` (nnz,) and the global index ``row0`` of the block's first row.  The model is
+kept factored, ``X = U diag(theta) V^T`` with ``U`` (n_rows, t) and ``V`` (n_cols, t); the
+prediction at an observed entry ``(a, b)`` is recomputed on the fly as
+``sum_i theta[i] * U[a, i] * V[b, i]`` (O(t) per entry, nothing of size |Omega| is kept).
+
+Every kernel writes only into arrays the caller allocated and never into its inputs (Zarr and
+Dask chunks are read-only).  The kernels are serial: Dask owns the cores.  Each kernel has a
+plain-NumPy twin in ``tests/naive_glrl.py``.
+
+Loss codes (``loss`` argument): 0 square ``(x - o)^2 / 2``, 1 logistic ``log(1 + exp(-o x))``
+(o in {-1, +1}), 2 Huber with threshold ``delta``, 3 absolute ``|x - o|`` (subgradient
+``sign(x - o)``, 0 at the kink), 4 hinge ``max(0, 1 - o x)`` (subgradient ``-o`` where
+``o x < 1``, 0 at and beyond the kink).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from ooc_lowrank.kernels._numba import njit
+
+SQUARE = 0
+LOGISTIC = 1
+HUBER = 2
+L1 = 3
+HINGE = 4
+
+
+@njit
+def loss_value_grad(loss, x, o, delta):
+    """Loss value and (sub)gradient with respect to the prediction ``x`` at one entry."""
+    if loss == SQUARE:
+        r = x - o
+        return 0.5 * r * r, r
+    if loss == LOGISTIC:
+        z = o * x
+        if z >= 0.0:
+            e = math.exp(-z)
+            return math.log1p(e), -o * e / (1.0 + e)
+        e = math.exp(z)
+        return -z + math.log1p(e), -o / (1.0 + e)
+    if loss == HUBER:
+        r = x - o
+        ar = abs(r)
+        if ar <= delta:
+            return 0.5 * r * r, r
+        return delta * (ar - 0.5 * delta), delta if r > 0.0 else -delta
+    if loss == L1:
+        r = x - o
+        if r > 0.0:
+            return r, 1.0
+        if r < 0.0:
+            return -r, -1.0
+        return 0.0, 0.0
+    # HINGE
+    z = o * x
+    if z < 1.0:
+        return 1.0 - z, -o
+    return 0.0, 0.0
+
+
+@njit
+def _predict_one(U, V, theta, a, b):
+    s = 0.0
+    for i in range(theta.shape[0]):
+        s += theta[i] * U[a, i] * V[b, i]
+    return s
+
+
+@njit
+def power_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, u, v, gv_out, gtu_out,
+               stats_out):
+    """Per-entry gradient fused with both power-method products, for one block.
+
+    With ``g`` the (sub)gradient of the loss at the current predictions on the block's entries:
+    ``gv_out[row0 + r] = sum_b g[r, b] v[b]`` (only this block's rows are written),
+    ``gtu_out[b] += sum_r g[r, b] u[row0 + r]`` (a private partial vector for this block; the
+    caller sums the blocks' vectors), and ``stats_out += (sum loss, sum g^2, sum g * x)``.
+    """
+    n_rows = indptr.shape[0] - 1
+    lsum = 0.0
+    g2 = 0.0
+    gx = 0.0
+    for r in range(n_rows):
+        a = row0 + r
+        ua = u[a]
+        acc = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            b = cols[k]
+            x = _predict_one(U, V, theta, a, b)
+            lv, g = loss_value_grad(loss, x, float(vals[k]), delta)
+            lsum += lv
+            g2 += g * g
+            gx += g * x
+            acc += g * v[b]
+            gtu_out[b] += g * ua
+        gv_out[a] = acc
+    stats_out[0] += lsum
+    stats_out[1] += g2
+    stats_out[2] += gx
+
+
+@njit
+def refit_full_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, grad_out, stats_out):
+    """Objective and gradient in ``theta`` of ``sum loss(sum_i theta_i u_i(a) v_i(b), o_ab)``.
+
+    ``grad_out[i] += sum_ab g_ab U[a, i] V[b, i]`` and ``stats_out[0] += sum loss``.
+    """
+    n_rows = indptr.shape[0] - 1
+    t = theta.shape[0]
+    lsum = 0.0
+    for r in range(n_rows):
+        a = row0 + r
+        for k in range(indptr[r], indptr[r + 1]):
+            b = cols[k]
+            x = _predict_one(U, V, theta, a, b)
+            lv, g = loss_value_grad(loss, x, float(vals[k]), delta)
+            lsum += lv
+            for i in range(t):
+                grad_out[i] += g * U[a, i] * V[b, i]
+    stats_out[0] += lsum
+
+
+@njit
+def refit_econ_pass(indptr, cols, vals, row0, U, V, theta_prev, alpha, beta, loss, delta,
+                    out):
+    """Objective and gradient in ``(alpha, beta)`` of ``loss(alpha x_prev + beta w, o)``.
+
+    ``x_prev = sum_{i < p} theta_prev[i] U[a, i] V[b, i]`` with ``p = len(theta_prev)`` and
+    ``w = U[a, p] V[b, p]`` (the new rank-one term).  ``out += (sum loss, sum g x_prev, sum g w)``.
+    """
+    n_rows = indptr.shape[0] - 1
+    p = theta_prev.shape[0]
+    lsum = 0.0
+    ga = 0.0
+    gb = 0.0
+    for r in range(n_rows):
+        a = row0 + r
+        for k in range(indptr[r], indptr[r + 1]):
+            b = cols[k]
+            xp = _predict_one(U, V, theta_prev, a, b)
+            w = U[a, p] * V[b, p]
+            lv, g = loss_value_grad(loss, alpha * xp + beta * w, float(vals[k]), delta)
+            lsum += lv
+            ga += g * xp
+            gb += g * w
+    out[0] += lsum
+    out[1] += ga
+    out[2] += gb
+
+
+@njit
+def step_search_pass(indptr, cols, vals, row0, U, V, theta, n_prev, steps, loss, delta, out):
+    """Objective of ``x_prev + eta * d`` for every candidate ``eta`` in ``steps``, one pass.
+
+    ``x_prev`` uses the first ``n_prev`` terms of ``(U, V, theta)``; the direction ``d`` uses the
+    remaining terms.  ``out[j] += sum loss(x_prev + steps[j] * d, o)``.
+    """
+    n_rows = indptr.shape[0] - 1
+    t = theta.shape[0]
+    ns = steps.shape[0]
+    for r in range(n_rows):
+        a = row0 + r
+        for k in range(indptr[r], indptr[r + 1]):
+            b = cols[k]
+            xp = 0.0
+            for i in range(n_prev):
+                xp += theta[i] * U[a, i] * V[b, i]
+            d = 0.0
+            for i in range(n_prev, t):
+                d += theta[i] * U[a, i] * V[b, i]
+            o = float(vals[k])
+            for j in range(ns):
+                lv, _ = loss_value_grad(loss, xp + steps[j] * d, o, delta)
+                out[j] += lv
+
+
+@njit
+def predict_pairs(rows, cols, U, V, theta, out):
+    """``out[k] = sum_i theta[i] U[rows[k], i] V[cols[k], i]`` for arbitrary pairs."""
+    for k in range(rows.shape[0]):
+        out[k] = _predict_one(U, V, theta, rows[k], cols[k])
+
+
+@njit
+def predict_block(indptr, cols, row0, U, V, theta, out):
+    """Predictions at a CSR block's entries, in storage order."""
+    n_rows = indptr.shape[0] - 1
+    for r in range(n_rows):
+        a = row0 + r
+        for k in range(indptr[r], indptr[r + 1]):
+            out[k] = _predict_one(U, V, theta, a, cols[k])
+
+
+@njit
+def top_k_rows(rows, U, V, theta, k, out_idx, out_val):
+    """Top-``k`` columns of ``X[rows]`` (descending), one row at a time (no dense X).
+
+    ``out_idx`` and ``out_val`` are ``(len(rows), k)``; a row of scores is ``n_cols`` long.
+    """
+    n_cols = V.shape[0]
+    t = theta.shape[0]
+    w = np.empty(t)
+    scores = np.empty(n_cols)
+    for r in range(rows.shape[0]):
+        a = rows[r]
+        for i in range(t):
+            w[i] = theta[i] * U[a, i]
+        for b in range(n_cols):
+            s = 0.0
+            for i in range(t):
+                s += w[i] * V[b, i]
+            scores[b] = s
+        order = np.argsort(-scores, kind="mergesort")
+        for j in range(k):
+            out_idx[r, j] = order[j]
+            out_val[r, j] = scores[order[j]]

@@ -1,0 +1,33 @@
+"""ooc_lowrank: out-of-core low-rank learning on Zarr stores with Numba kernels and Dask.
+
+Methods: GIMC (goal-directed inductive matrix completion), GLRL/EGLRL (greedy low-rank pursuit),
+KernelMaxide and multi-view machines.  Data lives in chunked Zarr v3 stores
+(:mod:`ooc_lowrank.storage`), streams in row blocks through the engine
+(:mod:`ooc_lowrank.engine`), and only small state (factors, Gram matrices) lives in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ._persist import load
+from ._validation import OOCLowRankWarning, StoreError
+from .storage import DatasetWriter, open_dataset
+
+__version__ = "0.1.0"
+
+logging.getLogger("ooc_lowrank").addHandler(logging.NullHandler())
+
+__all__ = ["DatasetWriter", "OOCLowRankWarning", "StoreError", "__version__", "load", "open_dataset"]
+
+
+def __getattr__(name):  # lazy access to the estimators (they import numba kernels)
+    if name == "GIMC":
+        from .gimc import GIMC
+
+        return GIMC
+    if name == "GreedyLowRank":
+        from .glrl import GreedyLowRank
+
+        return GreedyLowRank
+    raise AttributeError(f"module 'ooc_lowrank' has no attribute {name!r}")

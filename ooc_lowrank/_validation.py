@@ -1,0 +1,87 @@
+"""Validation at the boundary: errors that name the argument, the rule, the value and the fix."""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+
+class OOCLowRankWarning(UserWarning):
+    """Warnings emitted by ooc_lowrank (tests turn them into errors)."""
+
+
+class StoreError(ValueError):
+    """A Zarr store is missing, incomplete, corrupt or of the wrong format.
+
+    The message names the store, the array, the rule broken and the value found.
+    """
+
+    def __init__(self, store, array, rule, value=None, fix=None):
+        self.store, self.array, self.rule, self.value, self.fix = store, array, rule, value, fix
+        where = f"store {store!r}" + (f", array {array!r}" if array else "")
+        msg = f"{where}: {rule}"
+        if value is not None:
+            msg += f" (got {value})"
+        if fix:
+            msg += f". {fix}"
+        super().__init__(msg)
+
+
+def param_error(name, rule, value, fix=None, exc=ValueError):
+    """Build an exception naming the parameter, the rule, the value and the fix."""
+    msg = f"{name} {rule}; got {value!r}"
+    if fix:
+        msg += f". {fix}"
+    return exc(msg)
+
+
+def check_scalar(value, name, *, kind=numbers.Real, low=None, high=None, low_inclusive=True,
+                 high_inclusive=True, fix=None):
+    """Check a scalar hyperparameter's type and range; return it unchanged."""
+    if isinstance(value, bool) or not isinstance(value, kind):
+        tname = "an integer" if kind is numbers.Integral else "a real number"
+        raise param_error(name, f"must be {tname}", value, fix, exc=TypeError)
+    if low is not None and (value < low or (value == low and not low_inclusive)):
+        op = ">=" if low_inclusive else ">"
+        raise param_error(name, f"must be {op} {low}", value, fix)
+    if high is not None and (value > high or (value == high and not high_inclusive)):
+        op = "<=" if high_inclusive else "<"
+        raise param_error(name, f"must be {op} {high}", value, fix)
+    return value
+
+
+def check_finite_block(block, name, where=""):
+    """Raise ValueError if a dense array or sparse matrix block holds NaN or inf."""
+    data = block.data if sp.issparse(block) else np.asarray(block)
+    if data.dtype.kind == "f" and data.size and not np.isfinite(data).all():
+        bad = data[~np.isfinite(data)][0]
+        raise ValueError(
+            f"{name} must hold only finite values; found {bad!r}{where}. "
+            "Remove or impute NaN/inf entries before fitting (e.g. sklearn.impute.SimpleImputer)."
+        )
+
+
+def check_csr_structure(indptr, indices, n_cols, name, where=""):
+    """Check that CSR pieces are well formed: indptr monotone, indices in [0, n_cols)."""
+    if indptr.size == 0 or indptr[0] != 0:
+        raise ValueError(f"{name}: indptr must start at 0{where}; got {indptr[:1]!r}")
+    if np.any(np.diff(indptr) < 0):
+        i = int(np.argmax(np.diff(indptr) < 0))
+        raise ValueError(
+            f"{name}: indptr must be non-decreasing{where}; indptr[{i}]={indptr[i]} > "
+            f"indptr[{i + 1}]={indptr[i + 1]}"
+        )
+    if indptr[-1] != indices.size:
+        raise ValueError(
+            f"{name}: indptr[-1] must equal the number of stored entries{where}; "
+            f"got {indptr[-1]} vs {indices.size}"
+        )
+    if indices.size:
+        lo, hi = indices.min(), indices.max()
+        if lo < 0 or hi >= n_cols:
+            bad = lo if lo < 0 else hi
+            raise ValueError(
+                f"{name}: column index out of range [0, {n_cols}){where}; got {bad}"
+            )

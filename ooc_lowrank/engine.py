@@ -1,0 +1,473 @@
+"""The row-block engine: the one place where algorithms meet Dask.
+
+Every algorithm in ooc_lowrank is written as *block functions* (one row block of one or several
+aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
+
+* :func:`as_blocked` turns a NumPy array, a scipy.sparse matrix, a Dask array or a store array
+  (:class:`ooc_lowrank.storage.ArrayHandle`) into a :class:`Blocked`: a row-chunked Dask array
+  whose chunks are ndarrays (dense) or ``scipy.sparse.csr_matrix`` (csr; observed-entry stores
+  come as csr blocks whose column indices are the observed columns).
+* :func:`reduce_blocks` maps a block function over the row blocks and tree-reduces (sums) its
+  outputs in float64; :func:`map_rows` maps a block function to a row-aligned lazy Dask array.
+* :func:`compute` evaluates any number of these in **one** ``dask.compute`` under the scheduler
+  policy; :func:`map_reduce` is ``compute(reduce_blocks(...))``.
+
+The graph for one call has a fixed size (blocks x inputs), whatever the iteration count of the
+algorithm that calls it.  Reductions are deterministic: for a given chunking the sum is taken in
+a fixed tree order, so the result is bitwise identical under any scheduler and worker count.
+
+Scheduler policy
+    ``client=`` if given; else whatever ``dask.config`` names as scheduler (an active
+    ``dask.distributed.Client`` sets itself there; tests set counting schedulers); else the local
+    threaded scheduler with one thread per core.  Dask owns the cores: on the threaded scheduler
+    BLAS is limited to one thread per Dask thread for the duration of the compute (restored
+    afterwards); distributed workers already start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1``;
+    kernels are serial (``nogil``) so they never add threads of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+
+import dask
+import dask.array as da
+import numpy as np
+import scipy.sparse as sp
+
+from ._validation import check_csr_structure, check_finite_block
+from .storage import TARGET_BLOCK_BYTES, default_block_rows
+
+__all__ = [
+    "Blocked",
+    "Reduction",
+    "align",
+    "as_blocked",
+    "compute",
+    "map_reduce",
+    "map_rows",
+    "maybe_persist",
+    "reduce_blocks",
+]
+
+logger = logging.getLogger("ooc_lowrank")
+
+#: Memory budget under which inputs are kept in memory across iterations (bytes).  Override
+#: with the environment variable ``OOC_LOWRANK_CACHE_BYTES`` or per call.
+DEFAULT_CACHE_BYTES = int(os.environ.get("OOC_LOWRANK_CACHE_BYTES", 2 * 2**30))
+
+
+def _bounds_from_chunks(chunks) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(chunks)]).astype(np.int64)
+
+
+class Blocked:
+    """A row-blocked 2-D input: a Dask array chunked by rows only.
+
+    Attributes
+    ----------
+    dask : dask.array.Array
+        Shape ``(n_rows, n_cols)``; one chunk per row block, a single chunk along columns.
+    kind : {"dense", "csr"}
+        Chunk type: ndarray or ``scipy.sparse.csr_matrix``.
+    bounds : ndarray of int64, shape (n_blocks + 1,)
+        Row boundaries of the blocks.
+    source : object
+        What the blocks are read from (for messages and caching decisions).
+    """
+
+    def __init__(self, arr, kind, source=None, nnz=None):
+        self.dask = arr
+        self.kind = kind
+        self.source = source
+        self.nnz = nnz
+        self.bounds = _bounds_from_chunks(arr.chunks[0])
+
+    shape = property(lambda self: self.dask.shape)
+    dtype = property(lambda self: self.dask.dtype)
+    n_blocks = property(lambda self: len(self.bounds) - 1)
+
+    def __repr__(self):
+        return f"<Blocked {self.kind} shape={self.shape} dtype={self.dtype} blocks={self.n_blocks}>"
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the data occupies in memory (sparse: data + indices + indptr)."""
+        if self.kind == "dense":
+            return int(np.prod(self.shape)) * self.dtype.itemsize
+        nnz = self.nnz if self.nnz is not None else self.shape[0] * 10
+        return int(nnz * (self.dtype.itemsize + 4) + 8 * (self.shape[0] + self.n_blocks))
+
+    def rechunk(self, bounds) -> Blocked:
+        """Same data with new row boundaries (``bounds[0] == 0``, ``bounds[-1] == n_rows``)."""
+        bounds = np.asarray(bounds, dtype=np.int64)
+        if np.array_equal(bounds, self.bounds):
+            return self
+        if bounds[0] != 0 or bounds[-1] != self.shape[0] or np.any(np.diff(bounds) <= 0):
+            raise ValueError(f"bounds must increase strictly from 0 to {self.shape[0]}")
+        if self.source is not None and hasattr(self.source, "read"):
+            return _from_handle(self.source, bounds)
+        if isinstance(self.source, (np.ndarray, sp.spmatrix, sp.sparray)):
+            return _from_memory(self.source, bounds, self.kind)
+        chunks = (tuple(np.diff(bounds).tolist()), (self.shape[1],))
+        if self.kind == "dense":
+            return Blocked(self.dask.rechunk(chunks), "dense", self.source, self.nnz)
+        # sparse dask arrays: re-slice through a combine of the overlapping chunks
+        return _rechunk_sparse(self, bounds)
+
+    def persist(self) -> Blocked:
+        """Keep the blocks in memory (local) or on the workers (distributed)."""
+        (arr,) = dask.persist(self.dask, **_scheduler_kwargs(None))
+        return Blocked(arr, self.kind, self.source, self.nnz)
+
+
+def _rechunk_sparse(b: Blocked, bounds) -> Blocked:
+    old = b.bounds
+
+    def pick(_, arrs=None, block_id=None):
+        i = block_id[0]
+        s, e = bounds[i], bounds[i + 1]
+        j0 = int(np.searchsorted(old, s, side="right") - 1)
+        j1 = int(np.searchsorted(old, e, side="left"))
+        parts = [arrs[j][max(s, old[j]) - old[j]: min(e, old[j + 1]) - old[j]] for j in range(j0, j1)]
+        return sp.vstack(parts, format="csr") if len(parts) > 1 else sp.csr_matrix(parts[0])
+
+    blocks = dask.delayed(list)([b.dask.blocks[k] for k in range(b.n_blocks)])
+    nb = len(bounds) - 1
+    arr = da.map_blocks(
+        pick, da.arange(nb, chunks=1), arrs=blocks, new_axis=1,
+        chunks=(tuple(np.diff(bounds).tolist()), (b.shape[1],)), dtype=b.dtype,
+        meta=sp.csr_matrix((0, 0), dtype=b.dtype),
+    )
+    return Blocked(arr, "csr", b.source, b.nnz)
+
+
+def _even_bounds(n: int, block_rows: int) -> np.ndarray:
+    return np.asarray(list(range(0, n, block_rows)) + [n], dtype=np.int64) if n else np.zeros(
+        1, np.int64)
+
+
+def _read_handle_block(_, handle=None, bounds=None, block_id=None):
+    i = block_id[0]
+    return handle.read(int(bounds[i]), int(bounds[i + 1]))
+
+
+def _from_handle(handle, bounds) -> Blocked:
+    kind = "dense" if handle.kind == "dense" else "csr"
+    meta = (np.empty((0, 0), handle.dtype) if kind == "dense"
+            else sp.csr_matrix((0, 0), dtype=handle.dtype))
+    arr = da.map_blocks(
+        _read_handle_block, da.arange(len(bounds) - 1, chunks=1), handle=handle, bounds=bounds,
+        new_axis=1, chunks=(tuple(np.diff(bounds).tolist()), (handle.shape[1],)),
+        dtype=handle.dtype, meta=meta,
+        name=f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds),
+    )
+    return Blocked(arr, kind, handle, handle.nnz)
+
+
+def _slice_memory_block(_, X=None, bounds=None, block_id=None):
+    i = block_id[0]
+    return X[int(bounds[i]):int(bounds[i + 1])]
+
+
+def _from_memory(X, bounds, kind) -> Blocked:
+    if kind == "dense":
+        chunks = (tuple(np.diff(bounds).tolist()), (X.shape[1],))
+        return Blocked(da.from_array(X, chunks=chunks, name=False), "dense", X)
+    Xd = dask.delayed(X, pure=False)
+    arr = da.map_blocks(
+        _slice_memory_block, da.arange(len(bounds) - 1, chunks=1), X=Xd, bounds=bounds,
+        new_axis=1, chunks=(tuple(np.diff(bounds).tolist()), (X.shape[1],)), dtype=X.dtype,
+        meta=sp.csr_matrix((0, 0), dtype=X.dtype),
+    )
+    return Blocked(arr, "csr", X, X.nnz)
+
+
+def _default_rows(row_bytes, n):
+    return max(1, min(default_block_rows(row_bytes), max(n, 1)))
+
+
+def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False) -> Blocked:
+    """Wrap any supported 2-D input as a :class:`Blocked` collection, validating it.
+
+    Parameters
+    ----------
+    X : ndarray, scipy.sparse matrix, dask.array.Array, ArrayHandle or Blocked
+        Shape ``(n_rows, n_cols)``.  In-memory inputs are checked for NaN/inf and structure
+        now; store inputs are checked block by block as they are read.
+    block_rows : int, optional
+        Rows per block.  Default: the store's blocks, the Dask array's chunks, or about 16 MB
+        per block for in-memory data.
+    name : str
+        Argument name used in error messages.
+
+    Returns
+    -------
+    Blocked
+    """
+    if isinstance(X, Blocked):
+        if block_rows is not None:
+            return X.rechunk(_even_bounds(X.shape[0], int(block_rows)))
+        return X
+    if block_rows is not None and int(block_rows) < 1:
+        raise ValueError(f"block_rows must be >= 1; got {block_rows!r}")
+    if hasattr(X, "read") and hasattr(X, "kind") and hasattr(X, "block_rows"):  # ArrayHandle
+        B = int(block_rows or X.block_rows)
+        return _from_handle(X, _even_bounds(X.shape[0], B))
+    if isinstance(X, da.Array):
+        if X.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {X.shape}")
+        if len(X.chunks[1]) != 1:
+            raise ValueError(
+                f"{name} must be chunked along rows only; got {len(X.chunks[1])} column chunks. "
+                f"Use {name}.rechunk({{1: {name}.shape[1]}})"
+            )
+        if any(np.isnan(c) for c in X.chunks[0]):
+            raise ValueError(f"{name} has unknown chunk sizes; call {name}.compute_chunk_sizes()")
+        if X.dtype.kind not in "fiub":
+            raise TypeError(f"{name} must have a numeric dtype; got {X.dtype}")
+        kind = "csr" if sp.issparse(X._meta) else "dense"
+        b = Blocked(X, kind, None)
+        if block_rows is not None:
+            b = b.rechunk(_even_bounds(X.shape[0], int(block_rows)))
+        return b
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        if X.dtype.kind not in "fiub":
+            raise TypeError(f"{name} must have a numeric dtype; got {X.dtype}")
+        check_csr_structure(np.asarray(X.indptr), np.asarray(X.indices), X.shape[1], name)
+        check_finite_block(X, name)
+        if X.dtype.kind != "f":
+            X = X.astype(np.float64)
+        row_bytes = (X.nnz / max(X.shape[0], 1)) * (X.dtype.itemsize + 4) + 8
+        B = int(block_rows or _default_rows(row_bytes, X.shape[0]))
+        return _from_memory(X, _even_bounds(X.shape[0], B), "csr")
+    if hasattr(X, "__array__") or isinstance(X, (list, tuple)):
+        X = np.asarray(X)
+        if X.ndim == 1 and allow_nd1:
+            X = X[:, None]
+        if X.ndim != 2:
+            raise ValueError(
+                f"{name} must be 2-D (n_samples, n_features); got shape {X.shape}. "
+                "Reshape a single feature with x.reshape(-1, 1)"
+            )
+        if X.dtype.kind not in "fiub":
+            raise TypeError(f"{name} must have a numeric dtype; got {X.dtype}")
+        if X.dtype.kind != "f":
+            X = X.astype(np.float64)
+        check_finite_block(X, name)
+        B = int(block_rows or _default_rows(X.shape[1] * X.dtype.itemsize, X.shape[0]))
+        return _from_memory(X, _even_bounds(X.shape[0], B), "dense")
+    raise TypeError(
+        f"{name} must be a NumPy array, scipy.sparse matrix, dask array or store array; "
+        f"got {type(X).__name__}"
+    )
+
+
+def align(reference: Blocked, other: Blocked, *, names=("X", "Y")) -> Blocked:
+    """Rechunk ``other`` to the row blocks of ``reference`` (row counts must agree)."""
+    if other.shape[0] != reference.shape[0]:
+        raise ValueError(
+            f"{names[1]} must have as many rows as {names[0]}: {names[1]} has {other.shape[0]}, "
+            f"{names[0]} has {reference.shape[0]}"
+        )
+    return other.rechunk(reference.bounds)
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions and maps
+# ---------------------------------------------------------------------------------------------
+
+
+def _empty_block(b: Blocked):
+    if b.kind == "dense":
+        return np.empty((0, b.shape[1]), dtype=b.dtype)
+    return sp.csr_matrix((0, b.shape[1]), dtype=b.dtype)
+
+
+def _as_tuple(out):
+    return out if isinstance(out, tuple) else (out,)
+
+
+class Reduction:
+    """A lazy tree-reduction: ``compute(red)`` gives the tuple (or the single array) of sums."""
+
+    def __init__(self, packed, shapes, single):
+        self.packed = packed  # dask array (S,)
+        self.shapes = shapes
+        self.single = single
+
+    def unpack(self, flat):
+        outs, k = [], 0
+        for s in self.shapes:
+            size = int(np.prod(s))
+            outs.append(flat[k:k + size].reshape(s))
+            k += size
+        return outs[0] if self.single else tuple(outs)
+
+
+def _unwrap_args(args):
+    # numpy state larger than 64 kB travels once per graph as a delayed object
+    return tuple(dask.delayed(a, pure=False) if isinstance(a, np.ndarray) and a.nbytes > 65536
+                 else a for a in args)
+
+
+def _call_block(fn, blocks, args, offset, bounds, block_id):
+    if offset:
+        return fn(int(bounds[block_id[0]]), *blocks, *args)
+    return fn(*blocks, *args)
+
+
+def _packed_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, size=0, block_id=None):
+    blocks, args = items[:n_inputs], items[n_inputs:]
+    outs = _as_tuple(_call_block(fn, blocks, args, offset, bounds, block_id))
+    flat = np.empty((1, size), dtype=np.float64)
+    k = 0
+    for o in outs:
+        o = np.asarray(o)
+        flat[0, k:k + o.size] = o.ravel()
+        k += o.size
+    if k != size:
+        raise ValueError(f"block function {fn!r} returned {k} values on a block; expected {size}")
+    return flat
+
+
+def _prepare(inputs):
+    blocked = [as_blocked(x, name=f"input {i}") for i, x in enumerate(inputs)]
+    if not blocked:
+        raise ValueError("at least one row-blocked input is needed")
+    ref = blocked[0]
+    blocked = [ref] + [align(ref, b, names=("input 0", f"input {i + 1}"))
+                       for i, b in enumerate(blocked[1:])]
+    return blocked, ref
+
+
+def reduce_blocks(fn: Callable, *inputs, args: Sequence = (), offset: bool = False,
+                  shapes=None, split_every: int | None = 8) -> Reduction:
+    """Lazy sum over row blocks of ``fn(*blocks, *args)`` (float64, fixed tree order).
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(*blocks, *args) -> ndarray | tuple of ndarrays`` (``fn(row_start, *blocks, *args)``
+        with ``offset=True``).  Must return arrays of the same shapes on every block.
+    *inputs : Blocked or anything :func:`as_blocked` accepts
+        Row-aligned inputs; the first one's blocks are used for all.
+    args : sequence
+        Small state (factors, Gram matrices); large arrays are shipped once per graph.
+    shapes : list of tuple, optional
+        Output shapes; inferred by calling ``fn`` on zero-row blocks when omitted.
+    split_every : int
+        Fan-in of the tree reduction.
+    """
+    blocked, ref = _prepare(inputs)
+    args = tuple(args)
+    if shapes is None:
+        empties = [_empty_block(b) for b in blocked]
+        raw = fn(0, *empties, *args) if offset else fn(*empties, *args)
+        single = not isinstance(raw, tuple)
+        shapes = [np.shape(r) for r in _as_tuple(raw)]
+    else:
+        single = False
+        shapes = [tuple(s) for s in shapes]
+    size = int(sum(int(np.prod(s)) for s in shapes))
+    nb = ref.n_blocks
+    packed = da.map_blocks(
+        _packed_block, *[b.dask for b in blocked], *_unwrap_args(args),
+        fn=fn, n_inputs=len(blocked), offset=offset, bounds=ref.bounds, size=size,
+        chunks=((1,) * nb, (size,)), dtype=np.float64, meta=np.empty((0, 0), np.float64),
+    )
+    total = packed.sum(axis=0, split_every=split_every) if nb else da.zeros(size, chunks=size)
+    return Reduction(total, shapes, single)
+
+
+def _rows_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, block_id=None):
+    blocks, args = items[:n_inputs], items[n_inputs:]
+    return _call_block(fn, blocks, args, offset, bounds, block_id)
+
+
+def map_rows(fn: Callable, *inputs, args: Sequence = (), n_cols: int, dtype=np.float64,
+             offset: bool = False, sparse: bool = False) -> da.Array:
+    """Lazy row-aligned map: ``fn(*blocks, *args)`` returns ``(rows_in_block, n_cols)`` per block.
+
+    Returns a Dask array of shape ``(n_rows, n_cols)`` with the first input's row chunks; nothing
+    is computed.  Use it for predictions (scores of a block, top-k of a block).
+    """
+    blocked, ref = _prepare(inputs)
+    meta = sp.csr_matrix((0, 0), dtype=dtype) if sparse else np.empty((0, 0), dtype=dtype)
+    return da.map_blocks(
+        _rows_block, *[b.dask for b in blocked], *_unwrap_args(tuple(args)),
+        fn=fn, n_inputs=len(blocked), offset=offset, bounds=ref.bounds,
+        chunks=(ref.dask.chunks[0], (int(n_cols),)), dtype=dtype, meta=meta,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# compute
+# ---------------------------------------------------------------------------------------------
+
+
+def _scheduler_kwargs(client):
+    if client is not None:
+        return {"scheduler": client}
+    if dask.config.get("scheduler", None) is not None:
+        return {}
+    try:  # an active distributed client that did not register itself in the config
+        from distributed import default_client
+
+        return {"scheduler": default_client()}
+    except (ImportError, ValueError):
+        return {"scheduler": "threads", "num_workers": os.cpu_count() or 1}
+
+
+def compute(*lazy, client=None):
+    """Evaluate reductions / dask arrays in a single ``dask.compute`` under the scheduler policy.
+
+    Returns one result per argument (a :class:`Reduction` gives its array or tuple of arrays).
+    """
+    kw = _scheduler_kwargs(client)
+    targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
+    if kw.get("scheduler") == "threads":
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            res = dask.compute(*targets, **kw)
+    else:
+        res = dask.compute(*targets, **kw)
+    return tuple(x.unpack(np.asarray(r)) if isinstance(x, Reduction) else r
+                 for x, r in zip(lazy, res, strict=True))
+
+
+def map_reduce(fn: Callable, *inputs, args: Sequence = (), offset=False, shapes=None,
+               client=None, split_every=8):
+    """``compute(reduce_blocks(fn, *inputs, ...))``: one pass, one ``dask.compute``."""
+    (out,) = compute(reduce_blocks(fn, *inputs, args=args, offset=offset, shapes=shapes,
+                                   split_every=split_every), client=client)
+    return out
+
+
+def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
+    """Keep inputs in memory across iterations when they fit ``budget`` bytes, else stream.
+
+    The decision is explicit and logged.  Inputs already in memory (NumPy / scipy) are returned
+    unchanged.  Returns the list of (possibly persisted) inputs.
+    """
+    budget = DEFAULT_CACHE_BYTES if budget is None else int(budget)
+    from_store = [b for b in inputs if b.source is not None and hasattr(b.source, "read")]
+    total = sum(b.nbytes for b in from_store)
+    if not from_store:
+        return list(inputs)
+    if total <= budget:
+        logger.info("caching %d store input(s) in memory (%.1f MB <= budget %.1f MB)",
+                    len(from_store), total / 2**20, budget / 2**20)
+        kw = _scheduler_kwargs(client)
+        arrs = dask.persist(*[b.dask for b in inputs], **kw)
+        return [Blocked(a, b.kind, None, b.nnz) if b in from_store else b
+                for a, b in zip(arrs, inputs, strict=True)]
+    logger.info("streaming %d store input(s) from the store each pass (%.1f MB > budget %.1f MB)",
+                len(from_store), total / 2**20, budget / 2**20)
+    return list(inputs)
+
+
+__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES"]

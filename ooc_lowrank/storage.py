@@ -1,0 +1,771 @@
+"""The ooc_lowrank Zarr v3 dataset format: one place for reading, writing and validating stores.
+
+A *dataset* is a Zarr v3 group whose arrays all describe the same ``n_rows`` samples and share
+the same row blocks (``block_rows`` rows each, the last one shorter).  Three kinds of array:
+
+``dense``
+    2-D array ``(n_rows, n_cols)`` chunked by rows only: chunks ``(block_rows, n_cols)``.
+``csr``
+    Sparse rows (features ``X``, labels ``Y``): a subgroup with ``indptr`` int64
+    ``(n_rows + 1,)``, ``indices`` int32/int64 ``(nnz,)`` and ``data`` ``(nnz,)``.  Any row range
+    ``[s, e)`` is the contiguous slice ``indptr[s]:indptr[e]``, so a row block is read without
+    touching the others' entries.
+``coo``
+    Observed entries of a partially observed matrix (ratings, signed edges, partially observed
+    labels), sorted by row: ``row`` int64, ``col``, ``value`` ``(nnz,)`` and ``indptr`` int64
+    ``(n_rows + 1,)`` whose values at the block boundaries are the block offsets.  Duplicate
+    ``(row, col)`` pairs are kept as written.
+
+The root group's attribute ``"ooc_lowrank"`` holds the metadata: format name and version, number
+of rows, row-block boundaries, each array's kind, shape, dtype and nnz, and user attributes
+(label names, source file...).  It is written **last**, and a store is written under a temporary
+name and renamed into place only after it is complete, so an interrupted write (exception,
+SIGKILL) never leaves something that opens as a valid store and never damages a store that
+already existed under that name.
+
+Stores may be local paths or fsspec URLs (``memory://``, ``s3://`` with s3fs installed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+
+from ._validation import StoreError, check_csr_structure, check_finite_block
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "ArrayHandle",
+    "Dataset",
+    "DatasetWriter",
+    "StoreError",
+    "default_block_rows",
+    "open_dataset",
+]
+
+logger = logging.getLogger("ooc_lowrank")
+
+FORMAT_NAME = "ooc_lowrank.dataset"
+FORMAT_VERSION = 1
+_META_KEY = "ooc_lowrank"
+#: Target size of one row block in bytes (PERF_NOTES: 8-32 MB blocks read fastest here).
+TARGET_BLOCK_BYTES = 16 * 2**20
+_NNZ_CHUNK = 1 << 22  # entries per chunk of 1-D sparse arrays
+_INDPTR_CHUNK = 1 << 20
+_KINDS = ("dense", "csr", "coo")
+
+
+def default_block_rows(row_bytes: float, target_bytes: int = TARGET_BLOCK_BYTES) -> int:
+    """Rows per block so that one block holds about ``target_bytes`` (clamped to [256, 2**20])."""
+    rows = int(target_bytes // max(float(row_bytes), 1.0))
+    return int(min(max(rows, 256), 1 << 20))
+
+
+# ---------------------------------------------------------------------------------------------
+# locations: local paths and fsspec URLs
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_url(loc: str) -> bool:
+    return "://" in loc and not loc.startswith("file://")
+
+
+def _local_path(loc: str) -> str:
+    return os.path.abspath(loc[len("file://"):] if loc.startswith("file://") else loc)
+
+
+def _fs(loc: str):
+    import fsspec.core
+
+    return fsspec.core.url_to_fs(loc)
+
+
+def _exists(loc: str) -> bool:
+    if not _is_url(loc):
+        return os.path.exists(_local_path(loc))
+    fs, path = _fs(loc)
+    return fs.exists(path)
+
+
+def _remove(loc: str) -> None:
+    if not _is_url(loc):
+        p = _local_path(loc)
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
+        elif os.path.exists(p):
+            os.remove(p)
+        return
+    fs, path = _fs(loc)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+def _sibling(loc: str, tag: str) -> str:
+    loc = loc.rstrip("/")
+    head, _, name = loc.rpartition("/")
+    if not _is_url(loc):
+        p = _local_path(loc)
+        return os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{tag}-{uuid.uuid4().hex[:8]}")
+    return f"{head}/.{name}.{tag}-{uuid.uuid4().hex[:8]}"
+
+
+def _commit(tmp: str, dest: str) -> None:
+    """Move a complete store from ``tmp`` to ``dest``, replacing any old store atomically (local)."""
+    if not _is_url(dest):
+        d = _local_path(dest)
+        if os.path.exists(d):
+            old = _sibling(dest, "old")
+            os.rename(d, old)  # atomic on POSIX; the new store follows at once
+            try:
+                os.rename(_local_path(tmp), d)
+            except BaseException:
+                os.rename(old, d)  # put the old store back
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(_local_path(tmp), d)
+        return
+    # Object stores have no atomic rename: copy every file but the root metadata first, then the
+    # root zarr.json (which carries the completion marker), so a reader never sees a half store
+    # as valid.  Replacing an existing remote store removes its root marker first.
+    fs, tpath = _fs(tmp)
+    _, dpath = _fs(dest)
+    if fs.exists(dpath):
+        fs.rm(dpath, recursive=True)
+    files = sorted(fs.find(tpath))
+    root_meta = f"{tpath.rstrip('/')}/zarr.json"
+    for f in files:
+        if f.rstrip("/") == root_meta.lstrip("/") or f == root_meta:
+            continue
+        fs.copy(f, dpath.rstrip("/") + f[len(tpath.rstrip("/")):])
+    fs.copy(root_meta, f"{dpath.rstrip('/')}/zarr.json")
+    fs.rm(tpath, recursive=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Spec:
+    name: str
+    kind: str
+    n_cols: int
+    dtype: np.dtype
+    index_dtype: np.dtype | None = None
+
+
+def _concat_csr(pieces: list[sp.csr_matrix], n_cols: int, dtype) -> sp.csr_matrix:
+    """Concatenate CSR row blocks keeping duplicates and order (scipy's vstack may not)."""
+    if len(pieces) == 1:
+        return pieces[0]
+    data = np.concatenate([p.data for p in pieces]).astype(dtype, copy=False)
+    indices = np.concatenate([p.indices for p in pieces])
+    nnz = np.cumsum([0] + [p.indptr[-1] for p in pieces])
+    indptr = np.concatenate(
+        [[0]] + [p.indptr[1:].astype(np.int64) + nnz[i] for i, p in enumerate(pieces)]
+    )
+    n = sum(p.shape[0] for p in pieces)
+    return sp.csr_matrix((data, indices, indptr), shape=(n, n_cols))
+
+
+class DatasetWriter:
+    """Stream row blocks into a new dataset store with bounded memory.
+
+    Parameters
+    ----------
+    url : str
+        Destination: a local path or an fsspec URL (``memory://...``, ``s3://...``).
+    block_rows : int, optional
+        Rows per stored row block.  Default: chosen from the first appended block so that a
+        row block holds about 16 MB.
+    attrs : dict, optional
+        JSON-serialisable user attributes (label names, source file...).
+    overwrite : bool, default False
+        Replace an existing store at ``url``.  The old store stays intact until the new one is
+        complete.
+
+    Examples
+    --------
+    >>> with DatasetWriter("data.zarr") as w:          # doctest: +SKIP
+    ...     w.add_dense("X", n_cols=500, dtype="float32")
+    ...     w.add_csr("Y", n_cols=1000, dtype="float32")
+    ...     for Xb, Yb in blocks:
+    ...         w.append(X=Xb, Y=Yb)
+    """
+
+    def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False):
+        self.url = str(url)
+        if _exists(self.url) and not overwrite:
+            raise FileExistsError(
+                f"store {self.url!r} already exists; pass overwrite=True (CLI: --overwrite) "
+                "to replace it, or choose another destination"
+            )
+        if block_rows is not None and (int(block_rows) < 1):
+            raise ValueError(f"block_rows must be >= 1; got {block_rows!r}")
+        self.block_rows = None if block_rows is None else int(block_rows)
+        self.attrs = dict(attrs or {})
+        try:
+            json.dumps(self.attrs)
+        except TypeError as e:
+            raise TypeError(f"attrs must be JSON-serialisable: {e}") from None
+        self._specs: dict[str, _Spec] = {}
+        self._buf: dict[str, list] = {}
+        self._buf_rows = 0
+        self._n_rows = 0
+        self._nnz: dict[str, int] = {}
+        self._tmp = None
+        self._group = None
+        self._closed = False
+
+    # -- declaration ---------------------------------------------------------------------------
+    def _add(self, name, kind, n_cols, dtype):
+        if self._group is not None:
+            raise RuntimeError("declare every array before the first append()")
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ValueError(f"array name must be a non-empty string without '/'; got {name!r}")
+        if name in self._specs:
+            raise ValueError(f"array {name!r} is declared twice")
+        n_cols = int(n_cols)
+        if n_cols < 0:
+            raise ValueError(f"n_cols of {name!r} must be >= 0; got {n_cols}")
+        dtype = np.dtype(dtype)
+        if dtype.kind not in "fiub":
+            raise TypeError(f"dtype of {name!r} must be numeric; got {dtype}")
+        idt = None
+        if kind != "dense":
+            idt = np.dtype(np.int32 if n_cols < 2**31 - 1 else np.int64)
+        self._specs[name] = _Spec(name, kind, n_cols, dtype, idt)
+        self._buf[name] = []
+        self._nnz[name] = 0
+
+    def add_dense(self, name, n_cols, dtype="float32"):
+        """Declare a dense ``(n_rows, n_cols)`` array."""
+        self._add(name, "dense", n_cols, dtype)
+
+    def add_csr(self, name, n_cols, dtype="float32"):
+        """Declare a sparse row (CSR) array with ``n_cols`` columns."""
+        self._add(name, "csr", n_cols, dtype)
+
+    def add_coo(self, name, n_cols, dtype="float64"):
+        """Declare an observed-entry (COO, sorted by row) array with ``n_cols`` columns."""
+        self._add(name, "coo", n_cols, dtype)
+
+    # -- writing -------------------------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def _open(self, first_blocks):
+        if not self._specs:
+            raise RuntimeError("declare at least one array (add_dense/add_csr/add_coo) first")
+        if self.block_rows is None:
+            row_bytes = 0.0
+            for name, b in first_blocks.items():
+                s = self._specs[name]
+                n = max(b.shape[0], 1)
+                if s.kind == "dense":
+                    row_bytes += s.n_cols * s.dtype.itemsize
+                else:
+                    row_bytes += b.nnz / n * (s.dtype.itemsize + s.index_dtype.itemsize) + 8
+            self.block_rows = default_block_rows(row_bytes)
+        self._tmp = _sibling(self.url, "tmp")
+        self._group = zarr.open_group(self._tmp if _is_url(self._tmp) else self._tmp, mode="w")
+        B = self.block_rows
+        for s in self._specs.values():
+            if s.kind == "dense":
+                self._group.create_array(
+                    s.name, shape=(0, s.n_cols), chunks=(B, max(s.n_cols, 1)), dtype=s.dtype,
+                    compressors=None, fill_value=0,
+                )
+            else:
+                g = self._group.create_group(s.name)
+                ip = g.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
+                                    fill_value=0)
+                ip[:] = np.zeros(1, np.int64)
+                names = ("indices", "data") if s.kind == "csr" else ("col", "value")
+                g.create_array(names[0], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.index_dtype,
+                               fill_value=0)
+                g.create_array(names[1], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.dtype,
+                               fill_value=0)
+                if s.kind == "coo":
+                    g.create_array("row", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="int64",
+                                   fill_value=0)
+
+    def _check_block(self, name, b):
+        s = self._specs[name]
+        where = f" (array {name!r}, rows {self._n_rows + self._buf_rows}...)"
+        if s.kind == "dense":
+            if sp.issparse(b):
+                b = b.toarray()
+            b = np.asarray(b)
+            if b.ndim == 1 and s.n_cols == 1:
+                b = b[:, None]
+            if b.ndim != 2 or b.shape[1] != s.n_cols:
+                raise ValueError(f"{name}: block must have shape (rows, {s.n_cols}){where}; "
+                                 f"got {b.shape}")
+            if b.dtype.kind not in "fiub":
+                raise TypeError(f"{name}: block dtype must be numeric{where}; got {b.dtype}")
+            check_finite_block(b, name, where)
+            return np.ascontiguousarray(b, dtype=s.dtype)
+        if not sp.issparse(b):
+            raise TypeError(f"{name}: {s.kind} arrays take scipy.sparse CSR blocks{where}; "
+                            f"got {type(b).__name__}")
+        b = sp.csr_matrix(b) if b.format != "csr" else b
+        if b.shape[1] != s.n_cols:
+            raise ValueError(f"{name}: block must have {s.n_cols} columns{where}; got {b.shape[1]}")
+        check_csr_structure(np.asarray(b.indptr), np.asarray(b.indices), s.n_cols, name, where)
+        check_finite_block(b, name, where)
+        return sp.csr_matrix(
+            (b.data.astype(s.dtype, copy=False), b.indices.astype(s.index_dtype, copy=False),
+             b.indptr.astype(np.int64, copy=False)), shape=b.shape,
+        )
+
+    def append(self, **blocks):
+        """Append the same rows to every declared array.
+
+        Parameters
+        ----------
+        **blocks : ndarray or scipy.sparse matrix
+            One block per declared array, keyed by name: dense ``(rows, n_cols)`` ndarrays for
+            dense arrays; CSR ``(rows, n_cols)`` matrices for csr and coo arrays (for coo, the
+            matrix's column indices are the observed columns; duplicates are kept).
+        """
+        if self._closed:
+            raise RuntimeError("writer is closed")
+        missing = set(self._specs) - set(blocks)
+        extra = set(blocks) - set(self._specs)
+        if missing or extra:
+            raise ValueError(f"append() needs exactly the arrays {sorted(self._specs)}; "
+                             f"missing {sorted(missing)}, unknown {sorted(extra)}")
+        checked = {k: self._check_block(k, v) for k, v in blocks.items()}
+        rows = {k: v.shape[0] for k, v in checked.items()}
+        if len(set(rows.values())) > 1:
+            raise ValueError(f"append() blocks must have the same number of rows; got {rows}")
+        if self._group is None:
+            self._open(checked)
+        for k, v in checked.items():
+            self._buf[k].append(v)
+        self._buf_rows += next(iter(rows.values()))
+        while self._buf_rows >= self.block_rows:
+            self._flush(self.block_rows)
+
+    def _take(self, name, nrows):
+        """Pop the first ``nrows`` rows from the buffer of ``name``."""
+        s = self._specs[name]
+        pieces = self._buf[name]
+        if s.kind == "dense":
+            full = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
+        else:
+            full = _concat_csr(pieces, s.n_cols, s.dtype)
+        head, tail = full[:nrows], full[nrows:]
+        self._buf[name] = [tail] if tail.shape[0] else []
+        return head
+
+    def _flush(self, nrows):
+        start, stop = self._n_rows, self._n_rows + nrows
+        for name, s in self._specs.items():
+            blk = self._take(name, nrows)
+            if s.kind == "dense":
+                arr = self._group[name]
+                arr.resize((stop, s.n_cols))
+                arr[start:stop] = blk
+                continue
+            g = self._group[name]
+            n0 = self._nnz[name]
+            n1 = n0 + blk.nnz
+            ip = g["indptr"]
+            ip.resize((stop + 1,))
+            ip[start + 1:stop + 1] = blk.indptr[1:].astype(np.int64) + n0
+            names = ("indices", "data") if s.kind == "csr" else ("col", "value")
+            for key, vals in ((names[0], blk.indices), (names[1], blk.data)):
+                a = g[key]
+                a.resize((n1,))
+                if n1 > n0:
+                    a[n0:n1] = vals
+            if s.kind == "coo":
+                a = g["row"]
+                a.resize((n1,))
+                if n1 > n0:
+                    a[n0:n1] = np.repeat(np.arange(start, stop, dtype=np.int64),
+                                         np.diff(blk.indptr))
+            self._nnz[name] = n1
+        self._n_rows = stop
+        self._buf_rows -= nrows
+
+    def close(self):
+        """Flush, write the metadata last, and move the finished store into place."""
+        if self._closed:
+            return
+        if self._group is None:  # no rows appended: still a valid (empty) dataset
+            self._open({})
+        if self._buf_rows:
+            self._flush(self._buf_rows)
+        n, B = self._n_rows, self.block_rows
+        bounds = list(range(0, n, B)) + [n]
+        meta = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            "n_rows": n,
+            "block_rows": B,
+            "row_blocks": bounds,
+            "arrays": {
+                s.name: {
+                    "kind": s.kind,
+                    "shape": [n, s.n_cols],
+                    "dtype": s.dtype.str,
+                    "index_dtype": None if s.index_dtype is None else s.index_dtype.str,
+                    "nnz": None if s.kind == "dense" else self._nnz[s.name],
+                }
+                for s in self._specs.values()
+            },
+            "attrs": self.attrs,
+        }
+        self._group.attrs[_META_KEY] = meta  # the completion marker: written last
+        self._closed = True
+        _commit(self._tmp, self.url)
+        logger.info("wrote %s: %d rows, arrays %s", self.url, n, sorted(self._specs))
+
+    def abort(self):
+        """Discard everything written so far; an existing store at ``url`` is left untouched."""
+        self._closed = True
+        if self._tmp is not None:
+            _remove(self._tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+# ---------------------------------------------------------------------------------------------
+
+
+class ArrayHandle:
+    """Lazy handle on one array of a dataset (picklable: reopens the store in each process).
+
+    Attributes
+    ----------
+    kind : {"dense", "csr", "coo"}
+    shape : tuple of int
+        ``(n_rows, n_cols)``.
+    dtype : numpy.dtype
+        Value dtype.
+    nnz : int or None
+        Stored entries (sparse kinds).
+    block_rows : int
+        Rows per stored block.
+    """
+
+    def __init__(self, url, name, meta, n_rows, block_rows):
+        self.url, self.name = url, name
+        self.kind = meta["kind"]
+        self.shape = (int(n_rows), int(meta["shape"][1]))
+        self.dtype = np.dtype(meta["dtype"])
+        self.index_dtype = None if meta.get("index_dtype") is None else np.dtype(meta["index_dtype"])
+        self.nnz = meta.get("nnz")
+        self.block_rows = int(block_rows)
+        self._z = None
+
+    def __getstate__(self):
+        d = self.__dict__.copy()
+        d["_z"] = None
+        return d
+
+    def __repr__(self):
+        extra = "" if self.kind == "dense" else f", nnz={self.nnz}"
+        return f"<ArrayHandle {self.name!r} {self.kind} shape={self.shape} dtype={self.dtype}{extra}>"
+
+    @property
+    def ndim(self):
+        return 2
+
+    def _zarr(self):
+        if self._z is None:
+            g = zarr.open_group(self.url, mode="r")
+            self._z = g[self.name]
+        return self._z
+
+    def _err(self, rule, value=None, fix=None):
+        return StoreError(self.url, self.name, rule, value, fix)
+
+    def read(self, start=0, stop=None):
+        """Read rows ``[start, stop)``.
+
+        Returns
+        -------
+        ndarray of shape (stop - start, n_cols) for dense arrays, else a
+        ``scipy.sparse.csr_matrix`` of that shape (coo: column indices are the observed columns).
+        Every block read is checked (finite values; for sparse kinds monotone indptr and column
+        indices inside ``[0, n_cols)``), so a corrupt store can never hand a kernel a bad index.
+        """
+        n = self.shape[0]
+        stop = n if stop is None else stop
+        if not (0 <= start <= stop <= n):
+            raise IndexError(f"{self.name}: row range [{start}, {stop}) outside [0, {n})")
+        z = self._zarr()
+        where = f" (rows {start}:{stop})"
+        try:
+            if self.kind == "dense":
+                out = np.asarray(z[start:stop])
+                if out.shape != (stop - start, self.shape[1]):
+                    raise self._err("block has the wrong shape", out.shape)
+                check_finite_block(out, self.name, where)
+                return out
+            ip = np.asarray(z["indptr"][start:stop + 1], dtype=np.int64)
+            if ip.size != stop - start + 1:
+                raise self._err("indptr is shorter than n_rows + 1", ip.size)
+            k0, k1 = int(ip[0]), int(ip[-1])
+            if k1 < k0 or k0 < 0 or k1 > (self.nnz or 0):
+                raise self._err("indptr is not monotone or exceeds nnz", f"[{k0}, {k1}]")
+            names = ("indices", "data") if self.kind == "csr" else ("col", "value")
+            idx = np.asarray(z[names[0]][k0:k1])
+            val = np.asarray(z[names[1]][k0:k1])
+        except StoreError:
+            raise
+        except (KeyError, FileNotFoundError, OSError) as e:
+            raise self._err("array data is missing or unreadable", repr(e),
+                            "The store is incomplete or corrupt; convert it again") from None
+        local = ip - k0
+        try:
+            check_csr_structure(local, idx, self.shape[1], self.name, where)
+            check_finite_block(val, self.name, where)
+        except ValueError as e:
+            raise self._err(str(e), None, "The store is corrupt; convert it again") from None
+        return sp.csr_matrix((val, idx, local), shape=(stop - start, self.shape[1]))
+
+    def iter_blocks(self, block_rows=None) -> Iterator[tuple[int, int, object]]:
+        """Yield ``(start, stop, block)`` over the rows, one block at a time."""
+        B = int(block_rows or self.block_rows)
+        for s in range(0, self.shape[0], B):
+            e = min(s + B, self.shape[0])
+            yield s, e, self.read(s, e)
+
+    def blocks(self, block_rows=None):
+        """The array as a lazy row-blocked collection (:class:`ooc_lowrank.engine.Blocked`)."""
+        from .engine import as_blocked
+
+        return as_blocked(self, block_rows=block_rows)
+
+    def to_dask(self, block_rows=None):
+        """A dask array with row chunks (dense chunks: ndarray; sparse: scipy CSR)."""
+        return self.blocks(block_rows).dask
+
+
+class Dataset:
+    """An opened, validated dataset store.  Index it by array name: ``ds["X"]``."""
+
+    def __init__(self, url, meta):
+        self.url = url
+        self.meta = meta
+        self.n_rows = int(meta["n_rows"])
+        self.block_rows = int(meta["block_rows"])
+        self.row_blocks = np.asarray(meta["row_blocks"], dtype=np.int64)
+        self.attrs = dict(meta.get("attrs", {}))
+        self._handles = {
+            name: ArrayHandle(url, name, m, self.n_rows, self.block_rows)
+            for name, m in meta["arrays"].items()
+        }
+
+    @property
+    def names(self):
+        return list(self._handles)
+
+    def __contains__(self, name):
+        return name in self._handles
+
+    def __getitem__(self, name) -> ArrayHandle:
+        try:
+            return self._handles[name]
+        except KeyError:
+            raise KeyError(f"store {self.url!r} has no array {name!r}; it has {self.names}") from None
+
+    def __repr__(self):
+        arrs = ", ".join(f"{k}: {h.kind} {h.shape}" for k, h in self._handles.items())
+        return f"<Dataset {self.url!r} n_rows={self.n_rows} [{arrs}]>"
+
+    def to_xarray(self, block_rows=None):
+        """An xarray.Dataset of the dense arrays (lazy, Dask-backed) with named dims.
+
+        Dims are ``sample`` and ``feature`` (arrays named X...), ``label`` (Y...), else
+        ``<name>_col``.
+        """
+        import xarray as xr
+
+        out = {}
+        for name, h in self._handles.items():
+            if h.kind != "dense":
+                continue
+            dim = "feature" if name.startswith("X") else "label" if name.startswith("Y") else (
+                f"{name}_col")
+            if name.startswith("X") and name != "X":
+                dim = f"feature_{name}"
+            out[name] = xr.DataArray(h.to_dask(block_rows), dims=("sample", dim))
+        return xr.Dataset(out, attrs={k: json.dumps(v) for k, v in self.attrs.items()})
+
+    def info(self):
+        """Summary: arrays, shapes, nnz, chunking and bytes on disk (dict, JSON-serialisable)."""
+        arrays = {}
+        for name, h in self._handles.items():
+            arrays[name] = {
+                "kind": h.kind, "shape": list(h.shape), "dtype": str(h.dtype), "nnz": h.nnz,
+                "block_rows": self.block_rows,
+            }
+        return {
+            "store": self.url, "format_version": self.meta["format_version"], "n_rows": self.n_rows,
+            "block_rows": self.block_rows, "n_blocks": len(self.row_blocks) - 1,
+            "bytes_on_disk": _du(self.url), "arrays": arrays, "attrs": self.attrs,
+        }
+
+
+def _du(loc):
+    if not _is_url(loc):
+        total = 0
+        for root, _, files in os.walk(_local_path(loc)):
+            total += sum(os.path.getsize(os.path.join(root, f)) for f in files)
+        return total
+    fs, path = _fs(loc)
+    return int(fs.du(path))
+
+
+def _zarr_shape(g, path):
+    return tuple(g[path].shape)
+
+
+def open_dataset(url, *, verify="metadata") -> Dataset:
+    """Open and validate a dataset store.
+
+    Parameters
+    ----------
+    url : str or os.PathLike
+        Local path or fsspec URL.
+    verify : {"metadata", "full"}, default "metadata"
+        ``"metadata"`` checks the format version, every array's presence, shape and dtype, the
+        row counts, and each sparse ``indptr`` (monotone, ends at nnz).  Column indices and
+        finiteness are checked on every block read.  ``"full"`` also reads every block now.
+
+    Raises
+    ------
+    StoreError
+        Naming the store, the array, the rule and the value.
+    """
+    url = str(url)
+    if not _exists(url):
+        raise StoreError(url, None, "no store at this location", None,
+                         "Check the path, or create it with `ooc-lowrank convert` / `generate`")
+    try:
+        g = zarr.open_group(url, mode="r")
+    except Exception as e:  # zarr raises several types for a non-group / broken metadata
+        raise StoreError(url, None, "not a readable Zarr v3 group", repr(e),
+                         "The store is incomplete or corrupt; write it again") from None
+    meta = g.attrs.get(_META_KEY)
+    if not isinstance(meta, dict):
+        raise StoreError(url, None, "missing ooc_lowrank metadata (incomplete write or not an "
+                         "ooc_lowrank dataset)", None, "Write it again with DatasetWriter/convert")
+    if meta.get("format") != FORMAT_NAME:
+        raise StoreError(url, None, f"format must be {FORMAT_NAME!r}", meta.get("format"))
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise StoreError(url, None, f"format_version must be {FORMAT_VERSION}",
+                         meta.get("format_version"),
+                         "This store was written by another version of ooc_lowrank; convert "
+                         "the source data again")
+    try:
+        n = int(meta["n_rows"])
+        B = int(meta["block_rows"])
+        bounds = np.asarray(meta["row_blocks"], dtype=np.int64)
+        arrays = meta["arrays"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise StoreError(url, None, "metadata is malformed", repr(e)) from None
+    expect = np.asarray(list(range(0, n, B)) + [n], dtype=np.int64) if B > 0 else None
+    if n < 0 or B < 1 or expect is None or not np.array_equal(bounds, expect):
+        raise StoreError(url, None, "row_blocks must be 0, block_rows, 2*block_rows, ..., n_rows",
+                         f"n_rows={n}, block_rows={B}")
+    for name, m in arrays.items():
+        kind = m.get("kind")
+        if kind not in _KINDS:
+            raise StoreError(url, name, f"kind must be one of {_KINDS}", kind)
+        shape = m.get("shape")
+        if not shape or int(shape[0]) != n:
+            raise StoreError(url, name, f"row count must equal the dataset's n_rows={n}",
+                             None if not shape else shape[0])
+        try:
+            if kind == "dense":
+                zs = _zarr_shape(g, name)
+                if zs != (n, int(shape[1])):
+                    raise StoreError(url, name, "stored shape differs from the metadata",
+                                     f"{zs} vs {(n, int(shape[1]))}")
+                if np.dtype(g[name].dtype) != np.dtype(m["dtype"]):
+                    raise StoreError(url, name, "stored dtype differs from the metadata",
+                                     f"{g[name].dtype} vs {m['dtype']}")
+                continue
+            nnz = int(m["nnz"])
+            parts = ("indices", "data") if kind == "csr" else ("col", "value", "row")
+            for p in parts:
+                if _zarr_shape(g, f"{name}/{p}") != (nnz,):
+                    raise StoreError(url, f"{name}/{p}", f"length must equal nnz={nnz}",
+                                     _zarr_shape(g, f"{name}/{p}")[0])
+            ip = np.asarray(g[f"{name}/indptr"][:], dtype=np.int64)
+        except StoreError:
+            raise
+        except Exception as e:
+            raise StoreError(url, name, "array is missing or unreadable", repr(e),
+                             "The store is incomplete or corrupt; write it again") from None
+        if ip.shape != (n + 1,):
+            raise StoreError(url, f"{name}/indptr", f"length must be n_rows + 1 = {n + 1}",
+                             ip.shape[0])
+        if ip[0] != 0 or ip[-1] != nnz:
+            raise StoreError(url, f"{name}/indptr", f"must start at 0 and end at nnz={nnz}",
+                             f"[{ip[0]}, ..., {ip[-1]}]")
+        d = np.diff(ip)
+        if np.any(d < 0):
+            i = int(np.argmax(d < 0))
+            raise StoreError(url, f"{name}/indptr", "must be non-decreasing",
+                             f"indptr[{i}]={ip[i]} > indptr[{i + 1}]={ip[i + 1]}")
+    ds = Dataset(url, meta)
+    if verify == "full":
+        for h in ds._handles.values():
+            for _ in h.iter_blocks():
+                pass
+    elif verify != "metadata":
+        raise ValueError(f"verify must be 'metadata' or 'full'; got {verify!r}")
+    return ds
+
+
+def write_arrays(url, arrays: dict, *, block_rows=None, attrs=None, overwrite=False, kinds=None):
+    """Write in-memory arrays (ndarray -> dense, scipy.sparse -> csr) as a dataset store.
+
+    ``kinds`` may map a name to ``"coo"`` for observed-entry arrays given as sparse matrices.
+    Returns the opened :class:`Dataset`.
+    """
+    kinds = dict(kinds or {})
+    n = {k: v.shape[0] for k, v in arrays.items()}
+    if len(set(n.values())) > 1:
+        raise ValueError(f"arrays must have the same number of rows; got {n}")
+    with DatasetWriter(url, block_rows=block_rows, attrs=attrs, overwrite=overwrite) as w:
+        for k, v in arrays.items():
+            kind = kinds.get(k, "csr" if sp.issparse(v) else "dense")
+            v2 = v if sp.issparse(v) or np.ndim(v) == 2 else np.asarray(v).reshape(-1, 1)
+            getattr(w, f"add_{kind}")(k, n_cols=v2.shape[1], dtype=v2.dtype)
+        nrows = next(iter(n.values()), 0)
+        step = w.block_rows or 65536
+        for s in range(0, nrows, step):
+            blk = {}
+            for k, v in arrays.items():
+                v2 = v if sp.issparse(v) or np.ndim(v) == 2 else np.asarray(v).reshape(-1, 1)
+                blk[k] = sp.csr_matrix(v2)[s:s + step] if sp.issparse(v2) else v2[s:s + step]
+            w.append(**blk)
+    return open_dataset(url)
