@@ -56,7 +56,7 @@ def check_finite_block(block, name, where=""):
     """Raise ValueError if a dense array or sparse matrix block holds NaN or inf."""
     data = block.data if sp.issparse(block) else np.asarray(block)
     if data.dtype.kind == "f" and data.size and not np.isfinite(data).all():
-        bad = data[~np.isfinite(data)][0]
+        bad = float(data[~np.isfinite(data)][0])
         raise ValueError(
             f"{name} must hold only finite values; found {bad!r}{where}. "
             "Remove or impute NaN/inf entries before fitting (e.g. sklearn.impute.SimpleImputer)."

@@ -280,10 +280,11 @@ def align(reference: Blocked, other: Blocked, *, names=("X", "Y")) -> Blocked:
 # ---------------------------------------------------------------------------------------------
 
 
-def _empty_block(b: Blocked):
+def _probe_block(b: Blocked):
+    """A one-row all-zero block used to infer output shapes (valid input for any kernel/BLAS)."""
     if b.kind == "dense":
-        return np.empty((0, b.shape[1]), dtype=b.dtype)
-    return sp.csr_matrix((0, b.shape[1]), dtype=b.dtype)
+        return np.zeros((1, b.shape[1]), dtype=b.dtype)
+    return sp.csr_matrix((1, b.shape[1]), dtype=b.dtype)
 
 
 def _as_tuple(out):
@@ -357,14 +358,14 @@ def reduce_blocks(fn: Callable, *inputs, args: Sequence = (), offset: bool = Fal
     args : sequence
         Small state (factors, Gram matrices); large arrays are shipped once per graph.
     shapes : list of tuple, optional
-        Output shapes; inferred by calling ``fn`` on zero-row blocks when omitted.
+        Output shapes; inferred by calling ``fn`` once on one-row all-zero blocks when omitted.
     split_every : int
         Fan-in of the tree reduction.
     """
     blocked, ref = _prepare(inputs)
     args = tuple(args)
     if shapes is None:
-        empties = [_empty_block(b) for b in blocked]
+        empties = [_probe_block(b) for b in blocked]
         raw = fn(0, *empties, *args) if offset else fn(*empties, *args)
         single = not isinstance(raw, tuple)
         shapes = [np.shape(r) for r in _as_tuple(raw)]

@@ -524,7 +524,10 @@ class ArrayHandle:
                 out = np.asarray(z[start:stop])
                 if out.shape != (stop - start, self.shape[1]):
                     raise self._err("block has the wrong shape", out.shape)
-                check_finite_block(out, self.name, where)
+                try:
+                    check_finite_block(out, self.name, where)
+                except ValueError as e:
+                    raise self._err(str(e), None, "The store is corrupt; convert it again") from None
                 return out
             ip = np.asarray(z["indptr"][start:stop + 1], dtype=np.int64)
             if ip.size != stop - start + 1:
