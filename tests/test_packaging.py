@@ -1,0 +1,41 @@
+"""Packaging: the wheel installs the kernels as ``ooc_lowrank.kernels`` and no top-level ``kernels``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(300)
+def test_wheel_layout_and_import(tmp_path):
+    wheel_dir = tmp_path / "wheel"
+    p = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
+         "-w", str(wheel_dir), "-q"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    (whl,) = wheel_dir.glob("ooc_lowrank-*.whl")
+    names = zipfile.ZipFile(whl).namelist()
+    assert "ooc_lowrank/kernels/_numba.py" in names
+    assert "ooc_lowrank/kernels/__init__.py" in names
+    assert "ooc_lowrank/py.typed" in names
+    assert not [n for n in names if n.startswith("kernels/")], "a top-level `kernels` leaked"
+    # install the wheel (no deps: they are in this environment) into a fresh venv and import it
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    p = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(whl)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    code = ("import ooc_lowrank, ooc_lowrank.kernels._numba as k, importlib.util as u; "
+            "print(k.__file__); print(u.find_spec('kernels'))")
+    p = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    kfile, top = p.stdout.split()
+    assert str(venv) in kfile and str(REPO) not in kfile
+    assert top == "None"
