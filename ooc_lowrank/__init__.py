@@ -18,7 +18,14 @@ __version__ = "0.1.0"
 
 logging.getLogger("ooc_lowrank").addHandler(logging.NullHandler())
 
-__all__ = ["DatasetWriter", "OOCLowRankWarning", "StoreError", "__version__", "load", "open_dataset"]
+__all__ = [
+    "DatasetWriter",
+    "OOCLowRankWarning",
+    "StoreError",
+    "__version__",
+    "load",
+    "open_dataset",
+]
 
 
 def __getattr__(name):  # lazy access to the estimators (they import numba kernels)

@@ -47,12 +47,21 @@ def _jsonable(v):
     raise TypeError(f"cannot save value of type {type(v).__name__} in model JSON: {v!r}")
 
 
-def save_model(path, estimator: str, params: dict, arrays: dict, extra: dict | None = None,
-               *, overwrite: bool = True) -> None:
+def save_model(
+    path,
+    estimator: str,
+    params: dict,
+    arrays: dict,
+    extra: dict | None = None,
+    *,
+    overwrite: bool = True,
+) -> None:
     """Save a model atomically.  ``params`` and ``extra`` must be JSON-serialisable."""
     path = str(path)
     doc = {
-        "format": MODEL_FORMAT, "format_version": MODEL_FORMAT_VERSION, "estimator": estimator,
+        "format": MODEL_FORMAT,
+        "format_version": MODEL_FORMAT_VERSION,
+        "estimator": estimator,
         "params": _jsonable({k: v for k, v in params.items() if not callable(v)}),
         "extra": _jsonable(extra or {}),
     }
@@ -88,7 +97,9 @@ def save_model(path, estimator: str, params: dict, arrays: dict, extra: dict | N
         with open(os.path.join(tmp, "model.json"), "w") as f:
             json.dump(doc, f, indent=1)
         if os.path.exists(p):
-            old = os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.old-{uuid.uuid4().hex[:8]}")
+            old = os.path.join(
+                os.path.dirname(p), f".{os.path.basename(p)}.old-{uuid.uuid4().hex[:8]}"
+            )
             os.rename(p, old)
             os.rename(tmp, p)
             shutil.rmtree(old, ignore_errors=True)

@@ -37,8 +37,17 @@ def param_error(name, rule, value, fix=None, exc=ValueError):
     return exc(msg)
 
 
-def check_scalar(value, name, *, kind=numbers.Real, low=None, high=None, low_inclusive=True,
-                 high_inclusive=True, fix=None):
+def check_scalar(
+    value,
+    name,
+    *,
+    kind=numbers.Real,
+    low=None,
+    high=None,
+    low_inclusive=True,
+    high_inclusive=True,
+    fix=None,
+):
     """Check a scalar hyperparameter's type and range; return it unchanged."""
     if isinstance(value, bool) or not isinstance(value, kind):
         tname = "an integer" if kind is numbers.Integral else "a real number"
@@ -82,6 +91,4 @@ def check_csr_structure(indptr, indices, n_cols, name, where=""):
         lo, hi = indices.min(), indices.max()
         if lo < 0 or hi >= n_cols:
             bad = lo if lo < 0 else hi
-            raise ValueError(
-                f"{name}: column index out of range [0, {n_cols}){where}; got {bad}"
-            )
+            raise ValueError(f"{name}: column index out of range [0, {n_cols}){where}; got {bad}")

@@ -142,8 +142,9 @@ def cmd_generate(args, extra):
 
     kind = args.kind
     if kind not in generators.GENERATORS:
-        raise CLIError(f"unknown generator {kind!r}; choose one of "
-                       f"{', '.join(sorted(generators.GENERATORS))}")
+        raise CLIError(
+            f"unknown generator {kind!r}; choose one of {', '.join(sorted(generators.GENERATORS))}"
+        )
     if args.rows < 1:
         raise CLIError(f"--rows must be >= 1; got {args.rows}")
     opts = dict(extra)
@@ -165,8 +166,9 @@ def _report_store(dest, args, seconds):
 
     ds = open_dataset(dest)
     if not args.quiet:
-        arrs = ", ".join(f"{k} {h.kind} {h.shape[0]}x{h.shape[1]}" for k, h in
-                         ((n, ds[n]) for n in ds.names))
+        arrs = ", ".join(
+            f"{k} {h.kind} {h.shape[0]}x{h.shape[1]}" for k, h in ((n, ds[n]) for n in ds.names)
+        )
         print(f"wrote {dest}: {arrs} in {seconds:.1f} s")
 
 
@@ -179,8 +181,10 @@ def cmd_info(args, extra):
     if args.json:
         print(json.dumps(info))
         return
-    print(f"{info['store']}: {info['n_rows']} rows in {info['n_blocks']} blocks of "
-          f"{info['block_rows']} rows, {info['bytes_on_disk'] / 2**20:.1f} MiB on disk")
+    print(
+        f"{info['store']}: {info['n_rows']} rows in {info['n_blocks']} blocks of "
+        f"{info['block_rows']} rows, {info['bytes_on_disk'] / 2**20:.1f} MiB on disk"
+    )
     for name, a in info["arrays"].items():
         nnz = "" if a["nnz"] is None else f" nnz={a['nnz']}"
         print(f"  {name:12s} {a['kind']:6s} {a['shape'][0]} x {a['shape'][1]} {a['dtype']}{nnz}")
@@ -199,11 +203,14 @@ def cmd_fit(args, extra):
     params = dict(fixed)
     for k, v in extra.items():
         if k not in valid:
-            raise CLIError(f"unknown parameter --{k.replace('_', '-')} for {args.method}; valid: "
-                           + ", ".join("--" + p.replace("_", "-") for p in sorted(valid)))
+            raise CLIError(
+                f"unknown parameter --{k.replace('_', '-')} for {args.method}; valid: "
+                + ", ".join("--" + p.replace("_", "-") for p in sorted(valid))
+            )
         if k in fixed and fixed[k] != v:
-            raise CLIError(f"--{k.replace('_', '-')} is fixed to {fixed[k]!r} by method "
-                           f"{args.method}")
+            raise CLIError(
+                f"--{k.replace('_', '-')} is fixed to {fixed[k]!r} by method {args.method}"
+            )
         params[k] = v
     if "verbose" in valid and "verbose" not in extra:
         params["verbose"] = 0 if args.quiet or not sys.stderr.isatty() else 1
@@ -213,8 +220,10 @@ def cmd_fit(args, extra):
     est.fit(ds)
     est.save(args.model)
     if not args.quiet:
-        print(f"fitted {args.method} on {args.train} in {time.perf_counter() - t0:.1f} s; "
-              f"saved to {args.model}")
+        print(
+            f"fitted {args.method} on {args.train} in {time.perf_counter() - t0:.1f} s; "
+            f"saved to {args.model}"
+        )
 
 
 def cmd_evaluate(args, extra):
@@ -266,8 +275,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ooc-lowrank", description=__doc__.split("\n")[0])
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summaries")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("--log-level", default="WARNING", help="logging level (INFO shows the engine's "
-                   "caching decisions)")
+    p.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="logging level (INFO shows the engine's caching decisions)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     c = sub.add_parser("convert", help="convert a file to a Zarr dataset store")
@@ -320,8 +332,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     try:
         extra = _extra_options(rest)
         args.func(args, extra)

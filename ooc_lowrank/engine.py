@@ -130,22 +130,31 @@ def _rechunk_sparse(b: Blocked, bounds) -> Blocked:
         s, e = bounds[i], bounds[i + 1]
         j0 = int(np.searchsorted(old, s, side="right") - 1)
         j1 = int(np.searchsorted(old, e, side="left"))
-        parts = [arrs[j][max(s, old[j]) - old[j]: min(e, old[j + 1]) - old[j]] for j in range(j0, j1)]
+        parts = [
+            arrs[j][max(s, old[j]) - old[j] : min(e, old[j + 1]) - old[j]] for j in range(j0, j1)
+        ]
         return sp.vstack(parts, format="csr") if len(parts) > 1 else sp.csr_matrix(parts[0])
 
     blocks = dask.delayed(list)([b.dask.blocks[k] for k in range(b.n_blocks)])
     nb = len(bounds) - 1
     arr = da.map_blocks(
-        pick, da.arange(nb, chunks=1), arrs=blocks, new_axis=1,
-        chunks=(tuple(np.diff(bounds).tolist()), (b.shape[1],)), dtype=b.dtype,
+        pick,
+        da.arange(nb, chunks=1),
+        arrs=blocks,
+        new_axis=1,
+        chunks=(tuple(np.diff(bounds).tolist()), (b.shape[1],)),
+        dtype=b.dtype,
         meta=sp.csr_matrix((0, 0), dtype=b.dtype),
     )
     return Blocked(arr, "csr", b.source, b.nnz)
 
 
 def _even_bounds(n: int, block_rows: int) -> np.ndarray:
-    return np.asarray(list(range(0, n, block_rows)) + [n], dtype=np.int64) if n else np.zeros(
-        1, np.int64)
+    return (
+        np.asarray(list(range(0, n, block_rows)) + [n], dtype=np.int64)
+        if n
+        else np.zeros(1, np.int64)
+    )
 
 
 def _read_handle_block(_, handle=None, bounds=None, block_id=None):
@@ -155,12 +164,20 @@ def _read_handle_block(_, handle=None, bounds=None, block_id=None):
 
 def _from_handle(handle, bounds) -> Blocked:
     kind = "dense" if handle.kind == "dense" else "csr"
-    meta = (np.empty((0, 0), handle.dtype) if kind == "dense"
-            else sp.csr_matrix((0, 0), dtype=handle.dtype))
+    meta = (
+        np.empty((0, 0), handle.dtype)
+        if kind == "dense"
+        else sp.csr_matrix((0, 0), dtype=handle.dtype)
+    )
     arr = da.map_blocks(
-        _read_handle_block, da.arange(len(bounds) - 1, chunks=1), handle=handle, bounds=bounds,
-        new_axis=1, chunks=(tuple(np.diff(bounds).tolist()), (handle.shape[1],)),
-        dtype=handle.dtype, meta=meta,
+        _read_handle_block,
+        da.arange(len(bounds) - 1, chunks=1),
+        handle=handle,
+        bounds=bounds,
+        new_axis=1,
+        chunks=(tuple(np.diff(bounds).tolist()), (handle.shape[1],)),
+        dtype=handle.dtype,
+        meta=meta,
         name=f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds),
     )
     return Blocked(arr, kind, handle, handle.nnz)
@@ -168,7 +185,7 @@ def _from_handle(handle, bounds) -> Blocked:
 
 def _slice_memory_block(_, X=None, bounds=None, block_id=None):
     i = block_id[0]
-    return X[int(bounds[i]):int(bounds[i + 1])]
+    return X[int(bounds[i]) : int(bounds[i + 1])]
 
 
 def _from_memory(X, bounds, kind) -> Blocked:
@@ -177,8 +194,13 @@ def _from_memory(X, bounds, kind) -> Blocked:
         return Blocked(da.from_array(X, chunks=chunks, name=False), "dense", X)
     Xd = dask.delayed(X, pure=False)
     arr = da.map_blocks(
-        _slice_memory_block, da.arange(len(bounds) - 1, chunks=1), X=Xd, bounds=bounds,
-        new_axis=1, chunks=(tuple(np.diff(bounds).tolist()), (X.shape[1],)), dtype=X.dtype,
+        _slice_memory_block,
+        da.arange(len(bounds) - 1, chunks=1),
+        X=Xd,
+        bounds=bounds,
+        new_axis=1,
+        chunks=(tuple(np.diff(bounds).tolist()), (X.shape[1],)),
+        dtype=X.dtype,
         meta=sp.csr_matrix((0, 0), dtype=X.dtype),
     )
     return Blocked(arr, "csr", X, X.nnz)
@@ -303,15 +325,17 @@ class Reduction:
         outs, k = [], 0
         for s in self.shapes:
             size = int(np.prod(s))
-            outs.append(flat[k:k + size].reshape(s))
+            outs.append(flat[k : k + size].reshape(s))
             k += size
         return outs[0] if self.single else tuple(outs)
 
 
 def _unwrap_args(args):
     # numpy state larger than 64 kB travels once per graph as a delayed object
-    return tuple(dask.delayed(a, pure=False) if isinstance(a, np.ndarray) and a.nbytes > 65536
-                 else a for a in args)
+    return tuple(
+        dask.delayed(a, pure=False) if isinstance(a, np.ndarray) and a.nbytes > 65536 else a
+        for a in args
+    )
 
 
 def _call_block(fn, blocks, args, offset, bounds, block_id):
@@ -327,7 +351,7 @@ def _packed_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, size=0
     k = 0
     for o in outs:
         o = np.asarray(o)
-        flat[0, k:k + o.size] = o.ravel()
+        flat[0, k : k + o.size] = o.ravel()
         k += o.size
     if k != size:
         raise ValueError(f"block function {fn!r} returned {k} values on a block; expected {size}")
@@ -339,13 +363,20 @@ def _prepare(inputs):
     if not blocked:
         raise ValueError("at least one row-blocked input is needed")
     ref = blocked[0]
-    blocked = [ref] + [align(ref, b, names=("input 0", f"input {i + 1}"))
-                       for i, b in enumerate(blocked[1:])]
+    blocked = [ref] + [
+        align(ref, b, names=("input 0", f"input {i + 1}")) for i, b in enumerate(blocked[1:])
+    ]
     return blocked, ref
 
 
-def reduce_blocks(fn: Callable, *inputs, args: Sequence = (), offset: bool = False,
-                  shapes=None, split_every: int | None = 8) -> Reduction:
+def reduce_blocks(
+    fn: Callable,
+    *inputs,
+    args: Sequence = (),
+    offset: bool = False,
+    shapes=None,
+    split_every: int | None = 8,
+) -> Reduction:
     """Lazy sum over row blocks of ``fn(*blocks, *args)`` (float64, fixed tree order).
 
     Parameters
@@ -375,9 +406,17 @@ def reduce_blocks(fn: Callable, *inputs, args: Sequence = (), offset: bool = Fal
     size = int(sum(int(np.prod(s)) for s in shapes))
     nb = ref.n_blocks
     packed = da.map_blocks(
-        _packed_block, *[b.dask for b in blocked], *_unwrap_args(args),
-        fn=fn, n_inputs=len(blocked), offset=offset, bounds=ref.bounds, size=size,
-        chunks=((1,) * nb, (size,)), dtype=np.float64, meta=np.empty((0, 0), np.float64),
+        _packed_block,
+        *[b.dask for b in blocked],
+        *_unwrap_args(args),
+        fn=fn,
+        n_inputs=len(blocked),
+        offset=offset,
+        bounds=ref.bounds,
+        size=size,
+        chunks=((1,) * nb, (size,)),
+        dtype=np.float64,
+        meta=np.empty((0, 0), np.float64),
     )
     total = packed.sum(axis=0, split_every=split_every) if nb else da.zeros(size, chunks=size)
     return Reduction(total, shapes, single)
@@ -388,8 +427,15 @@ def _rows_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, block_id
     return _call_block(fn, blocks, args, offset, bounds, block_id)
 
 
-def map_rows(fn: Callable, *inputs, args: Sequence = (), n_cols: int, dtype=np.float64,
-             offset: bool = False, sparse: bool = False) -> da.Array:
+def map_rows(
+    fn: Callable,
+    *inputs,
+    args: Sequence = (),
+    n_cols: int,
+    dtype=np.float64,
+    offset: bool = False,
+    sparse: bool = False,
+) -> da.Array:
     """Lazy row-aligned map: ``fn(*blocks, *args)`` returns ``(rows_in_block, n_cols)`` per block.
 
     Returns a Dask array of shape ``(n_rows, n_cols)`` with the first input's row chunks; nothing
@@ -398,9 +444,16 @@ def map_rows(fn: Callable, *inputs, args: Sequence = (), n_cols: int, dtype=np.f
     blocked, ref = _prepare(inputs)
     meta = sp.csr_matrix((0, 0), dtype=dtype) if sparse else np.empty((0, 0), dtype=dtype)
     return da.map_blocks(
-        _rows_block, *[b.dask for b in blocked], *_unwrap_args(tuple(args)),
-        fn=fn, n_inputs=len(blocked), offset=offset, bounds=ref.bounds,
-        chunks=(ref.dask.chunks[0], (int(n_cols),)), dtype=dtype, meta=meta,
+        _rows_block,
+        *[b.dask for b in blocked],
+        *_unwrap_args(tuple(args)),
+        fn=fn,
+        n_inputs=len(blocked),
+        offset=offset,
+        bounds=ref.bounds,
+        chunks=(ref.dask.chunks[0], (int(n_cols),)),
+        dtype=dtype,
+        meta=meta,
     )
 
 
@@ -436,15 +489,28 @@ def compute(*lazy, client=None):
             res = dask.compute(*targets, **kw)
     else:
         res = dask.compute(*targets, **kw)
-    return tuple(x.unpack(np.asarray(r)) if isinstance(x, Reduction) else r
-                 for x, r in zip(lazy, res, strict=True))
+    return tuple(
+        x.unpack(np.asarray(r)) if isinstance(x, Reduction) else r
+        for x, r in zip(lazy, res, strict=True)
+    )
 
 
-def map_reduce(fn: Callable, *inputs, args: Sequence = (), offset=False, shapes=None,
-               client=None, split_every=8):
+def map_reduce(
+    fn: Callable,
+    *inputs,
+    args: Sequence = (),
+    offset=False,
+    shapes=None,
+    client=None,
+    split_every=8,
+):
     """``compute(reduce_blocks(fn, *inputs, ...))``: one pass, one ``dask.compute``."""
-    (out,) = compute(reduce_blocks(fn, *inputs, args=args, offset=offset, shapes=shapes,
-                                   split_every=split_every), client=client)
+    (out,) = compute(
+        reduce_blocks(
+            fn, *inputs, args=args, offset=offset, shapes=shapes, split_every=split_every
+        ),
+        client=client,
+    )
     return out
 
 
@@ -460,14 +526,24 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     if not from_store:
         return list(inputs)
     if total <= budget:
-        logger.info("caching %d store input(s) in memory (%.1f MB <= budget %.1f MB)",
-                    len(from_store), total / 2**20, budget / 2**20)
+        logger.info(
+            "caching %d store input(s) in memory (%.1f MB <= budget %.1f MB)",
+            len(from_store),
+            total / 2**20,
+            budget / 2**20,
+        )
         kw = _scheduler_kwargs(client)
         arrs = dask.persist(*[b.dask for b in inputs], **kw)
-        return [Blocked(a, b.kind, None, b.nnz) if b in from_store else b
-                for a, b in zip(arrs, inputs, strict=True)]
-    logger.info("streaming %d store input(s) from the store each pass (%.1f MB > budget %.1f MB)",
-                len(from_store), total / 2**20, budget / 2**20)
+        return [
+            Blocked(a, b.kind, None, b.nnz) if b in from_store else b
+            for a, b in zip(arrs, inputs, strict=True)
+        ]
+    logger.info(
+        "streaming %d store input(s) from the store each pass (%.1f MB > budget %.1f MB)",
+        len(from_store),
+        total / 2**20,
+        budget / 2**20,
+    )
     return list(inputs)
 
 

@@ -81,7 +81,7 @@ def _is_url(loc: str) -> bool:
 
 
 def _local_path(loc: str) -> str:
-    return os.path.abspath(loc[len("file://"):] if loc.startswith("file://") else loc)
+    return os.path.abspath(loc[len("file://") :] if loc.startswith("file://") else loc)
 
 
 def _fs(loc: str):
@@ -115,7 +115,9 @@ def _sibling(loc: str, tag: str) -> str:
     head, _, name = loc.rpartition("/")
     if not _is_url(loc):
         p = _local_path(loc)
-        return os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{tag}-{uuid.uuid4().hex[:8]}")
+        return os.path.join(
+            os.path.dirname(p), f".{os.path.basename(p)}.{tag}-{uuid.uuid4().hex[:8]}"
+        )
     return f"{head}/.{name}.{tag}-{uuid.uuid4().hex[:8]}"
 
 
@@ -147,7 +149,7 @@ def _commit(tmp: str, dest: str) -> None:
     for f in files:
         if f.rstrip("/") == root_meta.lstrip("/") or f == root_meta:
             continue
-        fs.copy(f, dpath.rstrip("/") + f[len(tpath.rstrip("/")):])
+        fs.copy(f, dpath.rstrip("/") + f[len(tpath.rstrip("/")) :])
     fs.copy(root_meta, f"{dpath.rstrip('/')}/zarr.json")
     fs.rm(tpath, recursive=True)
 
@@ -292,22 +294,30 @@ class DatasetWriter:
         for s in self._specs.values():
             if s.kind == "dense":
                 self._group.create_array(
-                    s.name, shape=(0, s.n_cols), chunks=(B, max(s.n_cols, 1)), dtype=s.dtype,
-                    compressors=None, fill_value=0,
+                    s.name,
+                    shape=(0, s.n_cols),
+                    chunks=(B, max(s.n_cols, 1)),
+                    dtype=s.dtype,
+                    compressors=None,
+                    fill_value=0,
                 )
             else:
                 g = self._group.create_group(s.name)
-                ip = g.create_array("indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64",
-                                    fill_value=0)
+                ip = g.create_array(
+                    "indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64", fill_value=0
+                )
                 ip[:] = np.zeros(1, np.int64)
                 names = ("indices", "data") if s.kind == "csr" else ("col", "value")
-                g.create_array(names[0], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.index_dtype,
-                               fill_value=0)
-                g.create_array(names[1], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.dtype,
-                               fill_value=0)
+                g.create_array(
+                    names[0], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.index_dtype, fill_value=0
+                )
+                g.create_array(
+                    names[1], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.dtype, fill_value=0
+                )
                 if s.kind == "coo":
-                    g.create_array("row", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="int64",
-                                   fill_value=0)
+                    g.create_array(
+                        "row", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="int64", fill_value=0
+                    )
 
     def _check_block(self, name, b):
         s = self._specs[name]
@@ -319,23 +329,30 @@ class DatasetWriter:
             if b.ndim == 1 and s.n_cols == 1:
                 b = b[:, None]
             if b.ndim != 2 or b.shape[1] != s.n_cols:
-                raise ValueError(f"{name}: block must have shape (rows, {s.n_cols}){where}; "
-                                 f"got {b.shape}")
+                raise ValueError(
+                    f"{name}: block must have shape (rows, {s.n_cols}){where}; got {b.shape}"
+                )
             if b.dtype.kind not in "fiub":
                 raise TypeError(f"{name}: block dtype must be numeric{where}; got {b.dtype}")
             check_finite_block(b, name, where)
             return np.ascontiguousarray(b, dtype=s.dtype)
         if not sp.issparse(b):
-            raise TypeError(f"{name}: {s.kind} arrays take scipy.sparse CSR blocks{where}; "
-                            f"got {type(b).__name__}")
+            raise TypeError(
+                f"{name}: {s.kind} arrays take scipy.sparse CSR blocks{where}; "
+                f"got {type(b).__name__}"
+            )
         b = sp.csr_matrix(b) if b.format != "csr" else b
         if b.shape[1] != s.n_cols:
             raise ValueError(f"{name}: block must have {s.n_cols} columns{where}; got {b.shape[1]}")
         check_csr_structure(np.asarray(b.indptr), np.asarray(b.indices), s.n_cols, name, where)
         check_finite_block(b, name, where)
         return sp.csr_matrix(
-            (b.data.astype(s.dtype, copy=False), b.indices.astype(s.index_dtype, copy=False),
-             b.indptr.astype(np.int64, copy=False)), shape=b.shape,
+            (
+                b.data.astype(s.dtype, copy=False),
+                b.indices.astype(s.index_dtype, copy=False),
+                b.indptr.astype(np.int64, copy=False),
+            ),
+            shape=b.shape,
         )
 
     def append(self, **blocks):
@@ -353,8 +370,10 @@ class DatasetWriter:
         missing = set(self._specs) - set(blocks)
         extra = set(blocks) - set(self._specs)
         if missing or extra:
-            raise ValueError(f"append() needs exactly the arrays {sorted(self._specs)}; "
-                             f"missing {sorted(missing)}, unknown {sorted(extra)}")
+            raise ValueError(
+                f"append() needs exactly the arrays {sorted(self._specs)}; "
+                f"missing {sorted(missing)}, unknown {sorted(extra)}"
+            )
         checked = {k: self._check_block(k, v) for k, v in blocks.items()}
         rows = {k: v.shape[0] for k, v in checked.items()}
         if len(set(rows.values())) > 1:
@@ -393,7 +412,7 @@ class DatasetWriter:
             n1 = n0 + blk.nnz
             ip = g["indptr"]
             ip.resize((stop + 1,))
-            ip[start + 1:stop + 1] = blk.indptr[1:].astype(np.int64) + n0
+            ip[start + 1 : stop + 1] = blk.indptr[1:].astype(np.int64) + n0
             names = ("indices", "data") if s.kind == "csr" else ("col", "value")
             for key, vals in ((names[0], blk.indices), (names[1], blk.data)):
                 a = g[key]
@@ -404,8 +423,9 @@ class DatasetWriter:
                 a = g["row"]
                 a.resize((n1,))
                 if n1 > n0:
-                    a[n0:n1] = np.repeat(np.arange(start, stop, dtype=np.int64),
-                                         np.diff(blk.indptr))
+                    a[n0:n1] = np.repeat(
+                        np.arange(start, stop, dtype=np.int64), np.diff(blk.indptr)
+                    )
             self._nnz[name] = n1
         self._n_rows = stop
         self._buf_rows -= nrows
@@ -476,7 +496,9 @@ class ArrayHandle:
         self.kind = meta["kind"]
         self.shape = (int(n_rows), int(meta["shape"][1]))
         self.dtype = np.dtype(meta["dtype"])
-        self.index_dtype = None if meta.get("index_dtype") is None else np.dtype(meta["index_dtype"])
+        self.index_dtype = (
+            None if meta.get("index_dtype") is None else np.dtype(meta["index_dtype"])
+        )
         self.nnz = meta.get("nnz")
         self.block_rows = int(block_rows)
         self._z = None
@@ -488,7 +510,9 @@ class ArrayHandle:
 
     def __repr__(self):
         extra = "" if self.kind == "dense" else f", nnz={self.nnz}"
-        return f"<ArrayHandle {self.name!r} {self.kind} shape={self.shape} dtype={self.dtype}{extra}>"
+        return (
+            f"<ArrayHandle {self.name!r} {self.kind} shape={self.shape} dtype={self.dtype}{extra}>"
+        )
 
     @property
     def ndim(self):
@@ -527,9 +551,11 @@ class ArrayHandle:
                 try:
                     check_finite_block(out, self.name, where)
                 except ValueError as e:
-                    raise self._err(str(e), None, "The store is corrupt; convert it again") from None
+                    raise self._err(
+                        str(e), None, "The store is corrupt; convert it again"
+                    ) from None
                 return out
-            ip = np.asarray(z["indptr"][start:stop + 1], dtype=np.int64)
+            ip = np.asarray(z["indptr"][start : stop + 1], dtype=np.int64)
             if ip.size != stop - start + 1:
                 raise self._err("indptr is shorter than n_rows + 1", ip.size)
             k0, k1 = int(ip[0]), int(ip[-1])
@@ -541,8 +567,11 @@ class ArrayHandle:
         except StoreError:
             raise
         except (KeyError, FileNotFoundError, OSError) as e:
-            raise self._err("array data is missing or unreadable", repr(e),
-                            "The store is incomplete or corrupt; convert it again") from None
+            raise self._err(
+                "array data is missing or unreadable",
+                repr(e),
+                "The store is incomplete or corrupt; convert it again",
+            ) from None
         local = ip - k0
         try:
             check_csr_structure(local, idx, self.shape[1], self.name, where)
@@ -595,7 +624,9 @@ class Dataset:
         try:
             return self._handles[name]
         except KeyError:
-            raise KeyError(f"store {self.url!r} has no array {name!r}; it has {self.names}") from None
+            raise KeyError(
+                f"store {self.url!r} has no array {name!r}; it has {self.names}"
+            ) from None
 
     def __repr__(self):
         arrs = ", ".join(f"{k}: {h.kind} {h.shape}" for k, h in self._handles.items())
@@ -613,8 +644,13 @@ class Dataset:
         for name, h in self._handles.items():
             if h.kind != "dense":
                 continue
-            dim = "feature" if name.startswith("X") else "label" if name.startswith("Y") else (
-                f"{name}_col")
+            dim = (
+                "feature"
+                if name.startswith("X")
+                else "label"
+                if name.startswith("Y")
+                else (f"{name}_col")
+            )
             if name.startswith("X") and name != "X":
                 dim = f"feature_{name}"
             out[name] = xr.DataArray(h.to_dask(block_rows), dims=("sample", dim))
@@ -625,13 +661,21 @@ class Dataset:
         arrays = {}
         for name, h in self._handles.items():
             arrays[name] = {
-                "kind": h.kind, "shape": list(h.shape), "dtype": str(h.dtype), "nnz": h.nnz,
+                "kind": h.kind,
+                "shape": list(h.shape),
+                "dtype": str(h.dtype),
+                "nnz": h.nnz,
                 "block_rows": self.block_rows,
             }
         return {
-            "store": self.url, "format_version": self.meta["format_version"], "n_rows": self.n_rows,
-            "block_rows": self.block_rows, "n_blocks": len(self.row_blocks) - 1,
-            "bytes_on_disk": _du(self.url), "arrays": arrays, "attrs": self.attrs,
+            "store": self.url,
+            "format_version": self.meta["format_version"],
+            "n_rows": self.n_rows,
+            "block_rows": self.block_rows,
+            "n_blocks": len(self.row_blocks) - 1,
+            "bytes_on_disk": _du(self.url),
+            "arrays": arrays,
+            "attrs": self.attrs,
         }
 
 
@@ -668,24 +712,43 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
     """
     url = str(url)
     if not _exists(url):
-        raise StoreError(url, None, "no store at this location", None,
-                         "Check the path, or create it with `ooc-lowrank convert` / `generate`")
+        raise StoreError(
+            url,
+            None,
+            "no store at this location",
+            None,
+            "Check the path, or create it with `ooc-lowrank convert` / `generate`",
+        )
     try:
         g = zarr.open_group(url, mode="r")
     except Exception as e:  # zarr raises several types for a non-group / broken metadata
-        raise StoreError(url, None, "not a readable Zarr v3 group", repr(e),
-                         "The store is incomplete or corrupt; write it again") from None
+        raise StoreError(
+            url,
+            None,
+            "not a readable Zarr v3 group",
+            repr(e),
+            "The store is incomplete or corrupt; write it again",
+        ) from None
     meta = g.attrs.get(_META_KEY)
     if not isinstance(meta, dict):
-        raise StoreError(url, None, "missing ooc_lowrank metadata (incomplete write or not an "
-                         "ooc_lowrank dataset)", None, "Write it again with DatasetWriter/convert")
+        raise StoreError(
+            url,
+            None,
+            "missing ooc_lowrank metadata (incomplete write or not an ooc_lowrank dataset)",
+            None,
+            "Write it again with DatasetWriter/convert",
+        )
     if meta.get("format") != FORMAT_NAME:
         raise StoreError(url, None, f"format must be {FORMAT_NAME!r}", meta.get("format"))
     if meta.get("format_version") != FORMAT_VERSION:
-        raise StoreError(url, None, f"format_version must be {FORMAT_VERSION}",
-                         meta.get("format_version"),
-                         "This store was written by another version of ooc_lowrank; convert "
-                         "the source data again")
+        raise StoreError(
+            url,
+            None,
+            f"format_version must be {FORMAT_VERSION}",
+            meta.get("format_version"),
+            "This store was written by another version of ooc_lowrank; convert "
+            "the source data again",
+        )
     try:
         n = int(meta["n_rows"])
         B = int(meta["block_rows"])
@@ -695,49 +758,83 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
         raise StoreError(url, None, "metadata is malformed", repr(e)) from None
     expect = np.asarray(list(range(0, n, B)) + [n], dtype=np.int64) if B > 0 else None
     if n < 0 or B < 1 or expect is None or not np.array_equal(bounds, expect):
-        raise StoreError(url, None, "row_blocks must be 0, block_rows, 2*block_rows, ..., n_rows",
-                         f"n_rows={n}, block_rows={B}")
+        raise StoreError(
+            url,
+            None,
+            "row_blocks must be 0, block_rows, 2*block_rows, ..., n_rows",
+            f"n_rows={n}, block_rows={B}",
+        )
     for name, m in arrays.items():
         kind = m.get("kind")
         if kind not in _KINDS:
             raise StoreError(url, name, f"kind must be one of {_KINDS}", kind)
         shape = m.get("shape")
         if not shape or int(shape[0]) != n:
-            raise StoreError(url, name, f"row count must equal the dataset's n_rows={n}",
-                             None if not shape else shape[0])
+            raise StoreError(
+                url,
+                name,
+                f"row count must equal the dataset's n_rows={n}",
+                None if not shape else shape[0],
+            )
         try:
             if kind == "dense":
                 zs = _zarr_shape(g, name)
                 if zs != (n, int(shape[1])):
-                    raise StoreError(url, name, "stored shape differs from the metadata",
-                                     f"{zs} vs {(n, int(shape[1]))}")
+                    raise StoreError(
+                        url,
+                        name,
+                        "stored shape differs from the metadata",
+                        f"{zs} vs {(n, int(shape[1]))}",
+                    )
                 if np.dtype(g[name].dtype) != np.dtype(m["dtype"]):
-                    raise StoreError(url, name, "stored dtype differs from the metadata",
-                                     f"{g[name].dtype} vs {m['dtype']}")
+                    raise StoreError(
+                        url,
+                        name,
+                        "stored dtype differs from the metadata",
+                        f"{g[name].dtype} vs {m['dtype']}",
+                    )
                 continue
             nnz = int(m["nnz"])
             parts = ("indices", "data") if kind == "csr" else ("col", "value", "row")
             for p in parts:
                 if _zarr_shape(g, f"{name}/{p}") != (nnz,):
-                    raise StoreError(url, f"{name}/{p}", f"length must equal nnz={nnz}",
-                                     _zarr_shape(g, f"{name}/{p}")[0])
+                    raise StoreError(
+                        url,
+                        f"{name}/{p}",
+                        f"length must equal nnz={nnz}",
+                        _zarr_shape(g, f"{name}/{p}")[0],
+                    )
             ip = np.asarray(g[f"{name}/indptr"][:], dtype=np.int64)
         except StoreError:
             raise
         except Exception as e:
-            raise StoreError(url, name, "array is missing or unreadable", repr(e),
-                             "The store is incomplete or corrupt; write it again") from None
+            raise StoreError(
+                url,
+                name,
+                "array is missing or unreadable",
+                repr(e),
+                "The store is incomplete or corrupt; write it again",
+            ) from None
         if ip.shape != (n + 1,):
-            raise StoreError(url, f"{name}/indptr", f"length must be n_rows + 1 = {n + 1}",
-                             ip.shape[0])
+            raise StoreError(
+                url, f"{name}/indptr", f"length must be n_rows + 1 = {n + 1}", ip.shape[0]
+            )
         if ip[0] != 0 or ip[-1] != nnz:
-            raise StoreError(url, f"{name}/indptr", f"must start at 0 and end at nnz={nnz}",
-                             f"[{ip[0]}, ..., {ip[-1]}]")
+            raise StoreError(
+                url,
+                f"{name}/indptr",
+                f"must start at 0 and end at nnz={nnz}",
+                f"[{ip[0]}, ..., {ip[-1]}]",
+            )
         d = np.diff(ip)
         if np.any(d < 0):
             i = int(np.argmax(d < 0))
-            raise StoreError(url, f"{name}/indptr", "must be non-decreasing",
-                             f"indptr[{i}]={ip[i]} > indptr[{i + 1}]={ip[i + 1]}")
+            raise StoreError(
+                url,
+                f"{name}/indptr",
+                "must be non-decreasing",
+                f"indptr[{i}]={ip[i]} > indptr[{i + 1}]={ip[i + 1]}",
+            )
     ds = Dataset(url, meta)
     if verify == "full":
         for h in ds._handles.values():
@@ -769,6 +866,6 @@ def write_arrays(url, arrays: dict, *, block_rows=None, attrs=None, overwrite=Fa
             blk = {}
             for k, v in arrays.items():
                 v2 = v if sp.issparse(v) or np.ndim(v) == 2 else np.asarray(v).reshape(-1, 1)
-                blk[k] = sp.csr_matrix(v2)[s:s + step] if sp.issparse(v2) else v2[s:s + step]
+                blk[k] = sp.csr_matrix(v2)[s : s + step] if sp.issparse(v2) else v2[s : s + step]
             w.append(**blk)
     return open_dataset(url)

@@ -1,4 +1,4 @@
-"""Shared fixtures: data directory, seeded generators, a 2-worker LocalCluster, counting scheduler."""
+"""Shared fixtures: data directory, seeded RNGs, a 2-worker LocalCluster, counting scheduler."""
 
 from __future__ import annotations
 
@@ -33,7 +33,10 @@ def cluster_client():
     """A 2-worker, 1-thread-each process LocalCluster shared by the session's tests."""
     distributed = pytest.importorskip("distributed")
     cluster = distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
         memory_limit="2GiB",
     )
     client = distributed.Client(cluster, set_as_default=False)

@@ -25,8 +25,11 @@ def _reference(X, Y, w):
     return X64.T @ X64, np.asarray(Y.T @ (X64 @ w)), np.array([X64.shape[0]], float)
 
 
-CHUNKINGS = {"one": lambda n: [0, n], "two": lambda n: [0, n // 2, n],
-             "uneven": lambda n: [0, 1, 7, 50, n - 3, n]}
+CHUNKINGS = {
+    "one": lambda n: [0, n],
+    "two": lambda n: [0, n // 2, n],
+    "uneven": lambda n: [0, 1, 7, 50, n - 3, n],
+}
 
 
 @pytest.fixture
@@ -75,8 +78,9 @@ def test_store_inputs_on_local_cluster(tmp_path, data, cluster_client):
     for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
     # another chunking of the same store agrees to round-off
-    got2 = engine.map_reduce(_gram_and_cross, engine.as_blocked(ds["X"], block_rows=17), ds["Y"],
-                             args=(w,))
+    got2 = engine.map_reduce(
+        _gram_and_cross, engine.as_blocked(ds["X"], block_rows=17), ds["Y"], args=(w,)
+    )
     for g, r in zip(got2, _reference(X, Y, w), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-10)
 
@@ -86,13 +90,17 @@ def test_offset_and_map_rows(data):
     u = np.arange(X.shape[0], dtype=np.float64)
 
     def rowsum_weighted(start, Xb, u):
-        return u[start:start + Xb.shape[0]] @ np.asarray(Xb, np.float64)
+        return u[start : start + Xb.shape[0]] @ np.asarray(Xb, np.float64)
 
-    got = engine.map_reduce(rowsum_weighted, engine.as_blocked(X, block_rows=30), args=(u,),
-                            offset=True)
+    got = engine.map_reduce(
+        rowsum_weighted, engine.as_blocked(X, block_rows=30), args=(u,), offset=True
+    )
     np.testing.assert_allclose(got, u @ X.astype(np.float64), rtol=1e-12)
-    lazy = engine.map_rows(lambda Xb: np.asarray(Xb, np.float64).sum(1, keepdims=True),
-                           engine.as_blocked(X, block_rows=50), n_cols=1)
+    lazy = engine.map_rows(
+        lambda Xb: np.asarray(Xb, np.float64).sum(1, keepdims=True),
+        engine.as_blocked(X, block_rows=50),
+        n_cols=1,
+    )
     assert isinstance(lazy, da.Array) and lazy.chunks[0] == (50, 50, 50, 50, 11)
     (vals,) = engine.compute(lazy)
     np.testing.assert_allclose(vals[:, 0], X.astype(np.float64).sum(1), rtol=1e-6)
@@ -108,9 +116,10 @@ def test_one_compute_per_call_and_fixed_graph(data, counting_scheduler):
         engine.compute(red)
     assert counting_scheduler.count == 3
     assert len(set(sizes)) == 1  # graph size does not grow with iterations
-    a, b = engine.compute(engine.reduce_blocks(_gram_and_cross, bx, Y, args=(w,)),
-                          engine.map_rows(lambda Xb: np.asarray(Xb)[:, :1], bx, n_cols=1,
-                                          dtype=np.float32))
+    a, b = engine.compute(
+        engine.reduce_blocks(_gram_and_cross, bx, Y, args=(w,)),
+        engine.map_rows(lambda Xb: np.asarray(Xb)[:, :1], bx, n_cols=1, dtype=np.float32),
+    )
     assert counting_scheduler.count == 4  # two results, one compute
 
 

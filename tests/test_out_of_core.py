@@ -45,9 +45,16 @@ def test_gram_over_store_four_times_worker_memory(tmp_path):
     store_bytes = ds.info()["bytes_on_disk"]
     assert store_bytes >= 4 * MEMORY_LIMIT
 
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
-                                  memory_limit=MEMORY_LIMIT, dashboard_address=None) as cluster, \
-            distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=1,
+            threads_per_worker=2,
+            processes=True,
+            memory_limit=MEMORY_LIMIT,
+            dashboard_address=None,
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         before = max(client.run(_peak_rss_bytes).values())
         G = engine.map_reduce(_gram, ds["X"], client=client)
         peak = max(client.run(_peak_rss_bytes).values())
@@ -61,6 +68,8 @@ def test_gram_over_store_four_times_worker_memory(tmp_path):
     b64 = base.astype(np.float64)
     ref = (b64 * w[:, None]).T @ b64
     np.testing.assert_allclose(np.triu(G), np.triu(ref), rtol=0, atol=1e-5 * np.abs(ref).max())
-    print(f"store {store_bytes / 2**20:.0f} MiB, worker limit {MEMORY_LIMIT / 2**20:.0f} MiB, "
-          f"worker peak RSS {peak / 2**20:.0f} MiB (idle {before / 2**20:.0f} MiB)")
+    print(
+        f"store {store_bytes / 2**20:.0f} MiB, worker limit {MEMORY_LIMIT / 2**20:.0f} MiB, "
+        f"worker peak RSS {peak / 2**20:.0f} MiB (idle {before / 2**20:.0f} MiB)"
+    )
     assert peak < MEMORY_LIMIT

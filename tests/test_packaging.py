@@ -1,4 +1,4 @@
-"""Packaging: the wheel installs the kernels as ``ooc_lowrank.kernels`` and no top-level ``kernels``."""
+"""Packaging: the wheel installs the kernels as ``ooc_lowrank.kernels``, no top-level ``kernels``."""
 
 from __future__ import annotations
 
@@ -16,8 +16,21 @@ REPO = Path(__file__).resolve().parents[1]
 def test_wheel_layout_and_import(tmp_path):
     wheel_dir = tmp_path / "wheel"
     p = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps", "--no-build-isolation",
-         "-w", str(wheel_dir), "-q"], capture_output=True, text=True)
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(REPO),
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheel_dir),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     (whl,) = wheel_dir.glob("ooc_lowrank-*.whl")
     names = zipfile.ZipFile(whl).namelist()
@@ -29,11 +42,16 @@ def test_wheel_layout_and_import(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     py = venv / "bin" / "python"
-    p = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(whl)],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [str(py), "-m", "pip", "install", "--no-deps", "-q", str(whl)],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
-    code = ("import ooc_lowrank, ooc_lowrank.kernels._numba as k, importlib.util as u; "
-            "print(k.__file__); print(u.find_spec('kernels'))")
+    code = (
+        "import ooc_lowrank, ooc_lowrank.kernels._numba as k, importlib.util as u; "
+        "print(k.__file__); print(u.find_spec('kernels'))"
+    )
     p = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     kfile, top = p.stdout.split()

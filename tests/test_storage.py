@@ -45,7 +45,9 @@ def _matrices(draw):
     return dense, csr, block_rows, pieces
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(_matrices())
 def test_round_trip_dense_and_csr(tmp_path, case):
     dense, csr, block_rows, pieces = case
@@ -87,8 +89,9 @@ def test_one_row_one_block(tmp_path):
 
 
 def test_duplicates_kept_in_coo(tmp_path):
-    m = sp.csr_matrix((np.array([1.0, 2.0, 3.0]), np.array([1, 1, 0]), np.array([0, 2, 3])),
-                      shape=(2, 3))
+    m = sp.csr_matrix(
+        (np.array([1.0, 2.0, 3.0]), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 3)
+    )
     with DatasetWriter(str(tmp_path / "d.zarr")) as w:
         w.add_coo("obs", 3)
         w.append(obs=m)
@@ -98,8 +101,12 @@ def test_duplicates_kept_in_coo(tmp_path):
 
 def test_memory_url_and_xarray():
     X = np.arange(12, dtype=np.float64).reshape(6, 2)
-    ds = write_arrays("memory://ooc-test/x.zarr", {"X": X, "Y": sp.csr_matrix(np.eye(6, 3))},
-                      block_rows=4, overwrite=True)
+    ds = write_arrays(
+        "memory://ooc-test/x.zarr",
+        {"X": X, "Y": sp.csr_matrix(np.eye(6, 3))},
+        block_rows=4,
+        overwrite=True,
+    )
     assert np.array_equal(ds["X"].read(2, 5), X[2:5])
     xa = ds.to_xarray()
     assert xa["X"].dims == ("sample", "feature")
