@@ -60,8 +60,15 @@ FORMAT_VERSION = 1
 _META_KEY = "ooc_lowrank"
 #: Target size of one row block in bytes (PERF_NOTES: 8-32 MB blocks read fastest here).
 TARGET_BLOCK_BYTES = 16 * 2**20
-_NNZ_CHUNK = 1 << 22  # entries per chunk of 1-D sparse arrays
-_INDPTR_CHUNK = 1 << 20
+_NNZ_CHUNK = 1 << 22  # upper bound on entries per chunk of 1-D sparse arrays
+_INDPTR_CHUNK = 1 << 20  # upper bound on rows per indptr chunk
+_MIN_NNZ_CHUNK = 1 << 12
+
+
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, int(np.ceil(np.log2(max(x, 1.0)))))
+
+
 _KINDS = ("dense", "csr", "coo")
 
 
@@ -230,6 +237,8 @@ class DatasetWriter:
         self._tmp = None
         self._group = None
         self._closed = False
+        self._sample = None
+        self._auto_rows = False
 
     # -- declaration ---------------------------------------------------------------------------
     def _add(self, name, kind, n_cols, dtype):
@@ -275,10 +284,12 @@ class DatasetWriter:
             self.abort()
         return False
 
-    def _open(self, first_blocks):
+    def _choose_block_rows(self, first_blocks):
         if not self._specs:
             raise RuntimeError("declare at least one array (add_dense/add_csr/add_coo) first")
+        self._sample = first_blocks
         if self.block_rows is None:
+            self._auto_rows = True
             row_bytes = 0.0
             for name, b in first_blocks.items():
                 s = self._specs[name]
@@ -288,9 +299,24 @@ class DatasetWriter:
                 else:
                     row_bytes += b.nnz / n * (s.dtype.itemsize + s.index_dtype.itemsize) + 8
             self.block_rows = default_block_rows(row_bytes)
+
+    def _open(self, first_blocks):
+        """Create the temporary store and its arrays (at the first flush, or at close)."""
+        if not self._specs:
+            raise RuntimeError("declare at least one array (add_dense/add_csr/add_coo) first")
         self._tmp = _sibling(self.url, "tmp")
         self._group = zarr.open_group(self._tmp if _is_url(self._tmp) else self._tmp, mode="w")
         B = self.block_rows
+        # 1-D sparse arrays get chunks of about one row block's entries, so each flush touches
+        # at most two chunks (a fixed large chunk would be re-read and re-written every flush).
+        ip_chunk = min(_INDPTR_CHUNK, B)
+        nnz_chunk = {}
+        for name, b in first_blocks.items():
+            if self._specs[name].kind != "dense":
+                per_block = b.nnz / max(b.shape[0], 1) * B
+                nnz_chunk[name] = int(
+                    min(_NNZ_CHUNK, max(_MIN_NNZ_CHUNK, _pow2_at_least(per_block)))
+                )
         for s in self._specs.values():
             if s.kind == "dense":
                 self._group.create_array(
@@ -304,19 +330,40 @@ class DatasetWriter:
             else:
                 g = self._group.create_group(s.name)
                 ip = g.create_array(
-                    "indptr", shape=(1,), chunks=(_INDPTR_CHUNK,), dtype="int64", fill_value=0
+                    "indptr",
+                    shape=(1,),
+                    chunks=(ip_chunk,),
+                    dtype="int64",
+                    fill_value=0,
+                    compressors=None,
                 )
                 ip[:] = np.zeros(1, np.int64)
                 names = ("indices", "data") if s.kind == "csr" else ("col", "value")
+                ck = nnz_chunk.get(s.name, _MIN_NNZ_CHUNK)
                 g.create_array(
-                    names[0], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.index_dtype, fill_value=0
+                    names[0],
+                    shape=(0,),
+                    chunks=(ck,),
+                    dtype=s.index_dtype,
+                    fill_value=0,
+                    compressors=None,
                 )
                 g.create_array(
-                    names[1], shape=(0,), chunks=(_NNZ_CHUNK,), dtype=s.dtype, fill_value=0
+                    names[1],
+                    shape=(0,),
+                    chunks=(ck,),
+                    dtype=s.dtype,
+                    fill_value=0,
+                    compressors=None,
                 )
                 if s.kind == "coo":
                     g.create_array(
-                        "row", shape=(0,), chunks=(_NNZ_CHUNK,), dtype="int64", fill_value=0
+                        "row",
+                        shape=(0,),
+                        chunks=(ck,),
+                        dtype="int64",
+                        fill_value=0,
+                        compressors=None,
                     )
 
     def _check_block(self, name, b):
@@ -378,8 +425,8 @@ class DatasetWriter:
         rows = {k: v.shape[0] for k, v in checked.items()}
         if len(set(rows.values())) > 1:
             raise ValueError(f"append() blocks must have the same number of rows; got {rows}")
-        if self._group is None:
-            self._open(checked)
+        if self.block_rows is None or self._sample is None:
+            self._choose_block_rows(checked)
         for k, v in checked.items():
             self._buf[k].append(v)
         self._buf_rows += next(iter(rows.values()))
@@ -399,6 +446,8 @@ class DatasetWriter:
         return head
 
     def _flush(self, nrows):
+        if self._group is None:
+            self._open(self._sample)
         start, stop = self._n_rows, self._n_rows + nrows
         for name, s in self._specs.items():
             blk = self._take(name, nrows)
@@ -434,8 +483,13 @@ class DatasetWriter:
         """Flush, write the metadata last, and move the finished store into place."""
         if self._closed:
             return
-        if self._group is None:  # no rows appended: still a valid (empty) dataset
-            self._open({})
+        if self._group is None:
+            if self._buf_rows and self._auto_rows:
+                # fewer rows than one automatic block: store them as one exact block
+                self.block_rows = self._buf_rows
+            if self.block_rows is None:  # no rows appended: still a valid (empty) dataset
+                self.block_rows = 1
+            self._open(self._sample or {})
         if self._buf_rows:
             self._flush(self._buf_rows)
         n, B = self._n_rows, self.block_rows

@@ -1,0 +1,399 @@
+"""Shared plumbing of the converters: opening files, chunked line reading, errors, writing.
+
+Every converter is a two-stage pipeline:
+
+1. a *parser* that reads the source in bounded chunks (``chunk_bytes`` of text at a time) and
+   yields row blocks as ``dict(name -> numpy array | scipy.sparse.csr_matrix)``;
+2. :func:`write_blocks`, which appends those blocks to :class:`ooc_lowrank.storage.DatasetWriter`
+   (the writer buffers them and cuts them into its own row blocks of ``block_rows`` rows).
+
+The text converters never hold more than one chunk of text plus one row block of parsed values
+(the writer adds its own row-block buffer); ``mat`` is the exception, see its module doc.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+logger = logging.getLogger("ooc_lowrank")
+
+#: Default amount of source text parsed at once (characters).  Parsing creates a few Python objects
+#: per line and ~16 bytes of numpy arrays per number: peak transient memory is a small multiple.
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+
+class ConversionError(ValueError):
+    """A source file cannot be converted: malformed, inconsistent, or an invalid option.
+
+    The message names the file, the line number (when there is one), the rule broken, the value
+    found and how to fix it.  Subclass of :class:`ValueError`.
+    """
+
+    def __init__(self, path, line, rule, value=None, fix=None):
+        self.path, self.line, self.rule, self.value, self.fix = path, line, rule, value, fix
+        where = f"{os.fspath(path)}" if path is not None else ""
+        if line is not None:
+            where += f", line {line}"
+        msg = f"{where}: {rule}" if where else rule
+        if value is not None:
+            msg += f" (got {value!r})"
+        if fix:
+            msg += f". Fix: {fix}"
+        super().__init__(msg)
+
+
+# ----------------------------------------------------------------------------------------------
+# files
+
+
+def open_text(path) -> io.TextIOBase:
+    """Open a local text file for reading; gzip is detected from the magic bytes, not the name."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ConversionError(
+            path, None, "source file does not exist", fix="check the path (sources are local files)"
+        )
+    if os.path.isdir(path):
+        raise ConversionError(path, None, "source is a directory, expected a file")
+    with open(path, "rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        raw = gzip.open(path, "rb")
+    else:
+        raw = open(path, "rb")  # noqa: SIM115 - wrapped and closed by the caller
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline=None)
+
+
+def iter_lines(path, f) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, line)`` from an open text file; turns gzip truncation into errors."""
+    lineno = 0
+    try:
+        for lineno, line in enumerate(f, 1):  # noqa: B007
+            yield lineno, line
+    except EOFError as e:  # gzip stream cut short
+        raise ConversionError(
+            path,
+            lineno + 1,
+            "the file is truncated (compressed stream ended before its end-of-stream marker)",
+            str(e),
+            "re-download or re-compress the file",
+        ) from None
+    except (OSError, gzip.BadGzipFile) as e:
+        raise ConversionError(path, lineno + 1, "the file cannot be read", str(e)) from None
+
+
+def iter_rows(
+    path,
+    f,
+    chunk_bytes: int,
+    comment: str | None = None,
+    first_lineno: int = 1,
+) -> Iterator[tuple[Sequence[int], list[str]]]:
+    """Read ``f`` in blocks of about ``chunk_bytes`` characters of whole lines.
+
+    Yields ``(line_numbers, texts)``: the stripped non-empty lines of the block (text after a
+    ``comment`` marker removed) and their 1-based line numbers.  Never holds more than one block.
+    """
+    carry = ""
+    lineno = first_lineno
+    while True:
+        try:
+            data = f.read(chunk_bytes)
+        except EOFError as e:  # gzip stream cut short
+            raise ConversionError(
+                path,
+                lineno,
+                "the file is truncated (compressed stream ended before its end-of-stream marker)",
+                str(e),
+                "re-download or re-compress the file",
+            ) from None
+        except (OSError, gzip.BadGzipFile) as e:
+            raise ConversionError(path, lineno, "the file cannot be read", str(e)) from None
+        if not data:
+            break
+        data = carry + data
+        cut = data.rfind("\n")
+        if cut < 0:
+            carry = data
+            continue
+        lines = data[:cut].split("\n")
+        carry = data[cut + 1 :]
+        yield _rows(lines, lineno, comment)
+        lineno += len(lines)
+    if carry:
+        yield _rows([carry], lineno, comment)
+
+
+def _rows(lines: list[str], first: int, comment: str | None):
+    if comment is not None:
+        lines = [ln.split(comment, 1)[0] if comment in ln else ln for ln in lines]
+    texts = [ln.strip() for ln in lines]
+    if all(texts):
+        return range(first, first + len(texts)), texts
+    return [i for i, t in enumerate(texts, first) if t], [t for t in texts if t]
+
+
+def parse_numbers(text: str, sep: str, expected: int | None = None) -> np.ndarray | None:
+    """Fast C parse of separator-delimited floats; ``None`` when the text is not exactly numbers.
+
+    The caller falls back to a slow per-line parser to locate and describe the error.
+    """
+    try:
+        out = np.fromstring(text, dtype=np.float64, sep=sep)
+    except ValueError:
+        return None
+    if expected is not None and out.size != expected:
+        return None
+    return out
+
+
+def fields_per_line(text: str, n_lines: int) -> np.ndarray:
+    """Number of whitespace-separated fields on each of the ``n_lines`` lines of ``text``.
+
+    ``text`` is the chunk's lines joined with ``"\\n"``; vectorised over the bytes.
+    """
+    b = np.frombuffer(text.encode("utf-8", "replace"), dtype=np.uint8)
+    nl = b == 10
+    sep = nl | (b == 32) | (b == 9) | (b == 13) | (b == 11) | (b == 12)
+    start = ~sep
+    start[1:] &= sep[:-1]
+    line = np.cumsum(nl)
+    return np.bincount(line[start], minlength=n_lines)[:n_lines]
+
+
+def float_token(path, lineno, tok: str, what: str) -> float:
+    """Parse one number for the slow (diagnostic) paths, with a clear error."""
+    try:
+        v = float(tok)
+    except ValueError:
+        raise ConversionError(
+            path, lineno, f"{what} is not a number", tok, "fix or remove the line"
+        ) from None
+    if not np.isfinite(v):
+        raise ConversionError(
+            path,
+            lineno,
+            f"{what} must be finite (NaN/inf are not allowed)",
+            tok,
+            "impute or drop NaN/inf values before converting",
+        )
+    return v
+
+
+def int_token(path, lineno, tok: str, what: str) -> int:
+    """Parse one integer index for the slow (diagnostic) paths, with a clear error."""
+    try:
+        return int(tok)
+    except ValueError:
+        try:
+            v = float(tok)
+        except ValueError:
+            v = None
+        if v is not None and np.isfinite(v) and v == int(v):
+            return int(v)
+        raise ConversionError(
+            path, lineno, f"{what} must be an integer", tok, "fix or remove the line"
+        ) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# options given as strings by the CLI
+
+
+def as_bool_or_auto(value, name: str):
+    """``True`` / ``False`` / ``"auto"`` from a bool, ``None`` or a CLI string."""
+    if value is None or isinstance(value, bool):
+        return "auto" if value is None else value
+    s = str(value).strip().lower()
+    if s in ("auto", ""):
+        return "auto"
+    if s in ("1", "true", "yes", "y", "on"):
+        return True
+    if s in ("0", "false", "no", "n", "off"):
+        return False
+    raise ConversionError(None, None, f"option {name}= must be true, false or auto", value)
+
+
+def as_opt_int(value, name: str, low: int = 0) -> int | None:
+    """An optional non-negative integer option (CLI strings accepted)."""
+    if value is None:
+        return None
+    try:
+        v = int(value)
+    except (TypeError, ValueError):
+        raise ConversionError(None, None, f"option {name}= must be an integer", value) from None
+    if v < low or (isinstance(value, float) and v != value):
+        raise ConversionError(None, None, f"option {name}= must be an integer >= {low}", value)
+    return v
+
+
+def as_dtype(value, name: str = "dtype", default: str = "float64") -> np.dtype:
+    """A floating dtype option."""
+    dt = np.dtype(default if value is None else value)
+    if dt.kind != "f":
+        raise ConversionError(
+            None,
+            None,
+            f"option {name}= must be a floating dtype",
+            str(value),
+            "use float32 or float64",
+        )
+    return dt
+
+
+def as_shape(value) -> tuple[int, int] | None:
+    """``shape=(rows, cols)`` from a tuple or a CLI string ``"943,1682"`` / ``"943x1682"``."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parts = value.replace("x", ",").replace("X", ",").replace("(", "").replace(")", "")
+        value = [p for p in parts.split(",") if p.strip()]
+    try:
+        rows, cols = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise ConversionError(
+            None,
+            None,
+            "option shape= must be two integers (rows, cols)",
+            value,
+            "e.g. shape=(943, 1682) or --shape 943,1682",
+        ) from None
+    if rows < 1 or cols < 1:
+        raise ConversionError(None, None, "option shape= must be positive", (rows, cols))
+    return rows, cols
+
+
+def check_sources(srcs, fmt: str, max_count: int | None = None) -> list[str]:
+    """Normalise ``srcs`` (one path or a sequence of paths) to a non-empty list of strings."""
+    if isinstance(srcs, (str, os.PathLike)):
+        srcs = [srcs]
+    srcs = [os.fspath(s) for s in srcs]
+    if not srcs:
+        raise ConversionError(None, None, f"{fmt}: at least one source file is required")
+    if max_count is not None and len(srcs) > max_count:
+        raise ConversionError(
+            None,
+            None,
+            f"{fmt}: at most {max_count} source file(s) accepted",
+            srcs,
+            "convert each file to its own store",
+        )
+    return srcs
+
+
+# ----------------------------------------------------------------------------------------------
+# blocks
+
+
+def csr_from_parts(
+    indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, n_cols: int, dtype
+) -> sp.csr_matrix:
+    """Build a csr block without scipy re-checking or copying more than needed."""
+    n_rows = indptr.size - 1
+    idx_dtype = np.int32 if n_cols < 2**31 and indices.size < 2**31 else np.int64
+    return sp.csr_matrix(
+        (
+            np.asarray(data, dtype=dtype),
+            np.asarray(indices, dtype=idx_dtype),
+            np.asarray(indptr, dtype=idx_dtype),
+        ),
+        shape=(n_rows, n_cols),
+    )
+
+
+def n_rows_of(block: dict[str, Any]) -> int:
+    """Number of rows of an aligned row-block dict."""
+    return next(iter(block.values())).shape[0]
+
+
+def row_ids(ptr: np.ndarray) -> np.ndarray:
+    """Row number of every entry of a CSR pointer array."""
+    return np.repeat(np.arange(ptr.size - 1), np.diff(ptr))
+
+
+def canonical_rows(path, nums, ptr, ind, val, what: str, dedupe: bool):
+    """Sort indices within rows; duplicates raise (features) or are merged (labels)."""
+    if ind.size < 2:
+        return ptr, ind, val
+    rows = row_ids(ptr)
+    d = np.diff(ind)
+    same_row = rows[1:] == rows[:-1]
+    if np.any((d <= 0) & same_row):
+        order = np.lexsort((ind, rows))
+        ind, val, rows = ind[order], val[order], rows[order]
+        d = np.diff(ind)
+        same_row = rows[1:] == rows[:-1]
+    dup = (d == 0) & same_row
+    if dup.any():
+        if not dedupe:
+            k = int(np.argmax(dup))
+            raise ConversionError(
+                path,
+                nums[rows[k]],
+                f"duplicate {what} in one row",
+                int(ind[k]),
+                f"each {what} may appear once per line",
+            )
+        keep = np.concatenate([[True], ~dup])
+        ind, val, rows = ind[keep], val[keep], rows[keep]
+        ptr = np.zeros_like(ptr)
+        np.cumsum(np.bincount(rows, minlength=ptr.size - 1), out=ptr[1:])
+    return ptr, ind, val
+
+
+def check_range(path, nums, ptr, ind, n, what, fix):
+    """Raise when a column index of a chunk lies outside ``[0, n)``, naming the line."""
+    if ind.size and (ind.min() < 0 or ind.max() >= n):
+        k = int(np.argmax((ind < 0) | (ind >= n)))
+        row = int(np.searchsorted(ptr, k, side="right") - 1)
+        raise ConversionError(path, nums[row], f"{what} out of range [0, {n})", int(ind[k]), fix)
+
+
+# ----------------------------------------------------------------------------------------------
+# writing
+
+
+ArraySpec = tuple[str, str, int, Any]  # (name, kind: dense|csr|coo, n_cols, dtype)
+
+
+def write_blocks(
+    dest,
+    specs: Sequence[ArraySpec],
+    blocks: Iterable[dict[str, Any]],
+    *,
+    attrs: dict[str, Any],
+    block_rows: int | None = None,
+    overwrite: bool = False,
+    progress: Callable[[int], None] | None = None,
+    expected_rows: int | None = None,
+) -> str:
+    """Stream aligned row blocks into a new dataset at ``dest``; returns ``dest``.
+
+    The store appears only when every block was written (the writer renames atomically), so an
+    exception raised by the parser mid-way leaves nothing that opens as a valid store.
+    """
+    from ooc_lowrank.storage import DatasetWriter  # storage layer; imported lazily
+
+    done = 0
+    with DatasetWriter(dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite) as w:
+        adders = {"dense": w.add_dense, "csr": w.add_csr, "coo": w.add_coo}
+        for name, kind, n_cols, dtype in specs:
+            adders[kind](name, n_cols=int(n_cols), dtype=np.dtype(dtype).name)
+        # the writer buffers appended rows and cuts them into its own row blocks
+        for b in blocks:
+            w.append(**b)
+            done += n_rows_of(b)
+            if progress is not None:
+                progress(done)
+        if expected_rows is not None and done != expected_rows:  # pragma: no cover - parser bug
+            raise RuntimeError(f"converter wrote {done} rows, expected {expected_rows}")
+    logger.info("converted %d rows to %s", done, dest)
+    return os.fspath(dest) if isinstance(dest, os.PathLike) else dest
