@@ -118,7 +118,7 @@ def cmd_convert(args, extra):
     if len(args.paths) < 2:
         raise CLIError("convert needs at least one SRC and a DEST")
     *srcs, dest = args.paths
-    fmt = args.format
+    fmt = args.format.replace("-", "_")
     if fmt not in ooc_io.FORMATS:
         raise CLIError(f"unknown format {fmt!r}; choose one of {', '.join(sorted(ooc_io.FORMATS))}")
     opts = dict(extra)
@@ -140,7 +140,7 @@ def cmd_convert(args, extra):
 def cmd_generate(args, extra):
     from . import generators
 
-    kind = args.kind
+    kind = args.kind.replace("-", "_")
     if kind not in generators.GENERATORS:
         raise CLIError(
             f"unknown generator {kind!r}; choose one of {', '.join(sorted(generators.GENERATORS))}"
@@ -271,24 +271,34 @@ def cmd_demo(args, extra):
 # ---------------------------------------------------------------------------------------------
 
 
+def _common_options(parser, suppress):
+    kw = {"default": argparse.SUPPRESS} if suppress else {}
+    parser.add_argument(
+        "--quiet", "-q", action="store_true", help="no progress bars or summaries", **kw
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks", **kw)
+    parser.add_argument(
+        "--log-level",
+        help="logging level (INFO shows the engine's caching decisions)",
+        **({"default": "WARNING"} if not suppress else kw),
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ooc-lowrank", description=__doc__.split("\n")[0])
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars or summaries")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument(
-        "--log-level",
-        default="WARNING",
-        help="logging level (INFO shows the engine's caching decisions)",
-    )
+    _common_options(p, suppress=False)
+    # the same options are accepted after the sub-command too
+    common = argparse.ArgumentParser(add_help=False)
+    _common_options(common, suppress=True)
     sub = p.add_subparsers(dest="command", required=True)
 
-    c = sub.add_parser("convert", help="convert a file to a Zarr dataset store")
+    c = sub.add_parser("convert", parents=[common], help="convert a file to a Zarr dataset store")
     c.add_argument("format", help="svmlight, xc, arff, mat, movielens, snap, ...")
     c.add_argument("paths", nargs="+", help="SRC [SRC...] DEST")
     c.add_argument("--overwrite", action="store_true", help="replace an existing DEST")
     c.set_defaults(func=cmd_convert)
 
-    g = sub.add_parser("generate", help="generate a synthetic dataset store")
+    g = sub.add_parser("generate", parents=[common], help="generate a synthetic dataset store")
     g.add_argument("kind")
     g.add_argument("dest")
     g.add_argument("--rows", type=int, required=True)
@@ -296,25 +306,25 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--overwrite", action="store_true")
     g.set_defaults(func=cmd_generate)
 
-    i = sub.add_parser("info", help="describe a dataset store")
+    i = sub.add_parser("info", parents=[common], help="describe a dataset store")
     i.add_argument("store")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=cmd_info)
 
-    f = sub.add_parser("fit", help="fit a model on a training store and save it")
+    f = sub.add_parser("fit", parents=[common], help="fit a model and save it")
     f.add_argument("method", help=", ".join(METHODS))
     f.add_argument("train")
     f.add_argument("model")
     f.set_defaults(func=cmd_fit)
 
-    e = sub.add_parser("evaluate", help="evaluate a saved model on a test store")
+    e = sub.add_parser("evaluate", parents=[common], help="evaluate a saved model")
     e.add_argument("model")
     e.add_argument("store")
     e.add_argument("--metrics", default=None, help="comma-separated, e.g. p@1,p@3,p@5 or mae,rmse")
     e.add_argument("--json", action="store_true", help="one JSON object on stdout")
     e.set_defaults(func=cmd_evaluate)
 
-    r = sub.add_parser("predict", help="write top-k predictions of a saved model to a store")
+    r = sub.add_parser("predict", parents=[common], help="write top-k predictions to a store")
     r.add_argument("model")
     r.add_argument("store")
     r.add_argument("out")
@@ -322,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true")
     r.set_defaults(func=cmd_predict)
 
-    d = sub.add_parser("demo", help="the main job: generate data, train GIMC-LFF and IMC-RFF")
+    d = sub.add_parser("demo", parents=[common], help="the main job (GIMC-LFF vs IMC-RFF)")
     d.add_argument("--rows", type=int, default=None)
     d.add_argument("--workdir", default=None)
     d.set_defaults(func=cmd_demo)

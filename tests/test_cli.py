@@ -1,0 +1,136 @@
+"""The ``ooc-lowrank`` command line: convert, generate, info (fit/evaluate in the method tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ooc_lowrank.cli import _extra_options, main
+from ooc_lowrank.storage import open_dataset
+
+from conftest import data_file
+
+
+def test_extra_option_parsing():
+    got = _extra_options(
+        [
+            "--n-components",
+            "500",
+            "--gamma",
+            "0.1",
+            "--shape",
+            "943,1682",
+            "--learn-features",
+            "false",
+            "--seed",
+            "3",
+            "--loss=l1",
+            "--flag",
+        ]
+    )
+    assert got == {
+        "n_components": 500,
+        "gamma": 0.1,
+        "shape": (943, 1682),
+        "learn_features": False,
+        "random_state": 3,
+        "loss": "l1",
+        "flag": True,
+    }
+
+
+def test_generate_then_info(tmp_path, capsys):
+    dest = str(tmp_path / "g.zarr")
+    assert (
+        main(
+            [
+                "generate",
+                "multilabel",
+                dest,
+                "--rows",
+                "300",
+                "--seed",
+                "1",
+                "--n-features",
+                "8",
+                "--n-labels",
+                "5",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    ds = open_dataset(dest)
+    assert ds.n_rows == 300 and ds["X"].shape == (300, 8) and ds["Y"].shape == (300, 5)
+    capsys.readouterr()
+    assert main(["info", dest]) == 0
+    out = capsys.readouterr().out
+    assert "300 rows" in out and "csr" in out
+    # same seed, same data; an existing store is not overwritten without --overwrite
+    assert main(["generate", "multilabel", dest, "--rows", "300", "--seed", "1", "-q"]) == 2
+    assert "overwrite" in capsys.readouterr().err
+
+
+def test_convert_svmlight_and_unknown_format(tmp_path, capsys):
+    src = tmp_path / "a.svm"
+    src.write_text("1 1:0.5 3:1.0\n0 2:2.0\n1 1:1.5\n")
+    dest = str(tmp_path / "a.zarr")
+    assert main(["convert", "svmlight", str(src), dest, "-q"]) == 0
+    X = open_dataset(dest)["X"].read().toarray()
+    np.testing.assert_allclose(X, [[0.5, 0, 1.0], [0, 2.0, 0], [1.5, 0, 0]])
+    assert main(["convert", "parquet", str(src), str(tmp_path / "b.zarr")]) == 2
+    err = capsys.readouterr().err
+    assert "unknown format 'parquet'" in err and err.count("\n") == 1
+
+
+def test_convert_movielens_with_shared_shape(tmp_path):
+    base = data_file("movielens-100k", "u1.base.gz")
+    test = data_file("movielens-100k", "u1.test.gz")
+    for src, name in ((base, "b.zarr"), (test, "t.zarr")):
+        assert (
+            main(
+                [
+                    "convert",
+                    "movielens",
+                    str(src),
+                    str(tmp_path / name),
+                    "--shape",
+                    "943,1682",
+                    "-q",
+                ]
+            )
+            == 0
+        )
+    b, t = open_dataset(str(tmp_path / "b.zarr")), open_dataset(str(tmp_path / "t.zarr"))
+    assert b["obs"].shape == t["obs"].shape == (943, 1682)
+    assert b["obs"].nnz == 80000 and t["obs"].nnz == 20000
+
+
+def test_console_script_and_json(tmp_path):
+    dest = str(tmp_path / "s.zarr")
+    main(["generate", "signed", dest, "--rows", "200", "--seed", "0", "-q"])
+    p = subprocess.run(
+        [sys.executable, "-m", "ooc_lowrank.cli", "info", dest, "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0, p.stderr
+    info = json.loads(p.stdout)
+    assert info["arrays"]["obs"]["kind"] == "coo" and info["n_rows"] == 200
+    p = subprocess.run(
+        [sys.executable, "-m", "ooc_lowrank.cli", "info", dest + "x"],
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["convert", "--help"], ["fit", "--help"]])
+def test_help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0 and "usage" in capsys.readouterr().out
