@@ -8,11 +8,10 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import data_file
 
 from ooc_lowrank.cli import _extra_options, main
 from ooc_lowrank.storage import open_dataset
-
-from conftest import data_file
 
 
 def test_extra_option_parsing():
