@@ -475,6 +475,19 @@ def _scheduler_kwargs(client):
         return {"scheduler": "threads", "num_workers": os.cpu_count() or 1}
 
 
+_CONTROLLER = None
+
+
+def _blas_controller():
+    """One cached ``threadpoolctl.ThreadpoolController`` (building one scans every library)."""
+    global _CONTROLLER
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER
+
+
 def compute(*lazy, client=None):
     """Evaluate reductions / dask arrays in a single ``dask.compute`` under the scheduler policy.
 
@@ -483,9 +496,7 @@ def compute(*lazy, client=None):
     kw = _scheduler_kwargs(client)
     targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
     if kw.get("scheduler") == "threads":
-        from threadpoolctl import threadpool_limits
-
-        with threadpool_limits(limits=1, user_api="blas"):
+        with _blas_controller().limit(limits=1, user_api="blas"):
             res = dask.compute(*targets, **kw)
     else:
         res = dask.compute(*targets, **kw)

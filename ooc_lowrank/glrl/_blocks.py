@@ -1,0 +1,111 @@
+"""Block functions of GLRL: one row block of observed entries in, a small NumPy result out.
+
+Each function has the engine's ``offset=True`` signature ``fn(row_start, block, *args)``:
+``block`` is a ``scipy.sparse.csr_matrix`` of shape ``(rows_in_block, n_cols)`` whose
+``indices`` are column ids and whose ``data`` are the observed values (duplicates kept).
+Results are summed over blocks by the engine (float64 tree reduction), so every result is
+either a scalar statistic or a full-length vector whose entries outside the block are zero.
+
+Policy on predictions at observed entries: they are **recomputed** from the factors inside
+each kernel (O(t) per entry, t = current rank) instead of being cached per block.  This keeps
+the memory at O((n_rows + n_cols) * rank) plus one block on every scheduler and makes every
+pass a pure function of (block, small state), hence bit-reproducible across schedulers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ooc_lowrank.glrl.losses import _value
+from ooc_lowrank.kernels import glrl as _k
+
+
+def _parts(block):
+    return block.indptr, block.indices, block.data
+
+
+def power_block(row_start, block, U, V, theta, loss, delta, u, v):
+    """Gradient on the block fused with ``G v`` and ``G^T u``.
+
+    Returns ``(gv (n_rows,), gtu (n_cols,), stats (3,))`` with ``stats = (sum loss,
+    sum g^2, sum g x)``; ``gv`` is non-zero only on the block's rows.
+    """
+    indptr, cols, vals = _parts(block)
+    gv = np.zeros(u.shape[0])
+    gtu = np.zeros(v.shape[0])
+    stats = np.zeros(3)
+    _k.power_pass(indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, u, v,
+                  gv, gtu, stats)
+    return gv, gtu, stats
+
+
+def refit_full_block(row_start, block, U, V, theta, loss, delta):
+    """``(grad (t,), [sum loss])`` of the full coefficient refit at ``theta``."""
+    indptr, cols, vals = _parts(block)
+    grad = np.zeros(theta.shape[0])
+    stats = np.zeros(1)
+    _k.refit_full_pass(indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta,
+                       grad, stats)
+    return grad, stats
+
+
+def refit_econ_block(row_start, block, U, V, theta_prev, alpha, beta, loss, delta):
+    """``[sum loss, d/dalpha, d/dbeta]`` of the economic refit (loss part only)."""
+    indptr, cols, vals = _parts(block)
+    out = np.zeros(3)
+    _k.refit_econ_pass(indptr, cols, vals, np.int64(row_start), U, V, theta_prev,
+                       float(alpha), float(beta), loss, delta, out)
+    return out
+
+
+def step_search_block(row_start, block, U, V, theta, n_prev, steps, loss, delta):
+    """Loss sums of ``x_prev + eta_j d`` for each candidate step ``eta_j``."""
+    indptr, cols, vals = _parts(block)
+    out = np.zeros(steps.shape[0])
+    _k.step_search_pass(indptr, cols, vals, np.int64(row_start), U, V, theta,
+                        np.int64(n_prev), steps, loss, delta, out)
+    return out
+
+
+def metrics_block(row_start, block, U, V, theta):
+    """``[count, sum |err|, sum err^2, #sign agreements, #nonzero labels]`` on one block."""
+    indptr, cols, vals = _parts(block)
+    pred = np.empty(cols.shape[0])
+    _k.predict_block(indptr, cols, np.int64(row_start), U, V, theta, pred)
+    o = np.asarray(vals, dtype=np.float64)
+    err = pred - o
+    return np.array([
+        float(o.size),
+        float(np.abs(err).sum()),
+        float((err * err).sum()),
+        float(np.count_nonzero((np.sign(pred) == np.sign(o)) & (o != 0))),
+        float(np.count_nonzero(o)),
+    ])
+
+
+def loss_block(row_start, block, U, V, theta, loss, delta):
+    """``[sum loss, count]`` at the model's predictions (validation objective)."""
+    indptr, cols, vals = _parts(block)
+    pred = np.empty(cols.shape[0])
+    _k.predict_block(indptr, cols, np.int64(row_start), U, V, theta, pred)
+    val = _value(loss, pred, np.asarray(vals, dtype=np.float64), delta)
+    return np.array([float(val.sum()), float(cols.shape[0])])
+
+
+def check_block(row_start, block, n_cols, labels_pm1):
+    """Validation counts of one block: ``[nnz, #non-finite values, #labels not in {-1, +1},
+    #column ids outside [0, n_cols), #repeated (row, col) pairs, sum of finite values]``."""
+    indptr, cols, vals = _parts(block)
+    nnz = cols.shape[0]
+    vals = np.asarray(vals)
+    nonfinite = int(np.count_nonzero(~np.isfinite(vals))) if vals.dtype.kind == "f" else 0
+    bad_lab = int(np.count_nonzero((vals != 1) & (vals != -1))) if labels_pm1 else 0
+    c64 = cols.astype(np.int64)
+    out_of_range = int(np.count_nonzero((c64 < 0) | (c64 >= n_cols)))
+    dup = 0
+    if nnz:
+        rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
+        dup = int(nnz - np.unique(rows * np.int64(n_cols) + c64).size)
+    total = float(vals[np.isfinite(vals)].sum()) if nnz else 0.0
+    return np.array([float(nnz), float(nonfinite), float(bad_lab), float(out_of_range),
+                     float(dup), total])

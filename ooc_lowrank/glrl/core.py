@@ -1,0 +1,426 @@
+"""Functional core of greedy low-rank pursuit (SPEC 2.2-2.4, 5.2), testable without the estimator.
+
+The data enter only through ``reduce(fn, args)``: one call is **one pass** over the blocks of
+observed entries; it applies the block function ``fn(row_start, block, *args)`` (see
+:mod:`ooc_lowrank.glrl._blocks`) to every block and returns the float64 sums of its results.
+The estimator wires ``reduce`` to :func:`ooc_lowrank.engine.map_reduce`; tests wire it to a
+plain loop over CSR blocks.  Everything the core keeps is O((n_rows + n_cols) * rank).
+
+Algorithms
+----------
+* Smooth losses (square, logistic, huber), SPEC 2.3: greedy direction = top singular pair of
+  ``-grad phi`` (power method, R1MP convention: start at ones, ``power_iter`` rounds, stop when
+  the unit vectors move less than ``power_tol``), initial coefficient ``s / L``, then
+  ``refit="full"`` (GLRL; square loss + full = R1MP), ``"economic"`` (EGLRL) or ``"none"``;
+  refits use L-BFGS-B with at most ``lbfgs_iter`` iterations warm-started at the greedy step,
+  keeping the warm start if L-BFGS returns a worse value.
+* Nonsmooth losses (l1, hinge), SPEC 2.4: subgradient, rank-``p_t`` approximation built by
+  deflation until ``||G - Ghat||_F <= nu ||G||_F`` or ``max_inner`` or the rank budget,
+  step ``X <- X - eta_t Ghat`` with ``eta_t`` from ``step_schedule``; the best iterate seen is
+  returned (by validation score if given, else by training objective).
+
+Power method and passes
+-----------------------
+One power iteration is one pass: the fused kernel returns ``G v`` and ``G^T u`` for the
+current pair together, and the pair is updated as ``v <- G^T u / |u|^2``, ``u <- G v / |v|^2``
+(the "block variant" of SPEC 2.7: two interleaved R1MP chains, the same convergence per pass
+as the sequential form).  The returned pair is the one evaluated in the last pass, so its
+value ``s = u^T G v`` is exact.  The first pass of each greedy step also yields the objective
+of the current iterate (no separate objective pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize
+
+from ooc_lowrank.glrl import _blocks
+from ooc_lowrank.glrl.losses import get_loss
+
+logger = logging.getLogger("ooc_lowrank")
+
+REFITS = ("full", "economic", "none")
+SCHEDULES = ("auto", "sqrt", "inverse", "constant", "search")
+
+
+@dataclass
+class GreedyResult:
+    """Output of :func:`greedy_pursuit` (the prediction is ``(U * theta) @ V.T``)."""
+
+    U: np.ndarray  #: (n_rows, k) unit columns
+    V: np.ndarray  #: (n_cols, k) unit columns
+    theta: np.ndarray  #: (k,)
+    #: training objective after each step (index 0: the starting iterate)
+    objective: list = field(default_factory=list)
+    validation: list = field(default_factory=list)  #: validation score after each step
+    inner_counts: list = field(default_factory=list)  #: rank-one terms added per step
+    step_sizes: list = field(default_factory=list)
+    n_passes: int = 0  #: passes over the observed entries
+    n_iter: int = 0  #: greedy (outer) steps taken
+    best_iter: int = 0  #: step whose iterate is returned
+    times: list = field(default_factory=list)  #: wall seconds of each step
+
+
+class _Counter:
+    """Wraps ``reduce`` and counts passes."""
+
+    def __init__(self, reduce):
+        self.reduce = reduce
+        self.n = 0
+
+    def __call__(self, fn, args):
+        self.n += 1
+        out = self.reduce(fn, args)
+        return out if isinstance(out, tuple) else (out,)
+
+
+def _lowrank_apply(lowrank, x, left):
+    """Sum over ``(A, c, B)`` of ``A diag(c) B^T x`` (left) or ``B diag(c) A^T x``."""
+    out = 0.0
+    for A, c, B in lowrank:
+        if c.size == 0:
+            continue
+        out = out + (A @ (c * (B.T @ x)) if left else B @ (c * (A.T @ x)))
+    return out
+
+
+def top_triplet(matvec, m, n, *, lowrank=(), n_iter=20, tol=1e-3, rng=None, first=None):
+    """Top singular triplet of ``M = G + sum A diag(c) B^T`` by the fused power method.
+
+    Parameters
+    ----------
+    matvec : callable
+        ``matvec(u, v) -> (G v, G^T u, stats)``, one pass over the data (sparse part only).
+    m, n : int
+        Shape of ``G``.
+    lowrank : sequence of (A, c, B)
+        Low-rank parts, ``A`` (m, k), ``c`` (k,), ``B`` (n, k).
+    n_iter, tol : int, float
+        At most ``n_iter`` passes; stop when both unit vectors move less than ``tol``.
+    first : tuple, optional
+        Result of ``matvec(ones(m), ones(n))`` if already computed.
+
+    Returns
+    -------
+    u : ndarray of shape (m,)
+    s : float
+        ``u^T M v >= 0`` for the returned unit pair.
+    v : ndarray of shape (n,)
+    info : dict
+        ``stats`` of the first pass, ``sparse_uv`` = ``u^T G v`` (sparse part only),
+        ``passes``.
+    """
+    rng = np.random.default_rng(rng)
+    u = np.ones(m)
+    v = np.ones(n)
+    res = first if first is not None else matvec(u, v)
+    passes = 0 if first is not None else 1
+    stats0 = res[2]
+    restarted = False
+    for k in range(max(1, n_iter)):
+        gv_s, gtu_s = res[0], res[1]
+        gv = gv_s + _lowrank_apply(lowrank, v, True)
+        gtu = gtu_s + _lowrank_apply(lowrank, u, False)
+        nu2, nv2 = u @ u, v @ v
+        s = (u @ gv) / np.sqrt(nu2 * nv2)
+        sparse_uv = (u @ gv_s) / np.sqrt(nu2 * nv2)
+        u_new = gv / nv2
+        v_new = gtu / nu2
+        nun, nvn = np.linalg.norm(u_new), np.linalg.norm(v_new)
+        if nun == 0.0 or nvn == 0.0 or not (np.isfinite(nun) and np.isfinite(nvn)):
+            if k == 0 and not restarted:
+                # SPEC 5.2: random restart when G^T 1 = 0 (or G 1 = 0)
+                restarted = True
+                u = rng.standard_normal(m)
+                v = rng.standard_normal(n)
+                res = matvec(u, v)
+                passes += 1
+                continue
+            break
+        un_hat, vn_hat = u_new / nun, v_new / nvn
+        u_hat, v_hat = u / np.sqrt(nu2), v / np.sqrt(nv2)
+        du = min(np.linalg.norm(un_hat - u_hat), np.linalg.norm(un_hat + u_hat))
+        dv = min(np.linalg.norm(vn_hat - v_hat), np.linalg.norm(vn_hat + v_hat))
+        if max(du, dv) < tol or k == n_iter - 1:
+            break
+        u, v = u_new, v_new
+        res = matvec(u, v)
+        passes += 1
+    u_hat = u / np.linalg.norm(u)
+    v_hat = v / np.linalg.norm(v)
+    if s < 0:
+        v_hat = -v_hat
+        s = -s
+        sparse_uv = -sparse_uv
+    return u_hat, float(s), v_hat, {"stats": stats0, "sparse_uv": float(sparse_uv),
+                                    "passes": passes}
+
+
+def _gram(U, V):
+    return (U.T @ U) * (V.T @ V)
+
+
+def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power_iter=20,
+                   power_tol=1e-3, lbfgs_iter=5, l2=0.0, huber_delta=1.0, nu=0.95, max_inner=5,
+                   step_size=2.0, step_schedule="auto", validation=None, n_iter_no_change=5,
+                   callback=None, random_state=None, verbose=False, init_offset=None,
+                   max_iter=None):
+    """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
+
+    Parameters
+    ----------
+    reduce : callable
+        ``reduce(fn, args)`` runs one pass (see module docstring).
+    shape : (int, int)
+        ``(n_rows, n_cols)`` of the matrix.
+    loss : str
+        One of :data:`ooc_lowrank.glrl.losses.LOSSES`.
+    rank : int
+        Number of rank-one terms (the rank budget for nonsmooth losses).
+    refit : {"auto", "full", "economic", "none"}
+        ``"auto"`` is ``"full"`` for smooth losses and ``"none"`` for nonsmooth ones.
+    validation : callable, optional
+        ``validation(U, V, theta) -> float`` (lower is better), evaluated after each step;
+        the best-scoring iterate is returned and the fit stops after ``n_iter_no_change``
+        steps without improvement.
+    callback : callable, optional
+        ``callback(iteration, elapsed, objective)`` after each greedy step.
+    init_offset : float, optional
+        Start from ``X_0 = init_offset * 1 1^T`` (one rank-one term of the budget).
+    max_iter : int, optional
+        Stop after this many greedy (outer) steps even if the rank budget is not used up.
+
+    Returns
+    -------
+    GreedyResult
+    """
+    lossobj = get_loss(loss)
+    m, n = int(shape[0]), int(shape[1])
+    refit = ("full" if lossobj.smooth else "none") if refit == "auto" else refit
+    run = _Counter(reduce)
+    rng = np.random.default_rng(random_state)
+    log = logger.info if verbose else logger.debug
+    code, delta, l2 = lossobj.code, float(huber_delta), float(l2)
+
+    def power_pass(U, V, theta, u, v):
+        return run(_blocks.power_block, (U, V, theta, code, delta, u, v))
+
+    U = np.zeros((m, 0))
+    V = np.zeros((n, 0))
+    theta = np.zeros(0)
+    used = 0
+    if init_offset is not None and init_offset != 0.0:
+        # X_0 = c 1 1^T as a first rank-one term (counted in the rank budget)
+        U = np.full((m, 1), 1.0 / np.sqrt(m))
+        V = np.full((n, 1), 1.0 / np.sqrt(n))
+        theta = np.array([float(init_offset) * np.sqrt(m * n)])
+        used = 1
+    res = GreedyResult(U, V, theta)
+    t0 = time.perf_counter()
+    first = power_pass(U, V, theta, np.ones(m), np.ones(n))
+    res.objective.append(float(first[2][0]))
+    snapshots = [(0, theta.copy())]
+    best_score = np.inf
+    if validation is not None:
+        best_score = float(validation(U, V, theta))
+        res.validation.append(best_score)
+    best_obj = res.objective[0]
+    res.best_iter = 0
+    since_best = 0
+    t = 0
+    while used < rank and (max_iter is None or t < max_iter):
+        t_step = time.perf_counter()
+        t += 1
+        K = _gram(U, V)
+        base = [(U, l2 * theta, V)] if l2 > 0 and theta.size else []
+
+        def matvec(u, v, U=U, V=V, theta=theta):
+            return power_pass(U, V, theta, u, v)
+
+        if lossobj.smooth:
+            u, s, v, info = top_triplet(matvec, m, n, lowrank=base, n_iter=power_iter,
+                                        tol=power_tol, rng=rng, first=first)
+            if s <= 1e-300:
+                log("GLRL step %d: gradient vanished on the observed entries; stopping", t)
+                break
+            # (u, s, v) is the top triplet of +grad; the descent direction is u (-v)^T
+            v = -v
+            U = np.column_stack([U, u])
+            V = np.column_stack([V, v])
+            L = lossobj.lipschitz + l2
+            step0 = s / L
+            if refit == "none":
+                theta = np.append(theta, step0)
+            elif refit == "full":
+                theta = _refit_full(run, U, V, np.append(theta, step0), code, delta, l2,
+                                    lbfgs_iter)
+            else:
+                theta = _refit_econ(run, U, V, theta, step0, code, delta, l2, lbfgs_iter)
+            res.inner_counts.append(1)
+            res.step_sizes.append(step0)
+            used += 1
+        else:
+            g_stats = first[2]
+            gnorm2 = g_stats[1]
+            if l2 > 0:
+                gnorm2 += 2 * l2 * g_stats[2] + l2 * l2 * theta @ K @ theta
+            Uc, Vc, sc = np.zeros((m, 0)), np.zeros((n, 0)), np.zeros(0)
+            cross = 0.0
+            i = 0
+            while True:
+                i += 1
+                lr = base + [(Uc, -sc, Vc)]
+                u, s, v, info = top_triplet(matvec, m, n, lowrank=lr, n_iter=power_iter,
+                                            tol=power_tol, rng=rng, first=first)
+                guv = info["sparse_uv"]
+                if l2 > 0 and theta.size:
+                    guv += l2 * np.sum(theta * (U.T @ u) * (V.T @ v))
+                Uc = np.column_stack([Uc, u])
+                Vc = np.column_stack([Vc, v])
+                sc = np.append(sc, s)
+                cross += s * guv
+                resid2 = gnorm2 - 2 * cross + sc @ _gram(Uc, Vc) @ sc
+                if (resid2 <= nu * nu * gnorm2 or i >= max_inner or used + i >= rank
+                        or s <= 1e-300):
+                    break
+            eta = _step(step_schedule, step_size, t, l2)
+            # X <- X - eta * Ghat = X + sum (eta s_i) u_i (-v_i)^T
+            U = np.column_stack([U, Uc])
+            V = np.column_stack([V, -Vc])
+            if step_schedule == "search":
+                eta = _search_step(run, U, V, theta, sc, eta, code, delta, l2)
+            theta = np.append(theta, eta * sc)
+            res.inner_counts.append(i)
+            res.step_sizes.append(eta)
+            used += i
+        first = power_pass(U, V, theta, np.ones(m), np.ones(n))
+        obj = float(first[2][0])
+        if l2 > 0:
+            obj += 0.5 * l2 * theta @ _gram(U, V) @ theta
+        res.objective.append(obj)
+        snapshots.append((U.shape[1], theta.copy()))
+        elapsed = time.perf_counter() - t0
+        res.times.append(time.perf_counter() - t_step)
+        if validation is not None:
+            score = float(validation(U, V, theta))
+            res.validation.append(score)
+            if score < best_score:
+                best_score, res.best_iter, since_best = score, t, 0
+            else:
+                since_best += 1
+        elif obj < best_obj or lossobj.smooth:
+            best_obj, res.best_iter = min(obj, best_obj), t
+        log("GLRL step %d: rank %d, objective %.6g, %.3fs, %d passes", t, U.shape[1], obj,
+            res.times[-1], run.n)
+        if callback is not None:
+            callback(t, elapsed, obj)
+        if validation is not None and n_iter_no_change and since_best >= n_iter_no_change:
+            log("GLRL: validation score did not improve for %d steps; stopping", since_best)
+            break
+    res.n_iter = t
+    k, th = snapshots[res.best_iter]
+    res.U, res.V, res.theta = U[:, :k].copy(), V[:, :k].copy(), th
+    res.n_passes = run.n
+    return res
+
+
+def _step(schedule, c, t, l2):
+    """Step size eta_t (SPEC GLRL-9): 1/(mu t) when strongly convex ("auto" with l2 > 0)."""
+    if schedule == "auto":
+        if l2 > 0:
+            return 1.0 / (l2 * t)
+        schedule = "sqrt"
+    if schedule in ("sqrt", "search"):
+        return c / np.sqrt(t)
+    if schedule == "inverse":
+        return c / t
+    return c
+
+
+def _search_step(run, U, V, theta, sc, eta, code, delta, l2, span=(-6, 10)):
+    """Best of the steps ``eta * 2^k`` (k in span) for the new terms, in one pass."""
+    steps = eta * 2.0 ** np.arange(span[0], span[1] + 1)
+    p = theta.size
+    coef = np.concatenate([theta, sc])
+    (vals,) = run(_blocks.step_search_block, (U, V, coef, p, steps, code, delta))
+    if l2 > 0:
+        K = _gram(U, V)
+        for j, e in enumerate(steps):
+            c = np.concatenate([theta, e * sc])
+            vals[j] += 0.5 * l2 * c @ K @ c
+    return float(steps[int(np.argmin(vals))])
+
+
+def _lbfgs(fun, x0, maxiter):
+    cache = {}
+
+    def f(z):
+        key = z.tobytes()
+        if key not in cache:
+            cache[key] = fun(z)
+        return cache[key]
+
+    f0, _ = f(np.asarray(x0, float))
+    out = minimize(f, x0, jac=True, method="L-BFGS-B",
+                   options={"maxiter": maxiter, "maxfun": max(10, 3 * maxiter)})
+    if not np.isfinite(out.fun) or out.fun > f0:
+        return np.asarray(x0, float)  # SPEC 2.3 [E]: keep the warm start if L-BFGS is worse
+    return out.x
+
+
+def full_refit_objective(run, U, V, code, delta, l2):
+    """``fun(theta) -> (phi, grad)`` of the full refit (SPEC GLRL-6), one pass per call."""
+    K = _gram(U, V) if l2 > 0 else None
+
+    def fun(th):
+        grad, st = run(_blocks.refit_full_block, (U, V, th, code, delta))
+        f = float(st[0])
+        if l2 > 0:
+            Kt = K @ th
+            f += 0.5 * l2 * th @ Kt
+            grad = grad + l2 * Kt
+        return f, grad
+
+    return fun
+
+
+def econ_refit_objective(run, U, V, theta, code, delta, l2):
+    """``fun((alpha, beta)) -> (phi, grad)`` of the economic refit (SPEC GLRL-7), one pass.
+
+    ``U``, ``V`` hold the previous terms followed by the new one; ``theta`` the previous
+    coefficients.
+    """
+    p = theta.size
+    if l2 > 0:
+        xKx = theta @ _gram(U[:, :p], V[:, :p]) @ theta
+        xk = theta @ ((U[:, :p].T @ U[:, p]) * (V[:, :p].T @ V[:, p]))
+
+    def fun(ab):
+        a, b = float(ab[0]), float(ab[1])
+        (out,) = run(_blocks.refit_econ_block, (U, V, theta, a, b, code, delta))
+        f, grad = float(out[0]), np.array([out[1], out[2]])
+        if l2 > 0:
+            f += 0.5 * l2 * (a * a * xKx + 2 * a * b * xk + b * b)
+            grad = grad + l2 * np.array([a * xKx + b * xk, a * xk + b])
+        return f, grad
+
+    return fun
+
+
+def _refit_full(run, U, V, theta0, code, delta, l2, maxiter):
+    """GLRL: theta = argmin phi(sum theta_i u_i v_i^T), L-BFGS warm-started at theta0."""
+    if maxiter <= 0:
+        return theta0
+    return _lbfgs(full_refit_objective(run, U, V, code, delta, l2), theta0, maxiter)
+
+
+def _refit_econ(run, U, V, theta, step0, code, delta, l2, maxiter):
+    """EGLRL: (alpha, beta) = argmin phi(alpha X + beta u v^T), warm start (1, s/L)."""
+    ab = np.array([1.0, step0])
+    if maxiter > 0:
+        ab = _lbfgs(econ_refit_objective(run, U, V, theta, code, delta, l2), ab, maxiter)
+    return np.append(theta * ab[0], ab[1])

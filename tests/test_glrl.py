@@ -1,0 +1,363 @@
+"""GLRL / EGLRL / R1MP / nonsmooth GLRL: SPEC checks 16-23, estimator contract, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import naive_glrl as naive
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ooc_lowrank
+from ooc_lowrank.glrl import GreedyLowRank, greedy_pursuit, top_triplet
+from ooc_lowrank.glrl import core as glrl_core
+from ooc_lowrank.glrl.losses import get_loss
+from ooc_lowrank.storage import write_arrays
+
+
+def _lowrank(rng, m=60, n=50, r=3, p=0.35, kind="real", noise=0.0):
+    M = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+    mask = rng.random((m, n)) < p
+    rows, cols = np.nonzero(mask)
+    vals = M[rows, cols] + noise * rng.standard_normal(rows.size)
+    if kind == "sign":
+        vals = np.where(M[rows, cols] + 0.3 * rng.standard_normal(rows.size) >= 0, 1.0, -1.0)
+    return M, rows, cols, vals
+
+
+def _reduce(rows, cols, vals, shape, bounds=None):
+    csr = naive.to_csr(rows, cols, vals, shape)
+    return naive.serial_reduce(csr, bounds if bounds is not None else [0, shape[0]])
+
+
+# ----------------------------------------------------------------------------- SPEC 17, 18
+def test_power_method_vs_lapack(rng):  # SPEC check 17
+    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    m, n = M.shape
+    g = get_loss("logistic").grad(0.3 * rng.standard_normal(rows.size), vals)
+    csr = naive.to_csr(rows, cols, g, (m, n))
+    G = csr.toarray()
+
+    def matvec(u, v):
+        return G @ v, G.T @ u, np.zeros(3)
+
+    u, s, v, info = top_triplet(matvec, m, n, n_iter=2000, tol=1e-13)
+    Us, ss, Vts = np.linalg.svd(G)
+    assert abs(s - ss[0]) / ss[0] < 1e-10
+    assert 2 - abs(u @ Us[:, 0]) - abs(v @ Vts[0]) < 1e-8
+    np.testing.assert_allclose(u @ G @ v, s, rtol=1e-12)  # returned value is the exact u^T G v
+
+
+def test_power_method_with_lowrank_part_vs_lapack(rng):  # SPEC check 18 (deflation mat-vec)
+    m, n = 40, 30
+    G = sp.random(m, n, density=0.3, random_state=1).toarray()
+    A, B, c = rng.standard_normal((m, 2)), rng.standard_normal((n, 2)), np.array([1.5, -0.7])
+    D = G + A @ np.diag(c) @ B.T
+    u, s, v, _ = top_triplet(lambda u, v: (G @ v, G.T @ u, np.zeros(3)), m, n,
+                             lowrank=[(A, c, B)], n_iter=3000, tol=1e-13)
+    assert abs(s - np.linalg.svd(D, compute_uv=False)[0]) < 1e-9 * s
+
+
+def test_power_method_restarts_when_ones_is_in_the_null_space(rng):
+    G = np.zeros((4, 4))
+    G[0, 0], G[0, 1] = 1.0, -1.0  # G 1 = 0
+    G[1, 0], G[1, 1] = -1.0, 1.0
+    u, s, v, _ = top_triplet(lambda u, v: (G @ v, G.T @ u, np.zeros(3)), 4, 4, n_iter=200,
+                             tol=1e-12, rng=0)
+    np.testing.assert_allclose(s, 2.0, rtol=1e-8)
+
+
+# ----------------------------------------------------------------------------- SPEC 16, 19
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_full_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-6)
+    M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
+    m, n = M.shape
+    run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n), [0, 17, 60]))
+    U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
+    V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
+    fun = glrl_core.full_refit_objective(run, U, V, get_loss(loss).code, 1.0, l2)
+    th = rng.standard_normal(4)
+    f0, g = fun(th)
+    eps = 1e-4
+    fd = np.array([(fun(th + eps * e)[0] - fun(th - eps * e)[0]) / (2 * eps)
+                   for e in np.eye(4)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_econ_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-7)
+    M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
+    m, n = M.shape
+    run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n)))
+    U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
+    V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
+    fun = glrl_core.econ_refit_objective(run, U, V, rng.standard_normal(3),
+                                         get_loss(loss).code, 1.0, l2)
+    ab = np.array([0.9, -0.4])
+    f0, g = fun(ab)
+    eps = 1e-4
+    fd = np.array([(fun(ab + eps * e)[0] - fun(ab - eps * e)[0]) / (2 * eps) for e in np.eye(2)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- SPEC 20, 21
+def test_greedy_step_guaranteed_decrease(rng):  # SPEC check 20
+    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    m, n = M.shape
+    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n)), (m, n), loss="logistic", rank=1,
+                         refit="none", power_iter=500, power_tol=1e-12)
+    s = res.theta[0] * 0.25  # theta = s / L
+    assert res.objective[0] - res.objective[1] >= s * s / (2 * 0.25) - 1e-9
+
+
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+@pytest.mark.parametrize("refit", ["full", "economic", "none"])
+def test_objective_never_increases(loss, refit, rng):  # SPEC check 21
+    M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real", noise=0.1)
+    m, n = M.shape
+    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n), [0, 20, 21, 60]), (m, n), loss=loss,
+                         rank=6, refit=refit, l2=0.01 if loss == "huber" else 0.0)
+    obj = np.asarray(res.objective)
+    assert np.all(np.diff(obj) <= 1e-9 * obj[0]), obj
+    assert obj[-1] < obj[0]
+
+
+def test_refits_beat_no_refit(rng):
+    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    m, n = M.shape
+    red = _reduce(rows, cols, vals, (m, n))
+    f = {r: greedy_pursuit(red, (m, n), loss="logistic", rank=3, refit=r).objective[-1]
+         for r in ("none", "economic", "full")}
+    assert f["full"] <= f["economic"] + 1e-9 and f["economic"] <= f["none"] + 1e-9
+
+
+def test_no_refit_matches_dense_reference(rng):
+    """GLRL without refit with an (almost) exact power method = the dense-SVD reference."""
+    M, rows, cols, vals = _lowrank(rng, noise=0.1)
+    m, n = M.shape
+    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n)), (m, n), loss="square", rank=3,
+                         refit="none", power_iter=3000, power_tol=1e-14)
+    U, V, th, objs = naive.glrl_dense(rows, cols, vals, (m, n), "square", 3, "none")
+    np.testing.assert_allclose(res.objective, objs, rtol=1e-7)
+    np.testing.assert_allclose((res.U * res.theta) @ res.V.T, (U * th) @ V.T, atol=1e-6)
+
+
+def test_r1mp_recovers_fully_observed_low_rank_matrix(rng):
+    """Square loss + full refit (R1MP) at the true rank, every entry observed (as COO)."""
+    m, n, r = 80, 60, 4
+    M = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+    rows, cols = np.nonzero(np.ones((m, n), bool))
+    res = greedy_pursuit(_reduce(rows, cols, M[rows, cols], (m, n), [0, 25, 50, 75, 80]),
+                         (m, n), loss="square", rank=r, refit="full", power_iter=300,
+                         power_tol=1e-12, lbfgs_iter=20)
+    X = (res.U * res.theta) @ res.V.T
+    assert np.linalg.norm(X - M) / np.linalg.norm(M) < 1e-3
+
+
+# ----------------------------------------------------------------------------- SPEC 22, 23
+def test_l1_subgradient_bound(rng):  # SPEC check 22 (FD part in test_glrl_kernels)
+    lo = get_loss("l1")
+    g = lo.grad(rng.standard_normal(500), rng.standard_normal(500))
+    assert np.linalg.norm(g) <= np.sqrt(500) + 1e-12
+
+
+def test_nonsmooth_residual_formula(rng):  # SPEC check 23 (inner residual)
+    m, n = 30, 20
+    G = sp.random(m, n, density=0.4, random_state=3).toarray()
+    Uk = rng.standard_normal((m, 2))
+    Vk = rng.standard_normal((n, 2))
+    sk = np.array([2.0, 0.5])
+    dense = np.sum((G - (Uk * sk) @ Vk.T) ** 2)
+    cross = sum(sk[i] * (Uk[:, i] @ G @ Vk[:, i]) for i in range(2))
+    formula = np.sum(G * G) - 2 * cross + sk @ glrl_core._gram(Uk, Vk) @ sk
+    assert abs(dense - formula) / dense < 1e-12
+
+
+@pytest.mark.parametrize("schedule", ["sqrt", "search"])
+def test_nonsmooth_l1_reduces_objective(schedule, rng):  # SPEC check 23
+    m, n, r = 60, 50, 3
+    M = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
+    O = M + 0.05 * rng.standard_normal((m, n))
+    outl = rng.random((m, n)) < 0.05
+    O[outl] += 10 * rng.standard_normal(outl.sum())
+    rows, cols = np.nonzero(rng.random((m, n)) < 0.35)
+    vals = O[rows, cols]
+    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n)), (m, n), loss="l1", rank=10,
+                         step_size=2.0, nu=0.95, step_schedule=schedule)
+    assert min(res.objective) < res.objective[0]
+    assert sum(res.inner_counts) <= 10 and res.U.shape[1] <= 10
+    assert all(1 <= p <= 5 for p in res.inner_counts)
+    # the returned iterate is the best one seen
+    x = naive.predict(res.U, res.V, res.theta, rows, cols)
+    np.testing.assert_allclose(np.abs(x - vals).sum(), min(res.objective), rtol=1e-10)
+
+
+def test_nonsmooth_hinge_runs_and_improves(rng):
+    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    est = GreedyLowRank(loss="hinge", rank=5, step_size=1.0).fit((rows, cols, vals),
+                                                                 shape=M.shape)
+    assert est.objective_path_.min() < est.objective_path_[0]
+    assert est.evaluate((rows, cols, vals), ["sign_accuracy"])["sign_accuracy"] > 0.6
+
+
+# ----------------------------------------------------------------------------- invariance
+@pytest.mark.parametrize("refit", ["full", "economic", "none"])
+def test_same_result_for_any_blocking(refit, rng):
+    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    fits = []
+    for br in (None, 30, 7):  # 1 block, 2 blocks, uneven blocks
+        est = GreedyLowRank(loss="logistic", rank=3, refit=refit, power_iter=6,
+                            block_rows=br or 60)
+        fits.append(est.fit((rows, cols, vals), shape=M.shape))
+    for f in fits[1:]:
+        np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
+        np.testing.assert_allclose(f.predict(rows, cols), fits[0].predict(rows, cols),
+                                   rtol=1e-7, atol=1e-8)
+
+
+def test_store_and_local_cluster_give_identical_results(rng, tmp_path, cluster_client):
+    import dask
+
+    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    ds = write_arrays(str(tmp_path / "obs.zarr"),
+                      {"obs": naive.to_csr(rows, cols, vals, M.shape)}, kinds={"obs": "coo"},
+                      block_rows=13)
+    kw = dict(loss="logistic", rank=2, refit="economic", power_iter=4, lbfgs_iter=2)
+    local = GreedyLowRank(**kw).fit(ds)
+    with dask.config.set(scheduler=cluster_client):
+        dist = GreedyLowRank(**kw).fit(ds)
+    np.testing.assert_array_equal(dist.objective_path_, local.objective_path_)
+    np.testing.assert_array_equal(dist.theta_, local.theta_)
+    arrays = GreedyLowRank(**kw, block_rows=13).fit((rows, cols, vals), shape=M.shape)
+    np.testing.assert_allclose(arrays.objective_path_, local.objective_path_, rtol=1e-12)
+
+
+def test_one_pass_per_power_iteration(rng, counting_scheduler):
+    M, rows, cols, vals = _lowrank(rng)
+    est = GreedyLowRank(loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0,
+                        block_rows=20)  # several blocks: the engine path
+    est.fit((rows, cols, vals), shape=M.shape)
+    # 1 validation pass + 1 objective pass at X=0 + per step: power_iter passes, the last of
+    # which (the objective pass of the new iterate) doubles as the next step's first pass
+    assert counting_scheduler.count == 2 + 3 * 7
+    assert est.n_passes_ == 1 + 3 * 7
+
+
+# ----------------------------------------------------------------------------- estimator
+def test_estimator_predict_topk_evaluate_save_load(rng, tmp_path):
+    M, rows, cols, vals = _lowrank(rng, noise=0.05)
+    seen = []
+    est = GreedyLowRank(loss="square", rank=5, init="mean", power_iter=8,
+                        callback=lambda i, t, f: seen.append((i, f)))
+    assert est.fit((rows, cols, vals), shape=M.shape) is est
+    assert [i for i, _ in seen] == [1, 2, 3, 4] and est.n_components_ == 5
+    X = (est.U_ * est.theta_) @ est.V_.T
+    np.testing.assert_allclose(est.predict(rows, cols), X[rows, cols], rtol=1e-12)
+    idx, sc = est.top_k(np.array([0, 3]), k=5)
+    np.testing.assert_array_equal(idx, np.argsort(-X[[0, 3]], axis=1, kind="stable")[:, :5])
+    ev = est.evaluate((rows, cols, vals), "mae,rmse,sign_accuracy")
+    err = X[rows, cols] - vals
+    np.testing.assert_allclose(ev["mae"], np.abs(err).mean(), rtol=1e-12)
+    np.testing.assert_allclose(ev["rmse"], np.sqrt((err ** 2).mean()), rtol=1e-12)
+    np.testing.assert_allclose(ev["sign_accuracy"],
+                               np.mean(np.sign(X[rows, cols]) == np.sign(vals)))
+    est.save(tmp_path / "m")
+    back = ooc_lowrank.load(tmp_path / "m")
+    assert isinstance(back, GreedyLowRank) and back.get_params()["init"] == "mean"
+    np.testing.assert_array_equal(back.predict(rows, cols), est.predict(rows, cols))
+    assert back.evaluate((rows, cols, vals)) == est.evaluate((rows, cols, vals))
+
+
+def test_fit_on_store_float32(rng, tmp_path):
+    M, rows, cols, vals = _lowrank(rng)
+    csr = naive.to_csr(rows, cols, vals.astype(np.float32), M.shape)
+    csr.data = csr.data.astype(np.float32)
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"obs": csr}, kinds={"obs": "coo"},
+                      block_rows=11)
+    est = GreedyLowRank(loss="square", rank=2, power_iter=5).fit(ds)
+    ref = GreedyLowRank(loss="square", rank=2, power_iter=5, block_rows=11).fit(
+        (rows, cols, vals.astype(np.float32)), shape=M.shape)
+    np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-9)
+    assert est.evaluate(ds)["n"] == rows.size
+
+
+def test_validation_early_stopping_keeps_best(rng):
+    M, rows, cols, vals = _lowrank(rng, p=0.5, noise=0.5)
+    tr = rng.random(rows.size) < 0.8
+    est = GreedyLowRank(loss="square", rank=15, validation=(rows[~tr], cols[~tr], vals[~tr]),
+                        n_iter_no_change=2, power_iter=8)
+    est.fit((rows[tr], cols[tr], vals[tr]), shape=M.shape)
+    best = int(np.argmin(est.validation_path_))
+    assert est.best_iter_ == best and est.n_components_ == best
+    assert len(est.validation_path_) <= best + 3
+
+
+def test_duplicates_policy(rng):
+    rows = np.array([0, 0, 1, 2, 2])
+    cols = np.array([1, 1, 0, 2, 0])
+    vals = np.array([1.0, 3.0, 2.0, -1.0, 0.5])
+    msg = r"repeat a \(row, col\) pair.*1 repeated.*duplicates='keep'"
+    with pytest.raises(ValueError, match=msg):
+        GreedyLowRank(rank=1).fit((rows, cols, vals), shape=(3, 3))
+    est = GreedyLowRank(rank=1, duplicates="keep", refit="full").fit((rows, cols, vals),
+                                                                    shape=(3, 3))
+    assert est.n_observed_ == 5  # both copies are separate observations
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(rows=np.array([0, 5])), r"rows must lie in \[0, 4\).*got 5"),
+    (dict(cols=np.array([0, -1])), r"cols must lie in \[0, 3\).*got -1"),
+    (dict(rows=np.array([], int), cols=np.array([], int), vals=np.array([])),
+     "at least one observed entry"),
+    (dict(vals=np.array([1.0, np.nan])), "finite"),
+])
+def test_bad_input_is_refused_before_work(bad, match, counting_scheduler):
+    d = dict(rows=np.array([0, 1]), cols=np.array([0, 1]), vals=np.array([1.0, -1.0]))
+    d.update(bad)
+    with pytest.raises(ValueError, match=match):
+        GreedyLowRank(rank=2).fit((d["rows"], d["cols"], d["vals"]), shape=(4, 3))
+    assert counting_scheduler.count <= 1  # at most the validation pass ran
+
+
+def test_bad_labels_and_params():
+    rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
+    with pytest.raises(ValueError, match=r"labels in \{-1, \+1\} for loss='logistic'.*1 of 3"):
+        GreedyLowRank(loss="logistic").fit((rows, cols, np.array([1.0, -1.0, 0.0])), shape=(3, 3))
+    with pytest.raises(ValueError, match="rank must be >= 1; got 0"):
+        GreedyLowRank(rank=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="refit must be 'none' or 'auto' for the nonsmooth"):
+        GreedyLowRank(loss="l1", refit="full").fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="loss must be one of"):
+        GreedyLowRank(loss="hamming").fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="shape must be given"):
+        GreedyLowRank().fit((rows, cols, np.ones(3)))
+    with pytest.raises(ValueError, match=r"cols must lie in \[0, 3\)"):
+        GreedyLowRank(rank=1).fit((rows, cols, np.ones(3)), shape=(3, 3)).predict(rows, cols + 1)
+
+
+def test_store_without_obs_is_refused(tmp_path):
+    ds = write_arrays(str(tmp_path / "d.zarr"), {"X": np.ones((3, 2))})
+    with pytest.raises(ValueError, match="array 'obs' of kind 'coo'"):
+        GreedyLowRank().fit(ds)
+
+
+def test_benchmark_body_tiny(tmp_path):
+    """The benchmark bodies run end to end at a tiny size (they cannot rot)."""
+    import importlib.util
+
+    from conftest import DATA_DIR
+
+    spec = importlib.util.spec_from_file_location(
+        "bench_glrl", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_glrl.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    res = bench.run(tiny=True, parts=("a", "c"), data_dir=DATA_DIR, out_dir=tmp_path)
+    assert (tmp_path / "glrl_tiny_ac.json").exists()
+    assert res["large"]["nnz"] == 3000 and res["large"]["passes"] > 0
+    if "folds" in res["movielens"]:
+        assert 0 < res["movielens"]["glrl_mae_mean"] < 4
+    ep = bench.load_epinions  # loader is exercised by the real-data run; check it exists
+    assert callable(ep)

@@ -1,0 +1,147 @@
+"""GLRL Numba kernels against their NumPy twins (tests/naive_glrl.py) and finite differences."""
+
+from __future__ import annotations
+
+import naive_glrl as naive
+import numpy as np
+import pytest
+from ooc_lowrank.kernels import glrl as K
+
+from ooc_lowrank.glrl import _blocks
+from ooc_lowrank.glrl.losses import LOSSES, get_loss
+
+ALL = sorted(LOSSES)
+
+
+def _problem(rng, loss, m=23, n=17, t=3, p=0.4, dtype=np.float64, idx=np.int64):
+    mask = rng.random((m, n)) < p
+    mask[5] = False  # an empty row
+    rows, cols = np.nonzero(mask)
+    lo = get_loss(loss)
+    vals = (np.where(rng.random(rows.size) < 0.5, -1.0, 1.0) if lo.labels_pm1
+            else rng.normal(0, 2, rows.size))
+    csr = naive.to_csr(rows, cols, vals.astype(dtype), (m, n))
+    csr.indices = csr.indices.astype(idx)
+    csr.data = csr.data.astype(dtype)
+    U = rng.standard_normal((m, t))
+    V = rng.standard_normal((n, t))
+    theta = rng.standard_normal(t)
+    r, c = np.repeat(np.arange(m), np.diff(csr.indptr)), csr.indices.astype(np.int64)
+    for a in (csr.indptr, csr.indices, csr.data, U, V, theta):
+        a.flags.writeable = False  # kernels must accept read-only inputs
+    return csr, U, V, theta, r, c, csr.data.astype(np.float64)
+
+
+@pytest.mark.parametrize("loss", ALL)
+def test_loss_grad_vs_finite_differences(loss, rng):
+    lo = get_loss(loss)
+    o = np.where(rng.random(200) < 0.5, -1.0, 1.0) if lo.labels_pm1 else rng.normal(0, 2, 200)
+    x = rng.normal(0, 2, 200)
+    if not lo.smooth:  # away from the kinks
+        kink = o if loss == "l1" else o  # |x - o| kink at x = o; hinge kink at o x = 1 -> x = o
+        x = np.where(np.abs(x - kink) < 1e-3, x + 0.01, x)
+    eps = 1e-6
+    fd = (lo.value(x + eps, o, 0.7) - lo.value(x - eps, o, 0.7)) / (2 * eps)
+    np.testing.assert_allclose(lo.grad(x, o, 0.7), fd, rtol=1e-6, atol=1e-7)
+    # kernel scalar version agrees with the NumPy family
+    kv = np.array([K.loss_value_grad(lo.code, xi, oi, 0.7) for xi, oi in zip(x, o, strict=True)])
+    np.testing.assert_allclose(kv[:, 0], lo.value(x, o, 0.7), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(kv[:, 1], lo.grad(x, o, 0.7), rtol=1e-12, atol=1e-14)
+
+
+def test_logistic_is_stable_for_large_margins():
+    lo = get_loss("logistic")
+    for x in (-800.0, 800.0):
+        v, g = K.loss_value_grad(lo.code, x, 1.0, 1.0)
+        assert np.isfinite(v) and np.isfinite(g)
+    np.testing.assert_allclose(K.loss_value_grad(lo.code, 800.0, -1.0, 1.0), (800.0, 1.0))
+
+
+def test_nonsmooth_subgradients_at_kinks_are_zero():
+    assert K.loss_value_grad(K.L1, 2.0, 2.0, 1.0) == (0.0, 0.0)
+    assert K.loss_value_grad(K.HINGE, 1.0, 1.0, 1.0) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("loss", ALL)
+@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
+def test_power_pass_matches_naive(loss, dtype, idx, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, dtype=dtype, idx=idx)
+    m, n = csr.shape
+    u, v = rng.standard_normal(m), rng.standard_normal(n)
+    code = get_loss(loss).code
+    gv, gtu, st = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
+    gv2, gtu2, st2 = naive.power_pass(r, c, o, U, V, theta, loss, 0.7, u, v, m, n)
+    np.testing.assert_allclose(gv, gv2, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gtu, gtu2, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(st, st2, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", ALL)
+def test_power_pass_is_block_additive(loss, rng):
+    """Blocks with a row offset write only their rows of G v; partial G^T u vectors add up."""
+    csr, U, V, theta, r, c, o = _problem(rng, loss)
+    m, n = csr.shape
+    u, v = rng.standard_normal(m), rng.standard_normal(n)
+    code = get_loss(loss).code
+    full = _blocks.power_block(0, csr, U, V, theta, code, 1.0, u, v)
+    parts = [_blocks.power_block(s, csr[s:e], U, V, theta, code, 1.0, u, v)
+             for s, e in [(0, 4), (4, 5), (5, 6), (6, 23)]]
+    for k in range(3):
+        np.testing.assert_allclose(sum(p[k] for p in parts), full[k], rtol=1e-12, atol=1e-12)
+    assert np.all(parts[0][0][4:] == 0)
+
+
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+def test_refit_full_pass_matches_naive(loss, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss)
+    code = get_loss(loss).code
+    grad, st = _blocks.refit_full_block(0, csr, U, V, theta, code, 0.7)
+    f2, g2 = naive.refit_full(r, c, o, U, V, theta, loss, 0.7)
+    np.testing.assert_allclose(st[0], f2, rtol=1e-12)
+    np.testing.assert_allclose(grad, g2, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+def test_refit_econ_pass_matches_naive(loss, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=4)
+    code = get_loss(loss).code
+    out = _blocks.refit_econ_block(0, csr, U, V, theta[:3], 0.8, -0.3, code, 0.7)
+    f2, g2 = naive.refit_econ(r, c, o, U, V, theta[:3], 0.8, -0.3, loss, 0.7)
+    np.testing.assert_allclose(out, np.r_[f2, g2], rtol=1e-10, atol=1e-12)
+
+
+def test_step_search_pass(rng):
+    csr, U, V, theta, r, c, o = _problem(rng, "l1", t=4)
+    steps = np.array([0.0, 0.5, 2.0])
+    out = _blocks.step_search_block(0, csr, U, V, theta, 2, steps, K.L1, 1.0)
+    lo = get_loss("l1")
+    xp = naive.predict(U[:, :2], V[:, :2], theta[:2], r, c)
+    d = naive.predict(U[:, 2:], V[:, 2:], theta[2:], r, c)
+    ref = [lo.value(xp + s * d, o).sum() for s in steps]
+    np.testing.assert_allclose(out, ref, rtol=1e-12)
+
+
+def test_predict_and_topk_kernels(rng):
+    csr, U, V, theta, r, c, o = _problem(rng, "square")
+    out = np.empty(r.size)
+    K.predict_pairs(r, c, U, V, theta, out)
+    np.testing.assert_allclose(out, naive.predict(U, V, theta, r, c), rtol=1e-12)
+    out2 = np.empty(r.size)
+    K.predict_block(csr.indptr, csr.indices, np.int64(0), U, V, theta, out2)
+    np.testing.assert_allclose(out2, out, rtol=1e-12)
+    rows = np.array([0, 7, 22])
+    idx = np.empty((3, 4), np.int64)
+    val = np.empty((3, 4))
+    K.top_k_rows(rows, U, V, theta, 4, idx, val)
+    X = (U * theta) @ V.T
+    np.testing.assert_array_equal(idx, np.argsort(-X[rows], axis=1, kind="stable")[:, :4])
+    np.testing.assert_allclose(val, np.take_along_axis(X[rows], idx, 1), rtol=1e-12)
+
+
+def test_empty_block(rng):
+    import scipy.sparse as sp
+
+    blk = sp.csr_matrix((0, 5))
+    U, V, th = np.ones((3, 1)), np.ones((5, 1)), np.ones(1)
+    gv, gtu, st = _blocks.power_block(3, blk, U, V, th, K.SQUARE, 1.0, np.ones(3), np.ones(5))
+    assert not gv.any() and not gtu.any() and not st.any()
