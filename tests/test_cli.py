@@ -133,3 +133,70 @@ def test_help(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 0 and "usage" in capsys.readouterr().out
+
+
+def test_fit_and_evaluate_glrl_via_cli(tmp_path, capsys):
+    train, test = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    assert (
+        main(
+            [
+                "generate",
+                "lowrank",
+                train,
+                "--rows",
+                "120",
+                "--seed",
+                "0",
+                "--n-cols",
+                "80",
+                "--rank",
+                "3",
+                "--n-obs-per-row",
+                "40",
+                "--n-row-features",
+                "0",
+                "--n-col-features",
+                "0",
+                "-q",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "generate",
+                "lowrank",
+                test,
+                "--rows",
+                "120",
+                "--seed",
+                "0",
+                "--n-cols",
+                "80",
+                "--rank",
+                "3",
+                "--n-obs-per-row",
+                "40",
+                "--n-row-features",
+                "0",
+                "--n-col-features",
+                "0",
+                "-q",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
+    model = str(tmp_path / "m")
+    assert (
+        main(["fit", "glrl", train, model, "--loss", "square", "--rank", "3", "--seed", "0", "-q"])
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["evaluate", model, test, "--metrics", "mae,rmse", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert set(res) >= {"mae", "rmse"} and 0 <= res["mae"] <= res["rmse"]
+    # unknown parameter: one-line error naming the valid ones
+    assert main(["fit", "glrl", train, model, "--rnak", "3"]) == 2
+    assert "unknown parameter --rnak" in capsys.readouterr().err
