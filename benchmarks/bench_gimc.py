@@ -1,0 +1,323 @@
+"""GIMC benchmarks (issue 3), each figure a ratio to a peer measured in the same run.
+
+1. ``iteration``: one GIMC-LFF iteration on a generated dense store (default 1M x 500 float32,
+   m = 500, L = 1000 sparse labels): seconds per iteration, passes over the data, achieved
+   GFLOP/s (flop model below) and the float32 BLAS peak (sgemm, all cores) measured in the same
+   run; the ratio achieved / peak is the figure.
+2. ``vs_sklearn``: IMC-RFF (``GIMC(learn_features=False)``) against scikit-learn
+   ``RBFSampler(n_components=2m) + Ridge`` on the same in-memory data at the same feature
+   dimension ``2m``: time ratio, and P@1/3/5 of both.
+3. ``out_of_core``: peak RSS of a fit whose store is >= 4x the memory limit of its single Dask
+   worker (``LocalCluster``, streaming: ``cache_bytes=0``).
+
+Flop model of one iteration (n rows, d features, m projections, D = 2m, nnz(A) label entries,
+T trial steps per line-search pass): gradient pass ``4ndm + 2nD^2 + 2 nnz(A) D``; each
+line-search pass ``4ndm + T (nD(D+1) + 2 nnz(A) D)``.  cos/sin are not counted.
+
+Usage::
+
+    python benchmarks/bench_gimc.py             # full size (writes a 2 GB store; several minutes)
+    python benchmarks/bench_gimc.py --small     # seconds; run by tests/test_examples.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_OUT = os.path.join(HERE, "results", "gimc.json")
+
+
+def blas_peak(repeats=3, n=8000, k=1000):
+    """Best float32 sgemm GFLOP/s (all BLAS threads) on an (n x k) @ (k x k) product."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((n, k), dtype=np.float32)
+    B = rng.standard_normal((k, k), dtype=np.float32)
+    A @ B
+    best = 0.0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        A @ B
+        best = max(best, 2.0 * n * k * k / (time.perf_counter() - t) / 1e9)
+    return best
+
+
+def ensure_store(workdir, n, d, L, log):
+    from ooc_lowrank.generators import generate_multilabel
+
+    url = os.path.join(workdir, f"dense-{n}x{d}.zarr")
+    if not os.path.exists(url):
+        t = time.perf_counter()
+        generate_multilabel(url, n_rows=n, n_features=d, n_labels=L, labels_per_row=5.0, seed=0)
+        log(f"generated {url} in {time.perf_counter() - t:.1f}s")
+    return url
+
+
+def bench_iteration(workdir, n, d, m, L, log):
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.storage import open_dataset
+
+    url = ensure_store(workdir, n, d, L, log)
+
+    ds = open_dataset(url)
+    nnzA = int(ds["Y"].nnz)
+    peak_before = blas_peak()
+    marks = {}
+
+    def cb(it, elapsed, obj):
+        marks[it] = elapsed
+
+    # warm-up on a few rows (JIT compile, thread pools)
+    GIMC(n_components=8, max_iter=1, random_state=0).fit(
+        ds["X"].read(0, 2000), ds["Y"].read(0, 2000)
+    )
+    g = GIMC(n_components=m, max_iter=1, tol=0.0, random_state=0, callback=cb)
+    t = time.perf_counter()
+    g.fit(ds)
+    total = time.perf_counter() - t
+    peak_after = blas_peak()
+    it_s = marks[1] - marks[0]
+    passes = g.n_passes_ - 1  # minus the initial statistics pass
+    ls_passes = passes - 1
+    T = g.n_trials
+    D = 2 * m
+    flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
+        4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)
+    )
+    peak = max(peak_before, peak_after)
+    res = {
+        "n": n,
+        "d": d,
+        "m": m,
+        "L": L,
+        "nnz_labels": nnzA,
+        "store_gb": n * d * 4 / 1e9,
+        "seconds_per_iteration": it_s,
+        "passes_per_iteration": passes,
+        "trials_per_pass": T,
+        "seconds_init_pass": marks[0],
+        "seconds_fit_total": total,
+        "gflop_iteration": flops / 1e9,
+        "achieved_gflops": flops / it_s / 1e9,
+        "blas_peak_gflops": peak,
+        "blas_peak_before": peak_before,
+        "blas_peak_after": peak_after,
+        "ratio_to_peak": flops / it_s / 1e9 / peak,
+    }
+    return res, url
+
+
+def _precision(Y, S, ks=(1, 3, 5)):
+    from ooc_lowrank import metrics
+
+    return {f"p@{k}": metrics.precision_at_k(Y, S, k) for k in ks}
+
+
+def bench_vs_sklearn(n, d, m, L, log):
+    import scipy.sparse as sp
+    from sklearn.kernel_approximation import RBFSampler
+    from sklearn.linear_model import Ridge
+
+    from ooc_lowrank.generators import generate_multilabel
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.gimc.features import median_gamma
+
+    tmp = tempfile.mkdtemp(prefix="bench-gimc-")
+    try:
+        ds = generate_multilabel(
+            os.path.join(tmp, "d.zarr"), n_rows=n, n_features=d, n_labels=L, seed=1
+        )
+        X, Y = ds["X"].read(), ds["Y"].read()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    cut = int(0.8 * n)
+    Xtr, Ytr, Xte, Yte = X[:cut], Y[:cut], X[cut:], Y[cut:]
+    gamma = median_gamma(Xtr[:1000])
+    alpha = 1.0
+    GIMC(n_components=8, learn_features=False, random_state=0).fit(Xtr[:500], Ytr[:500])  # warm
+    t = time.perf_counter()
+    g = GIMC(n_components=m, gamma=gamma, alpha=alpha, learn_features=False, random_state=0).fit(
+        Xtr, Ytr
+    )
+    t_ours = time.perf_counter() - t
+    p_ours = g.evaluate(Xte, ["p@1", "p@3", "p@5"], Y=Yte)
+    t = time.perf_counter()
+    rbf = RBFSampler(gamma=gamma, n_components=2 * m, random_state=0)
+    Z = rbf.fit_transform(Xtr)
+    ridge = Ridge(alpha=alpha).fit(Z, Ytr.toarray() if sp.issparse(Ytr) else Ytr)
+    t_sk = time.perf_counter() - t
+    p_sk = _precision(Yte, ridge.predict(rbf.transform(Xte)))
+    return {
+        "n_train": cut,
+        "d": d,
+        "m": m,
+        "features": 2 * m,
+        "L": L,
+        "gamma": gamma,
+        "alpha": alpha,
+        "seconds_ours": t_ours,
+        "seconds_sklearn": t_sk,
+        "time_ratio_sklearn_over_ours": t_sk / t_ours,
+        "ours": p_ours,
+        "sklearn": p_sk,
+    }
+
+
+def bench_out_of_core(url, m, limit_bytes, log):
+    import dask
+    from distributed import Client, LocalCluster
+
+    # the limit is enforced by the nanny (terminate at 95%); no pausing/spilling, so a fit
+    # that does not fit fails instead of stalling
+    dask.config.set(
+        {
+            "distributed.worker.memory.pause": False,
+            "distributed.worker.memory.spill": False,
+            "distributed.worker.memory.target": False,
+        }
+    )
+    cluster = LocalCluster(
+        n_workers=1,
+        threads_per_worker=1,
+        processes=True,
+        memory_limit=int(limit_bytes),
+        dashboard_address=None,
+    )
+    client = Client(cluster, set_as_default=False)
+    import psutil
+
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.storage import open_dataset
+
+    ds = open_dataset(url)
+    store_bytes = ds["X"].shape[0] * ds["X"].shape[1] * ds["X"].dtype.itemsize
+    peak = {"worker": 0}
+    stop = threading.Event()
+    try:
+        pids = list(client.run(os.getpid).values())
+        procs = [psutil.Process(p) for p in pids]
+
+        def poll():
+            while not stop.is_set():
+                for p in procs:
+                    try:
+                        peak["worker"] = max(peak["worker"], p.memory_info().rss)
+                    except psutil.Error:
+                        pass
+                time.sleep(0.05)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        t = time.perf_counter()
+        with dask.config.set(scheduler=client.get):
+            g = GIMC(n_components=m, max_iter=1, tol=0.0, cache_bytes=0, random_state=0).fit(ds)
+        secs = time.perf_counter() - t
+    finally:
+        stop.set()
+        client.close()
+        cluster.close()
+    return {
+        "store_bytes": store_bytes,
+        "worker_memory_limit": int(limit_bytes),
+        "store_over_limit": store_bytes / limit_bytes,
+        "block_rows": ds.block_rows,
+        "peak_worker_rss": peak["worker"],
+        "peak_rss_over_limit": peak["worker"] / limit_bytes,
+        "seconds": secs,
+        "passes": g.n_passes_,
+        "driver_peak_rss": _maxrss(),
+    }
+
+
+def _maxrss():
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--small", action="store_true")
+    p.add_argument("--workdir", default=None)
+    p.add_argument("--keep", action="store_true", help="keep the generated store")
+    p.add_argument("--out", default=DEFAULT_OUT)
+    p.add_argument("--only", nargs="+", default=["iteration", "vs_sklearn", "out_of_core"])
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--oc-m",
+        type=int,
+        default=None,
+        help="m of the out-of-core fit (default 128; 8 with --small): the per-block "
+        "statistics (D^2 + L D floats, D = 2m) and their tree reduction must fit the "
+        "worker's limit too",
+    )
+    args = p.parse_args(argv)
+    log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
+    if args.small:
+        it = dict(n=20_000, d=50, m=32, L=50)
+        sk = dict(n=5_000, d=20, m=32, L=20)
+        limit = 600 * 2**20
+    else:
+        it = dict(n=1_000_000, d=500, m=500, L=1000)
+        sk = dict(n=100_000, d=100, m=500, L=100)
+        limit = 470 * 2**20
+    workdir = args.workdir or tempfile.mkdtemp(prefix="bench-gimc-")
+    os.makedirs(workdir, exist_ok=True)
+    out = {"benchmark": "gimc", "small": args.small, "loadavg_before": os.getloadavg()}
+    try:
+        url = None
+        if "out_of_core" in args.only and "iteration" not in args.only:
+            url = ensure_store(workdir, it["n"], it["d"], it["L"], log)
+        if "iteration" in args.only:
+            out["iteration"], url = bench_iteration(workdir, log=log, **it)
+            r = out["iteration"]
+            log(
+                f"[1] GIMC-LFF iteration n={r['n']} d={r['d']} m={r['m']} L={r['L']}: "
+                f"{r['seconds_per_iteration']:.2f} s/iteration, "
+                f"{r['passes_per_iteration']} passes, "
+                f"{r['achieved_gflops']:.1f} GFLOP/s vs sgemm peak {r['blas_peak_gflops']:.1f} "
+                f"(ratio {r['ratio_to_peak']:.2f})"
+            )
+        if "vs_sklearn" in args.only:
+            out["vs_sklearn"] = r = bench_vs_sklearn(log=log, **sk)
+            log(
+                f"[2] IMC-RFF {r['seconds_ours']:.2f}s vs RBFSampler+Ridge "
+                f"{r['seconds_sklearn']:.2f}s "
+                f"(sklearn/ours {r['time_ratio_sklearn_over_ours']:.2f}); P@1/3/5 ours "
+                + "/".join(f"{100 * r['ours'][k]:.2f}" for k in ("p@1", "p@3", "p@5"))
+                + " sklearn "
+                + "/".join(f"{100 * r['sklearn'][k]:.2f}" for k in ("p@1", "p@3", "p@5"))
+            )
+        if "out_of_core" in args.only and url is not None:
+            oc_m = args.oc_m or (8 if args.small else 128)
+            out["out_of_core"] = r = bench_out_of_core(url, oc_m, limit, log)
+            r["m"] = oc_m
+            log(
+                f"[3] out-of-core fit: store {r['store_bytes'] / 2**20:.0f} MiB = "
+                f"{r['store_over_limit']:.1f}x worker limit "
+                f"{r['worker_memory_limit'] / 2**20:.0f} MiB; "
+                f"peak worker RSS {r['peak_worker_rss'] / 2**20:.0f} MiB "
+                f"({r['peak_rss_over_limit']:.2f}x limit), {r['seconds']:.1f}s"
+            )
+    finally:
+        if not (args.keep or args.workdir):
+            shutil.rmtree(workdir, ignore_errors=True)
+    out["loadavg_after"] = os.getloadavg()
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1, default=float)
+    return out
+
+
+if __name__ == "__main__":
+    main()
+    sys.exit(0)

@@ -1,0 +1,294 @@
+"""GIMC block functions: one row block of ``X`` (and of the labels ``A``) in, small numpy out.
+
+The feature map is described by a :class:`FeatureSpec`: a tuple of parts laid side by side.
+Every part owns a column slice ``[start, stop)`` of the parameter matrix ``U`` (d x m_total)
+and a column slice ``[phi_start, phi_stop)`` of ``Phi``:
+
+* ``"fourier"`` (LFF / RFF, SPEC 1.2): ``Phi_p = [cos Z, sin Z] / sqrt(m)``, ``Z = X U_p``
+  (``2 m`` columns).
+* ``"nystrom"`` (LNYS / NYS): ``Phi_p = C M`` with ``C_ir = exp(-gamma ||x_i - u_r||^2)``
+  (``m`` columns); ``M`` is ``None`` (identity, the learned variant) or a fixed m x m matrix
+  (IMC-NYS, ``M = (E^+)^(1/2)``).
+
+All functions here are pure: they never modify their inputs (read-only Zarr/Dask chunks) and
+return float arrays that the engine sums over blocks in float64.  ``A`` blocks are either CSR
+0/1 matrices (multi-label) or a column of class codes (multi-class, one-hot built here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.linalg.blas import dsyrk, ssyrk
+
+from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
+from ooc_lowrank.kernels.rbf import lnys_t, rbf_from_dot
+
+
+@dataclass(frozen=True)
+class Part:
+    """One feature map in the concatenation (see module docstring)."""
+
+    kind: str  # "fourier" | "nystrom"
+    start: int
+    stop: int
+    phi_start: int
+    phi_stop: int
+    gamma: float
+    M: np.ndarray | None = None
+    learn: bool = True
+
+    @property
+    def m(self) -> int:
+        return self.stop - self.start
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """Concatenated feature map: ``Phi = [Phi_part0, Phi_part1, ...]``."""
+
+    parts: tuple
+
+    @property
+    def n_params(self) -> int:
+        return self.parts[-1].stop
+
+    @property
+    def n_features(self) -> int:
+        return self.parts[-1].phi_stop
+
+    @property
+    def learns(self) -> bool:
+        return any(p.learn for p in self.parts)
+
+    @classmethod
+    def build(cls, parts):
+        """``parts``: iterable of ``(kind, m, gamma, M, learn)``; offsets are filled in."""
+        out, s, ps = [], 0, 0
+        for kind, m, gamma, M, learn in parts:
+            width = 2 * m if kind == "fourier" else m
+            out.append(Part(kind, s, s + m, ps, ps + width, float(gamma), M, bool(learn)))
+            s, ps = s + m, ps + width
+        return cls(tuple(out))
+
+
+# ----------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------
+
+
+def _dot(Xb, U):
+    """``Xb @ U`` as a C-ordered ndarray of Xb's dtype (dense BLAS or scipy.sparse)."""
+    Z = Xb @ U
+    return np.ascontiguousarray(Z)
+
+
+def _row_sq(Xb, dtype):
+    if sp.issparse(Xb):
+        return np.asarray(Xb.multiply(Xb).sum(axis=1), dtype=dtype).ravel()
+    return np.einsum("ij,ij->i", Xb, Xb).astype(dtype, copy=False)
+
+
+def label_block(Ab, n_labels, codes, dtype):
+    """Labels of one block as CSR ``(n_b, n_labels)``; class codes become one-hot rows."""
+    if codes:
+        c = np.asarray(Ab).reshape(-1).astype(np.int64)
+        n = c.shape[0]
+        return sp.csr_matrix(
+            (np.ones(n, dtype=dtype), c, np.arange(n + 1, dtype=np.int64)), shape=(n, n_labels)
+        )
+    if sp.issparse(Ab):
+        return sp.csr_matrix(Ab, dtype=dtype)
+    return sp.csr_matrix(np.asarray(Ab, dtype=dtype))
+
+
+def _phi_from_dots(Z, xsq, usq, spec, out):
+    """Fill ``out`` (n_b, D) from the projections ``Z = X U`` (n_b, m_total); may overwrite Z.
+
+    Returns the list of raw kernel blocks ``C`` for Nystrom parts with a fixed ``M`` (else the
+    corresponding view of ``out``).
+    """
+    Cs = []
+    for p in spec.parts:
+        Zp = Z[:, p.start : p.stop]
+        if p.kind == "fourier":
+            fourier_features(
+                np.ascontiguousarray(Zp), 1.0 / np.sqrt(p.m), out[:, p.phi_start : p.phi_stop]
+            )
+            Cs.append(None)
+        else:
+            Zc = np.ascontiguousarray(Zp)
+            if p.M is None:
+                C = rbf_from_dot(
+                    Zc, xsq, usq[p.start : p.stop], p.gamma, out[:, p.phi_start : p.phi_stop]
+                )
+            else:
+                C = rbf_from_dot(Zc, xsq, usq[p.start : p.stop], p.gamma, Zc)
+                np.matmul(C, p.M.astype(C.dtype, copy=False), out=out[:, p.phi_start : p.phi_stop])
+            Cs.append(C)
+    return Cs
+
+
+def _needs_xsq(spec):
+    return any(p.kind == "nystrom" for p in spec.parts)
+
+
+def features_block(Xb, U, spec):
+    """``Phi`` of one block, shape (n_b, D), dtype of ``Xb``."""
+    dt = Xb.dtype
+    Z = _dot(Xb, U)
+    xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
+    usq = np.einsum("ij,ij->j", U, U).astype(dt) if _needs_xsq(spec) else None
+    Phi = np.empty((Z.shape[0], spec.n_features), dtype=dt)
+    _phi_from_dots(Z, xsq, usq, spec, Phi)
+    return Phi
+
+
+def _gram(Phi):
+    """Upper triangle of ``Phi^T Phi`` by syrk (no copy for C-ordered Phi)."""
+    if Phi.shape[0] == 0:
+        return np.zeros((Phi.shape[1], Phi.shape[1]), dtype=Phi.dtype)
+    f = ssyrk if Phi.dtype == np.float32 else dsyrk
+    return f(1.0, Phi.T, trans=0, lower=0)
+
+
+def symmetrize_upper(S):
+    """Full symmetric matrix from an upper triangle (syrk output)."""
+    return np.triu(S) + np.triu(S, 1).T
+
+
+# ----------------------------------------------------------------------------------------
+# passes
+# ----------------------------------------------------------------------------------------
+
+
+def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
+    """Statistics pass: for each trial ``U_t = U - eta_t * direction`` return
+    ``triu(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
+
+    One read of the block serves every trial: ``X U_t = X U - eta_t X direction`` (two GEMMs
+    whatever the number of trials).
+
+    Parameters
+    ----------
+    Xb : ndarray or csr_matrix of shape (n_b, d)
+    Ab : csr_matrix of shape (n_b, L) or ndarray of shape (n_b, 1) of class codes
+    U : ndarray of shape (d, m_total), dtype of Xb
+    direction : ndarray of shape (d, m_total) or None (then ``etas`` must be ``(0.0,)``)
+    etas : tuple of float
+    """
+    dt = Xb.dtype
+    A = label_block(Ab, n_labels, codes, dt)
+    AT = A.T.tocsr() if A.shape[1] > 4 * A.shape[0] else A.T  # csc view: A^T Phi streams A
+    Z0 = _dot(Xb, U)
+    Zg = _dot(Xb, direction) if direction is not None else None
+    nys = _needs_xsq(spec)
+    xsq = _row_sq(Xb, dt) if nys else None
+    n = Z0.shape[0]
+    Phi = np.empty((n, spec.n_features), dtype=dt)
+    Z = np.empty_like(Z0)
+    out = []
+    for eta in etas:
+        if Zg is None or eta == 0.0:
+            Z[...] = Z0
+            Ut = U
+        else:
+            np.multiply(Zg, dt.type(eta), out=Z)
+            np.subtract(Z0, Z, out=Z)
+            Ut = U - dt.type(eta) * direction
+        usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if nys else None
+        _phi_from_dots(Z, xsq, usq, spec, Phi)
+        out.append(_gram(Phi))
+        out.append(np.asarray(AT @ Phi))
+    if with_a2:
+        out.append(np.array(float(np.dot(A.data.astype(np.float64), A.data))))
+    return tuple(out)
+
+
+def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
+    """Gradient pass (SPEC 1.4.3/1.4.6): returns ``X_b^T Xi_b`` (d, m_total) and the LNYS column
+    sums ``1^T T_b`` (m_total,) (zeros for Fourier and frozen parts).
+
+    ``G_b = Phi_b (W W^T) - A_b W^T`` is formed as an (n_b, D) array.  When ``WWt`` is None
+    (the caller's choice for ``L < D/2``) it is ``(Phi_b W - A_b) W^T`` instead, cheaper by a
+    factor ``D / 2L``; its transient (n_b, L) block is smaller than ``Phi_b``.
+    """
+    dt = Xb.dtype
+    A = label_block(Ab, n_labels, codes, dt)
+    Z = _dot(Xb, U)
+    nys = _needs_xsq(spec)
+    xsq = _row_sq(Xb, dt) if nys else None
+    usq = np.einsum("ij,ij->j", U, U).astype(dt) if nys else None
+    Phi = np.empty((Z.shape[0], spec.n_features), dtype=dt)
+    _phi_from_dots(Z, xsq, usq, spec, Phi)
+    if WWt is None:  # few labels (L < D/2): residual form, transient (n_b, L) block
+        R = Phi @ Wt.T
+        R -= A.toarray()
+        G = R @ Wt
+    else:
+        G = Phi @ WWt
+        G -= np.asarray(A @ Wt)
+    gX = np.zeros((Xb.shape[1], spec.n_params), dtype=np.float64)
+    colsum = np.zeros(spec.n_params, dtype=np.float64)
+    XT = Xb.T
+    for p in spec.parts:
+        if not p.learn:
+            continue
+        Gp = G[:, p.phi_start : p.phi_stop]
+        if p.kind == "fourier":
+            Xi = lff_xi(Phi[:, p.phi_start : p.phi_stop], Gp, out=Gp[:, : p.m])
+            gX[:, p.start : p.stop] = XT @ Xi
+        else:
+            if p.M is not None:
+                raise NotImplementedError("learned Nystrom parts use M = I")
+            T, cs = lnys_t(Gp, Phi[:, p.phi_start : p.phi_stop], out=Gp)
+            gX[:, p.start : p.stop] = XT @ T
+            colsum[p.start : p.stop] = cs
+    return gX, colsum
+
+
+def finalize_grad(gX, colsum, U, spec):
+    """``grad_U`` from the reduced pieces.
+
+    LFF parts as they are; LNYS parts ``2 gamma (X^T T - U diag(1^T T))``; frozen parts 0.
+    """
+    g = np.array(gX, dtype=np.float64)
+    for p in spec.parts:
+        sl = slice(p.start, p.stop)
+        if not p.learn:
+            g[:, sl] = 0.0
+        elif p.kind == "nystrom":
+            g[:, sl] = 2.0 * p.gamma * (g[:, sl] - U[:, sl] * colsum[sl][None, :])
+    return g
+
+
+def scores_block(Xb, U, spec, W):
+    """Decision values ``Phi_b W`` (n_b, L)."""
+    Phi = features_block(Xb, U, spec)
+    return Phi @ W
+
+
+def topk_block(Xb, U, spec, W, k):
+    """Top-k labels and scores of one block as one (n_b, 2k) float64 array
+    ``[labels..., scores...]`` (labels sorted by decreasing score; exact as float64).
+
+    The (n_b, L) score block is transient and processed in row slices of bounded size.
+    """
+    Phi = features_block(Xb, U, spec)
+    n, L = Phi.shape[0], W.shape[1]
+    out = np.empty((n, 2 * k), dtype=np.float64)
+    step = max(1, int(2**22 // max(L, 1)))
+    for s in range(0, n, step):
+        S = Phi[s : s + step] @ W
+        if k < L:
+            idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+        else:
+            idx = np.broadcast_to(np.arange(L), (S.shape[0], L)).copy()
+        sc = np.take_along_axis(S, idx, axis=1)
+        order = np.argsort(-sc, axis=1, kind="stable")
+        idx = np.take_along_axis(idx, order, axis=1)
+        out[s : s + step, :k] = idx
+        out[s : s + step, k:] = np.take_along_axis(sc, order, axis=1)
+    return out

@@ -1,0 +1,273 @@
+"""Random / learnable feature maps as scikit-learn transformers (SPEC 1.2, 1.6).
+
+:class:`FourierFeatures` (RFF; the initial point of GIMC-LFF) and :class:`NystromFeatures`
+(IMC-NYS with ``normalize=True``; the initial point of GIMC-LNYS with ``normalize=False``) work
+alone on dense or CSR input held as NumPy / scipy.sparse (result: ndarray), Dask arrays or store
+arrays (result: a lazy Dask array).  ``gamma=None`` uses the median heuristic
+``1 / median ||x_i - x_j||^2`` on a random sample of rows.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ooc_lowrank import engine
+from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank.gimc import _blocks
+
+__all__ = ["FourierFeatures", "NystromFeatures", "median_gamma", "sample_rows"]
+
+_SAMPLE = 1000
+
+
+def _is_lazy(X):
+    import dask.array as da
+
+    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
+
+
+def sample_rows(X, n_samples, rng):
+    """A random sample of at most ``n_samples`` rows of ``X`` (dense ndarray or CSR).
+
+    In-memory inputs are indexed directly; store arrays read a few random row blocks; Dask
+    arrays compute only the sampled rows (one small ``dask.compute``).
+    """
+    if isinstance(X, engine.Blocked):
+        X = X.source if (X.source is not None) else X.dask
+    if hasattr(X, "read") and hasattr(X, "kind"):  # store ArrayHandle
+        n, B = X.shape[0], X.block_rows
+        nb = -(-n // B)
+        pick = np.sort(rng.choice(nb, size=min(nb, max(1, -(-n_samples // B) + 1)), replace=False))
+        parts = [X.read(int(b * B), int(min(n, (b + 1) * B))) for b in pick]
+        S = sp.vstack(parts, format="csr") if sp.issparse(parts[0]) else np.vstack(parts)
+        return sample_rows(S, n_samples, rng)
+    n = X.shape[0]
+    idx = np.sort(rng.choice(n, size=min(n, n_samples), replace=False))
+    try:
+        import dask.array as da
+
+        if isinstance(X, da.Array):
+            (S,) = engine.compute(X[idx])
+            return sp.csr_matrix(S) if sp.issparse(S) else np.asarray(S)
+    except ImportError:  # pragma: no cover
+        pass
+    if sp.issparse(X):
+        return sp.csr_matrix(X)[idx]
+    return np.asarray(X)[idx]
+
+
+def median_gamma(S):
+    """``1 / median_{i<j} ||s_i - s_j||^2`` over the rows of a sample (dense or CSR)."""
+    if sp.issparse(S):
+        sq = np.asarray(S.multiply(S).sum(axis=1), dtype=np.float64).ravel()
+        G = np.asarray((S @ S.T).todense(), dtype=np.float64)
+    else:
+        S = np.asarray(S, dtype=np.float64)
+        sq = np.einsum("ij,ij->i", S, S)
+        G = S @ S.T
+    D2 = np.maximum(sq[:, None] + sq[None, :] - 2 * G, 0.0)
+    iu = np.triu_indices(S.shape[0], 1)
+    med = float(np.median(D2[iu])) if iu[0].size else 0.0
+    if med <= 0:
+        pos = D2[iu][D2[iu] > 0]
+        med = float(np.median(pos)) if pos.size else 1.0
+    return 1.0 / med
+
+
+def _check_gamma(gamma):
+    if gamma is None:
+        return None
+    return check_scalar(
+        gamma,
+        "gamma",
+        low=0.0,
+        low_inclusive=False,
+        fix="Pass a positive kernel width, or gamma=None for the median heuristic",
+    )
+
+
+def _n_features(X):
+    return int(X.shape[1])
+
+
+def _transform(X, U, spec, n_features_in, dtype=None):
+    """Apply a feature spec: ndarray out for in-memory input, lazy Dask array otherwise."""
+    if getattr(X, "ndim", 2) != 2:
+        raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+    if _n_features(X) != n_features_in:
+        raise ValueError(
+            f"X has {_n_features(X)} features, but this transformer was fitted with "
+            f"{n_features_in}; pass data with the same columns as in fit"
+        )
+    lazy = _is_lazy(X)
+    B = engine.as_blocked(X, name="X")
+    dt = B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    arr = engine.map_rows(
+        _blocks.features_block, B, args=(U.astype(dt), spec), n_cols=spec.n_features, dtype=dt
+    )
+    if lazy:
+        return arr
+    (out,) = engine.compute(arr)
+    return out
+
+
+class FourierFeatures(TransformerMixin, BaseEstimator):
+    """Random Fourier features ``phi(x) = [cos(U^T x), sin(U^T x)] / sqrt(m)`` (SPEC 1.2).
+
+    ``E[phi(x)^T phi(y)] = exp(-gamma ||x - y||^2)`` for ``u_r ~ N(0, 2 gamma I)``.
+
+    Parameters
+    ----------
+    n_components : int, default=500
+        Number of projections ``m``; the output has ``2 m`` columns.
+    gamma : float or None, default=None
+        RBF width; ``None`` uses the median heuristic on a sample of rows.
+    random_state : int, RandomState, Generator or None
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_features, n_components)
+        The projection matrix ``U``.
+    gamma_ : float
+    n_features_in_ : int
+    """
+
+    def __init__(self, *, n_components=500, gamma=None, random_state=None):
+        self.n_components = n_components
+        self.gamma = gamma
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        """Draw ``U`` (uses only the shape of X, plus a row sample for the median heuristic)."""
+        check_scalar(
+            self.n_components,
+            "n_components",
+            kind=numbers.Integral,
+            low=1,
+            fix="Use at least one random feature, e.g. n_components=500",
+        )
+        _check_gamma(self.gamma)
+        if getattr(X, "ndim", 2) != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        d = _n_features(X)
+        if self.gamma is None:
+            self.gamma_ = median_gamma(sample_rows(X, _SAMPLE, rng))
+        else:
+            self.gamma_ = float(self.gamma)
+        self.components_ = rng.normal(0.0, np.sqrt(2.0 * self.gamma_), size=(d, self.n_components))
+        self.n_features_in_ = d
+        return self
+
+    def _spec(self):
+        return _blocks.FeatureSpec.build(
+            [("fourier", self.components_.shape[1], self.gamma_, None, False)]
+        )
+
+    def transform(self, X):
+        """``Phi`` of shape (n_samples, 2 * n_components); lazy for lazy input."""
+        check_is_fitted(self, "components_")
+        return _transform(X, self.components_, self._spec(), self.n_features_in_)
+
+
+class NystromFeatures(TransformerMixin, BaseEstimator):
+    """Nystrom features on RBF landmarks, ``phi(x) = [k(x, u_1), ..., k(x, u_m)] M`` (SPEC 1.2).
+
+    Parameters
+    ----------
+    n_components : int, default=500
+        Number of landmarks ``m`` (capped at the number of rows sampled).
+    gamma : float or None, default=None
+        RBF width ``k(x, u) = exp(-gamma ||x - u||^2)``; ``None``: median heuristic.
+    landmarks : {"random", "kmeans"}, default="random"
+        Uniform sample of rows, or k-means centres of a row sample.
+    normalize : bool, default=True
+        ``M = (E^+)^(1/2)`` with ``E = k(U, U)`` (IMC-NYS); ``False`` gives ``M = I`` (the raw
+        kernel columns, the GIMC-LNYS parametrization).
+    random_state : int, RandomState, Generator or None
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_features, n_components)
+        Landmarks as columns.
+    normalization_ : ndarray of shape (n_components, n_components) or None
+    gamma_ : float
+    n_features_in_ : int
+    """
+
+    def __init__(
+        self, *, n_components=500, gamma=None, landmarks="random", normalize=True, random_state=None
+    ):
+        self.n_components = n_components
+        self.gamma = gamma
+        self.landmarks = landmarks
+        self.normalize = normalize
+        self.random_state = random_state
+
+    def fit(self, X, y=None):
+        """Pick landmarks from a row sample (and the normalization)."""
+        check_scalar(
+            self.n_components,
+            "n_components",
+            kind=numbers.Integral,
+            low=1,
+            fix="Use at least one landmark, e.g. n_components=500",
+        )
+        _check_gamma(self.gamma)
+        if self.landmarks not in ("random", "kmeans"):
+            raise param_error("landmarks", "must be 'random' or 'kmeans'", self.landmarks)
+        if getattr(X, "ndim", 2) != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        m = self.n_components
+        S = sample_rows(
+            X, max(_SAMPLE, 4 * m) if self.landmarks == "kmeans" else max(_SAMPLE, m), rng
+        )
+        self.gamma_ = median_gamma(S[:_SAMPLE]) if self.gamma is None else float(self.gamma)
+        m = min(m, S.shape[0])
+        if self.landmarks == "kmeans" and S.shape[0] > m:
+            from sklearn.cluster import KMeans
+
+            km = KMeans(
+                n_clusters=m, n_init=1, max_iter=50, random_state=int(rng.integers(2**31 - 1))
+            )
+            km.fit(S)
+            C = np.asarray(km.cluster_centers_, dtype=np.float64)
+        else:
+            pick = rng.choice(S.shape[0], size=m, replace=False)
+            C = S[pick]
+            C = C.toarray() if sp.issparse(C) else np.asarray(C, dtype=np.float64)
+        self.components_ = np.ascontiguousarray(C.T, dtype=np.float64)
+        self.normalization_ = (
+            nystrom_normalization(self.components_, self.gamma_) if self.normalize else None
+        )
+        self.n_features_in_ = _n_features(X)
+        return self
+
+    def _spec(self):
+        return _blocks.FeatureSpec.build(
+            [("nystrom", self.components_.shape[1], self.gamma_, self.normalization_, False)]
+        )
+
+    def transform(self, X):
+        """``Phi`` of shape (n_samples, n_components); lazy for lazy input."""
+        check_is_fitted(self, "components_")
+        return _transform(X, self.components_, self._spec(), self.n_features_in_)
+
+
+def nystrom_normalization(U, gamma):
+    """``(E^+)^(1/2)`` for ``E_rs = exp(-gamma ||u_r - u_s||^2)`` (landmarks as columns of U)."""
+    sq = np.einsum("ij,ij->j", U, U)
+    E = np.exp(-gamma * np.maximum(sq[:, None] + sq[None, :] - 2 * U.T @ U, 0.0))
+    ev, vec = np.linalg.eigh(E)
+    keep = ev > 1e-10 * max(ev.max(), 1e-300)
+    inv = np.where(keep, 1.0 / np.sqrt(np.where(keep, ev, 1.0)), 0.0)
+    return (vec * inv) @ vec.T

@@ -1,0 +1,170 @@
+"""Ranking and classification metrics (SPEC 1.7, 5.4), in memory and block-wise over stores.
+
+Conventions (extreme-classification): precision@k is ``(1/k) sum_{l in top_k(s_i)} A_il``
+averaged over *all* rows (rows without a positive label count as 0); nDCG@k uses the binary
+gains ``1/log2(rank + 1)`` and the ideal DCG of ``min(k, #positives)`` hits (0 for rows without
+positives); accuracy is ``mean(argmax_j s_ij == c_i)``.  Ties in scores are broken by the lower
+label index.
+
+The block-wise path works on top-k label blocks: :func:`metric_sums_block` returns the per-block
+*sums* that :func:`ooc_lowrank.engine.reduce_blocks` adds up, and :func:`finalize` divides by the
+row count.  No (n_samples, n_labels) score matrix is ever needed.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "accuracy",
+    "finalize",
+    "max_k",
+    "metric_sums_block",
+    "ndcg_at_k",
+    "parse_metrics",
+    "precision_at_k",
+    "topk_from_scores",
+]
+
+_PAT = re.compile(r"^(p|precision|ndcg|n)@(\d+)$")
+
+
+def parse_metrics(metrics):
+    """Normalize metric names, e.g. ``"p@1,ndcg@5,accuracy"`` ->
+    ``[("p", 1), ("ndcg", 5), ("accuracy", 0)]``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name (the message lists the accepted forms).
+    """
+    if isinstance(metrics, str):
+        metrics = [m for m in metrics.split(",") if m.strip()]
+    out = []
+    for name in metrics:
+        key = name.strip().lower()
+        if key in ("accuracy", "acc"):
+            out.append(("accuracy", 0))
+            continue
+        mt = _PAT.match(key)
+        if not mt or int(mt.group(2)) < 1:
+            raise ValueError(
+                f"metrics: unknown metric {name!r}; use p@K, ndcg@K (K >= 1) or accuracy, "
+                "e.g. 'p@1,p@3,p@5'"
+            )
+        kind = "p" if mt.group(1) in ("p", "precision") else "ndcg"
+        out.append((kind, int(mt.group(2))))
+    return out
+
+
+def metric_key(kind, k):
+    return "accuracy" if kind == "accuracy" else f"{kind}@{k}"
+
+
+def max_k(parsed):
+    return max([k for _, k in parsed] + [1])
+
+
+def topk_from_scores(scores, k):
+    """Indices of the ``k`` largest scores per row, best first (ties: lower index first).
+
+    Parameters
+    ----------
+    scores : ndarray of shape (n_samples, n_labels)
+    k : int
+
+    Returns
+    -------
+    ndarray of shape (n_samples, min(k, n_labels)), int64
+    """
+    scores = np.asarray(scores)
+    k = min(int(k), scores.shape[1])
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int64)
+
+
+def _hits(Y, top):
+    """``hits[i, j] = Y[i, top[i, j]]`` for CSR or dense Y (0/1)."""
+    if sp.issparse(Y):
+        Y = sp.csr_matrix(Y)
+        n, k = top.shape
+        rows = np.repeat(np.arange(n), k)
+        return np.asarray(Y[rows, top.ravel()], dtype=np.float64).reshape(n, k)
+    return np.take_along_axis(np.asarray(Y, dtype=np.float64), top, axis=1)
+
+
+def _n_pos(Y):
+    if sp.issparse(Y):
+        return np.asarray((Y != 0).sum(axis=1)).ravel()
+    return np.count_nonzero(np.asarray(Y), axis=1)
+
+
+def metric_sums_block(Y, top, parsed, codes=False):
+    """Per-block sums of the requested metrics, as one float64 vector (order of ``parsed``).
+
+    Parameters
+    ----------
+    Y : csr_matrix or ndarray of shape (n_b, n_labels), or ndarray (n_b,) / (n_b, 1) of codes
+    top : ndarray of shape (n_b, K)
+        Top-K label indices per row, best first, ``K >= max_k(parsed)`` (or fewer labels).
+    parsed : list of (kind, k) from :func:`parse_metrics`
+    codes : bool
+        ``Y`` holds class codes (multi-class); "p@k" then means top-k accuracy / k.
+    """
+    top = np.asarray(top).astype(np.int64)
+    n = top.shape[0]
+    if codes:
+        c = np.asarray(Y).reshape(-1).astype(np.int64)
+        hits = (top == c[:, None]).astype(np.float64)
+        npos = np.ones(n)
+    else:
+        hits = _hits(Y, top) if n else np.zeros((0, top.shape[1]))
+        npos = _n_pos(Y) if n else np.zeros(0)
+    out = np.zeros(len(parsed), dtype=np.float64)
+    K = top.shape[1]
+    disc = 1.0 / np.log2(np.arange(2, max(K, 1) + 2))
+    for j, (kind, k) in enumerate(parsed):
+        kk = min(k, K)
+        if kind == "accuracy":
+            out[j] = hits[:, 0].sum() if K else 0.0
+        elif kind == "p":
+            out[j] = hits[:, :kk].sum() / k
+        else:
+            dcg = (hits[:, :kk] * disc[:kk]).sum(axis=1)
+            cdisc = np.concatenate([[0.0], np.cumsum(disc[:kk])])
+            idcg = cdisc[np.minimum(npos, kk).astype(np.int64)]
+            out[j] = np.where(idcg > 0, dcg / np.where(idcg > 0, idcg, 1.0), 0.0).sum()
+    return out
+
+
+def finalize(sums, n_rows, parsed):
+    """Divide block sums by the number of rows: ``{"p@1": ..., "ndcg@3": ..., ...}``."""
+    n = max(int(n_rows), 1)
+    return {metric_key(kind, k): float(s) / n for (kind, k), s in zip(parsed, sums, strict=False)}
+
+
+def precision_at_k(Y, scores, k):
+    """Precision@k of ``scores`` against 0/1 labels ``Y`` (both (n_samples, n_labels))."""
+    parsed = [("p", int(k))]
+    return finalize(metric_sums_block(Y, topk_from_scores(scores, k), parsed), len(scores), parsed)[
+        f"p@{k}"
+    ]
+
+
+def ndcg_at_k(Y, scores, k):
+    """nDCG@k of ``scores`` against 0/1 labels ``Y``."""
+    parsed = [("ndcg", int(k))]
+    return finalize(metric_sums_block(Y, topk_from_scores(scores, k), parsed), len(scores), parsed)[
+        f"ndcg@{k}"
+    ]
+
+
+def accuracy(y, scores_or_labels):
+    """Accuracy of an argmax: ``scores_or_labels`` is (n_samples, n_classes) scores or (n_samples,)
+    predicted codes; ``y`` holds class codes."""
+    p = np.asarray(scores_or_labels)
+    if p.ndim == 2:
+        p = np.argmax(p, axis=1)
+    return float(np.mean(p == np.asarray(y).reshape(-1)))

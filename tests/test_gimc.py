@@ -1,0 +1,417 @@
+"""GIMC: math (SPEC 1.4 checks ported), the functional core, and the estimator contract."""
+
+from __future__ import annotations
+
+import dask
+import dask.array as da
+import naive_gimc as nv
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from ooc_lowrank import engine
+from ooc_lowrank.gimc import GIMC, FourierFeatures, NystromFeatures, _blocks, core
+
+# ------------------------------------------------------------------------------ fixtures
+
+
+def _problem(rng, n=60, d=5, L=7, density=0.3):
+    X = rng.standard_normal((n, d))
+    A = (rng.random((n, L)) < density).astype(float)
+    A[0] = 0.0  # a row without labels
+    return X, sp.csr_matrix(A)
+
+
+def _spec(kinds, m, gamma, learn=True):
+    return _blocks.FeatureSpec.build([(k, m, gamma, None, learn) for k in kinds])
+
+
+def _U0(rng, X, kinds, m, gamma):
+    Us = []
+    for k in kinds:
+        if k == "fourier":
+            Us.append(rng.standard_normal((X.shape[1], m)) * np.sqrt(2 * gamma))
+        else:
+            Us.append(
+                X[rng.choice(X.shape[0], m, replace=False)].T
+                + 0.1 * rng.standard_normal((X.shape[1], m))
+            )
+    return np.hstack(Us)
+
+
+def _ml_data(rng, n=400, d=8, L=12, dtype=np.float64):
+    """Multi-label data with structure (labels from a nonlinear function of X)."""
+    X = rng.standard_normal((n, d)).astype(dtype)
+    P = rng.standard_normal((d, L))
+    S = np.cos(X @ P) + 0.3 * rng.standard_normal((n, L))
+    Y = sp.csr_matrix((S > 0.8).astype(dtype))
+    return X, Y
+
+
+SMALL = dict(n_components=12, max_iter=6, random_state=0)
+
+# ------------------------------------------------------------------------------ SPEC checks
+
+
+@pytest.mark.parametrize("kinds", [["fourier"], ["nystrom"], ["fourier", "nystrom"]])
+def test_gradient_matches_finite_differences(rng, kinds):
+    X, A = _problem(rng)
+    gamma, m, alpha = 0.4, 5, 0.3
+    spec = _spec(kinds, m, gamma)
+    U = _U0(rng, X, kinds, m, gamma)
+    W = rng.standard_normal((spec.n_features, A.shape[1])) * 0.5
+    gX, cs = _blocks.grad_block(
+        X, A, U, spec, W @ W.T, np.ascontiguousarray(W.T), A.shape[1], False
+    )
+    g = _blocks.finalize_grad(gX, cs, U, spec)
+    g_fd = nv.fd_grad(lambda u: nv.objective_direct(X, A, u, W, spec, alpha), U)
+    assert np.linalg.norm(g - g_fd) / np.linalg.norm(g_fd) < 1e-6
+    np.testing.assert_allclose(g, nv.grad_U(X, A, U, W, spec), rtol=1e-10, atol=1e-12)
+    # the residual form (used when L < D/2) gives the same gradient
+    gX2, cs2 = _blocks.grad_block(X, A, U, spec, None, np.ascontiguousarray(W.T), A.shape[1], False)
+    np.testing.assert_allclose(_blocks.finalize_grad(gX2, cs2, U, spec), g, rtol=1e-10, atol=1e-12)
+
+
+def test_w_step_is_stationary_and_gram_trick(rng):
+    X, A = _problem(rng)
+    spec = _spec(["fourier"], 5, 0.4)
+    U = _U0(rng, X, ["fourier"], 5, 0.4)
+    res = _blocks.stats_block(X, A, U, None, (0.0,), spec, A.shape[1], False, True)
+    S_PP, S_AP, a2 = _blocks.symmetrize_upper(res[0]), res[1], float(res[2])
+    Phi = nv.phi_spec(X, U, spec)
+    np.testing.assert_allclose(S_PP, Phi.T @ Phi, rtol=1e-12)
+    np.testing.assert_allclose(S_AP, (Phi.T @ A.toarray()).T, rtol=1e-12)
+    W = core.w_step(S_PP, S_AP, 0.3)
+    gradW = Phi.T @ (Phi @ W - A.toarray()) + 0.3 * W
+    assert np.linalg.norm(gradW) / np.linalg.norm(S_AP) < 1e-10
+    W2 = rng.standard_normal(W.shape)
+    f_direct = nv.objective_direct(X, A, U, W2, spec, 0.3)
+    assert abs(core.objective(W2, S_PP, S_AP, a2, 0.3) - f_direct) / f_direct < 1e-12
+
+
+def test_trial_batch_equals_direct_statistics(rng):
+    X, A = _problem(rng)
+    kinds = ["fourier", "nystrom"]
+    spec = _spec(kinds, 4, 0.3)
+    U = _U0(rng, X, kinds, 4, 0.3)
+    g = rng.standard_normal(U.shape)
+    etas = (0.1, 0.05, 0.0)
+    res = _blocks.stats_block(X, A, U, g, etas, spec, A.shape[1], False, False)
+    for t, eta in enumerate(etas):
+        Phi = nv.phi_spec(X, U - eta * g, spec)
+        np.testing.assert_allclose(
+            _blocks.symmetrize_upper(res[2 * t]), Phi.T @ Phi, rtol=1e-10, atol=1e-12
+        )
+        np.testing.assert_allclose(res[2 * t + 1], A.T @ Phi, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kinds", [["fourier"], ["nystrom"], ["fourier", "nystrom"]])
+def test_core_fit_matches_naive_and_never_increases(rng, kinds):
+    X, A = _problem(rng, n=80)
+    spec = _spec(kinds, 5, 0.4)
+    U0 = _U0(rng, X, kinds, 5, 0.4)
+    r = core.fit_gimc(
+        engine.as_blocked(X, block_rows=23),
+        engine.as_blocked(A, block_rows=23),
+        U0,
+        spec,
+        alpha=0.3,
+        n_labels=A.shape[1],
+        codes=False,
+        max_iter=8,
+        tol=0,
+    )
+    Un, Wn, hist = nv.fit_naive(X, A, U0, spec, 0.3, 8, tol=0)
+    assert np.all(np.diff(r.objective) <= 0)
+    np.testing.assert_allclose(r.objective, hist, rtol=1e-9)
+    np.testing.assert_allclose(r.U, Un, rtol=1e-8, atol=1e-10)
+    assert r.n_passes >= 1 + 2 * r.n_iter
+
+
+# ------------------------------------------------------------------------------ estimator
+
+
+@pytest.mark.parametrize("features", ["fourier", "nystrom", "both"])
+@pytest.mark.parametrize("learn", [True, False])
+def test_fit_objective_monotone_and_callback(rng, features, learn):
+    X, Y = _ml_data(rng)
+    seen = []
+    g = GIMC(features=features, learn_features=learn, callback=lambda *a: seen.append(a), **SMALL)
+    g.fit(X, Y)
+    assert np.all(np.diff(g.objective_) <= 0)
+    assert [s[0] for s in seen] == list(range(len(g.objective_)))
+    assert [s[2] for s in seen] == list(g.objective_)
+    if learn:
+        assert g.objective_[-1] < g.objective_[0]
+        assert g.n_iter_ >= 1
+    else:
+        assert g.n_passes_ == 1 and g.n_iter_ == 0
+    D = {"fourier": 24, "nystrom": 12, "both": 36}[features]
+    assert g.coef_.shape == (D, Y.shape[1])
+
+
+def test_gimc_beats_imc_on_structured_data(rng):
+    X, Y = _ml_data(rng, n=800)
+    kw = dict(n_components=20, alpha=0.5, random_state=1)
+    lff = GIMC(max_iter=30, **kw).fit(X[:600], Y[:600])
+    rff = GIMC(learn_features=False, **kw).fit(X[:600], Y[:600])
+    assert lff.objective_[-1] < rff.objective_[-1]
+    assert lff.evaluate(X[600:], Y=Y[600:])["p@1"] >= rff.evaluate(X[600:], Y=Y[600:])["p@1"] - 0.02
+
+
+@pytest.mark.parametrize("block_rows", [None, 150, 97])
+def test_chunk_invariance_of_whole_fit(rng, block_rows):
+    X, Y = _ml_data(np.random.default_rng(5), n=300)
+    ref = GIMC(features="both", block_rows=300, **SMALL).fit(X, Y)
+    g = GIMC(features="both", block_rows=block_rows, **SMALL).fit(X, Y)
+    np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-9)
+    np.testing.assert_allclose(g.components_, ref.components_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(g.coef_, ref.coef_, rtol=1e-6, atol=1e-8)
+
+
+def test_dask_chunks_invariance(rng):
+    X, Y = _ml_data(np.random.default_rng(6), n=300)
+    ref = GIMC(**SMALL).fit(X, Y)
+    Xd = da.from_array(X, chunks=(70, -1))
+    g = GIMC(**SMALL).fit(Xd, Y)
+    np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-9)
+
+
+def test_float32_stays_float32_and_matches_float64(rng):
+    X, Y = _ml_data(rng)
+    g64 = GIMC(**SMALL).fit(X, Y)
+    g32 = GIMC(**SMALL).fit(X.astype(np.float32), Y.astype(np.float32))
+    np.testing.assert_allclose(g32.objective_[0], g64.objective_[0], rtol=1e-4)
+    assert np.all(np.diff(g32.objective_) <= 0)
+    s32 = g32.decision_function(X[:10].astype(np.float32))
+    assert s32.dtype == np.float32
+    np.testing.assert_allclose(s32, g64.decision_function(X[:10]), atol=0.05)
+
+
+def test_dense_and_csr_X_agree(rng):
+    X, Y = _ml_data(rng)
+    X[np.abs(X) < 0.7] = 0.0
+    gd = GIMC(features="both", **SMALL).fit(X, Y)
+    gs = GIMC(features="both", **SMALL).fit(sp.csr_matrix(X), Y)
+    np.testing.assert_allclose(gs.objective_, gd.objective_, rtol=1e-9)
+    np.testing.assert_allclose(
+        gs.decision_function(sp.csr_matrix(X[:20])),
+        gd.decision_function(X[:20]),
+        rtol=1e-8,
+        atol=1e-10,
+    )
+
+
+def test_multiclass_strings_and_accuracy(rng):
+    X = rng.standard_normal((300, 4))
+    y = np.where(X[:, 0] * X[:, 1] > 0, "pos", np.where(X[:, 2] > 0, "a", "b"))
+    g = GIMC(n_components=30, max_iter=10, random_state=0).fit(X, y)
+    assert list(g.classes_) == ["a", "b", "pos"]
+    assert g.predict(X).dtype.kind == "U"
+    acc = g.score(X, y)
+    assert acc > 0.7
+    assert g.evaluate(X, ["accuracy"], Y=y)["accuracy"] == pytest.approx(acc)
+    lab, sc = g.predict_topk(X[:5], 2)
+    assert lab.shape == (5, 2) and set(lab.ravel()) <= set(g.classes_)
+    assert np.all(sc[:, 0] >= sc[:, 1])
+
+
+def test_predict_topk_and_metrics_match_dense_scores(rng):
+    X, Y = _ml_data(rng)
+    g = GIMC(**SMALL).fit(X, Y)
+    S = g.decision_function(X)
+    lab, sc = g.predict_topk(X, 3)
+    np.testing.assert_array_equal(lab, nv.dense(np.argsort(-S, axis=1, kind="stable")[:, :3]))
+    np.testing.assert_allclose(sc, np.take_along_axis(S, lab, 1), rtol=1e-12)
+    res = g.evaluate(X, ["p@1", "p@3", "ndcg@3"], Y=Y)
+    assert res["p@1"] == pytest.approx(nv.precision_at_k(S, Y, 1))
+    assert res["p@3"] == pytest.approx(nv.precision_at_k(S, Y, 3))
+    assert res["ndcg@3"] == pytest.approx(nv.ndcg_at_k(S, Y, 3))
+    P = g.predict(X)
+    assert sp.issparse(P) and P.shape == Y.shape
+
+
+def test_dask_in_dask_out(rng):
+    X, Y = _ml_data(rng)
+    g = GIMC(**SMALL).fit(X, Y)
+    Xd = da.from_array(X, chunks=(100, -1))
+    S = g.decision_function(Xd)
+    lab, sc = g.predict_topk(Xd, 4)
+    assert isinstance(S, da.Array) and isinstance(lab, da.Array) and isinstance(sc, da.Array)
+    np.testing.assert_allclose(S.compute(), g.decision_function(X), rtol=1e-12)
+    np.testing.assert_array_equal(lab.compute(), g.predict_topk(X, 4)[0])
+    Phi = FourierFeatures(n_components=6, random_state=0).fit(Xd).transform(Xd)
+    assert isinstance(Phi, da.Array) and Phi.shape == (X.shape[0], 12)
+
+
+def test_one_compute_per_pass_and_lazy_prediction(rng, counting_scheduler):
+    X, Y = _ml_data(rng)
+    Xd = da.from_array(X, chunks=(100, -1))
+    g = GIMC(**SMALL).fit(Xd, Y)
+    # one small compute for the initialization sample, then exactly one per pass
+    assert counting_scheduler.count == 1 + g.n_passes_
+    assert g.n_passes_ <= 1 + 3 * g.n_iter_
+    counting_scheduler.count = 0
+    lab, sc = g.predict_topk(Xd, 3)
+    S = g.decision_function(Xd)
+    assert counting_scheduler.count == 0  # nothing computed yet
+    # the graph maps blocks: no task ever holds the full input or an n x L score matrix
+    graph = dict(lab.__dask_graph__())
+    assert not any(k[0].startswith("concatenate") for k in graph if isinstance(k, tuple))
+    assert lab.chunks[0] == Xd.chunks[0] and S.chunks[0] == Xd.chunks[0]
+    lab.compute()
+    assert counting_scheduler.count == 1
+    counting_scheduler.count = 0
+    g.evaluate(Xd, ["p@1", "p@5"], Y=Y)
+    assert counting_scheduler.count == 1
+
+
+def test_distributed_fit_equals_threaded(rng, cluster_client):
+    X, Y = _ml_data(rng, n=300)
+    ref = GIMC(features="both", **SMALL).fit(X, Y)
+    with dask.config.set(scheduler=cluster_client.get):
+        g = GIMC(features="both", **SMALL).fit(X, Y)
+    np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-12)
+    np.testing.assert_allclose(g.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        (dict(n_components=0), "n_components must be >= 1"),
+        (dict(gamma=0.0), "gamma must be > 0"),
+        (dict(gamma=-1.0), "gamma must be > 0"),
+        (dict(alpha=0), "alpha must be > 0"),
+        (dict(features="rbf"), "features must be one of"),
+    ],
+)
+def test_bad_params_error_before_work(rng, counting_scheduler, params, match):
+    X, Y = _ml_data(rng, n=50)
+    with pytest.raises((ValueError, TypeError), match=match):
+        GIMC(**params).fit(X, Y)
+    assert counting_scheduler.count == 0
+
+
+def test_bad_data_errors_before_work(rng, counting_scheduler):
+    X, Y = _ml_data(rng, n=50)
+    Xn = X.copy()
+    Xn[3, 2] = np.nan
+    with pytest.raises(ValueError, match=r"X must hold only finite values; found nan.*impute"):
+        GIMC(**SMALL).fit(Xn, Y)
+    Y2 = Y.toarray()
+    Y2[0, 0] = 2.0
+    with pytest.raises(
+        ValueError,
+        match=r"Y \(multi-label\) must hold only 0/1 labels; found "
+        r"value 2\.0\. Binarize",
+    ):
+        GIMC(**SMALL).fit(X, sp.csr_matrix(Y2))
+    with pytest.raises(ValueError, match="Y must have as many rows as X: Y has 49 rows, X has 50"):
+        GIMC(**SMALL).fit(X, Y[:49])
+    assert counting_scheduler.count == 0
+    g = GIMC(**SMALL)
+    with dask.config.set(scheduler="sync"):
+        g.fit(X, Y)
+    counting_scheduler.count = 0
+    with pytest.raises(
+        ValueError, match="X has 7 features, but GIMC is expecting 8 features as input"
+    ):
+        g.predict_topk(X[:, :7], 2)
+    with pytest.raises(ValueError, match="X has 7 features"):
+        g.decision_function(da.from_array(X[:, :7]))
+    assert counting_scheduler.count == 0
+
+
+# ------------------------------------------------------------------------------ persistence
+
+
+def test_save_load_roundtrip(rng, tmp_path):
+    import ooc_lowrank
+
+    X, Y = _ml_data(rng)
+    for features, learn in [("both", True), ("nystrom", False)]:
+        g = GIMC(features=features, learn_features=learn, **SMALL).fit(X, Y)
+        g.save(tmp_path / f"m-{features}")
+        h = ooc_lowrank.load(tmp_path / f"m-{features}")
+        assert isinstance(h, GIMC) and h.get_params() == {**g.get_params(), "callback": None}
+        np.testing.assert_array_equal(h.decision_function(X[:9]), g.decision_function(X[:9]))
+    y = np.array(["x", "y", "z"])[rng.integers(0, 3, X.shape[0])]
+    g = GIMC(**SMALL).fit(X, y)
+    g.save(tmp_path / "mc")
+    h = ooc_lowrank.load(tmp_path / "mc")
+    np.testing.assert_array_equal(h.predict(X), g.predict(X))
+
+
+def test_store_fit_evaluate_predict_to_store(rng, tmp_path):
+    from ooc_lowrank.storage import DatasetWriter, open_dataset
+
+    X, Y = _ml_data(rng, n=500, dtype=np.float32)
+    url = str(tmp_path / "train.zarr")
+    with DatasetWriter(url, block_rows=128) as w:
+        w.add_dense("X", n_cols=X.shape[1], dtype="float32")
+        w.add_csr("Y", n_cols=Y.shape[1], dtype="float32")
+        for s in range(0, 500, 100):
+            w.append(X=X[s : s + 100], Y=Y[s : s + 100])
+    ds = open_dataset(url)
+    g = GIMC(**SMALL).fit(ds)
+    ref = GIMC(**SMALL).fit(ds["X"], ds["Y"])
+    np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-12)
+    assert np.all(np.diff(g.objective_) <= 0)
+    res = g.evaluate(ds, "p@1,p@3")
+    assert res == pytest.approx(g.evaluate(X, ["p@1", "p@3"], Y=Y))
+    out = str(tmp_path / "pred.zarr")
+    g.predict_to_store(ds, out, top_k=3)
+    p = open_dataset(out)
+    lab = p["labels"].read(0, 500)
+    np.testing.assert_array_equal(lab, g.predict_topk(X, 3)[0])
+
+
+# ------------------------------------------------------------------------------ transformers
+
+
+def test_fourier_features_approximate_rbf(rng):
+    X = rng.standard_normal((5, 3)) * 0.5
+    f = FourierFeatures(n_components=20000, gamma=0.4, random_state=0).fit(X)
+    Phi = f.transform(X)
+    K = np.exp(-0.4 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(Phi @ Phi.T, K, atol=0.03)
+    assert f.gamma_ == 0.4
+
+
+def test_nystrom_exact_with_all_points_as_landmarks(rng):
+    X = rng.standard_normal((30, 3))
+    f = NystromFeatures(n_components=30, gamma=0.3, random_state=0).fit(X)
+    Phi = f.transform(X)
+    K = np.exp(-0.3 * ((X[:, None] - X[None]) ** 2).sum(-1))
+    np.testing.assert_allclose(Phi @ Phi.T, K, atol=1e-6)
+    fs = NystromFeatures(n_components=10, landmarks="kmeans", random_state=0).fit(sp.csr_matrix(X))
+    assert fs.transform(sp.csr_matrix(X)).shape == (30, 10) and fs.gamma_ > 0
+
+
+def test_median_heuristic(rng):
+    from ooc_lowrank.gimc.features import median_gamma
+
+    X = rng.standard_normal((200, 10))
+    d2 = ((X[:, None] - X[None]) ** 2).sum(-1)[np.triu_indices(200, 1)]
+    assert median_gamma(X) == pytest.approx(1 / np.median(d2))
+    assert median_gamma(sp.csr_matrix(X)) == pytest.approx(1 / np.median(d2))
+
+
+# ------------------------------------------------------------------------------ sklearn
+
+
+def _sklearn_checks():
+    from sklearn.utils.estimator_checks import parametrize_with_checks
+
+    return parametrize_with_checks(
+        [GIMC(n_components=10, max_iter=3, random_state=0)],
+        expected_failed_checks=lambda est: {},
+    )
+
+
+@_sklearn_checks()
+def test_sklearn_contract(estimator, check):
+    check(estimator)
