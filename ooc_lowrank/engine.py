@@ -369,13 +369,27 @@ def _prepare(inputs):
     return blocked, ref
 
 
+#: Memory a tree-reduction step may hold in partial results (bytes).
+REDUCE_BYTES = 64 * 2**20
+
+
+def _fan_in(size: int) -> int:
+    """Fan-in of the tree reduction: as many partials as fit REDUCE_BYTES, between 2 and 8.
+
+    A step holds ``fan_in`` partial results of ``size`` float64 values; with 16 MB per block
+    output (Gram + cross statistics of several line-search trials) a fan-in of 8 alone would
+    need 128 MB on a worker.
+    """
+    return int(min(8, max(2, REDUCE_BYTES // max(8 * size, 1))))
+
+
 def reduce_blocks(
     fn: Callable,
     *inputs,
     args: Sequence = (),
     offset: bool = False,
     shapes=None,
-    split_every: int | None = 8,
+    split_every: int | None = None,
 ) -> Reduction:
     """Lazy sum over row blocks of ``fn(*blocks, *args)`` (float64, fixed tree order).
 
@@ -390,8 +404,8 @@ def reduce_blocks(
         Small state (factors, Gram matrices); large arrays are shipped once per graph.
     shapes : list of tuple, optional
         Output shapes; inferred by calling ``fn`` once on one-row all-zero blocks when omitted.
-    split_every : int
-        Fan-in of the tree reduction.
+    split_every : int, optional
+        Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
     """
     blocked, ref = _prepare(inputs)
     args = tuple(args)
@@ -418,6 +432,8 @@ def reduce_blocks(
         dtype=np.float64,
         meta=np.empty((0, 0), np.float64),
     )
+    if split_every is None:
+        split_every = _fan_in(size)
     total = packed.sum(axis=0, split_every=split_every) if nb else da.zeros(size, chunks=size)
     return Reduction(total, shapes, single)
 
@@ -513,7 +529,7 @@ def map_reduce(
     offset=False,
     shapes=None,
     client=None,
-    split_every=8,
+    split_every=None,
 ):
     """``compute(reduce_blocks(fn, *inputs, ...))``: one pass, one ``dask.compute``."""
     (out,) = compute(
@@ -525,6 +541,29 @@ def map_reduce(
     return out
 
 
+def _cluster_cache_cap(client):
+    """Half the total worker ``memory_limit`` of the distributed cluster in use, else None."""
+    kw = _scheduler_kwargs(client)
+    sched = kw.get("scheduler")
+    if sched is None and dask.config.get("scheduler", None) == "dask.distributed":
+        try:
+            from distributed import default_client
+
+            sched = default_client()
+        except (ImportError, ValueError):
+            return None
+    if sched is None or isinstance(sched, str) or not hasattr(sched, "scheduler_info"):
+        return None
+    try:
+        workers = sched.scheduler_info().get("workers", {})
+        limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    except Exception:  # an unreachable scheduler: no cap, the fit will report the real error
+        return None
+    if not limits or min(limits) <= 0:
+        return None
+    return int(0.5 * sum(limits))
+
+
 def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     """Keep inputs in memory across iterations when they fit ``budget`` bytes, else stream.
 
@@ -532,6 +571,12 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     unchanged.  Returns the list of (possibly persisted) inputs.
     """
     budget = DEFAULT_CACHE_BYTES if budget is None else int(budget)
+    cluster_cap = _cluster_cache_cap(client)
+    if cluster_cap is not None and cluster_cap < budget:
+        logger.info(
+            "cache budget capped at %.1f MB by the workers' memory limits", cluster_cap / 2**20
+        )
+        budget = cluster_cap
     from_store = [b for b in inputs if b.source is not None and hasattr(b.source, "read")]
     total = sum(b.nbytes for b in from_store)
     if not from_store:

@@ -147,3 +147,22 @@ def test_cache_decision_is_logged(tmp_path, data, caplog):
     assert "caching" in caplog.text and "streaming" in caplog.text
     assert streamed is b and kept is not b
     np.testing.assert_array_equal(engine.compute(kept.dask)[0], X)
+
+
+def test_fan_in_bounded_by_output_size():
+    assert engine._fan_in(10) == 8
+    assert engine._fan_in(2 * 2**20) == 4  # 16 MB partials: 4 at a time stay under 64 MB
+    assert engine._fan_in(50 * 2**20) == 2
+    red = engine.reduce_blocks(lambda b: np.zeros((1024, 1024)), np.ones((64, 2)), shapes=None)
+    assert red.packed.shape == (1024 * 1024,)
+
+
+def test_cache_budget_capped_by_cluster_memory(tmp_path, data, cluster_client, caplog):
+    X, _, _, _ = data
+    ds = write_arrays(str(tmp_path / "c.zarr"), {"X": X}, block_rows=50)
+    cap = engine._cluster_cache_cap(cluster_client)
+    assert cap is not None and cap <= 2 * 2 * 2**30  # half of 2 workers x 2 GiB
+    b = engine.as_blocked(ds["X"])
+    with caplog.at_level(logging.INFO, logger="ooc_lowrank"):
+        (out,) = engine.maybe_persist(b, budget=10**12, client=cluster_client)
+    assert "capped" in caplog.text and "caching" in caplog.text
