@@ -20,7 +20,16 @@ def _gram(Xb):
 
 
 def _peak_rss_bytes():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    """This process's peak RSS (VmHWM).
+
+    Not ``getrusage().ru_maxrss``: Linux carries ru_maxrss over exec from the forking parent, so
+    a worker started by a big pytest process would report the parent's peak.
+    """
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @pytest.mark.timeout(300)
