@@ -57,6 +57,17 @@ def test_reduce_equals_numpy(data, chunking, scheduler, sparse_x):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("chunking", list(CHUNKINGS))
+@pytest.mark.parametrize("sparse_x", [False, True])
+def test_reduce_equals_numpy_on_local_cluster(data, chunking, sparse_x, cluster_client):
+    X, Xs, Y, w = data
+    Xin = Xs if sparse_x else X
+    bx = engine.as_blocked(Xin).rechunk(np.array(CHUNKINGS[chunking](X.shape[0])))
+    got = engine.map_reduce(_gram_and_cross, bx, Y, args=(w,), client=cluster_client)
+    for g, r in zip(got, _reference(Xin, Y, w), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+
+
 def test_bitwise_identical_across_schedulers(data, cluster_client):
     X, _, Y, w = data
     bx = engine.as_blocked(X, block_rows=23)
