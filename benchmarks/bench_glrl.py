@@ -35,10 +35,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("OOC_LOWRANK_DATA", REPO.parent / "shared" / "data"))
 
-# Nonsmooth settings for MovieLens (SPEC 2.4 leaves them open).  Chosen on a 10 % validation
-# split of u1.base only (never on a test file): init at the mean, c = 4, nu = 0.99.
-ML_PARAMS = dict(loss="l1", rank=10, init="mean", step_schedule="sqrt", step_size=4.0, nu=0.99,
-                 max_inner=5, power_iter=20, power_tol=1e-3, random_state=0)
+# Nonsmooth settings for MovieLens (SPEC 2.4 leaves them open).  Chosen on random 10 %
+# validation splits of u1.base and u2.base only (never on a test file; mean validation MAE
+# 0.7401 vs 0.8119 for the previous init="mean", c=4, max_inner=5, and 0.7484 for Surprise SVD on
+# the same splits): start at mean + row and column biases (a rank-2 term that counts in the
+# rank-10 budget, so 8 greedy terms remain), c = 2, at most 2 terms per step, nu = 0.99.
+ML_PARAMS = dict(loss="l1", rank=10, init="bias", bias_reg=5.0, bias_sweeps=5,
+                 step_schedule="sqrt", step_size=2.0, nu=0.99, max_inner=2, power_iter=20,
+                 power_tol=1e-3, random_state=0)
 
 
 def _warmup():
@@ -306,7 +310,7 @@ def run(*, small=False, tiny=False, parts=("a", "b", "c"), data_dir=DEFAULT_DATA
             if (data_dir / "movielens-100k" / "u1.base.gz").exists():
                 kw = {}
                 if tiny:
-                    kw = dict(folds=("u1",), params=dict(rank=2, power_iter=2), surprise=False)
+                    kw = dict(folds=("u1",), params=dict(rank=3, power_iter=2), surprise=False)
                 elif small:
                     kw = dict(folds=("u1",))
                 res["movielens"] = bench_movielens(data_dir, tmp, **kw)

@@ -202,6 +202,35 @@ def test_dense_and_csr_X_agree(rng):
     )
 
 
+@pytest.mark.parametrize("features", ["fourier", "both"])
+def test_normalize_rows_equals_prenormalized_input(rng, tmp_path, features):
+    from sklearn.preprocessing import normalize
+
+    import ooc_lowrank
+
+    X, Y = _ml_data(rng)
+    X[np.abs(X) < 0.7] = 0.0
+    X[3] = 0.0  # an all-zero row stays zero
+    Xs = sp.csr_matrix(X)
+    kw = dict(features=features, gamma=0.7, **SMALL)
+    g = GIMC(normalize_rows=True, **kw).fit(Xs, Y)
+    ref = GIMC(**kw).fit(normalize(X), Y)
+    np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-9)
+    np.testing.assert_allclose(
+        g.decision_function(X[:20]), ref.decision_function(normalize(X[:20])), rtol=1e-8, atol=1e-10
+    )
+    np.testing.assert_array_equal(g.predict_topk(Xs, 3)[0], ref.predict_topk(normalize(X), 3)[0])
+    assert Xs.data.max() > 1.0  # the input was not modified in place
+    g.save(tmp_path / "m")
+    h = ooc_lowrank.load(tmp_path / "m")
+    assert h.normalize_rows and h.spec_.row_norm
+    np.testing.assert_array_equal(h.decision_function(X[:9]), g.decision_function(X[:9]))
+    # median heuristic on normalized rows: every row has norm 1, so gamma_ stays O(1)
+    g2 = GIMC(normalize_rows=True, features=features, **SMALL).fit(X * 100.0, Y)
+    g3 = GIMC(normalize_rows=True, features=features, **SMALL).fit(X, Y)
+    np.testing.assert_allclose(g2.gamma_, g3.gamma_, rtol=1e-9)
+
+
 def test_multiclass_strings_and_accuracy(rng):
     X = rng.standard_normal((300, 4))
     y = np.where(X[:, 0] * X[:, 1] > 0, "pos", np.where(X[:, 2] > 0, "a", "b"))
@@ -286,6 +315,7 @@ def test_distributed_fit_equals_threaded(rng, cluster_client):
         (dict(gamma=-1.0), "gamma must be > 0"),
         (dict(alpha=0), "alpha must be > 0"),
         (dict(features="rbf"), "features must be one of"),
+        (dict(normalize_rows="l2"), "normalize_rows must be True or False"),
     ],
 )
 def test_bad_params_error_before_work(rng, counting_scheduler, params, match):

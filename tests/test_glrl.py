@@ -361,3 +361,64 @@ def test_benchmark_body_tiny(tmp_path):
         assert 0 < res["movielens"]["glrl_mae_mean"] < 4
     ep = bench.load_epinions  # loader is exercised by the real-data run; check it exists
     assert callable(ep)
+
+
+# ----------------------------------------------------------------------------- bias init
+def _additive(rng, m=40, n=30, p=0.5):
+    bu, bi = rng.standard_normal(m), rng.standard_normal(n)
+    mask = rng.random((m, n)) < p
+    rows, cols = np.nonzero(mask)
+    return bu, bi, rows, cols, 3.0 + bu[rows] + bi[cols]
+
+
+@pytest.mark.parametrize("init", ["bias", "bias-l1"])
+def test_bias_init_fits_additive_matrix_as_rank_two(init, rng):
+    """X_0 = mu + b_u 1^T + 1 b_i^T: an exactly additive matrix is fitted by the start alone."""
+    bu, bi, rows, cols, vals = _additive(rng)
+    if init == "bias-l1":  # robust biases ignore a few gross outliers
+        vals = vals.copy()
+        vals[::37] += 50.0
+    (U, V, th), passes = glrl_core.bias_init(_reduce(rows, cols, vals, (40, 30)), (40, 30),
+                                             float(vals.mean()), reg=0.0, n_sweeps=60,
+                                             irls_eps=1e-6 if init == "bias-l1" else 0.0)
+    assert U.shape == (40, 2) and V.shape == (30, 2) and passes == 120
+    np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0)
+    pred = ((U * th) @ V.T)[rows, cols]
+    clean = 3.0 + bu[rows] + bi[cols]
+    ok = np.ones(rows.size, bool)
+    if init == "bias-l1":
+        ok[::37] = False
+    err = np.abs(pred[ok] - clean[ok])
+    if init == "bias":
+        assert err.max() < 1e-6
+    else:  # IRLS converges slowly but the outliers do not pull the fit
+        assert np.median(err) < 1e-2 and err.max() < 0.1
+
+
+@pytest.mark.parametrize("loss", ["l1", "square"])
+def test_bias_init_counts_two_terms_and_helps(loss, rng):
+    bu, bi, rows, cols, vals = _additive(rng)
+    M = rng.standard_normal((40, 1)) @ rng.standard_normal((1, 30))
+    vals = vals + M[rows, cols]
+    kw = dict(loss=loss, rank=4, power_iter=10, step_size=1.0)
+    fits = {i: GreedyLowRank(init=i, **kw).fit((rows, cols, vals), shape=(40, 30))
+            for i in ("mean", "bias")}
+    assert fits["bias"].n_components_ == 4  # 2 bias terms + 2 greedy terms
+    assert fits["bias"].n_passes_ > fits["bias"].n_iter_  # bias sweeps are counted
+    mae = {i: f.evaluate((rows, cols, vals), ["mae"])["mae"] for i, f in fits.items()}
+    assert mae["bias"] < mae["mean"]
+    # identical for any blocking
+    other = GreedyLowRank(init="bias", block_rows=7, **kw).fit((rows, cols, vals),
+                                                               shape=(40, 30))
+    np.testing.assert_allclose(other.predict(rows, cols), fits["bias"].predict(rows, cols),
+                               rtol=1e-7, atol=1e-8)
+
+
+def test_bias_init_params_are_checked():
+    rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
+    with pytest.raises(ValueError, match="rank must be >= 3 with init='bias'"):
+        GreedyLowRank(init="bias", rank=2).fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="init must be one of"):
+        GreedyLowRank(init="median").fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="bias_reg"):
+        GreedyLowRank(init="bias", bias_reg=-1.0).fit((rows, cols, np.ones(3)), shape=(3, 3))

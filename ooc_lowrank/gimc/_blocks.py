@@ -47,9 +47,14 @@ class Part:
 
 @dataclass(frozen=True)
 class FeatureSpec:
-    """Concatenated feature map: ``Phi = [Phi_part0, Phi_part1, ...]``."""
+    """Concatenated feature map: ``Phi = [Phi_part0, Phi_part1, ...]``.
+
+    ``row_norm``: every row of ``X`` is scaled to unit L2 norm (all-zero rows stay zero) before
+    the feature map, in every block function (fit and prediction alike).
+    """
 
     parts: tuple
+    row_norm: bool = False
 
     @property
     def n_params(self) -> int:
@@ -64,19 +69,42 @@ class FeatureSpec:
         return any(p.learn for p in self.parts)
 
     @classmethod
-    def build(cls, parts):
+    def build(cls, parts, row_norm=False):
         """``parts``: iterable of ``(kind, m, gamma, M, learn)``; offsets are filled in."""
         out, s, ps = [], 0, 0
         for kind, m, gamma, M, learn in parts:
             width = 2 * m if kind == "fourier" else m
             out.append(Part(kind, s, s + m, ps, ps + width, float(gamma), M, bool(learn)))
             s, ps = s + m, ps + width
-        return cls(tuple(out))
+        return cls(tuple(out), bool(row_norm))
 
 
 # ----------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------
+
+
+def l2_normalize_rows(Xb):
+    """A copy of ``Xb`` (dense or CSR) with unit-L2 rows; all-zero rows stay zero.  Never
+    modifies ``Xb`` (read-only store chunks)."""
+    dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    if sp.issparse(Xb):
+        Xb = sp.csr_matrix(Xb)
+        data = Xb.data.astype(np.float64)
+        counts = np.diff(Xb.indptr)
+        rows = np.repeat(np.arange(Xb.shape[0]), counts)
+        sq = np.bincount(rows, weights=data * data, minlength=Xb.shape[0]).astype(np.float64)
+        inv = np.divide(1.0, np.sqrt(sq), out=np.zeros_like(sq), where=sq > 0)
+        new = (data * inv[rows]).astype(dt)
+        return sp.csr_matrix((new, Xb.indices, Xb.indptr), shape=Xb.shape)
+    X64 = np.asarray(Xb, dtype=np.float64)
+    sq = np.einsum("ij,ij->i", X64, X64)
+    inv = np.divide(1.0, np.sqrt(sq), out=np.zeros_like(sq), where=sq > 0)
+    return (X64 * inv[:, None]).astype(dt)
+
+
+def _prep(Xb, spec):
+    return l2_normalize_rows(Xb) if spec.row_norm else Xb
 
 
 def _dot(Xb, U):
@@ -137,6 +165,7 @@ def _needs_xsq(spec):
 
 def features_block(Xb, U, spec):
     """``Phi`` of one block, shape (n_b, D), dtype of ``Xb``."""
+    Xb = _prep(Xb, spec)
     dt = Xb.dtype
     Z = _dot(Xb, U)
     xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
@@ -179,6 +208,7 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
     direction : ndarray of shape (d, m_total) or None (then ``etas`` must be ``(0.0,)``)
     etas : tuple of float
     """
+    Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
     AT = A.T.tocsr() if A.shape[1] > 4 * A.shape[0] else A.T  # csc view: A^T Phi streams A
@@ -215,6 +245,7 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     (the caller's choice for ``L < D/2``) it is ``(Phi_b W - A_b) W^T`` instead, cheaper by a
     factor ``D / 2L``; its transient (n_b, L) block is smaller than ``Phi_b``.
     """
+    Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
     Z = _dot(Xb, U)

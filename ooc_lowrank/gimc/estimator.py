@@ -91,6 +91,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
         Stop when the relative objective decrease of an iteration is at most ``tol``.
     landmarks : {"random", "kmeans"}, default="random"
         Nystrom landmark initialization.
+    normalize_rows : bool, default=False
+        Scale every row of ``X`` to unit L2 norm (all-zero rows stay zero) before the feature
+        map.  Applied block by block inside the model, identically in ``fit`` and in every
+        prediction method, so train and test data get the same preprocessing; the median
+        heuristic for ``gamma=None`` then runs on normalized rows.  Useful for bag-of-words
+        inputs such as Bibtex.
     n_trials : int, default=2
         Armijo trial steps evaluated per line-search pass.
     block_rows : int or None, default=None
@@ -134,6 +140,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         max_iter=100,
         tol=1e-4,
         landmarks="random",
+        normalize_rows=False,
         n_trials=2,
         block_rows=None,
         cache_bytes=None,
@@ -149,6 +156,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.tol = tol
         self.landmarks = landmarks
+        self.normalize_rows = normalize_rows
         self.n_trials = n_trials
         self.block_rows = block_rows
         self.cache_bytes = cache_bytes
@@ -193,6 +201,10 @@ class GIMC(ClassifierMixin, BaseEstimator):
         check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1, high=20)
         if self.landmarks not in ("random", "kmeans"):
             raise param_error("landmarks", "must be 'random' or 'kmeans'", self.landmarks)
+        if not isinstance(self.normalize_rows, (bool, np.bool_)):
+            raise param_error(
+                "normalize_rows", "must be True or False", self.normalize_rows, exc=TypeError
+            )
         if self.block_rows is not None:
             check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
         if self.cache_bytes is not None:
@@ -303,6 +315,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
     def _init_parts(self, X, rng):
         """Initial U (d x m_total) and the feature spec."""
         S = sample_rows(X, 1000, rng)
+        if self.normalize_rows:
+            S = _blocks.l2_normalize_rows(S)
         gamma = median_gamma(S) if self.gamma is None else float(self.gamma)
         kinds = ["fourier", "nystrom"] if self.features == "both" else [self.features]
         learn = bool(self.learn_features)
@@ -325,7 +339,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 t.fit(S)
                 Us.append(t.components_)
                 parts.append(("nystrom", t.components_.shape[1], gamma, t.normalization_, learn))
-        return np.hstack(Us), _blocks.FeatureSpec.build(parts)
+        return np.hstack(Us), _blocks.FeatureSpec.build(parts, row_norm=self.normalize_rows)
 
     def fit(self, X, Y=None):
         """Fit on ``X`` (n_samples, n_features) and labels ``Y``.
@@ -567,7 +581,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             parts.append(
                 (kind, int(m), float(gamma), arrays[f"M{i}"] if has_M else None, bool(learn))
             )
-        est.spec_ = _blocks.FeatureSpec.build(parts)
+        est.spec_ = _blocks.FeatureSpec.build(parts, row_norm=bool(params.get("normalize_rows")))
         est.components_ = arrays["components"]
         est.coef_ = arrays["coef"]
         est.objective_ = arrays["objective"]

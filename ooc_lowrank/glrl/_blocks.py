@@ -109,3 +109,29 @@ def check_block(row_start, block, n_cols, labels_pm1):
     total = float(vals[np.isfinite(vals)].sum()) if nnz else 0.0
     return np.array([float(nnz), float(nonfinite), float(bad_lab), float(out_of_range),
                      float(dup), total])
+
+
+def bias_block(row_start, block, mu, bu, bi, side, irls_eps):
+    """Sums for one alternating update of the bias init ``X_0 = mu + b_u 1^T + 1 b_i^T``.
+
+    ``side=0``: per-row ``[sum w (o - mu - b_i), sum w]`` (length ``2 * n_rows``); ``side=1``:
+    per-column ``[sum w (o - mu - b_u), sum w]`` (length ``2 * n_cols``).  ``w = 1`` when
+    ``irls_eps <= 0`` (square loss), else the L1 IRLS weight ``1 / max(|o - x_0|, irls_eps)``.
+    """
+    indptr, cols, vals = _parts(block)
+    nb = indptr.shape[0] - 1
+    rows = row_start + np.repeat(np.arange(nb, dtype=np.int64), np.diff(indptr))
+    o = np.asarray(vals, dtype=np.float64)
+    c = np.asarray(cols, dtype=np.int64)
+    res_u = o - mu - bi[c]  # target of b_u
+    res_i = o - mu - bu[rows]  # target of b_i
+    if irls_eps > 0:
+        w = 1.0 / np.maximum(np.abs(res_u - bu[rows]), irls_eps)
+    else:
+        w = np.ones_like(o)
+    if side == 0:
+        m = bu.shape[0]
+        return np.concatenate([np.bincount(rows, w * res_u, minlength=m),
+                               np.bincount(rows, w, minlength=m)])
+    n = bi.shape[0]
+    return np.concatenate([np.bincount(c, w * res_i, minlength=n), np.bincount(c, w, minlength=n)])

@@ -168,7 +168,7 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
                    power_tol=1e-3, lbfgs_iter=5, l2=0.0, huber_delta=1.0, nu=0.95, max_inner=5,
                    step_size=2.0, step_schedule="auto", validation=None, n_iter_no_change=5,
                    callback=None, random_state=None, verbose=False, init_offset=None,
-                   max_iter=None):
+                   max_iter=None, init_factors=None):
     """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
 
     Parameters
@@ -193,6 +193,9 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
         Start from ``X_0 = init_offset * 1 1^T`` (one rank-one term of the budget).
     max_iter : int, optional
         Stop after this many greedy (outer) steps even if the rank budget is not used up.
+    init_factors : (U0, V0, theta0), optional
+        Start from ``X_0 = U0 diag(theta0) V0^T`` (e.g. :func:`bias_init`); its ``k0`` terms
+        count in the rank budget.  Overrides ``init_offset``.
 
     Returns
     -------
@@ -219,6 +222,10 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
         V = np.full((n, 1), 1.0 / np.sqrt(n))
         theta = np.array([float(init_offset) * np.sqrt(m * n)])
         used = 1
+    if init_factors is not None:
+        U, V, theta = (np.asarray(a, dtype=np.float64) for a in init_factors)
+        U, V, theta = U.reshape(m, -1).copy(), V.reshape(n, -1).copy(), theta.ravel().copy()
+        used = theta.size
     res = GreedyResult(U, V, theta)
     t0 = time.perf_counter()
     first = power_pass(U, V, theta, np.ones(m), np.ones(n))
@@ -326,6 +333,38 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
     res.U, res.V, res.theta = U[:, :k].copy(), V[:, :k].copy(), th
     res.n_passes = run.n
     return res
+
+
+def bias_init(reduce, shape, mean, *, reg=10.0, n_sweeps=5, irls_eps=0.0):
+    """Biases ``X_0 = mu + b_u 1^T + 1 b_i^T`` as a rank-2 factored start (2 passes a sweep).
+
+    Alternating regularized (weighted) means: ``b_u = sum_b w (o - mu - b_i) / (reg + sum w)``,
+    then the same for ``b_i``; ``irls_eps > 0`` uses the L1 IRLS weights (robust biases), 0 the
+    square loss (the usual baseline predictor).  Returns ``((U0, V0, theta0), passes)`` with
+    unit columns ``U0 = [mu + b_u, 1] / norms`` and ``V0 = [1, b_i] / norms``.
+    """
+    m, n = int(shape[0]), int(shape[1])
+    run = _Counter(reduce)
+    bu, bi = np.zeros(m), np.zeros(n)
+    for _ in range(int(n_sweeps)):
+        (r,) = run(_blocks.bias_block, (float(mean), bu, bi, 0, float(irls_eps)))
+        bu = r[:m] / (reg + r[m:])
+        (c,) = run(_blocks.bias_block, (float(mean), bu, bi, 1, float(irls_eps)))
+        bi = c[:n] / (reg + c[n:])
+    a = mean + bu
+    cols_u = [a, np.ones(m)]
+    cols_v = [np.ones(n), bi]
+    U, V, th = [], [], []
+    for x, y in zip(cols_u, cols_v, strict=True):
+        nx, ny = np.linalg.norm(x), np.linalg.norm(y)
+        if nx == 0.0 or ny == 0.0:
+            continue
+        U.append(x / nx)
+        V.append(y / ny)
+        th.append(nx * ny)
+    if not th:  # all values zero: start at X_0 = 0 (no terms used)
+        return (np.zeros((m, 0)), np.zeros((n, 0)), np.zeros(0)), run.n
+    return (np.column_stack(U), np.column_stack(V), np.array(th)), run.n
 
 
 def _step(schedule, c, t, l2):

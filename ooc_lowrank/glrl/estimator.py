@@ -22,11 +22,12 @@ from ooc_lowrank import engine
 from ooc_lowrank._persist import load_model, save_model
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
-from ooc_lowrank.glrl.core import REFITS, SCHEDULES, greedy_pursuit
+from ooc_lowrank.glrl.core import REFITS, SCHEDULES, bias_init, greedy_pursuit
 from ooc_lowrank.glrl.losses import LOSSES, get_loss
 from ooc_lowrank.kernels import glrl as _k
 
 METRICS = ("mae", "rmse", "sign_accuracy")
+INITS = ("zero", "mean", "bias", "bias-l1")
 _NOT_SAVED = ("callback", "validation")
 _PAIR_CHUNK = 1 << 20
 
@@ -180,6 +181,13 @@ class GreedyLowRank(BaseEstimator):
         first rank-one term that counts in the rank budget (the mean comes from the
         validation pass, so it costs nothing extra).  Greedy pursuit on a zero-filled residual
         otherwise spends its first terms on the observation pattern (e.g. rating counts).
+        ``"bias"``: ``X_0 = mean + b_u 1^T + 1 b_i^T`` (global mean plus row and column
+        biases), a **rank-2** start ``[mean + b_u, 1] [1, b_i]^T`` that counts two terms of
+        the rank budget; the biases are regularized means fitted by ``bias_sweeps``
+        alternating sweeps (2 passes each) with ridge ``bias_reg``.  ``"bias-l1"``: the same
+        with L1 IRLS weights (robust, median-like biases).
+    bias_reg, bias_sweeps : float, int
+        Settings of ``init="bias"`` / ``"bias-l1"``.
     duplicates : {"error", "keep"}
         Policy for repeated (row, col) pairs (see module docstring).
     validation : tuple or store, optional
@@ -204,7 +212,8 @@ class GreedyLowRank(BaseEstimator):
 
     def __init__(self, *, loss="square", rank=10, refit="auto", power_iter=20, power_tol=1e-3,
                  lbfgs_iter=5, l2=0.0, huber_delta=1.0, nu=0.95, max_inner=5, step_size=2.0,
-                 step_schedule="auto", init="zero", duplicates="error", validation=None,
+                 step_schedule="auto", init="zero", bias_reg=10.0, bias_sweeps=5,
+                 duplicates="error", validation=None,
                  n_iter_no_change=5,
                  max_iter=None, block_rows=None, cache_bytes=None, random_state=None, verbose=False,
                  callback=None):
@@ -221,6 +230,8 @@ class GreedyLowRank(BaseEstimator):
         self.step_size = step_size
         self.step_schedule = step_schedule
         self.init = init
+        self.bias_reg = bias_reg
+        self.bias_sweeps = bias_sweeps
         self.duplicates = duplicates
         self.validation = validation
         self.n_iter_no_change = n_iter_no_change
@@ -253,8 +264,13 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.step_size, "step_size", low=0.0, low_inclusive=False)
         if self.step_schedule not in SCHEDULES:
             raise param_error("step_schedule", f"must be one of {SCHEDULES}", self.step_schedule)
-        if self.init not in ("zero", "mean"):
-            raise param_error("init", "must be 'zero' or 'mean'", self.init)
+        if self.init not in INITS:
+            raise param_error("init", f"must be one of {INITS}", self.init)
+        if self.init in ("bias", "bias-l1") and self.rank < 3:
+            raise param_error("rank", "must be >= 3 with init='bias' (the biases use two "
+                              "terms of the budget)", self.rank, "Use init='mean' or a larger rank")
+        check_scalar(self.bias_reg, "bias_reg", low=0.0)
+        check_scalar(self.bias_sweeps, "bias_sweeps", kind=numbers.Integral, low=1)
         if self.duplicates not in ("error", "keep"):
             raise param_error("duplicates", "must be 'error' or 'keep'", self.duplicates)
         if self.n_iter_no_change is not None:
@@ -346,6 +362,11 @@ class GreedyLowRank(BaseEstimator):
         if B.n_blocks > 1:
             (B,) = engine.maybe_persist(B, budget=self.cache_bytes)
         reduce = _make_reduce(B, self.cache_bytes)
+        init_factors, init_passes = None, 0
+        if self.init in ("bias", "bias-l1"):
+            init_factors, init_passes = bias_init(
+                reduce, shp, mean, reg=float(self.bias_reg), n_sweeps=int(self.bias_sweeps),
+                irls_eps=1e-2 if self.init == "bias-l1" else 0.0)
 
         res = greedy_pursuit(
             reduce, shp, loss=self.loss, rank=self.rank, refit=refit,
@@ -354,7 +375,8 @@ class GreedyLowRank(BaseEstimator):
             step_size=self.step_size, step_schedule=self.step_schedule, validation=scorer,
             n_iter_no_change=self.n_iter_no_change, callback=self.callback,
             random_state=self.random_state, verbose=self.verbose,
-            init_offset=mean if self.init == "mean" else None, max_iter=self.max_iter)
+            init_offset=mean if self.init == "mean" else None, max_iter=self.max_iter,
+            init_factors=init_factors)
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
         self.n_components_ = int(res.theta.size)
@@ -365,7 +387,7 @@ class GreedyLowRank(BaseEstimator):
         self.step_times_ = np.asarray(res.times)
         self.n_iter_ = int(res.n_iter)
         self.best_iter_ = int(res.best_iter)
-        self.n_passes_ = int(res.n_passes)
+        self.n_passes_ = int(res.n_passes) + init_passes
         self.n_observed_ = nnz
         return self
 
