@@ -40,9 +40,20 @@ DEFAULT_DATA = Path(os.environ.get("OOC_LOWRANK_DATA", REPO.parent / "shared" / 
 # 0.7401 vs 0.8119 for the previous init="mean", c=4, max_inner=5, and 0.7484 for Surprise SVD on
 # the same splits): start at mean + row and column biases (a rank-2 term that counts in the
 # rank-10 budget, so 8 greedy terms remain), c = 2, at most 2 terms per step, nu = 0.99.
-ML_PARAMS = dict(loss="l1", rank=10, init="bias", bias_reg=5.0, bias_sweeps=5,
-                 step_schedule="sqrt", step_size=2.0, nu=0.99, max_inner=2, power_iter=20,
-                 power_tol=1e-3, random_state=0)
+ML_PARAMS = dict(
+    loss="l1",
+    rank=10,
+    init="bias",
+    bias_reg=5.0,
+    bias_sweeps=5,
+    step_schedule="sqrt",
+    step_size=2.0,
+    nu=0.99,
+    max_inner=2,
+    power_iter=20,
+    power_tol=1e-3,
+    random_state=0,
+)
 
 
 def _warmup():
@@ -51,11 +62,14 @@ def _warmup():
 
     r = np.array([0, 1, 2, 2])
     c = np.array([0, 1, 2, 0])
-    for loss, refit, v in (("square", "full", [1.0, 2, 3, 4]),
-                           ("logistic", "economic", [1.0, -1, 1, -1]),
-                           ("l1", "none", [1.0, 2, 3, 4])):
+    for loss, refit, v in (
+        ("square", "full", [1.0, 2, 3, 4]),
+        ("logistic", "economic", [1.0, -1, 1, -1]),
+        ("l1", "none", [1.0, 2, 3, 4]),
+    ):
         GreedyLowRank(loss=loss, refit=refit, rank=2, power_iter=2, step_schedule="search").fit(
-            (r, c, np.array(v)), shape=(3, 3))
+            (r, c, np.array(v)), shape=(3, 3)
+        )
 
 
 # ------------------------------------------------------------------------------------- (a)
@@ -64,8 +78,9 @@ def _read_ml(path):
     return a[:, 0] - 1, a[:, 1] - 1, a[:, 2].astype(np.float64)
 
 
-def bench_movielens(data_dir, workdir, *, folds=("u1", "u2", "u3", "u4", "u5"), params=None,
-                    surprise=True):
+def bench_movielens(
+    data_dir, workdir, *, folds=("u1", "u2", "u3", "u4", "u5"), params=None, surprise=True
+):
     """Nonsmooth GLRL (L1, rank 10) vs Surprise SVD on the MovieLens 100K folds."""
     from ooc_lowrank.glrl import GreedyLowRank
     from ooc_lowrank.io.ratings import convert_movielens
@@ -82,15 +97,24 @@ def bench_movielens(data_dir, workdir, *, folds=("u1", "u2", "u3", "u4", "u5"), 
         est = GreedyLowRank(**params).fit(tr_store)
         t_fit = time.perf_counter() - t0
         ev = est.evaluate(te_store, ["mae", "rmse"])
-        row = {"fold": f, "glrl_mae": ev["mae"], "glrl_rmse": ev["rmse"], "glrl_time_s": t_fit,
-               "glrl_rank": est.n_components_, "glrl_passes": est.n_passes_,
-               "glrl_inner_counts": est.inner_counts_.tolist()}
+        row = {
+            "fold": f,
+            "glrl_mae": ev["mae"],
+            "glrl_rmse": ev["rmse"],
+            "glrl_time_s": t_fit,
+            "glrl_rank": est.n_components_,
+            "glrl_passes": est.n_passes_,
+            "glrl_inner_counts": est.inner_counts_.tolist(),
+        }
         if surprise:
             row.update(_surprise_svd(d, f, workdir))
         rows.append(row)
-    out = {"protocol": "u1..u5 folds shipped with MovieLens 100K (80/20 train/test, disjoint "
-                       "test sets); stores converted with --shape 943,1682",
-           "params": params, "folds": rows}
+    out = {
+        "protocol": "u1..u5 folds shipped with MovieLens 100K (80/20 train/test, disjoint "
+        "test sets); stores converted with --shape 943,1682",
+        "params": params,
+        "folds": rows,
+    }
     for k in ("glrl_mae", "glrl_time_s", "svd_mae", "svd_time_s"):
         vals = [r[k] for r in rows if k in r and r[k] is not None]
         if vals:
@@ -120,9 +144,12 @@ def _surprise_svd(d, fold, workdir):
     algo.fit(trainset)
     t_fit = time.perf_counter() - t0
     preds = algo.test(testset)
-    return {"svd_mae": float(accuracy.mae(preds, verbose=False)),
-            "svd_rmse": float(accuracy.rmse(preds, verbose=False)), "svd_time_s": t_fit,
-            "svd_params": "surprise.SVD defaults (n_factors=100, n_epochs=20, biased)"}
+    return {
+        "svd_mae": float(accuracy.mae(preds, verbose=False)),
+        "svd_rmse": float(accuracy.rmse(preds, verbose=False)),
+        "svd_time_s": t_fit,
+        "svd_params": "surprise.SVD defaults (n_factors=100, n_epochs=20, biased)",
+    }
 
 
 # ------------------------------------------------------------------------------------- (b)
@@ -147,22 +174,49 @@ def load_epinions(path, max_edges=None):
     # re-index the remaining nodes densely (same ids for rows and columns)
     nodes = np.unique(np.concatenate([r, c]))
     r, c = np.searchsorted(nodes, r), np.searchsorted(nodes, c)
-    return r, c, s, nodes.size, {"n_edges": int(r.size), "n_nodes": int(nodes.size),
-                                 "n_repeated_dropped": int(n_dup),
-                                 "frac_positive": float(np.mean(s > 0))}
+    return (
+        r,
+        c,
+        s,
+        nodes.size,
+        {
+            "n_edges": int(r.size),
+            "n_nodes": int(nodes.size),
+            "n_repeated_dropped": int(n_dup),
+            "frac_positive": float(np.mean(s > 0)),
+        },
+    )
 
 
-def bench_epinions(data_dir, *, n_folds=10, folds_to_run=None, rank=40, max_edges=None,
-                   power_iter=20, seed=0, init="zero", methods=("full", "economic")):
+def bench_epinions(
+    data_dir,
+    *,
+    n_folds=10,
+    folds_to_run=None,
+    rank=40,
+    max_edges=None,
+    power_iter=20,
+    seed=0,
+    init="zero",
+    methods=("full", "economic"),
+):
     """Logistic GLRL and EGLRL, K-fold CV sign accuracy and time per greedy step."""
     from ooc_lowrank.glrl import GreedyLowRank
 
-    r, c, s, n, info = load_epinions(Path(data_dir) / "signed-epinions" /
-                                     "soc-sign-epinions.txt.gz", max_edges)
+    r, c, s, n, info = load_epinions(
+        Path(data_dir) / "signed-epinions" / "soc-sign-epinions.txt.gz", max_edges
+    )
     fold = np.random.default_rng(seed).permutation(r.size) % n_folds
     folds_to_run = range(n_folds) if folds_to_run is None else folds_to_run
-    res = {"info": info, "n_folds": n_folds, "folds_run": list(folds_to_run), "rank": rank,
-           "power_iter": power_iter, "init": init, "methods": {}}
+    res = {
+        "info": info,
+        "n_folds": n_folds,
+        "folds_run": list(folds_to_run),
+        "rank": rank,
+        "power_iter": power_iter,
+        "init": init,
+        "methods": {},
+    }
     names = {"full": "GLRL", "economic": "EGLRL", "none": "GLRL-noupdate"}
     for refit in methods:
         name = names[refit]
@@ -170,19 +224,33 @@ def bench_epinions(data_dir, *, n_folds=10, folds_to_run=None, rank=40, max_edge
         for k in folds_to_run:
             tr, te = fold != k, fold == k
             t0 = time.perf_counter()
-            est = GreedyLowRank(loss="logistic", rank=rank, refit=refit, power_iter=power_iter,
-                                init=init, random_state=0).fit((r[tr], c[tr], s[tr]),
-                                                               shape=(n, n))
+            est = GreedyLowRank(
+                loss="logistic",
+                rank=rank,
+                refit=refit,
+                power_iter=power_iter,
+                init=init,
+                random_state=0,
+            ).fit((r[tr], c[tr], s[tr]), shape=(n, n))
             totals.append(time.perf_counter() - t0)
             steps.append(float(np.mean(est.step_times_)))
-            accs.append(est.evaluate((r[te], c[te], s[te]), ["sign_accuracy"],
-                                     shape=(n, n))["sign_accuracy"])
-            print(f"  epinions {name} fold {k}: acc {accs[-1]:.4f}, {totals[-1]:.1f} s, "
-                  f"{steps[-1]:.2f} s/step, {est.n_passes_} passes", flush=True)
-        res["methods"][name] = {"accuracy_mean": float(np.mean(accs)),
-                                "accuracy_std": float(np.std(accs)), "accuracy": accs,
-                                "s_per_step_mean": float(np.mean(steps)),
-                                "fit_s_mean": float(np.mean(totals))}
+            accs.append(
+                est.evaluate((r[te], c[te], s[te]), ["sign_accuracy"], shape=(n, n))[
+                    "sign_accuracy"
+                ]
+            )
+            print(
+                f"  epinions {name} fold {k}: acc {accs[-1]:.4f}, {totals[-1]:.1f} s, "
+                f"{steps[-1]:.2f} s/step, {est.n_passes_} passes",
+                flush=True,
+            )
+        res["methods"][name] = {
+            "accuracy_mean": float(np.mean(accs)),
+            "accuracy_std": float(np.std(accs)),
+            "accuracy": accs,
+            "s_per_step_mean": float(np.mean(steps)),
+            "fit_s_mean": float(np.mean(totals)),
+        }
     return res
 
 
@@ -221,9 +289,21 @@ class _RSSSampler:
         self._t.join()
 
 
-def bench_large(workdir, *, n_rows=500_000, n_cols=20_000, obs_per_row=100, rank=20,
-                refit="economic", power_iter=5, lbfgs_iter=2, memory_limit="1GiB",
-                use_cluster=True, store=None, max_iter=None):
+def bench_large(
+    workdir,
+    *,
+    n_rows=500_000,
+    n_cols=20_000,
+    obs_per_row=100,
+    rank=20,
+    refit="economic",
+    power_iter=5,
+    lbfgs_iter=2,
+    memory_limit="1GiB",
+    use_cluster=True,
+    store=None,
+    max_iter=None,
+):
     """Seconds per greedy iteration, passes and peak worker RSS on a generated COO store."""
     import dask
 
@@ -234,25 +314,56 @@ def bench_large(workdir, *, n_rows=500_000, n_cols=20_000, obs_per_row=100, rank
     t0 = time.perf_counter()
     if store is None or not os.path.exists(store):
         store = store or os.path.join(workdir, "large.zarr")
-        generate_lowrank(store, n_rows=n_rows, n_cols=n_cols, rank=rank,
-                         n_obs_per_row=obs_per_row, n_row_features=0, n_col_features=0,
-                         dtype="float32", seed=0, overwrite=True)
+        generate_lowrank(
+            store,
+            n_rows=n_rows,
+            n_cols=n_cols,
+            rank=rank,
+            n_obs_per_row=obs_per_row,
+            n_row_features=0,
+            n_col_features=0,
+            dtype="float32",
+            seed=0,
+            overwrite=True,
+        )
     t_gen = time.perf_counter() - t0
     ds = open_dataset(store)
     h = ds["obs"]
-    out = {"store": store, "shape": list(h.shape), "nnz": int(h.nnz), "block_rows": ds.block_rows,
-           "gen_s": t_gen, "rank": rank, "refit": refit, "power_iter": power_iter,
-           "lbfgs_iter": lbfgs_iter, "memory_limit": memory_limit if use_cluster else None,
-           "max_iter": max_iter, "streaming": True}
-    est = GreedyLowRank(loss="square", rank=rank, refit=refit, power_iter=power_iter,
-                        lbfgs_iter=lbfgs_iter, cache_bytes=0, random_state=0,
-                        max_iter=max_iter)
+    out = {
+        "store": store,
+        "shape": list(h.shape),
+        "nnz": int(h.nnz),
+        "block_rows": ds.block_rows,
+        "gen_s": t_gen,
+        "rank": rank,
+        "refit": refit,
+        "power_iter": power_iter,
+        "lbfgs_iter": lbfgs_iter,
+        "memory_limit": memory_limit if use_cluster else None,
+        "max_iter": max_iter,
+        "streaming": True,
+    }
+    est = GreedyLowRank(
+        loss="square",
+        rank=rank,
+        refit=refit,
+        power_iter=power_iter,
+        lbfgs_iter=lbfgs_iter,
+        cache_bytes=0,
+        random_state=0,
+        max_iter=max_iter,
+    )
     client = cluster = None
     if use_cluster:
         from distributed import Client, LocalCluster
 
-        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                               memory_limit=memory_limit, dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            memory_limit=memory_limit,
+            dashboard_address=None,
+        )
         client = Client(cluster, set_as_default=False)
     try:
         cfg = dask.config.set(scheduler=client) if client is not None else _nullcontext()
@@ -264,19 +375,22 @@ def bench_large(workdir, *, n_rows=500_000, n_cols=20_000, obs_per_row=100, rank
         if client is not None:
             client.close()
             cluster.close()
-    out.update({
-        "n_iter": est.n_iter_, "passes": est.n_passes_ + 1,  # + the validation pass
-        "passes_per_iter": est.n_passes_ / max(est.n_iter_, 1),
-        "s_per_iter_mean": float(np.mean(est.step_times_)),
-        "s_per_iter_first": float(est.step_times_[0]),
-        "s_per_iter_last": float(est.step_times_[-1]),
-        "s_per_pass": out["fit_s"] / (est.n_passes_ + 1),
-        "objective_first_last": [float(est.objective_path_[0]), float(est.objective_path_[-1])],
-        "train_rmse": float(np.sqrt(2 * est.objective_path_[-1] / h.nnz)),
-        "peak_worker_rss_mib": {str(k): v / 2**20 for k, v in mon.peak_workers.items()},
-        "peak_driver_rss_mib": mon.peak_driver / 2**20,
-        "store_mib": _du(store) / 2**20,
-    })
+    out.update(
+        {
+            "n_iter": est.n_iter_,
+            "passes": est.n_passes_ + 1,  # + the validation pass
+            "passes_per_iter": est.n_passes_ / max(est.n_iter_, 1),
+            "s_per_iter_mean": float(np.mean(est.step_times_)),
+            "s_per_iter_first": float(est.step_times_[0]),
+            "s_per_iter_last": float(est.step_times_[-1]),
+            "s_per_pass": out["fit_s"] / (est.n_passes_ + 1),
+            "objective_first_last": [float(est.objective_path_[0]), float(est.objective_path_[-1])],
+            "train_rmse": float(np.sqrt(2 * est.objective_path_[-1] / h.nnz)),
+            "peak_worker_rss_mib": {str(k): v / 2**20 for k, v in mon.peak_workers.items()},
+            "peak_driver_rss_mib": mon.peak_driver / 2**20,
+            "store_mib": _du(store) / 2**20,
+        }
+    )
     return out
 
 
@@ -293,17 +407,32 @@ def _du(path):
 
 
 # ------------------------------------------------------------------------------------- main
-def run(*, small=False, tiny=False, parts=("a", "b", "c"), data_dir=DEFAULT_DATA, out_dir=None,
-        epinions_folds=10, epinions_run=None, epinions_init="zero", epinions_methods=None,
-        large_store=None, large_iters=None, workdir=None):
+def run(
+    *,
+    small=False,
+    tiny=False,
+    parts=("a", "b", "c"),
+    data_dir=DEFAULT_DATA,
+    out_dir=None,
+    epinions_folds=10,
+    epinions_run=None,
+    epinions_init="zero",
+    epinions_methods=None,
+    large_store=None,
+    large_iters=None,
+    workdir=None,
+):
     """Run the selected parts; return the results dict (also written as JSON)."""
     data_dir = Path(data_dir)
     out_dir = Path(out_dir or REPO / "benchmarks" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = workdir or tempfile.mkdtemp(prefix="bench_glrl_")
-    res = {"small": small, "tiny": tiny,
-           "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "cpu_count": os.cpu_count()}
+    res = {
+        "small": small,
+        "tiny": tiny,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpu_count": os.cpu_count(),
+    }
     _warmup()
     try:
         if "a" in parts:
@@ -331,11 +460,20 @@ def run(*, small=False, tiny=False, parts=("a", "b", "c"), data_dir=DEFAULT_DATA
                 res["epinions"] = {"skipped": f"missing {f}"}
         if "c" in parts:
             if tiny:
-                res["large"] = bench_large(tmp, n_rows=300, n_cols=50, obs_per_row=10, rank=2,
-                                           power_iter=2, lbfgs_iter=1, use_cluster=False)
+                res["large"] = bench_large(
+                    tmp,
+                    n_rows=300,
+                    n_cols=50,
+                    obs_per_row=10,
+                    rank=2,
+                    power_iter=2,
+                    lbfgs_iter=1,
+                    use_cluster=False,
+                )
             elif small:
-                res["large"] = bench_large(tmp, n_rows=50_000, n_cols=5_000, obs_per_row=40,
-                                           rank=5, memory_limit="1GiB")
+                res["large"] = bench_large(
+                    tmp, n_rows=50_000, n_cols=5_000, obs_per_row=40, rank=5, memory_limit="1GiB"
+                )
             else:
                 res["large"] = bench_large(tmp, store=large_store, max_iter=large_iters)
     finally:
@@ -358,31 +496,43 @@ def print_table(res):
         lines.append(f"{'fold':6} {'GLRL-L1 MAE':>12} {'time s':>8} {'SVD MAE':>9} {'time s':>8}")
         for r in ml["folds"]:
             svd = r.get("svd_mae")
-            lines.append(f"{r['fold']:6} {r['glrl_mae']:12.4f} {r['glrl_time_s']:8.2f} "
-                         f"{svd if svd is None else f'{svd:9.4f}'} "
-                         f"{r.get('svd_time_s', float('nan')):8.2f}")
-        lines.append(f"{'mean':6} {ml['glrl_mae_mean']:12.4f} {ml['glrl_time_s_mean']:8.2f} "
-                     f"{ml.get('svd_mae_mean', float('nan')):9.4f} "
-                     f"{ml.get('svd_time_s_mean', float('nan')):8.2f}   (paper GLRL 0.724)")
+            lines.append(
+                f"{r['fold']:6} {r['glrl_mae']:12.4f} {r['glrl_time_s']:8.2f} "
+                f"{svd if svd is None else f'{svd:9.4f}'} "
+                f"{r.get('svd_time_s', float('nan')):8.2f}"
+            )
+        lines.append(
+            f"{'mean':6} {ml['glrl_mae_mean']:12.4f} {ml['glrl_time_s_mean']:8.2f} "
+            f"{ml.get('svd_mae_mean', float('nan')):9.4f} "
+            f"{ml.get('svd_time_s_mean', float('nan')):8.2f}   (paper GLRL 0.724)"
+        )
     ep = res.get("epinions", {})
     if "methods" in ep:
-        lines.append(f"Epinions ({ep['info']['n_edges']} edges, {ep['info']['n_nodes']} nodes), "
-                     f"rank {ep['rank']}, folds run {ep['folds_run']} of {ep['n_folds']}")
+        lines.append(
+            f"Epinions ({ep['info']['n_edges']} edges, {ep['info']['n_nodes']} nodes), "
+            f"rank {ep['rank']}, folds run {ep['folds_run']} of {ep['n_folds']}"
+        )
         for k, v in ep["methods"].items():
-            lines.append(f"  {k:6} accuracy {100 * v['accuracy_mean']:.2f} +- "
-                         f"{100 * v['accuracy_std']:.2f} %  {v['s_per_step_mean']:.2f} s/step  "
-                         f"fit {v['fit_s_mean']:.1f} s   (paper 93.6)")
+            lines.append(
+                f"  {k:6} accuracy {100 * v['accuracy_mean']:.2f} +- "
+                f"{100 * v['accuracy_std']:.2f} %  {v['s_per_step_mean']:.2f} s/step  "
+                f"fit {v['fit_s_mean']:.1f} s   (paper 93.6)"
+            )
     lg = res.get("large", {})
     if "nnz" in lg:
-        lines.append(f"Large store: {lg['nnz']:,} entries {tuple(lg['shape'])}, rank budget "
-                     f"{lg['rank']}, {lg['n_iter']} greedy steps run, refit {lg['refit']}, "
-                     f"power_iter {lg['power_iter']}, 2 workers x {lg['memory_limit']}")
-        lines.append(f"  {lg['s_per_iter_mean']:.1f} s/greedy iter "
-                     f"(first {lg['s_per_iter_first']:.1f},"
-                     f" last {lg['s_per_iter_last']:.1f}), {lg['passes']} passes "
-                     f"({lg['passes_per_iter']:.1f}/iter, {lg['s_per_pass']:.2f} s/pass), "
-                     f"peak worker RSS {lg['peak_worker_rss_mib']} MiB, "
-                     f"driver {lg['peak_driver_rss_mib']:.0f} MiB, store {lg['store_mib']:.0f} MiB")
+        lines.append(
+            f"Large store: {lg['nnz']:,} entries {tuple(lg['shape'])}, rank budget "
+            f"{lg['rank']}, {lg['n_iter']} greedy steps run, refit {lg['refit']}, "
+            f"power_iter {lg['power_iter']}, 2 workers x {lg['memory_limit']}"
+        )
+        lines.append(
+            f"  {lg['s_per_iter_mean']:.1f} s/greedy iter "
+            f"(first {lg['s_per_iter_first']:.1f},"
+            f" last {lg['s_per_iter_last']:.1f}), {lg['passes']} passes "
+            f"({lg['passes_per_iter']:.1f}/iter, {lg['s_per_pass']:.2f} s/pass), "
+            f"peak worker RSS {lg['peak_worker_rss_mib']} MiB, "
+            f"driver {lg['peak_driver_rss_mib']:.0f} MiB, store {lg['store_mib']:.0f} MiB"
+        )
     print("\n".join(lines))
 
 
@@ -396,16 +546,26 @@ def main(argv=None):
     p.add_argument("--epinions-init", default="zero", choices=["zero", "mean"])
     p.add_argument("--epinions-methods", default=None, help="e.g. full,economic")
     p.add_argument("--large-store", default=None, help="reuse an existing generated store")
-    p.add_argument("--large-iters", type=int, default=None,
-                   help="stop the large fit after this many greedy steps (of the rank-20 budget)")
+    p.add_argument(
+        "--large-iters",
+        type=int,
+        default=None,
+        help="stop the large fit after this many greedy steps (of the rank-20 budget)",
+    )
     a = p.parse_args(argv)
-    run(small=a.small, parts=tuple(a.parts.split(",")), data_dir=a.data,
+    run(
+        small=a.small,
+        parts=tuple(a.parts.split(",")),
+        data_dir=a.data,
         epinions_folds=a.epinions_folds,
-        epinions_run=(None if a.epinions_run is None
-                      else [int(x) for x in a.epinions_run.split(",")]),
+        epinions_run=(
+            None if a.epinions_run is None else [int(x) for x in a.epinions_run.split(",")]
+        ),
         epinions_init=a.epinions_init,
         epinions_methods=None if a.epinions_methods is None else a.epinions_methods.split(","),
-        large_store=a.large_store, large_iters=a.large_iters)
+        large_store=a.large_store,
+        large_iters=a.large_iters,
+    )
 
 
 if __name__ == "__main__":

@@ -51,47 +51,65 @@ def _prepare(workdir, rows, cols, csr_rows, csr_cols, csr_nnz_per_row, log):
 
     dense, csr = os.path.join(workdir, "dense.zarr"), os.path.join(workdir, "csr.zarr")
     t = time.perf_counter()
-    ds = G.generate_multilabel(dense, n_rows=rows, n_features=cols, n_labels=10, seed=0,
-                               overwrite=True)
+    ds = G.generate_multilabel(
+        dense, n_rows=rows, n_features=cols, n_labels=10, seed=0, overwrite=True
+    )
     log(f"wrote {dense} ({rows} x {cols} float32) in {time.perf_counter() - t:.1f} s")
     t = time.perf_counter()
-    cs = G.generate_multilabel(csr, n_rows=csr_rows, n_features=csr_cols,
-                               density=csr_nnz_per_row / csr_cols, n_labels=10, seed=0,
-                               overwrite=True)
-    log(f"wrote {csr} ({csr_rows} x {csr_cols}, nnz {cs['X'].nnz}) in "
-        f"{time.perf_counter() - t:.1f} s")
+    cs = G.generate_multilabel(
+        csr,
+        n_rows=csr_rows,
+        n_features=csr_cols,
+        density=csr_nnz_per_row / csr_cols,
+        n_labels=10,
+        seed=0,
+        overwrite=True,
+    )
+    log(
+        f"wrote {csr} ({csr_rows} x {csr_cols}, nnz {cs['X'].nnz}) in "
+        f"{time.perf_counter() - t:.1f} s"
+    )
     # .npy copies, streamed block by block (bounded memory)
     h = ds["X"]
-    out = np.lib.format.open_memmap(os.path.join(workdir, "X.npy"), mode="w+", dtype=h.dtype,
-                                    shape=h.shape)
+    out = np.lib.format.open_memmap(
+        os.path.join(workdir, "X.npy"), mode="w+", dtype=h.dtype, shape=h.shape
+    )
     for s, e, b in h.iter_blocks():
         out[s:e] = b
     out.flush()
     del out
     h = cs["X"]
-    ip = np.lib.format.open_memmap(os.path.join(workdir, "indptr.npy"), mode="w+",
-                                   dtype=np.int64, shape=(h.shape[0] + 1,))
-    ind = np.lib.format.open_memmap(os.path.join(workdir, "indices.npy"), mode="w+",
-                                    dtype=h.index_dtype, shape=(h.nnz,))
-    dat = np.lib.format.open_memmap(os.path.join(workdir, "data.npy"), mode="w+",
-                                    dtype=h.dtype, shape=(h.nnz,))
+    ip = np.lib.format.open_memmap(
+        os.path.join(workdir, "indptr.npy"), mode="w+", dtype=np.int64, shape=(h.shape[0] + 1,)
+    )
+    ind = np.lib.format.open_memmap(
+        os.path.join(workdir, "indices.npy"), mode="w+", dtype=h.index_dtype, shape=(h.nnz,)
+    )
+    dat = np.lib.format.open_memmap(
+        os.path.join(workdir, "data.npy"), mode="w+", dtype=h.dtype, shape=(h.nnz,)
+    )
     ip[0] = 0
     for s, e, b in h.iter_blocks():
         k0 = int(ip[s])
-        ip[s + 1:e + 1] = b.indptr[1:] + k0
-        ind[k0:k0 + b.nnz] = b.indices
-        dat[k0:k0 + b.nnz] = b.data
+        ip[s + 1 : e + 1] = b.indptr[1:] + k0
+        ind[k0 : k0 + b.nnz] = b.indices
+        dat[k0 : k0 + b.nnz] = b.data
     for a in (ip, ind, dat):
         a.flush()
-    return {"dense_store": dense, "csr_store": csr,
-            "dense_bytes": int(np.prod(ds["X"].shape)) * ds["X"].dtype.itemsize,
-            "csr_bytes": int(cs["X"].nnz) * (cs["X"].dtype.itemsize + cs["X"].index_dtype.itemsize)
-            + 8 * (csr_rows + 1),
-            "dense_disk_bytes": ds.info()["bytes_on_disk"],
-            "csr_disk_bytes": cs.info()["bytes_on_disk"],
-            "dense_block_rows": ds.block_rows, "csr_block_rows": cs.block_rows,
-            "dense_shape": list(ds["X"].shape), "csr_shape": list(cs["X"].shape),
-            "csr_nnz": int(cs["X"].nnz)}
+    return {
+        "dense_store": dense,
+        "csr_store": csr,
+        "dense_bytes": int(np.prod(ds["X"].shape)) * ds["X"].dtype.itemsize,
+        "csr_bytes": int(cs["X"].nnz) * (cs["X"].dtype.itemsize + cs["X"].index_dtype.itemsize)
+        + 8 * (csr_rows + 1),
+        "dense_disk_bytes": ds.info()["bytes_on_disk"],
+        "csr_disk_bytes": cs.info()["bytes_on_disk"],
+        "dense_block_rows": ds.block_rows,
+        "csr_block_rows": cs.block_rows,
+        "dense_shape": list(ds["X"].shape),
+        "csr_shape": list(cs["X"].shape),
+        "csr_nnz": int(cs["X"].nnz),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +144,7 @@ def _measure(name, workdir, block_rows):
         store = "dense.zarr" if "dense" in name else "csr.zarr"
         h = open_dataset(os.path.join(workdir, store))["X"]
         if name.endswith("_store"):
+
             def run():
                 for _ in h.iter_blocks(block_rows):
                     pass
@@ -134,13 +153,17 @@ def _measure(name, workdir, block_rows):
 
             def run():
                 engine.map_reduce(_count_block, blocked)
+
         return run
     if name == "read_dense_npy":
         return lambda: np.load(os.path.join(workdir, "X.npy"))
     if name == "read_csr_npy":
+
         def run():
-            return [np.load(os.path.join(workdir, f"{k}.npy")) for k in ("indptr", "indices",
-                                                                          "data")]
+            return [
+                np.load(os.path.join(workdir, f"{k}.npy")) for k in ("indptr", "indices", "data")
+            ]
+
         return run
     if name == "gram_engine":
         h = open_dataset(os.path.join(workdir, "dense.zarr"))["X"]
@@ -156,6 +179,7 @@ def _measure(name, workdir, block_rows):
             def run():
                 with threadpool_limits(limits=1, user_api="blas"):
                     return X.T @ X
+
             return run
         return lambda: _symmetrize(_gram_block(X))
     raise ValueError(f"unknown measurement {name!r}")
@@ -190,15 +214,29 @@ def _worker(name, workdir, block_rows, repeats):
         run()
         times.append(time.perf_counter() - t)
     peak = peak_rss()
-    return {"name": name, "block_rows": block_rows, "times": times,
-            "seconds": statistics.median(times), "peak_rss": peak, "base_rss": base}
+    return {
+        "name": name,
+        "block_rows": block_rows,
+        "times": times,
+        "seconds": statistics.median(times),
+        "peak_rss": peak,
+        "base_rss": base,
+    }
 
 
 def _run_worker(name, workdir, block_rows, repeats, in_process):
     if in_process:
         return _worker(name, workdir, block_rows, repeats)
-    cmd = [sys.executable, os.path.abspath(__file__), "--_worker", name, "--workdir", workdir,
-           "--repeats", str(repeats)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--_worker",
+        name,
+        "--workdir",
+        workdir,
+        "--repeats",
+        str(repeats),
+    ]
     if block_rows is not None:
         cmd += ["--block-rows", str(block_rows)]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -213,15 +251,19 @@ def _run_worker(name, workdir, block_rows, repeats, in_process):
 
 
 def _table(rows):
-    head = f"{'measurement':<22}{'block_rows':>11}{'median s':>10}{'GB/s':>8}{'ratio':>8}" \
-           f"{'peak RSS MB':>13}  vs"
+    head = (
+        f"{'measurement':<22}{'block_rows':>11}{'median s':>10}{'GB/s':>8}{'ratio':>8}"
+        f"{'peak RSS MB':>13}  vs"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         gbs = "" if r.get("gb_per_s") is None else f"{r['gb_per_s']:.2f}"
         ratio = "" if r.get("ratio") is None else f"{r['ratio']:.2f}"
         br = "" if r.get("block_rows") is None else str(r["block_rows"])
-        lines.append(f"{r['name']:<22}{br:>11}{r['seconds']:>10.3f}{gbs:>8}{ratio:>8}"
-                     f"{r['peak_rss'] / 2**20:>13.0f}  {r.get('vs', '')}")
+        lines.append(
+            f"{r['name']:<22}{br:>11}{r['seconds']:>10.3f}{gbs:>8}{ratio:>8}"
+            f"{r['peak_rss'] / 2**20:>13.0f}  {r.get('vs', '')}"
+        )
     return "\n".join(lines)
 
 
@@ -232,16 +274,25 @@ def main(argv=None):
     p.add_argument("--rows", type=int, default=None, help="dense rows (default 1,000,000)")
     p.add_argument("--cols", type=int, default=None, help="dense columns (default 500)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--workdir", default=None, help="where to write the data (default: a temp dir,"
-                   " removed afterwards)")
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="where to write the data (default: a temp dir, removed afterwards)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the data in --workdir")
     p.add_argument("--reuse", action="store_true", help="reuse data already in --workdir")
     p.add_argument("--out", default=DEFAULT_OUT, help="JSON output path")
-    p.add_argument("--in-process", action="store_true",
-                   help="run measurements in this process (no fresh subprocess per measurement)")
+    p.add_argument(
+        "--in-process",
+        action="store_true",
+        help="run measurements in this process (no fresh subprocess per measurement)",
+    )
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--only", default=None, help="comma-separated measurement names or groups "
-                   "(read, gram) to run")
+    p.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated measurement names or groups (read, gram) to run",
+    )
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--block-rows", type=int, default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -273,10 +324,17 @@ def main(argv=None):
         if B2 == B1:
             B2 = B1 * 4
         plan = [
-            ("read_dense_npy", None), ("read_dense_store", None), ("read_dense_engine", None),
-            ("read_csr_npy", None), ("read_csr_store", None), ("read_csr_engine", None),
-            ("gram_numpy", None), ("gram_numpy_1thread", None), ("gram_numpy_syrk", None),
-            ("gram_engine", B1), ("gram_engine", B2),
+            ("read_dense_npy", None),
+            ("read_dense_store", None),
+            ("read_dense_engine", None),
+            ("read_csr_npy", None),
+            ("read_csr_store", None),
+            ("read_csr_engine", None),
+            ("gram_numpy", None),
+            ("gram_numpy_1thread", None),
+            ("gram_numpy_syrk", None),
+            ("gram_engine", B1),
+            ("gram_engine", B2),
         ]
         if a.only:
             keep = set(a.only.split(","))
@@ -285,8 +343,10 @@ def main(argv=None):
         for name, br in plan:
             r = _run_worker(name, workdir, br, a.repeats, a.in_process)
             results.append(r)
-            log(f"  {name:<20} block_rows={br}  median {r['seconds']:.3f} s  "
-                f"peak RSS {r['peak_rss'] / 2**20:.0f} MB")
+            log(
+                f"  {name:<20} block_rows={br}  median {r['seconds']:.3f} s  "
+                f"peak RSS {r['peak_rss'] / 2**20:.0f} MB"
+            )
         by = {(r["name"], r["block_rows"]): r for r in results}
         for r in results:
             kind = "dense" if "dense" in r["name"] or r["name"].startswith("gram") else "csr"
@@ -303,18 +363,25 @@ def main(argv=None):
                 r["vs"] = "time ratio to gram_numpy (X.T @ X in memory)"
         load_after = os.getloadavg()
         res = {
-            "benchmark": "storage", "small": bool(a.small), "repeats": a.repeats,
+            "benchmark": "storage",
+            "small": bool(a.small),
+            "repeats": a.repeats,
             "subprocess_per_measurement": not a.in_process,
             "note": "page-cache reads (page cache not dropped); shared machine, see loadavg",
-            "loadavg_before": load_before, "loadavg_after": load_after,
-            "cpu_count": os.cpu_count(), "data": info, "results": results,
+            "loadavg_before": load_before,
+            "loadavg_after": load_after,
+            "cpu_count": os.cpu_count(),
+            "data": info,
+            "results": results,
         }
         table = _table(results)
         log(table)
-        log(f"dense {info['dense_shape']} float32 = {info['dense_bytes'] / 1e9:.2f} GB; csr "
+        log(
+            f"dense {info['dense_shape']} float32 = {info['dense_bytes'] / 1e9:.2f} GB; csr "
             f"{info['csr_shape']} nnz {info['csr_nnz']} = {info['csr_bytes'] / 1e9:.2f} GB "
             f"({info['csr_disk_bytes'] / 1e9:.2f} GB on disk); load avg before {load_before}, "
-            f"after {load_after}")
+            f"after {load_after}"
+        )
         res["table"] = table
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as f:

@@ -32,16 +32,24 @@ def main():
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory() as tmp:
-        train = convert_movielens(str(DATA / "u1.base.gz"), f"{tmp}/u1.base.zarr",
-                                  shape=(943, 1682))
-        test = convert_movielens(str(DATA / "u1.test.gz"), f"{tmp}/u1.test.zarr",
-                                 shape=(943, 1682))
+        train = convert_movielens(
+            str(DATA / "u1.base.gz"), f"{tmp}/u1.base.zarr", shape=(943, 1682)
+        )
+        test = convert_movielens(str(DATA / "u1.test.gz"), f"{tmp}/u1.test.zarr", shape=(943, 1682))
         # start at mean + user and movie biases (2 of the 10 terms), settings chosen on
         # validation splits of the training folds (benchmarks/bench_glrl.py, ML_PARAMS)
-        est = GreedyLowRank(loss="l1", rank=10, init="bias", bias_reg=5.0, step_size=2.0,
-                            max_inner=2, nu=0.99, random_state=0, verbose=True,
-                            callback=lambda it, t, f: print(f"step {it}: L1 objective {f:.1f} "
-                                                            f"({t:.1f} s)"))
+        est = GreedyLowRank(
+            loss="l1",
+            rank=10,
+            init="bias",
+            bias_reg=5.0,
+            step_size=2.0,
+            max_inner=2,
+            nu=0.99,
+            random_state=0,
+            verbose=True,
+            callback=lambda it, t, f: print(f"step {it}: L1 objective {f:.1f} ({t:.1f} s)"),
+        )
         est.fit(train)
         print("rank-one terms per step:", est.inner_counts_.tolist())
         print("test metrics:", est.evaluate(test, ["mae", "rmse"]))

@@ -72,8 +72,9 @@ def _predict_one(U, V, theta, a, b):
 
 
 @njit
-def power_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, u, v, gv_out, gtu_out,
-               stats_out):
+def power_pass(
+    indptr, cols, vals, row0, U, V, theta, loss, delta, u, v, gv_out, gtu_out, stats_out
+):
     """Per-entry gradient fused with both power-method products, for one block.
 
     With ``g`` the (sub)gradient of the loss at the current predictions on the block's entries:
@@ -126,8 +127,7 @@ def refit_full_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, grad_out
 
 
 @njit
-def refit_econ_pass(indptr, cols, vals, row0, U, V, theta_prev, alpha, beta, loss, delta,
-                    out):
+def refit_econ_pass(indptr, cols, vals, row0, U, V, theta_prev, alpha, beta, loss, delta, out):
     """Objective and gradient in ``(alpha, beta)`` of ``loss(alpha x_prev + beta w, o)``.
 
     ``x_prev = sum_{i < p} theta_prev[i] U[a, i] V[b, i]`` with ``p = len(theta_prev)`` and

@@ -185,7 +185,8 @@ def _sample_entries(rng, counts, n_cols):
             break
         extra = np.repeat(rows, deficit)
         keys = np.concatenate(
-            [keys, extra * n + rng.integers(0, n, size=extra.size, dtype=np.int64)])
+            [keys, extra * n + rng.integers(0, n, size=extra.size, dtype=np.int64)]
+        )
     if dense_rows.any():
         drows = np.flatnonzero(dense_rows)
         mask = np.ones((drows.size, int(n)), dtype=bool)
@@ -217,8 +218,10 @@ def _csr_from_keys(keys, values, m, n_cols, col_map=None):
 
 def _check_obs_options(density, n_obs_per_row, default_per_row, n_cols):
     if density is not None and n_obs_per_row is not None:
-        raise ValueError("give either density or n_obs_per_row, not both; got "
-                         f"density={density!r}, n_obs_per_row={n_obs_per_row!r}")
+        raise ValueError(
+            "give either density or n_obs_per_row, not both; got "
+            f"density={density!r}, n_obs_per_row={n_obs_per_row!r}"
+        )
     if density is not None:
         check_scalar(density, "density", low=0.0, high=1.0)
         return float(density), None
@@ -258,15 +261,27 @@ def open_columns(ds: Dataset) -> Dataset:
     """Open the column-side companion store of a ``lowrank`` / ``imc_toy`` dataset."""
     name = ds.attrs.get("columns_store")
     if not name:
-        raise ValueError(f"store {ds.url!r} has no companion column store (attribute "
-                         "'columns_store' is missing)")
+        raise ValueError(
+            f"store {ds.url!r} has no companion column store (attribute 'columns_store' is missing)"
+        )
     url = str(ds.url).rstrip("/")
     head = url.rpartition("/")[0] if _is_url(url) else os.path.dirname(os.path.abspath(url))
     return open_dataset(f"{head}/{name}" if _is_url(url) else os.path.join(head, name))
 
 
-def _write(dest, *, n_rows, seed, block_rows, overwrite, progress, arrays, make_chunk, attrs,
-           stream=_ROW_STREAM):
+def _write(
+    dest,
+    *,
+    n_rows,
+    seed,
+    block_rows,
+    overwrite,
+    progress,
+    arrays,
+    make_chunk,
+    attrs,
+    stream=_ROW_STREAM,
+):
     """Drive a DatasetWriter: ``make_chunk(rng, start, stop) -> {name: block}`` per gen chunk."""
     with DatasetWriter(dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite) as w:
         for name, kind, n_cols, dtype in arrays:
@@ -286,14 +301,20 @@ def _check_common(dest, n_rows, seed, overwrite, companion=False):
     if not overwrite:
         for t in targets:
             if _exists(t):
-                raise FileExistsError(f"store {t!r} already exists; pass overwrite=True (CLI: "
-                                      "--overwrite) to replace it, or choose another destination")
+                raise FileExistsError(
+                    f"store {t!r} already exists; pass overwrite=True (CLI: "
+                    "--overwrite) to replace it, or choose another destination"
+                )
     return n_rows, seed
 
 
 def _attrs(kind, params, **extra):
-    return {"generator": kind, "params": {k: _jsonable(v) for k, v in params.items()},
-            "gen_chunk_rows": GEN_CHUNK_ROWS, **extra}
+    return {
+        "generator": kind,
+        "params": {k: _jsonable(v) for k, v in params.items()},
+        "gen_chunk_rows": GEN_CHUNK_ROWS,
+        **extra,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,11 +322,27 @@ def _attrs(kind, params, **extra):
 # ---------------------------------------------------------------------------------------------
 
 
-def generate_multilabel(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
-                        progress: Callable[[int], None] | None = None, n_features=100,
-                        density=None, n_labels=50, labels_per_row=3.0, latent_dim=8,
-                        feature_noise=0.1, gamma=None, n_random_features=256, label_skew=0.5,
-                        label_noise=0.05, n_classes=0, n_topics=20) -> Dataset:
+def generate_multilabel(
+    dest,
+    *,
+    n_rows,
+    seed=0,
+    block_rows=None,
+    overwrite=False,
+    progress: Callable[[int], None] | None = None,
+    n_features=100,
+    density=None,
+    n_labels=50,
+    labels_per_row=3.0,
+    latent_dim=8,
+    feature_noise=0.1,
+    gamma=None,
+    n_random_features=256,
+    label_skew=0.5,
+    label_noise=0.05,
+    n_classes=0,
+    n_topics=20,
+) -> Dataset:
     """Multi-label data whose labels depend non-linearly (RBF kernel) on the features.
 
     Each row's score for label ``l`` is ``s_l(x) = phi(x) . w_l + b_l + noise``, where ``phi`` are
@@ -385,8 +422,11 @@ def generate_multilabel(dest, *, n_rows, seed=0, block_rows=None, overwrite=Fals
     if sparse:
         density = _real_opt(density, "density", low=0.0, high=1.0, low_inclusive=False)
         T = _int_opt(n_topics, "n_topics", low=1)
-    g = (1.0 if sparse else 1.0 / d) if gamma is None else _real_opt(gamma, "gamma", low=0.0,
-                                                                     low_inclusive=False)
+    g = (
+        (1.0 if sparse else 1.0 / d)
+        if gamma is None
+        else _real_opt(gamma, "gamma", low=0.0, low_inclusive=False)
+    )
     params["gamma"] = g
 
     # shared parameters, one stream each
@@ -400,9 +440,12 @@ def generate_multilabel(dest, *, n_rows, seed=0, block_rows=None, overwrite=Fals
     if sparse:
         # each topic favours a random set of about 5% of the features (at least 5)
         per_topic = max(5, int(round(0.05 * d)))
-        topic_feats = np.stack([_param_rng(seed, 100 + t).choice(d, size=min(per_topic, d),
-                                                                  replace=False)
-                                for t in range(T)])
+        topic_feats = np.stack(
+            [
+                _param_rng(seed, 100 + t).choice(d, size=min(per_topic, d), replace=False)
+                for t in range(T)
+            ]
+        )
     else:
         A = (_param_rng(seed, 6).standard_normal((q, d)) / math.sqrt(q)).astype(f32)
 
@@ -444,8 +487,7 @@ def generate_multilabel(dest, *, n_rows, seed=0, block_rows=None, overwrite=Fals
             cols = np.sort(np.where(keep, order, L), axis=1)  # chosen labels first, sorted
             cols = cols[cols < L]
             indptr = np.concatenate([[0], np.cumsum(k)])
-            out["Y"] = sp.csr_matrix((np.ones(cols.size, np.float32), cols, indptr),
-                                     shape=(m, L))
+            out["Y"] = sp.csr_matrix((np.ones(cols.size, np.float32), cols, indptr), shape=(m, L))
         if C:
             sc = phi @ Wc
             if lnoise:
@@ -458,9 +500,17 @@ def generate_multilabel(dest, *, n_rows, seed=0, block_rows=None, overwrite=Fals
         arrays.append(("Y", "csr", L, "float32"))
     if C:
         arrays.append(("y", "dense", 1, "float64"))
-    return _write(dest, n_rows=n_rows, seed=seed, block_rows=block_rows, overwrite=overwrite,
-                  progress=progress, arrays=arrays, make_chunk=make_chunk,
-                  attrs=_attrs("multilabel", params))
+    return _write(
+        dest,
+        n_rows=n_rows,
+        seed=seed,
+        block_rows=block_rows,
+        overwrite=overwrite,
+        progress=progress,
+        arrays=arrays,
+        make_chunk=make_chunk,
+        attrs=_attrs("multilabel", params),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,8 +529,18 @@ def _write_columns(dest, *, n_cols, seed, overwrite, arrays, make_chunk, attrs):
             kept.setdefault(k, []).append(v)
         return blocks
 
-    _write(url, n_rows=n_cols, seed=seed, block_rows=None, overwrite=overwrite, progress=None,
-           arrays=arrays, make_chunk=wrapped, attrs=attrs, stream=_COL_STREAM)
+    _write(
+        url,
+        n_rows=n_cols,
+        seed=seed,
+        block_rows=None,
+        overwrite=overwrite,
+        progress=None,
+        arrays=arrays,
+        make_chunk=wrapped,
+        attrs=attrs,
+        stream=_COL_STREAM,
+    )
     return {k: np.concatenate(v) for k, v in kept.items()}, url
 
 
@@ -489,9 +549,20 @@ def _write_columns(dest, *, n_cols, seed, overwrite, arrays, make_chunk, attrs):
 # ---------------------------------------------------------------------------------------------
 
 
-def generate_imc_toy(dest, *, n_rows=200, seed=0, block_rows=None, overwrite=False,
-                     progress: Callable[[int], None] | None = None, n_cols=200, n_features=50,
-                     noise_std=0.1, obs_frac=0.1, store_full=True) -> Dataset:
+def generate_imc_toy(
+    dest,
+    *,
+    n_rows=200,
+    seed=0,
+    block_rows=None,
+    overwrite=False,
+    progress: Callable[[int], None] | None = None,
+    n_cols=200,
+    n_features=50,
+    noise_std=0.1,
+    obs_frac=0.1,
+    store_full=True,
+) -> Dataset:
     """The IMC toy of GIMC Figure 1 (SPEC 1.7): ``A = X Y^T + N``.
 
     ``X (n_rows x n_features)`` and ``Y (n_cols x n_features)`` are i.i.d. ``N(0, 1)``,
@@ -533,7 +604,11 @@ def generate_imc_toy(dest, *, n_rows=200, seed=0, block_rows=None, overwrite=Fal
     p = _real_opt(obs_frac, "obs_frac", low=0.0, high=1.0)
 
     cols, url = _write_columns(
-        dest, n_cols=nc, seed=seed, overwrite=overwrite, arrays=[("Y", "dense", d, "float64")],
+        dest,
+        n_cols=nc,
+        seed=seed,
+        overwrite=overwrite,
+        arrays=[("Y", "dense", d, "float64")],
         make_chunk=lambda rng, s, e: {"Y": rng.standard_normal((e - s, d))},
         attrs=_attrs("imc_toy.columns", params),
     )
@@ -556,9 +631,17 @@ def generate_imc_toy(dest, *, n_rows=200, seed=0, block_rows=None, overwrite=Fal
     arrays = [("X", "dense", d, "float64"), ("obs", "coo", nc, "float64")]
     if store_full:
         arrays.append(("A", "dense", nc, "float64"))
-    return _write(dest, n_rows=n_rows, seed=seed, block_rows=block_rows, overwrite=overwrite,
-                  progress=progress, arrays=arrays, make_chunk=make_chunk,
-                  attrs=_attrs("imc_toy", params, columns_store=os.path.basename(url)))
+    return _write(
+        dest,
+        n_rows=n_rows,
+        seed=seed,
+        block_rows=block_rows,
+        overwrite=overwrite,
+        progress=progress,
+        arrays=arrays,
+        make_chunk=make_chunk,
+        attrs=_attrs("imc_toy", params, columns_store=os.path.basename(url)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -566,11 +649,26 @@ def generate_imc_toy(dest, *, n_rows=200, seed=0, block_rows=None, overwrite=Fal
 # ---------------------------------------------------------------------------------------------
 
 
-def generate_lowrank(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
-                     progress: Callable[[int], None] | None = None, n_cols=1000, rank=10,
-                     noise_std=0.1, density=None, n_obs_per_row=None, n_row_features=20,
-                     n_col_features=20, link="linear", gamma=None, n_random_features=256,
-                     dtype="float64") -> Dataset:
+def generate_lowrank(
+    dest,
+    *,
+    n_rows,
+    seed=0,
+    block_rows=None,
+    overwrite=False,
+    progress: Callable[[int], None] | None = None,
+    n_cols=1000,
+    rank=10,
+    noise_std=0.1,
+    density=None,
+    n_obs_per_row=None,
+    n_row_features=20,
+    n_col_features=20,
+    link="linear",
+    gamma=None,
+    n_random_features=256,
+    dtype="float64",
+) -> Dataset:
     """A rank-``rank`` matrix ``M = U V^T`` plus noise, observed on sampled entries.
 
     Side features ``X`` (rows) and ``Y`` (columns) are i.i.d. ``N(0, 1)``.  The factors are
@@ -625,7 +723,7 @@ def generate_lowrank(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
         raise ValueError(f"link must be 'linear' or 'rbf'; got {link!r}")
     D = _int_opt(n_random_features, "n_random_features", low=1)
     vdt = np.dtype(dtype)
-    scale = r ** -0.25
+    scale = r**-0.25
 
     def side(tag, d):
         """Return a function features -> factors (or None when d == 0)."""
@@ -648,11 +746,18 @@ def generate_lowrank(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
             return {"Y": Yb, "V_true": col_map(Yb)}
         return {"V_true": rng.standard_normal((e - s, r)) * scale}
 
-    col_arrays = [("V_true", "dense", r, "float64")] + ([("Y", "dense", dy, "float32")] if dy
-                                                        else [])
-    cols, url = _write_columns(dest, n_cols=nc, seed=seed, overwrite=overwrite,
-                               arrays=col_arrays, make_chunk=col_chunk,
-                               attrs=_attrs("lowrank.columns", params))
+    col_arrays = [("V_true", "dense", r, "float64")] + (
+        [("Y", "dense", dy, "float32")] if dy else []
+    )
+    cols, url = _write_columns(
+        dest,
+        n_cols=nc,
+        seed=seed,
+        overwrite=overwrite,
+        arrays=col_arrays,
+        make_chunk=col_chunk,
+        attrs=_attrs("lowrank.columns", params),
+    )
     Vt = np.ascontiguousarray(cols["V_true"].T)  # (rank, n_cols)
     del cols
 
@@ -680,9 +785,17 @@ def generate_lowrank(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
     arrays = [("obs", "coo", nc, vdt), ("U_true", "dense", r, "float64")]
     if dx:
         arrays.append(("X", "dense", dx, "float32"))
-    return _write(dest, n_rows=n_rows, seed=seed, block_rows=block_rows, overwrite=overwrite,
-                  progress=progress, arrays=arrays, make_chunk=make_chunk,
-                  attrs=_attrs("lowrank", params, columns_store=os.path.basename(url)))
+    return _write(
+        dest,
+        n_rows=n_rows,
+        seed=seed,
+        block_rows=block_rows,
+        overwrite=overwrite,
+        progress=progress,
+        arrays=arrays,
+        make_chunk=make_chunk,
+        attrs=_attrs("lowrank", params, columns_store=os.path.basename(url)),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -690,10 +803,23 @@ def generate_lowrank(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
 # ---------------------------------------------------------------------------------------------
 
 
-def generate_signed(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
-                    progress: Callable[[int], None] | None = None, model="lowrank", rank=5,
-                    n_communities=5, bias=0.0, flip=0.05, density=None, n_obs_per_row=None,
-                    dtype="float32") -> Dataset:
+def generate_signed(
+    dest,
+    *,
+    n_rows,
+    seed=0,
+    block_rows=None,
+    overwrite=False,
+    progress: Callable[[int], None] | None = None,
+    model="lowrank",
+    rank=5,
+    n_communities=5,
+    bias=0.0,
+    flip=0.05,
+    density=None,
+    n_obs_per_row=None,
+    dtype="float32",
+) -> Dataset:
     """A signed directed network on ``n_rows`` nodes (an ``n_rows x n_rows`` COO ``"obs"``).
 
     Latent structure, hashed from each node id (so any node's latent vector is available without
@@ -750,8 +876,11 @@ def generate_signed(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
 
     def make_chunk(rng, start, stop):
         m = stop - start
-        keys = _sample_entries(rng, _obs_counts(rng, m, n - 1, density, per_row), n - 1) \
-            if n > 1 else np.zeros(0, np.int64)
+        keys = (
+            _sample_entries(rng, _obs_counts(rng, m, n - 1, density, per_row), n - 1)
+            if n > 1
+            else np.zeros(0, np.int64)
+        )
         nn = max(n - 1, 1)
         row, col = keys // nn, keys % nn
         col = col + (col >= row + start)  # skip the diagonal (keeps columns sorted)
@@ -779,9 +908,17 @@ def generate_signed(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
         arrays += [("U_true", "dense", r, "float64"), ("V_true", "dense", r, "float64")]
     else:
         arrays.append(("community", "dense", 1, "float64"))
-    return _write(dest, n_rows=n, seed=seed, block_rows=block_rows, overwrite=overwrite,
-                  progress=progress, arrays=arrays, make_chunk=make_chunk,
-                  attrs=_attrs("signed", params))
+    return _write(
+        dest,
+        n_rows=n,
+        seed=seed,
+        block_rows=block_rows,
+        overwrite=overwrite,
+        progress=progress,
+        arrays=arrays,
+        make_chunk=make_chunk,
+        attrs=_attrs("signed", params),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -789,9 +926,20 @@ def generate_signed(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
 # ---------------------------------------------------------------------------------------------
 
 
-def generate_multiview(dest, *, n_rows, seed=0, block_rows=None, overwrite=False,
-                       progress: Callable[[int], None] | None = None, view_dims=(20, 20, 20),
-                       rank=4, noise_std=0.1, task="regression", dtype="float32") -> Dataset:
+def generate_multiview(
+    dest,
+    *,
+    n_rows,
+    seed=0,
+    block_rows=None,
+    overwrite=False,
+    progress: Callable[[int], None] | None = None,
+    view_dims=(20, 20, 20),
+    rank=4,
+    noise_std=0.1,
+    task="regression",
+    dtype="float32",
+) -> Dataset:
     """Multi-view data whose target is made of cross-view interactions (MVM, SPEC 3.2).
 
     Views ``x^(p) ~ N(0, I_{I_p})``; with ``z^(p) = [x^(p); 1]`` and fixed random factors
@@ -874,9 +1022,17 @@ def generate_multiview(dest, *, n_rows, seed=0, block_rows=None, overwrite=False
         extra["theta_true"] = [th.tolist() for th in thetas]
     arrays = [(f"X{p}", "dense", ip, vdt) for p, ip in enumerate(dims)]
     arrays.append(("y", "dense", 1, "float64"))
-    return _write(dest, n_rows=n_rows, seed=seed, block_rows=block_rows, overwrite=overwrite,
-                  progress=progress, arrays=arrays, make_chunk=make_chunk,
-                  attrs=_attrs("multiview", params, **extra))
+    return _write(
+        dest,
+        n_rows=n_rows,
+        seed=seed,
+        block_rows=block_rows,
+        overwrite=overwrite,
+        progress=progress,
+        arrays=arrays,
+        make_chunk=make_chunk,
+        attrs=_attrs("multiview", params, **extra),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -908,6 +1064,8 @@ def generate(kind: str, dest, **opts) -> Dataset:
     opts = {k.replace("-", "_"): v for k, v in opts.items()}
     bad = sorted(set(opts) - set(valid))
     if bad:
-        raise TypeError(f"generator {key!r} has no option(s) {', '.join(bad)}; valid options: "
-                        f"{', '.join(valid)}")
+        raise TypeError(
+            f"generator {key!r} has no option(s) {', '.join(bad)}; valid options: "
+            f"{', '.join(valid)}"
+        )
     return fn(dest, **opts)

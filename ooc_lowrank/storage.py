@@ -129,7 +129,7 @@ def _sibling(loc: str, tag: str) -> str:
 
 
 def _commit(tmp: str, dest: str) -> None:
-    """Move a complete store from ``tmp`` to ``dest``, replacing any old store atomically (local)."""
+    """Move a finished store from ``tmp`` to ``dest``, replacing an old one atomically (local)."""
     if not _is_url(dest):
         d = _local_path(dest)
         if os.path.exists(d):

@@ -14,8 +14,9 @@ def to_csr(rows, cols, vals, shape):
     rows = np.asarray(rows, np.int64)
     order = np.argsort(rows, kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=shape[0]))])
-    return sp.csr_matrix((np.asarray(vals, float)[order], np.asarray(cols)[order], indptr),
-                         shape=shape)
+    return sp.csr_matrix(
+        (np.asarray(vals, float)[order], np.asarray(cols)[order], indptr), shape=shape
+    )
 
 
 def serial_reduce(csr, bounds):
@@ -86,6 +87,7 @@ def glrl_dense(rows, cols, vals, shape, loss, rank, refit, lbfgs_iter=5, n_power
         if refit == "none":
             theta = th0
         elif refit == "full":
+
             def f(z, U=U, V=V):
                 return refit_full(rows, cols, vals, U, V, z, loss, 1.0)
 

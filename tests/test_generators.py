@@ -19,13 +19,14 @@ from ooc_lowrank.storage import open_dataset
 N = 5000
 CASES = {
     "multilabel-dense": ("multilabel", dict(n_rows=N, n_features=30, n_labels=20, n_classes=4)),
-    "multilabel-sparse": ("multilabel", dict(n_rows=N, n_features=400, density=0.02,
-                                             n_labels=20)),
+    "multilabel-sparse": ("multilabel", dict(n_rows=N, n_features=400, density=0.02, n_labels=20)),
     "imc_toy": ("imc_toy", dict(n_rows=300, n_cols=120, obs_frac=0.2)),
     "lowrank": ("lowrank", dict(n_rows=N, n_cols=300, rank=4, density=0.05, link="rbf")),
     "signed": ("signed", dict(n_rows=N, n_obs_per_row=6)),
-    "signed-communities": ("signed", dict(n_rows=N, model="communities", n_communities=3,
-                                          density=0.002)),
+    "signed-communities": (
+        "signed",
+        dict(n_rows=N, model="communities", n_communities=3, density=0.002),
+    ),
     "multiview": ("multiview", dict(n_rows=N, view_dims=(5, 7, 3), task="classification")),
 }
 
@@ -86,8 +87,12 @@ def test_seeded_and_block_size_invariant(tmp_path, case):
     other = _content(_gen(tmp_path, case, "e", seed=8, block_rows=n))
     name = sorted(n for n in ref.names if n in other)[0]
     a, b = ref_c[name], other[name]
-    assert not all(np.array_equal(x, y) for x, y in zip(
-        a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,), strict=True))
+    assert not all(
+        np.array_equal(x, y)
+        for x, y in zip(
+            a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,), strict=True
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +109,10 @@ def test_multilabel_dense(stores):
     assert ds.attrs["generator"] == "multilabel"
     assert ds.attrs["params"]["n_labels"] == 20 and ds.attrs["gen_chunk_rows"] == G.GEN_CHUNK_ROWS
     assert [(n, ds[n].kind, ds[n].shape, str(ds[n].dtype)) for n in ds.names] == [
-        ("X", "dense", (N, 30), "float32"), ("Y", "csr", (N, 20), "float32"),
-        ("y", "dense", (N, 1), "float64")]
+        ("X", "dense", (N, 30), "float32"),
+        ("Y", "csr", (N, 20), "float32"),
+        ("y", "dense", (N, 1), "float64"),
+    ]
     Y = ds["Y"].read()
     per_row = np.diff(Y.indptr)
     assert per_row.min() >= 1 and abs(per_row.mean() - 3.0) < 0.2
@@ -187,8 +194,15 @@ def _check_coo_canonical(h):
 
 
 def test_lowrank(tmp_path):
-    ds = G.generate_lowrank(str(tmp_path / "lr.zarr"), n_rows=3000, n_cols=400, rank=5,
-                            noise_std=0.0, n_obs_per_row=30, seed=2)
+    ds = G.generate_lowrank(
+        str(tmp_path / "lr.zarr"),
+        n_rows=3000,
+        n_cols=400,
+        rank=5,
+        noise_std=0.0,
+        n_obs_per_row=30,
+        seed=2,
+    )
     cols = G.open_columns(ds)
     assert sorted(ds.names) == ["U_true", "X", "obs"]
     assert sorted(cols.names) == ["V_true", "Y"]
@@ -205,8 +219,16 @@ def test_lowrank(tmp_path):
     coef, *_ = np.linalg.lstsq(X, U, rcond=None)
     np.testing.assert_allclose(X @ coef, U, atol=1e-6)
     # noise and density
-    ds2 = G.generate_lowrank(str(tmp_path / "lr2.zarr"), n_rows=3000, n_cols=400, rank=5,
-                             noise_std=0.3, density=0.1, seed=2, n_row_features=0)
+    ds2 = G.generate_lowrank(
+        str(tmp_path / "lr2.zarr"),
+        n_rows=3000,
+        n_cols=400,
+        rank=5,
+        noise_std=0.3,
+        density=0.1,
+        seed=2,
+        n_row_features=0,
+    )
     assert "X" not in ds2.names
     obs2, rows2 = _check_coo_canonical(ds2["obs"])
     assert abs(obs2.nnz / (3000 * 400) - 0.1) < 0.005
@@ -253,8 +275,14 @@ def test_multiview(tmp_path, stores):
     ds = stores["multiview"]
     y = ds["y"].read().ravel()
     assert set(np.unique(y)) == {-1.0, 1.0} and abs(np.mean(y > 0) - 0.5) < 0.03
-    reg = G.generate_multiview(str(tmp_path / "mv.zarr"), n_rows=3000, view_dims=(4, 6, 3, 2),
-                               rank=3, noise_std=0.05, seed=5)
+    reg = G.generate_multiview(
+        str(tmp_path / "mv.zarr"),
+        n_rows=3000,
+        view_dims=(4, 6, 3, 2),
+        rank=3,
+        noise_std=0.05,
+        seed=5,
+    )
     assert reg.names == ["X0", "X1", "X2", "X3", "y"]
     views = [reg[f"X{p}"].read().astype(np.float64) for p in range(4)]
     assert [v.shape[1] for v in views] == [4, 6, 3, 2]
@@ -284,8 +312,7 @@ def test_dispatcher_progress_and_errors(tmp_path):
     with pytest.raises(TypeError, match="seed"):
         G.generate("signed", str(tmp_path / "q.zarr"), n_rows=10, seed=-1)
     with pytest.raises(ValueError, match="either density or n_obs_per_row"):
-        G.generate("lowrank", str(tmp_path / "q.zarr"), n_rows=10, density=0.1,
-                   n_obs_per_row=3)
+        G.generate("lowrank", str(tmp_path / "q.zarr"), n_rows=10, density=0.1, n_obs_per_row=3)
     with pytest.raises(ValueError, match="n_rows must be >= 1"):
         G.generate("imc-toy", str(tmp_path / "q.zarr"), n_rows=0)
     assert set(G.GENERATORS) == {"multilabel", "imc_toy", "lowrank", "signed", "multiview"}
@@ -310,18 +337,32 @@ _MEM_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind,n_rows,opts", [
-    # ~200 MB dense float32 + labels.  Memory is O(block_rows + GEN_CHUNK_ROWS) rows: with the
-    # default 16 MB blocks the writer's buffers alone are ~50 MB, so use 4096-row (8 MB) blocks
-    # to see the bound with a store small enough for a unit test.
-    ("multilabel", 100_000, {"n_features": 500, "block_rows": 4096}),
-])
+@pytest.mark.parametrize(
+    "kind,n_rows,opts",
+    [
+        # ~200 MB dense float32 + labels.  Memory is O(block_rows + GEN_CHUNK_ROWS) rows: with the
+        # default 16 MB blocks the writer's buffers alone are ~50 MB, so use 4096-row (8 MB) blocks
+        # to see the bound with a store small enough for a unit test.
+        ("multilabel", 100_000, {"n_features": 500, "block_rows": 4096}),
+    ],
+)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_bounded_memory(tmp_path, kind, n_rows, opts):
     """Peak RSS growth while writing a ~200 MB store stays well under the store's size."""
     out = subprocess.run(
-        [sys.executable, "-c", _MEM_SCRIPT, str(tmp_path / "big.zarr"), kind, str(n_rows),
-         json.dumps(opts)], capture_output=True, text=True, check=True, timeout=300,
+        [
+            sys.executable,
+            "-c",
+            _MEM_SCRIPT,
+            str(tmp_path / "big.zarr"),
+            kind,
+            str(n_rows),
+            json.dumps(opts),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
     )
     r = json.loads(out.stdout.strip().splitlines()[-1])
     growth = r["peak"] - r["base"]

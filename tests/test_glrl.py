@@ -54,8 +54,14 @@ def test_power_method_with_lowrank_part_vs_lapack(rng):  # SPEC check 18 (deflat
     G = sp.random(m, n, density=0.3, random_state=1).toarray()
     A, B, c = rng.standard_normal((m, 2)), rng.standard_normal((n, 2)), np.array([1.5, -0.7])
     D = G + A @ np.diag(c) @ B.T
-    u, s, v, _ = top_triplet(lambda u, v: (G @ v, G.T @ u, np.zeros(3)), m, n,
-                             lowrank=[(A, c, B)], n_iter=3000, tol=1e-13)
+    u, s, v, _ = top_triplet(
+        lambda u, v: (G @ v, G.T @ u, np.zeros(3)),
+        m,
+        n,
+        lowrank=[(A, c, B)],
+        n_iter=3000,
+        tol=1e-13,
+    )
     assert abs(s - np.linalg.svd(D, compute_uv=False)[0]) < 1e-9 * s
 
 
@@ -63,8 +69,9 @@ def test_power_method_restarts_when_ones_is_in_the_null_space(rng):
     G = np.zeros((4, 4))
     G[0, 0], G[0, 1] = 1.0, -1.0  # G 1 = 0
     G[1, 0], G[1, 1] = -1.0, 1.0
-    u, s, v, _ = top_triplet(lambda u, v: (G @ v, G.T @ u, np.zeros(3)), 4, 4, n_iter=200,
-                             tol=1e-12, rng=0)
+    u, s, v, _ = top_triplet(
+        lambda u, v: (G @ v, G.T @ u, np.zeros(3)), 4, 4, n_iter=200, tol=1e-12, rng=0
+    )
     np.testing.assert_allclose(s, 2.0, rtol=1e-8)
 
 
@@ -81,8 +88,7 @@ def test_full_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-6)
     th = rng.standard_normal(4)
     f0, g = fun(th)
     eps = 1e-4
-    fd = np.array([(fun(th + eps * e)[0] - fun(th - eps * e)[0]) / (2 * eps)
-                   for e in np.eye(4)])
+    fd = np.array([(fun(th + eps * e)[0] - fun(th - eps * e)[0]) / (2 * eps) for e in np.eye(4)])
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-6)
 
 
@@ -94,8 +100,9 @@ def test_econ_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-7)
     run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n)))
     U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
     V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
-    fun = glrl_core.econ_refit_objective(run, U, V, rng.standard_normal(3),
-                                         get_loss(loss).code, 1.0, l2)
+    fun = glrl_core.econ_refit_objective(
+        run, U, V, rng.standard_normal(3), get_loss(loss).code, 1.0, l2
+    )
     ab = np.array([0.9, -0.4])
     f0, g = fun(ab)
     eps = 1e-4
@@ -107,8 +114,15 @@ def test_econ_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-7)
 def test_greedy_step_guaranteed_decrease(rng):  # SPEC check 20
     M, rows, cols, vals = _lowrank(rng, kind="sign")
     m, n = M.shape
-    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n)), (m, n), loss="logistic", rank=1,
-                         refit="none", power_iter=500, power_tol=1e-12)
+    res = greedy_pursuit(
+        _reduce(rows, cols, vals, (m, n)),
+        (m, n),
+        loss="logistic",
+        rank=1,
+        refit="none",
+        power_iter=500,
+        power_tol=1e-12,
+    )
     s = res.theta[0] * 0.25  # theta = s / L
     assert res.objective[0] - res.objective[1] >= s * s / (2 * 0.25) - 1e-9
 
@@ -118,8 +132,14 @@ def test_greedy_step_guaranteed_decrease(rng):  # SPEC check 20
 def test_objective_never_increases(loss, refit, rng):  # SPEC check 21
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real", noise=0.1)
     m, n = M.shape
-    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n), [0, 20, 21, 60]), (m, n), loss=loss,
-                         rank=6, refit=refit, l2=0.01 if loss == "huber" else 0.0)
+    res = greedy_pursuit(
+        _reduce(rows, cols, vals, (m, n), [0, 20, 21, 60]),
+        (m, n),
+        loss=loss,
+        rank=6,
+        refit=refit,
+        l2=0.01 if loss == "huber" else 0.0,
+    )
     obj = np.asarray(res.objective)
     assert np.all(np.diff(obj) <= 1e-9 * obj[0]), obj
     assert obj[-1] < obj[0]
@@ -129,8 +149,10 @@ def test_refits_beat_no_refit(rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
     m, n = M.shape
     red = _reduce(rows, cols, vals, (m, n))
-    f = {r: greedy_pursuit(red, (m, n), loss="logistic", rank=3, refit=r).objective[-1]
-         for r in ("none", "economic", "full")}
+    f = {
+        r: greedy_pursuit(red, (m, n), loss="logistic", rank=3, refit=r).objective[-1]
+        for r in ("none", "economic", "full")
+    }
     assert f["full"] <= f["economic"] + 1e-9 and f["economic"] <= f["none"] + 1e-9
 
 
@@ -138,8 +160,15 @@ def test_no_refit_matches_dense_reference(rng):
     """GLRL without refit with an (almost) exact power method = the dense-SVD reference."""
     M, rows, cols, vals = _lowrank(rng, noise=0.1)
     m, n = M.shape
-    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n)), (m, n), loss="square", rank=3,
-                         refit="none", power_iter=3000, power_tol=1e-14)
+    res = greedy_pursuit(
+        _reduce(rows, cols, vals, (m, n)),
+        (m, n),
+        loss="square",
+        rank=3,
+        refit="none",
+        power_iter=3000,
+        power_tol=1e-14,
+    )
     U, V, th, objs = naive.glrl_dense(rows, cols, vals, (m, n), "square", 3, "none")
     np.testing.assert_allclose(res.objective, objs, rtol=1e-7)
     np.testing.assert_allclose((res.U * res.theta) @ res.V.T, (U * th) @ V.T, atol=1e-6)
@@ -150,9 +179,16 @@ def test_r1mp_recovers_fully_observed_low_rank_matrix(rng):
     m, n, r = 80, 60, 4
     M = rng.standard_normal((m, r)) @ rng.standard_normal((r, n))
     rows, cols = np.nonzero(np.ones((m, n), bool))
-    res = greedy_pursuit(_reduce(rows, cols, M[rows, cols], (m, n), [0, 25, 50, 75, 80]),
-                         (m, n), loss="square", rank=r, refit="full", power_iter=300,
-                         power_tol=1e-12, lbfgs_iter=20)
+    res = greedy_pursuit(
+        _reduce(rows, cols, M[rows, cols], (m, n), [0, 25, 50, 75, 80]),
+        (m, n),
+        loss="square",
+        rank=r,
+        refit="full",
+        power_iter=300,
+        power_tol=1e-12,
+        lbfgs_iter=20,
+    )
     X = (res.U * res.theta) @ res.V.T
     assert np.linalg.norm(X - M) / np.linalg.norm(M) < 1e-3
 
@@ -185,8 +221,15 @@ def test_nonsmooth_l1_reduces_objective(schedule, rng):  # SPEC check 23
     O[outl] += 10 * rng.standard_normal(outl.sum())
     rows, cols = np.nonzero(rng.random((m, n)) < 0.35)
     vals = O[rows, cols]
-    res = greedy_pursuit(_reduce(rows, cols, vals, (m, n)), (m, n), loss="l1", rank=10,
-                         step_size=2.0, nu=0.95, step_schedule=schedule)
+    res = greedy_pursuit(
+        _reduce(rows, cols, vals, (m, n)),
+        (m, n),
+        loss="l1",
+        rank=10,
+        step_size=2.0,
+        nu=0.95,
+        step_schedule=schedule,
+    )
     assert min(res.objective) < res.objective[0]
     assert sum(res.inner_counts) <= 10 and res.U.shape[1] <= 10
     assert all(1 <= p <= 5 for p in res.inner_counts)
@@ -197,8 +240,7 @@ def test_nonsmooth_l1_reduces_objective(schedule, rng):  # SPEC check 23
 
 def test_nonsmooth_hinge_runs_and_improves(rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
-    est = GreedyLowRank(loss="hinge", rank=5, step_size=1.0).fit((rows, cols, vals),
-                                                                 shape=M.shape)
+    est = GreedyLowRank(loss="hinge", rank=5, step_size=1.0).fit((rows, cols, vals), shape=M.shape)
     assert est.objective_path_.min() < est.objective_path_[0]
     assert est.evaluate((rows, cols, vals), ["sign_accuracy"])["sign_accuracy"] > 0.6
 
@@ -209,22 +251,25 @@ def test_same_result_for_any_blocking(refit, rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
     fits = []
     for br in (None, 30, 7):  # 1 block, 2 blocks, uneven blocks
-        est = GreedyLowRank(loss="logistic", rank=3, refit=refit, power_iter=6,
-                            block_rows=br or 60)
+        est = GreedyLowRank(loss="logistic", rank=3, refit=refit, power_iter=6, block_rows=br or 60)
         fits.append(est.fit((rows, cols, vals), shape=M.shape))
     for f in fits[1:]:
         np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
-        np.testing.assert_allclose(f.predict(rows, cols), fits[0].predict(rows, cols),
-                                   rtol=1e-7, atol=1e-8)
+        np.testing.assert_allclose(
+            f.predict(rows, cols), fits[0].predict(rows, cols), rtol=1e-7, atol=1e-8
+        )
 
 
 def test_store_and_local_cluster_give_identical_results(rng, tmp_path, cluster_client):
     import dask
 
     M, rows, cols, vals = _lowrank(rng, kind="sign")
-    ds = write_arrays(str(tmp_path / "obs.zarr"),
-                      {"obs": naive.to_csr(rows, cols, vals, M.shape)}, kinds={"obs": "coo"},
-                      block_rows=13)
+    ds = write_arrays(
+        str(tmp_path / "obs.zarr"),
+        {"obs": naive.to_csr(rows, cols, vals, M.shape)},
+        kinds={"obs": "coo"},
+        block_rows=13,
+    )
     kw = dict(loss="logistic", rank=2, refit="economic", power_iter=4, lbfgs_iter=2)
     local = GreedyLowRank(**kw).fit(ds)
     with dask.config.set(scheduler=cluster_client):
@@ -237,8 +282,9 @@ def test_store_and_local_cluster_give_identical_results(rng, tmp_path, cluster_c
 
 def test_one_pass_per_power_iteration(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
-    est = GreedyLowRank(loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0,
-                        block_rows=20)  # several blocks: the engine path
+    est = GreedyLowRank(
+        loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20
+    )  # several blocks: the engine path
     est.fit((rows, cols, vals), shape=M.shape)
     # 1 validation pass + 1 objective pass at X=0 + per step: power_iter passes, the last of
     # which (the objective pass of the new iterate) doubles as the next step's first pass
@@ -250,8 +296,13 @@ def test_one_pass_per_power_iteration(rng, counting_scheduler):
 def test_estimator_predict_topk_evaluate_save_load(rng, tmp_path):
     M, rows, cols, vals = _lowrank(rng, noise=0.05)
     seen = []
-    est = GreedyLowRank(loss="square", rank=5, init="mean", power_iter=8,
-                        callback=lambda i, t, f: seen.append((i, f)))
+    est = GreedyLowRank(
+        loss="square",
+        rank=5,
+        init="mean",
+        power_iter=8,
+        callback=lambda i, t, f: seen.append((i, f)),
+    )
     assert est.fit((rows, cols, vals), shape=M.shape) is est
     assert [i for i, _ in seen] == [1, 2, 3, 4] and est.n_components_ == 5
     X = (est.U_ * est.theta_) @ est.V_.T
@@ -261,9 +312,10 @@ def test_estimator_predict_topk_evaluate_save_load(rng, tmp_path):
     ev = est.evaluate((rows, cols, vals), "mae,rmse,sign_accuracy")
     err = X[rows, cols] - vals
     np.testing.assert_allclose(ev["mae"], np.abs(err).mean(), rtol=1e-12)
-    np.testing.assert_allclose(ev["rmse"], np.sqrt((err ** 2).mean()), rtol=1e-12)
-    np.testing.assert_allclose(ev["sign_accuracy"],
-                               np.mean(np.sign(X[rows, cols]) == np.sign(vals)))
+    np.testing.assert_allclose(ev["rmse"], np.sqrt((err**2).mean()), rtol=1e-12)
+    np.testing.assert_allclose(
+        ev["sign_accuracy"], np.mean(np.sign(X[rows, cols]) == np.sign(vals))
+    )
     est.save(tmp_path / "m")
     back = ooc_lowrank.load(tmp_path / "m")
     assert isinstance(back, GreedyLowRank) and back.get_params()["init"] == "mean"
@@ -275,11 +327,11 @@ def test_fit_on_store_float32(rng, tmp_path):
     M, rows, cols, vals = _lowrank(rng)
     csr = naive.to_csr(rows, cols, vals.astype(np.float32), M.shape)
     csr.data = csr.data.astype(np.float32)
-    ds = write_arrays(str(tmp_path / "s.zarr"), {"obs": csr}, kinds={"obs": "coo"},
-                      block_rows=11)
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"obs": csr}, kinds={"obs": "coo"}, block_rows=11)
     est = GreedyLowRank(loss="square", rank=2, power_iter=5).fit(ds)
     ref = GreedyLowRank(loss="square", rank=2, power_iter=5, block_rows=11).fit(
-        (rows, cols, vals.astype(np.float32)), shape=M.shape)
+        (rows, cols, vals.astype(np.float32)), shape=M.shape
+    )
     np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-9)
     assert est.evaluate(ds)["n"] == rows.size
 
@@ -287,8 +339,13 @@ def test_fit_on_store_float32(rng, tmp_path):
 def test_validation_early_stopping_keeps_best(rng):
     M, rows, cols, vals = _lowrank(rng, p=0.5, noise=0.5)
     tr = rng.random(rows.size) < 0.8
-    est = GreedyLowRank(loss="square", rank=15, validation=(rows[~tr], cols[~tr], vals[~tr]),
-                        n_iter_no_change=2, power_iter=8)
+    est = GreedyLowRank(
+        loss="square",
+        rank=15,
+        validation=(rows[~tr], cols[~tr], vals[~tr]),
+        n_iter_no_change=2,
+        power_iter=8,
+    )
     est.fit((rows[tr], cols[tr], vals[tr]), shape=M.shape)
     best = int(np.argmin(est.validation_path_))
     assert est.best_iter_ == best and est.n_components_ == best
@@ -302,18 +359,24 @@ def test_duplicates_policy(rng):
     msg = r"repeat a \(row, col\) pair.*1 repeated.*duplicates='keep'"
     with pytest.raises(ValueError, match=msg):
         GreedyLowRank(rank=1).fit((rows, cols, vals), shape=(3, 3))
-    est = GreedyLowRank(rank=1, duplicates="keep", refit="full").fit((rows, cols, vals),
-                                                                    shape=(3, 3))
+    est = GreedyLowRank(rank=1, duplicates="keep", refit="full").fit(
+        (rows, cols, vals), shape=(3, 3)
+    )
     assert est.n_observed_ == 5  # both copies are separate observations
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(rows=np.array([0, 5])), r"rows must lie in \[0, 4\).*got 5"),
-    (dict(cols=np.array([0, -1])), r"cols must lie in \[0, 3\).*got -1"),
-    (dict(rows=np.array([], int), cols=np.array([], int), vals=np.array([])),
-     "at least one observed entry"),
-    (dict(vals=np.array([1.0, np.nan])), "finite"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(rows=np.array([0, 5])), r"rows must lie in \[0, 4\).*got 5"),
+        (dict(cols=np.array([0, -1])), r"cols must lie in \[0, 3\).*got -1"),
+        (
+            dict(rows=np.array([], int), cols=np.array([], int), vals=np.array([])),
+            "at least one observed entry",
+        ),
+        (dict(vals=np.array([1.0, np.nan])), "finite"),
+    ],
+)
 def test_bad_input_is_refused_before_work(bad, match, counting_scheduler):
     d = dict(rows=np.array([0, 1]), cols=np.array([0, 1]), vals=np.array([1.0, -1.0]))
     d.update(bad)
@@ -351,7 +414,8 @@ def test_benchmark_body_tiny(tmp_path):
     from conftest import DATA_DIR
 
     spec = importlib.util.spec_from_file_location(
-        "bench_glrl", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_glrl.py")
+        "bench_glrl", Path(__file__).resolve().parents[1] / "benchmarks" / "bench_glrl.py"
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     res = bench.run(tiny=True, parts=("a", "c"), data_dir=DATA_DIR, out_dir=tmp_path)
@@ -378,9 +442,14 @@ def test_bias_init_fits_additive_matrix_as_rank_two(init, rng):
     if init == "bias-l1":  # robust biases ignore a few gross outliers
         vals = vals.copy()
         vals[::37] += 50.0
-    (U, V, th), passes = glrl_core.bias_init(_reduce(rows, cols, vals, (40, 30)), (40, 30),
-                                             float(vals.mean()), reg=0.0, n_sweeps=60,
-                                             irls_eps=1e-6 if init == "bias-l1" else 0.0)
+    (U, V, th), passes = glrl_core.bias_init(
+        _reduce(rows, cols, vals, (40, 30)),
+        (40, 30),
+        float(vals.mean()),
+        reg=0.0,
+        n_sweeps=60,
+        irls_eps=1e-6 if init == "bias-l1" else 0.0,
+    )
     assert U.shape == (40, 2) and V.shape == (30, 2) and passes == 120
     np.testing.assert_allclose(np.linalg.norm(U, axis=0), 1.0)
     pred = ((U * th) @ V.T)[rows, cols]
@@ -401,17 +470,19 @@ def test_bias_init_counts_two_terms_and_helps(loss, rng):
     M = rng.standard_normal((40, 1)) @ rng.standard_normal((1, 30))
     vals = vals + M[rows, cols]
     kw = dict(loss=loss, rank=4, power_iter=10, step_size=1.0)
-    fits = {i: GreedyLowRank(init=i, **kw).fit((rows, cols, vals), shape=(40, 30))
-            for i in ("mean", "bias")}
+    fits = {
+        i: GreedyLowRank(init=i, **kw).fit((rows, cols, vals), shape=(40, 30))
+        for i in ("mean", "bias")
+    }
     assert fits["bias"].n_components_ == 4  # 2 bias terms + 2 greedy terms
     assert fits["bias"].n_passes_ > fits["bias"].n_iter_  # bias sweeps are counted
     mae = {i: f.evaluate((rows, cols, vals), ["mae"])["mae"] for i, f in fits.items()}
     assert mae["bias"] < mae["mean"]
     # identical for any blocking
-    other = GreedyLowRank(init="bias", block_rows=7, **kw).fit((rows, cols, vals),
-                                                               shape=(40, 30))
-    np.testing.assert_allclose(other.predict(rows, cols), fits["bias"].predict(rows, cols),
-                               rtol=1e-7, atol=1e-8)
+    other = GreedyLowRank(init="bias", block_rows=7, **kw).fit((rows, cols, vals), shape=(40, 30))
+    np.testing.assert_allclose(
+        other.predict(rows, cols), fits["bias"].predict(rows, cols), rtol=1e-7, atol=1e-8
+    )
 
 
 def test_bias_init_params_are_checked():

@@ -18,8 +18,11 @@ def _problem(rng, loss, m=23, n=17, t=3, p=0.4, dtype=np.float64, idx=np.int64):
     mask[5] = False  # an empty row
     rows, cols = np.nonzero(mask)
     lo = get_loss(loss)
-    vals = (np.where(rng.random(rows.size) < 0.5, -1.0, 1.0) if lo.labels_pm1
-            else rng.normal(0, 2, rows.size))
+    vals = (
+        np.where(rng.random(rows.size) < 0.5, -1.0, 1.0)
+        if lo.labels_pm1
+        else rng.normal(0, 2, rows.size)
+    )
     csr = naive.to_csr(rows, cols, vals.astype(dtype), (m, n))
     csr.indices = csr.indices.astype(idx)
     csr.data = csr.data.astype(dtype)
@@ -84,8 +87,10 @@ def test_power_pass_is_block_additive(loss, rng):
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
     full = _blocks.power_block(0, csr, U, V, theta, code, 1.0, u, v)
-    parts = [_blocks.power_block(s, csr[s:e], U, V, theta, code, 1.0, u, v)
-             for s, e in [(0, 4), (4, 5), (5, 6), (6, 23)]]
+    parts = [
+        _blocks.power_block(s, csr[s:e], U, V, theta, code, 1.0, u, v)
+        for s, e in [(0, 4), (4, 5), (5, 6), (6, 23)]
+    ]
     for k in range(3):
         np.testing.assert_allclose(sum(p[k] for p in parts), full[k], rtol=1e-12, atol=1e-12)
     assert np.all(parts[0][0][4:] == 0)

@@ -1,4 +1,4 @@
-"""Packaging: the wheel installs the kernels as ``ooc_lowrank.kernels``, no top-level ``kernels``."""
+"""Packaging: the wheel installs kernels as ``ooc_lowrank.kernels``, no top-level ``kernels``."""
 
 from __future__ import annotations
 

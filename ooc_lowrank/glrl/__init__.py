@@ -11,5 +11,4 @@ from .core import GreedyResult, greedy_pursuit, top_triplet
 from .estimator import GreedyLowRank
 from .losses import LOSSES, get_loss
 
-__all__ = ["LOSSES", "GreedyLowRank", "GreedyResult", "get_loss", "greedy_pursuit",
-           "top_triplet"]
+__all__ = ["LOSSES", "GreedyLowRank", "GreedyResult", "get_loss", "greedy_pursuit", "top_triplet"]

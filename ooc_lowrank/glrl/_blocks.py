@@ -34,8 +34,9 @@ def power_block(row_start, block, U, V, theta, loss, delta, u, v):
     gv = np.zeros(u.shape[0])
     gtu = np.zeros(v.shape[0])
     stats = np.zeros(3)
-    _k.power_pass(indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, u, v,
-                  gv, gtu, stats)
+    _k.power_pass(
+        indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, u, v, gv, gtu, stats
+    )
     return gv, gtu, stats
 
 
@@ -44,8 +45,9 @@ def refit_full_block(row_start, block, U, V, theta, loss, delta):
     indptr, cols, vals = _parts(block)
     grad = np.zeros(theta.shape[0])
     stats = np.zeros(1)
-    _k.refit_full_pass(indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta,
-                       grad, stats)
+    _k.refit_full_pass(
+        indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, grad, stats
+    )
     return grad, stats
 
 
@@ -53,8 +55,20 @@ def refit_econ_block(row_start, block, U, V, theta_prev, alpha, beta, loss, delt
     """``[sum loss, d/dalpha, d/dbeta]`` of the economic refit (loss part only)."""
     indptr, cols, vals = _parts(block)
     out = np.zeros(3)
-    _k.refit_econ_pass(indptr, cols, vals, np.int64(row_start), U, V, theta_prev,
-                       float(alpha), float(beta), loss, delta, out)
+    _k.refit_econ_pass(
+        indptr,
+        cols,
+        vals,
+        np.int64(row_start),
+        U,
+        V,
+        theta_prev,
+        float(alpha),
+        float(beta),
+        loss,
+        delta,
+        out,
+    )
     return out
 
 
@@ -62,8 +76,20 @@ def step_search_block(row_start, block, U, V, theta, n_prev, steps, loss, delta)
     """Loss sums of ``x_prev + eta_j d`` for each candidate step ``eta_j``."""
     indptr, cols, vals = _parts(block)
     out = np.zeros(steps.shape[0])
-    _k.step_search_pass(indptr, cols, vals, np.int64(row_start), U, V, theta,
-                        np.int64(n_prev), steps, loss, delta, out)
+    _k.step_search_pass(
+        indptr,
+        cols,
+        vals,
+        np.int64(row_start),
+        U,
+        V,
+        theta,
+        np.int64(n_prev),
+        steps,
+        loss,
+        delta,
+        out,
+    )
     return out
 
 
@@ -74,13 +100,15 @@ def metrics_block(row_start, block, U, V, theta):
     _k.predict_block(indptr, cols, np.int64(row_start), U, V, theta, pred)
     o = np.asarray(vals, dtype=np.float64)
     err = pred - o
-    return np.array([
-        float(o.size),
-        float(np.abs(err).sum()),
-        float((err * err).sum()),
-        float(np.count_nonzero((np.sign(pred) == np.sign(o)) & (o != 0))),
-        float(np.count_nonzero(o)),
-    ])
+    return np.array(
+        [
+            float(o.size),
+            float(np.abs(err).sum()),
+            float((err * err).sum()),
+            float(np.count_nonzero((np.sign(pred) == np.sign(o)) & (o != 0))),
+            float(np.count_nonzero(o)),
+        ]
+    )
 
 
 def loss_block(row_start, block, U, V, theta, loss, delta):
@@ -107,8 +135,9 @@ def check_block(row_start, block, n_cols, labels_pm1):
         rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
         dup = int(nnz - np.unique(rows * np.int64(n_cols) + c64).size)
     total = float(vals[np.isfinite(vals)].sum()) if nnz else 0.0
-    return np.array([float(nnz), float(nonfinite), float(bad_lab), float(out_of_range),
-                     float(dup), total])
+    return np.array(
+        [float(nnz), float(nonfinite), float(bad_lab), float(out_of_range), float(dup), total]
+    )
 
 
 def bias_block(row_start, block, mu, bu, bi, side, irls_eps):
@@ -131,7 +160,8 @@ def bias_block(row_start, block, mu, bu, bi, side, irls_eps):
         w = np.ones_like(o)
     if side == 0:
         m = bu.shape[0]
-        return np.concatenate([np.bincount(rows, w * res_u, minlength=m),
-                               np.bincount(rows, w, minlength=m)])
+        return np.concatenate(
+            [np.bincount(rows, w * res_u, minlength=m), np.bincount(rows, w, minlength=m)]
+        )
     n = bi.shape[0]
     return np.concatenate([np.bincount(c, w * res_i, minlength=n), np.bincount(c, w, minlength=n)])

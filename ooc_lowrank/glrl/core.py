@@ -156,19 +156,43 @@ def top_triplet(matvec, m, n, *, lowrank=(), n_iter=20, tol=1e-3, rng=None, firs
         v_hat = -v_hat
         s = -s
         sparse_uv = -sparse_uv
-    return u_hat, float(s), v_hat, {"stats": stats0, "sparse_uv": float(sparse_uv),
-                                    "passes": passes}
+    return (
+        u_hat,
+        float(s),
+        v_hat,
+        {"stats": stats0, "sparse_uv": float(sparse_uv), "passes": passes},
+    )
 
 
 def _gram(U, V):
     return (U.T @ U) * (V.T @ V)
 
 
-def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power_iter=20,
-                   power_tol=1e-3, lbfgs_iter=5, l2=0.0, huber_delta=1.0, nu=0.95, max_inner=5,
-                   step_size=2.0, step_schedule="auto", validation=None, n_iter_no_change=5,
-                   callback=None, random_state=None, verbose=False, init_offset=None,
-                   max_iter=None, init_factors=None):
+def greedy_pursuit(
+    reduce,
+    shape,
+    *,
+    loss="square",
+    rank=10,
+    refit="auto",
+    power_iter=20,
+    power_tol=1e-3,
+    lbfgs_iter=5,
+    l2=0.0,
+    huber_delta=1.0,
+    nu=0.95,
+    max_inner=5,
+    step_size=2.0,
+    step_schedule="auto",
+    validation=None,
+    n_iter_no_change=5,
+    callback=None,
+    random_state=None,
+    verbose=False,
+    init_offset=None,
+    max_iter=None,
+    init_factors=None,
+):
     """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
 
     Parameters
@@ -249,8 +273,9 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
             return power_pass(U, V, theta, u, v)
 
         if lossobj.smooth:
-            u, s, v, info = top_triplet(matvec, m, n, lowrank=base, n_iter=power_iter,
-                                        tol=power_tol, rng=rng, first=first)
+            u, s, v, info = top_triplet(
+                matvec, m, n, lowrank=base, n_iter=power_iter, tol=power_tol, rng=rng, first=first
+            )
             if s <= 1e-300:
                 log("GLRL step %d: gradient vanished on the observed entries; stopping", t)
                 break
@@ -263,8 +288,7 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
             if refit == "none":
                 theta = np.append(theta, step0)
             elif refit == "full":
-                theta = _refit_full(run, U, V, np.append(theta, step0), code, delta, l2,
-                                    lbfgs_iter)
+                theta = _refit_full(run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter)
             else:
                 theta = _refit_econ(run, U, V, theta, step0, code, delta, l2, lbfgs_iter)
             res.inner_counts.append(1)
@@ -281,8 +305,9 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
             while True:
                 i += 1
                 lr = base + [(Uc, -sc, Vc)]
-                u, s, v, info = top_triplet(matvec, m, n, lowrank=lr, n_iter=power_iter,
-                                            tol=power_tol, rng=rng, first=first)
+                u, s, v, info = top_triplet(
+                    matvec, m, n, lowrank=lr, n_iter=power_iter, tol=power_tol, rng=rng, first=first
+                )
                 guv = info["sparse_uv"]
                 if l2 > 0 and theta.size:
                     guv += l2 * np.sum(theta * (U.T @ u) * (V.T @ v))
@@ -291,8 +316,7 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
                 sc = np.append(sc, s)
                 cross += s * guv
                 resid2 = gnorm2 - 2 * cross + sc @ _gram(Uc, Vc) @ sc
-                if (resid2 <= nu * nu * gnorm2 or i >= max_inner or used + i >= rank
-                        or s <= 1e-300):
+                if resid2 <= nu * nu * gnorm2 or i >= max_inner or used + i >= rank or s <= 1e-300:
                     break
             eta = _step(step_schedule, step_size, t, l2)
             # X <- X - eta * Ghat = X + sum (eta s_i) u_i (-v_i)^T
@@ -321,8 +345,14 @@ def greedy_pursuit(reduce, shape, *, loss="square", rank=10, refit="auto", power
                 since_best += 1
         elif obj < best_obj or lossobj.smooth:
             best_obj, res.best_iter = min(obj, best_obj), t
-        log("GLRL step %d: rank %d, objective %.6g, %.3fs, %d passes", t, U.shape[1], obj,
-            res.times[-1], run.n)
+        log(
+            "GLRL step %d: rank %d, objective %.6g, %.3fs, %d passes",
+            t,
+            U.shape[1],
+            obj,
+            res.times[-1],
+            run.n,
+        )
         if callback is not None:
             callback(t, elapsed, obj)
         if validation is not None and n_iter_no_change and since_best >= n_iter_no_change:
@@ -404,8 +434,13 @@ def _lbfgs(fun, x0, maxiter):
         return cache[key]
 
     f0, _ = f(np.asarray(x0, float))
-    out = minimize(f, x0, jac=True, method="L-BFGS-B",
-                   options={"maxiter": maxiter, "maxfun": max(10, 3 * maxiter)})
+    out = minimize(
+        f,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": maxiter, "maxfun": max(10, 3 * maxiter)},
+    )
     if not np.isfinite(out.fun) or out.fun > f0:
         return np.asarray(x0, float)  # SPEC 2.3 [E]: keep the warm start if L-BFGS is worse
     return out.x

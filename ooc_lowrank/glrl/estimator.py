@@ -84,14 +84,19 @@ def _pairs_to_csr(X, shape, name="X"):
     rows, cols, vals = (np.asarray(a) for a in X)
     for nm, a in (("rows", rows), ("cols", cols)):
         if a.ndim != 1 or a.dtype.kind not in "iu":
-            raise TypeError(f"{name} {nm} must be a 1-D integer array; got {a.dtype} "
-                            f"with shape {a.shape}. Use np.asarray({nm}, dtype=np.int64)")
+            raise TypeError(
+                f"{name} {nm} must be a 1-D integer array; got {a.dtype} "
+                f"with shape {a.shape}. Use np.asarray({nm}, dtype=np.int64)"
+            )
     if vals.ndim != 1 or vals.dtype.kind not in "fiub":
-        raise TypeError(f"{name} values must be a 1-D numeric array; got {vals.dtype} "
-                        f"with shape {vals.shape}")
+        raise TypeError(
+            f"{name} values must be a 1-D numeric array; got {vals.dtype} with shape {vals.shape}"
+        )
     if not (rows.size == cols.size == vals.size):
-        raise ValueError(f"{name} rows, cols and values must have the same length; got "
-                         f"{rows.size}, {cols.size}, {vals.size}")
+        raise ValueError(
+            f"{name} rows, cols and values must have the same length; got "
+            f"{rows.size}, {cols.size}, {vals.size}"
+        )
     for nm, a, lim in (("rows", rows, m), ("cols", cols, n)):
         if a.size and (a.min() < 0 or a.max() >= lim):
             bad = a.min() if a.min() < 0 else a.max()
@@ -210,13 +215,34 @@ class GreedyLowRank(BaseEstimator):
         ``callback(iteration, elapsed_seconds, objective)`` after each greedy step.
     """
 
-    def __init__(self, *, loss="square", rank=10, refit="auto", power_iter=20, power_tol=1e-3,
-                 lbfgs_iter=5, l2=0.0, huber_delta=1.0, nu=0.95, max_inner=5, step_size=2.0,
-                 step_schedule="auto", init="zero", bias_reg=10.0, bias_sweeps=5,
-                 duplicates="error", validation=None,
-                 n_iter_no_change=5,
-                 max_iter=None, block_rows=None, cache_bytes=None, random_state=None, verbose=False,
-                 callback=None):
+    def __init__(
+        self,
+        *,
+        loss="square",
+        rank=10,
+        refit="auto",
+        power_iter=20,
+        power_tol=1e-3,
+        lbfgs_iter=5,
+        l2=0.0,
+        huber_delta=1.0,
+        nu=0.95,
+        max_inner=5,
+        step_size=2.0,
+        step_schedule="auto",
+        init="zero",
+        bias_reg=10.0,
+        bias_sweeps=5,
+        duplicates="error",
+        validation=None,
+        n_iter_no_change=5,
+        max_iter=None,
+        block_rows=None,
+        cache_bytes=None,
+        random_state=None,
+        verbose=False,
+        callback=None,
+    ):
         self.loss = loss
         self.rank = rank
         self.refit = refit
@@ -245,15 +271,24 @@ class GreedyLowRank(BaseEstimator):
     # ------------------------------------------------------------------ validation
     def _check_params(self):
         lo = get_loss(self.loss)
-        check_scalar(self.rank, "rank", kind=numbers.Integral, low=1,
-                     fix="Use rank >= 1 (the number of rank-one terms)")
+        check_scalar(
+            self.rank,
+            "rank",
+            kind=numbers.Integral,
+            low=1,
+            fix="Use rank >= 1 (the number of rank-one terms)",
+        )
         refit = "none" if self.refit is None else self.refit  # the CLI parses "none" as None
         if refit not in ("auto",) + REFITS:
             raise param_error("refit", f"must be one of {('auto',) + REFITS}", self.refit)
         if not lo.smooth and refit not in ("auto", "none"):
             raise param_error(
-                "refit", f"must be 'none' or 'auto' for the nonsmooth loss {self.loss!r} "
-                "(SPEC 2.4: no coefficient refit)", self.refit, "Use refit='none'")
+                "refit",
+                f"must be 'none' or 'auto' for the nonsmooth loss {self.loss!r} "
+                "(SPEC 2.4: no coefficient refit)",
+                self.refit,
+                "Use refit='none'",
+            )
         check_scalar(self.power_iter, "power_iter", kind=numbers.Integral, low=1)
         check_scalar(self.power_tol, "power_tol", low=0.0)
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
@@ -267,15 +302,18 @@ class GreedyLowRank(BaseEstimator):
         if self.init not in INITS:
             raise param_error("init", f"must be one of {INITS}", self.init)
         if self.init in ("bias", "bias-l1") and self.rank < 3:
-            raise param_error("rank", "must be >= 3 with init='bias' (the biases use two "
-                              "terms of the budget)", self.rank, "Use init='mean' or a larger rank")
+            raise param_error(
+                "rank",
+                "must be >= 3 with init='bias' (the biases use two terms of the budget)",
+                self.rank,
+                "Use init='mean' or a larger rank",
+            )
         check_scalar(self.bias_reg, "bias_reg", low=0.0)
         check_scalar(self.bias_sweeps, "bias_sweeps", kind=numbers.Integral, low=1)
         if self.duplicates not in ("error", "keep"):
             raise param_error("duplicates", "must be 'error' or 'keep'", self.duplicates)
         if self.n_iter_no_change is not None:
-            check_scalar(self.n_iter_no_change, "n_iter_no_change", kind=numbers.Integral,
-                         low=1)
+            check_scalar(self.n_iter_no_change, "n_iter_no_change", kind=numbers.Integral, low=1)
         if self.max_iter is not None:
             check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=1)
         if self.block_rows is not None:
@@ -287,8 +325,12 @@ class GreedyLowRank(BaseEstimator):
         h = _obs_handle(X, name)
         if h is not None:
             if shape is not None and tuple(int(s) for s in shape) != tuple(h.shape):
-                raise param_error("shape", f"must match the store's shape {tuple(h.shape)}",
-                                  shape, "Omit shape= for store input")
+                raise param_error(
+                    "shape",
+                    f"must match the store's shape {tuple(h.shape)}",
+                    shape,
+                    "Omit shape= for store input",
+                )
             B = engine.as_blocked(h, block_rows=self.block_rows, name=name)
             return B, tuple(int(s) for s in h.shape)
         csr = _pairs_to_csr(X, shape, name)
@@ -297,26 +339,34 @@ class GreedyLowRank(BaseEstimator):
     def _check_data(self, B, shape, lo, name="X"):
         """One validation pass over the blocks: errors before any fitting work."""
         nnz, nonfinite, badlab, oor, dup, total = _make_reduce(B)(
-            _blocks.check_block, (int(shape[1]), bool(lo.labels_pm1)))[0]
+            _blocks.check_block, (int(shape[1]), bool(lo.labels_pm1))
+        )[0]
         if nnz == 0:
-            raise ValueError(f"{name} must hold at least one observed entry; got an empty "
-                             "observation set. Check the converter's input file")
+            raise ValueError(
+                f"{name} must hold at least one observed entry; got an empty "
+                "observation set. Check the converter's input file"
+            )
         if oor:
-            raise ValueError(f"{name} column indices must lie in [0, {shape[1]}); "
-                             f"{int(oor)} do not")
+            raise ValueError(
+                f"{name} column indices must lie in [0, {shape[1]}); {int(oor)} do not"
+            )
         if nonfinite:
-            raise ValueError(f"{name} values must be finite; got {int(nonfinite)} NaN/inf "
-                             "values. Drop them before fitting")
+            raise ValueError(
+                f"{name} values must be finite; got {int(nonfinite)} NaN/inf "
+                "values. Drop them before fitting"
+            )
         if badlab:
             raise ValueError(
                 f"{name} values must be labels in {{-1, +1}} for loss={self.loss!r}; "
                 f"{int(badlab)} of {int(nnz)} are not. Map labels with np.where(y > 0, 1, -1) "
-                "or use loss='square'")
+                "or use loss='square'"
+            )
         if dup and self.duplicates == "error":
             raise ValueError(
                 f"{name} must not repeat a (row, col) pair with duplicates='error'; found "
                 f"{int(dup)} repeated entries. Aggregate them (e.g. average) or pass "
-                "duplicates='keep' to treat each copy as a separate observation")
+                "duplicates='keep' to treat each copy as a separate observation"
+            )
         return int(nnz), float(total / nnz)
 
     def _validation_scorer(self, lo, shape):
@@ -324,11 +374,14 @@ class GreedyLowRank(BaseEstimator):
         if val is None:
             return None
         code, delta = lo.code, float(self.huber_delta)
-        Bv, vshape = self._blocked(val, shape if _obs_handle(val) is None else None,
-                                   "validation")
+        Bv, vshape = self._blocked(val, shape if _obs_handle(val) is None else None, "validation")
         if tuple(vshape) != tuple(shape):
-            raise param_error("validation", f"must index the same matrix shape {shape}",
-                              vshape, "Convert it with --shape ROWS,COLS")
+            raise param_error(
+                "validation",
+                f"must index the same matrix shape {shape}",
+                vshape,
+                "Convert it with --shape ROWS,COLS",
+            )
         self._check_data(Bv, shape, lo, "validation")
         run = _make_reduce(Bv)
 
@@ -365,18 +418,38 @@ class GreedyLowRank(BaseEstimator):
         init_factors, init_passes = None, 0
         if self.init in ("bias", "bias-l1"):
             init_factors, init_passes = bias_init(
-                reduce, shp, mean, reg=float(self.bias_reg), n_sweeps=int(self.bias_sweeps),
-                irls_eps=1e-2 if self.init == "bias-l1" else 0.0)
+                reduce,
+                shp,
+                mean,
+                reg=float(self.bias_reg),
+                n_sweeps=int(self.bias_sweeps),
+                irls_eps=1e-2 if self.init == "bias-l1" else 0.0,
+            )
 
         res = greedy_pursuit(
-            reduce, shp, loss=self.loss, rank=self.rank, refit=refit,
-            power_iter=self.power_iter, power_tol=self.power_tol, lbfgs_iter=self.lbfgs_iter,
-            l2=self.l2, huber_delta=self.huber_delta, nu=self.nu, max_inner=self.max_inner,
-            step_size=self.step_size, step_schedule=self.step_schedule, validation=scorer,
-            n_iter_no_change=self.n_iter_no_change, callback=self.callback,
-            random_state=self.random_state, verbose=self.verbose,
-            init_offset=mean if self.init == "mean" else None, max_iter=self.max_iter,
-            init_factors=init_factors)
+            reduce,
+            shp,
+            loss=self.loss,
+            rank=self.rank,
+            refit=refit,
+            power_iter=self.power_iter,
+            power_tol=self.power_tol,
+            lbfgs_iter=self.lbfgs_iter,
+            l2=self.l2,
+            huber_delta=self.huber_delta,
+            nu=self.nu,
+            max_inner=self.max_inner,
+            step_size=self.step_size,
+            step_schedule=self.step_schedule,
+            validation=scorer,
+            n_iter_no_change=self.n_iter_no_change,
+            callback=self.callback,
+            random_state=self.random_state,
+            verbose=self.verbose,
+            init_offset=mean if self.init == "mean" else None,
+            max_iter=self.max_iter,
+            init_factors=init_factors,
+        )
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
         self.n_components_ = int(res.theta.size)
@@ -401,12 +474,14 @@ class GreedyLowRank(BaseEstimator):
     def _check_index(self, a, lim, name):
         a = np.asarray(a)
         if a.ndim != 1 or a.dtype.kind not in "iu":
-            raise TypeError(f"{name} must be a 1-D integer array; got {a.dtype} with shape "
-                            f"{a.shape}")
+            raise TypeError(
+                f"{name} must be a 1-D integer array; got {a.dtype} with shape {a.shape}"
+            )
         if a.size and (a.min() < 0 or a.max() >= lim):
             bad = a.min() if a.min() < 0 else a.max()
-            raise ValueError(f"{name} must lie in [0, {lim}) (fitted shape {self.shape_}); "
-                             f"got {int(bad)}")
+            raise ValueError(
+                f"{name} must lie in [0, {lim}) (fitted shape {self.shape_}); got {int(bad)}"
+            )
         return a.astype(np.int64)
 
     def predict(self, rows, cols):
@@ -420,8 +495,9 @@ class GreedyLowRank(BaseEstimator):
         rows = self._check_index(rows, self.shape_[0], "rows")
         cols = self._check_index(cols, self.shape_[1], "cols")
         if rows.size != cols.size:
-            raise ValueError(f"rows and cols must have the same length; got {rows.size} and "
-                             f"{cols.size}")
+            raise ValueError(
+                f"rows and cols must have the same length; got {rows.size} and {cols.size}"
+            )
         out = np.empty(rows.size)
         U, V, th = self.U_, self.V_, self.theta_
         for s in range(0, rows.size, _PAIR_CHUNK):
@@ -467,10 +543,13 @@ class GreedyLowRank(BaseEstimator):
             raise param_error("metrics", f"must be chosen from {METRICS}", bad)
         B, shp = self._blocked(X, shape or (self.shape_ if _obs_handle(X) is None else None))
         if tuple(shp) != self.shape_:
-            raise ValueError(f"X must index the fitted matrix shape {self.shape_}; got {shp}. "
-                             "Convert the test file with --shape ROWS,COLS")
+            raise ValueError(
+                f"X must index the fitted matrix shape {self.shape_}; got {shp}. "
+                "Convert the test file with --shape ROWS,COLS"
+            )
         cnt, sae, sse, agree, nonzero = _make_reduce(B)(
-            _blocks.metrics_block, (self.U_, self.V_, self.theta_))[0]
+            _blocks.metrics_block, (self.U_, self.V_, self.theta_)
+        )[0]
         if cnt == 0:
             raise ValueError("X must hold at least one observed entry to evaluate; got none")
         out = {"n": int(cnt)}
@@ -488,19 +567,32 @@ class GreedyLowRank(BaseEstimator):
         """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
         self._check_fitted()
         params = {k: v for k, v in self.get_params().items() if k not in _NOT_SAVED}
-        arrays = {"U": self.U_, "V": self.V_, "theta": self.theta_,
-                  "objective_path": self.objective_path_,
-                  "validation_path": self.validation_path_,
-                  "inner_counts": self.inner_counts_, "step_sizes": self.step_sizes_,
-                  "step_times": self.step_times_}
-        extra = {"shape": list(self.shape_), "n_iter": self.n_iter_, "best_iter": self.best_iter_,
-                 "n_passes": self.n_passes_, "n_observed": self.n_observed_}
+        arrays = {
+            "U": self.U_,
+            "V": self.V_,
+            "theta": self.theta_,
+            "objective_path": self.objective_path_,
+            "validation_path": self.validation_path_,
+            "inner_counts": self.inner_counts_,
+            "step_sizes": self.step_sizes_,
+            "step_times": self.step_times_,
+        }
+        extra = {
+            "shape": list(self.shape_),
+            "n_iter": self.n_iter_,
+            "best_iter": self.best_iter_,
+            "n_passes": self.n_passes_,
+            "n_observed": self.n_observed_,
+        }
         save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
-        params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in params.items()
-                  if k in cls._get_param_names()}
+        params = {
+            k: (tuple(v) if isinstance(v, list) else v)
+            for k, v in params.items()
+            if k in cls._get_param_names()
+        }
         est = cls(**params)
         est.U_, est.V_, est.theta_ = arrays["U"], arrays["V"], arrays["theta"]
         est.objective_path_ = arrays["objective_path"]
