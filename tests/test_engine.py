@@ -177,3 +177,21 @@ def test_cache_budget_capped_by_cluster_memory(tmp_path, data, cluster_client, c
     with caplog.at_level(logging.INFO, logger="ooc_lowrank"):
         (out,) = engine.maybe_persist(b, budget=10**12, client=cluster_client)
     assert "capped" in caplog.text and "caching" in caplog.text
+
+
+def test_single_block_fast_path_is_bitwise_the_graph_path(data, counting_scheduler):
+    X, _, Y, w = data
+    seen = []
+
+    def fn(Xb, Yb, w):
+        seen.append(Xb is X)  # the fast path hands over the in-memory source itself
+        return _gram_and_cross(Xb, Yb, w)
+
+    bx = engine.as_blocked(X, block_rows=10**6)
+    via_graph = engine.map_reduce(fn, bx, Y, args=(w,))  # user-set scheduler: graph path
+    assert counting_scheduler.count == 1 and not seen[-1]
+    with dask.config.set(scheduler=None):  # default local scheduler: direct call
+        direct = engine.map_reduce(fn, bx, Y, args=(w,))
+    assert counting_scheduler.count == 1 and seen[-1]
+    for a, b in zip(via_graph, direct, strict=True):
+        assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)

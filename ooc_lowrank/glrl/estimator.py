@@ -124,27 +124,13 @@ def _check_shape(shape):
 def _make_reduce(B, budget=None):
     """``reduce(fn, args)``: one pass of ``fn`` over the blocks of ``B`` (offset=True).
 
-    Local shim: when the observations form a **single** block that is in memory (scipy input)
-    or fits ``budget`` bytes (a store block, read once and kept), the block function is called
-    directly.  This is bitwise identical to
-    ``engine.map_reduce`` on one block (a one-term sum) and skips about 50 ms of graph
-    building per pass, which dominates on small data (MovieLens 100K: 1.8 ms of kernel per
-    pass).  Everything else goes through :func:`ooc_lowrank.engine.map_reduce`.
+    A store holding a **single** block that fits ``budget`` bytes is read once and kept in
+    memory; the engine then calls the block function directly on that one in-memory block
+    (its single-block fast path, bitwise identical to the graph path).
     """
     budget = engine.DEFAULT_CACHE_BYTES if budget is None else int(budget)
-    blk = None
-    if B.n_blocks == 1 and sp.issparse(B.source):
-        blk = sp.csr_matrix(B.source)
-    elif B.n_blocks == 1 and _is_handle(B.source) and B.nbytes <= budget:
-        blk = B.source.read(0, B.shape[0])
-    if blk is not None:
-
-        def direct(fn, args):
-            out = fn(0, blk, *args)
-            out = out if isinstance(out, tuple) else (out,)
-            return tuple(np.asarray(o, dtype=np.float64) for o in out)
-
-        return direct
+    if B.n_blocks == 1 and _is_handle(B.source) and B.nbytes <= budget:
+        B = engine.as_blocked(B.source.read(0, B.shape[0]))
 
     def reduce(fn, args):
         out = engine.map_reduce(fn, B, args=args, offset=True)
