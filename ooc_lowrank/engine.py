@@ -7,14 +7,16 @@ aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
   (:class:`ooc_lowrank.storage.ArrayHandle`) into a :class:`Blocked`: a row-chunked Dask array
   whose chunks are ndarrays (dense) or ``scipy.sparse.csr_matrix`` (csr; observed-entry stores
   come as csr blocks whose column indices are the observed columns).
-* :func:`reduce_blocks` maps a block function over the row blocks and tree-reduces (sums) its
-  outputs in float64; :func:`map_rows` maps a block function to a row-aligned lazy Dask array.
+* :func:`reduce_blocks` maps a block function over the row blocks and sums its outputs in
+  float64 (a tree for small outputs, sequential chains for large ones); :func:`map_rows` maps
+  a block function to a row-aligned lazy Dask array.
 * :func:`compute` evaluates any number of these in **one** ``dask.compute`` under the scheduler
   policy; :func:`map_reduce` is ``compute(reduce_blocks(...))``.
 
 The graph for one call has a fixed size (blocks x inputs), whatever the iteration count of the
 algorithm that calls it.  Reductions are deterministic: for a given chunking the sum is taken in
-a fixed tree order, so the result is bitwise identical under any scheduler and worker count.
+a fixed order (tree or chains), so the result is bitwise identical under any scheduler and
+worker count.
 
 Scheduler policy
     ``client=`` if given; else whatever ``dask.config`` names as scheduler (an active
@@ -372,6 +374,13 @@ def _prepare(inputs):
 #: Memory a tree-reduction step may hold in partial results (bytes).
 REDUCE_BYTES = 64 * 2**20
 
+#: Block outputs at least this large (bytes) are summed along sequential chains, not a tree.
+CHAIN_BYTES = 2 * 2**20
+
+#: Most chains (the parallelism of a chained reduction, see :func:`_n_chains`); the dask config
+#: key ``ooc_lowrank.reduce_chains`` overrides it (raise it on clusters with more threads).
+REDUCE_CHAINS = 8
+
 
 def _fan_in(size: int) -> int:
     """Fan-in of the tree reduction: as many partials as fit REDUCE_BYTES, between 2 and 8.
@@ -383,6 +392,86 @@ def _fan_in(size: int) -> int:
     return int(min(8, max(2, REDUCE_BYTES // max(8 * size, 1))))
 
 
+def _n_chains(nb: int, size: int) -> int:
+    """Chains of a chained reduction: their totals (``size`` float64 each) wait for the final
+    sum, so at most REDUCE_BYTES of them, between 2 and :data:`REDUCE_CHAINS` (the dask config
+    key ``ooc_lowrank.reduce_chains`` overrides it)."""
+    n = dask.config.get("ooc_lowrank.reduce_chains", None)
+    if n is None:
+        n = min(REDUCE_CHAINS, max(2, REDUCE_BYTES // max(8 * size, 1)))
+    return int(max(1, min(nb, int(n))))
+
+
+def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0):
+    """One link of a chained reduction: ``acc + fn(block)`` as a new flat float64 vector.
+
+    The block outputs are added straight into the copy of ``acc`` (never into ``acc`` itself:
+    a retried task must see its input unchanged), so a link holds one accumulator, its copy and
+    the block function's own outputs, whatever the number of blocks.
+    """
+    blocks, args = items[:n_inputs], items[n_inputs:]
+    outs = [
+        np.asarray(o)
+        for o in _as_tuple(fn(start, *blocks, *args) if offset else fn(*blocks, *args))
+    ]
+    got = sum(o.size for o in outs)
+    if got != size:
+        raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
+    new = np.zeros(size, dtype=np.float64) if acc is None else acc.copy()
+    k = 0
+    for o in outs:
+        new[k : k + o.size] += o.ravel()
+        k += o.size
+    return new
+
+
+def _sum_list(parts):
+    out = np.array(parts[0], dtype=np.float64, copy=True)
+    for p in parts[1:]:
+        out += p
+    return out
+
+
+def _chained(fn, blocked, ref, args, offset, size):
+    """Sum of ``fn`` over the row blocks along :func:`_n_chains` sequential chains.
+
+    Blocks are split into contiguous groups; each group is one chain of :func:`_fold_block`
+    tasks, and the chain totals are summed in a fixed order.  Memory per running chain is one
+    accumulator instead of the ``fan_in x depth`` partials a tree holds, which is what lets
+    reductions with large outputs (GIMC statistics: ``D^2 + L D`` per trial) run on workers
+    with a small memory limit.  The order of additions depends only on the chunking and the
+    chain count, never on the scheduler.
+    """
+    from dask.delayed import Delayed, delayed
+
+    nb = ref.n_blocks
+    tok = dask.base.tokenize(fn, size, nb, offset, os.urandom(8))
+    cols = [b.dask.to_delayed(optimize_graph=False).reshape(-1) for b in blocked]
+    dargs = _unwrap_args(args)
+    n_chains = _n_chains(nb, size)
+    edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
+    fold = delayed(_fold_block, pure=False)
+    totals = []
+    for c in range(n_chains):
+        acc = None
+        for i in range(edges[c], edges[c + 1]):
+            acc = fold(
+                acc,
+                *[col[i] for col in cols],
+                *dargs,
+                fn=fn,
+                n_inputs=len(blocked),
+                offset=offset,
+                start=int(ref.bounds[i]),
+                size=size,
+                dask_key_name=f"reduce-chain-{tok}-{i}",
+            )
+        totals.append(acc)
+    total = delayed(_sum_list, pure=False)(totals, dask_key_name=f"reduce-total-{tok}")
+    assert isinstance(total, Delayed)
+    return da.from_delayed(total, shape=(size,), dtype=np.float64)
+
+
 def reduce_blocks(
     fn: Callable,
     *inputs,
@@ -390,8 +479,9 @@ def reduce_blocks(
     offset: bool = False,
     shapes=None,
     split_every: int | None = None,
+    chains: bool | None = None,
 ) -> Reduction:
-    """Lazy sum over row blocks of ``fn(*blocks, *args)`` (float64, fixed tree order).
+    """Lazy sum over row blocks of ``fn(*blocks, *args)`` (float64, fixed order).
 
     Parameters
     ----------
@@ -406,6 +496,10 @@ def reduce_blocks(
         Output shapes; inferred by calling ``fn`` once on one-row all-zero blocks when omitted.
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
+    chains : bool, optional
+        Sum along sequential chains (:func:`_chained`) instead of a tree.  Default: chains when
+        one block's output is at least :data:`CHAIN_BYTES`, where a tree's partials would
+        dominate a worker's memory; a tree otherwise (full parallelism, small partials).
     """
     blocked, ref = _prepare(inputs)
     args = tuple(args)
@@ -419,6 +513,12 @@ def reduce_blocks(
         shapes = [tuple(s) for s in shapes]
     size = int(sum(int(np.prod(s)) for s in shapes))
     nb = ref.n_blocks
+    if not nb:
+        return Reduction(da.zeros(size, chunks=size), shapes, single)
+    if chains is None:
+        chains = 8 * size >= CHAIN_BYTES and split_every is None
+    if chains:
+        return Reduction(_chained(fn, blocked, ref, args, offset, size), shapes, single)
     packed = da.map_blocks(
         _packed_block,
         *[b.dask for b in blocked],
@@ -434,7 +534,7 @@ def reduce_blocks(
     )
     if split_every is None:
         split_every = _fan_in(size)
-    total = packed.sum(axis=0, split_every=split_every) if nb else da.zeros(size, chunks=size)
+    total = packed.sum(axis=0, split_every=split_every)
     return Reduction(total, shapes, single)
 
 
@@ -530,6 +630,7 @@ def map_reduce(
     shapes=None,
     client=None,
     split_every=None,
+    chains=None,
 ):
     """``compute(reduce_blocks(fn, *inputs, ...))``: one pass, one ``dask.compute``.
 
@@ -547,7 +648,13 @@ def map_reduce(
             return outs if isinstance(raw, tuple) else outs[0]
     (out,) = compute(
         reduce_blocks(
-            fn, *blocked, args=args, offset=offset, shapes=shapes, split_every=split_every
+            fn,
+            *blocked,
+            args=args,
+            offset=offset,
+            shapes=shapes,
+            split_every=split_every,
+            chains=chains,
         ),
         client=client,
     )

@@ -45,13 +45,14 @@ def data(rng):
 @pytest.mark.parametrize("chunking", list(CHUNKINGS))
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
 @pytest.mark.parametrize("sparse_x", [False, True])
-def test_reduce_equals_numpy(data, chunking, scheduler, sparse_x):
+@pytest.mark.parametrize("chains", [False, True])
+def test_reduce_equals_numpy(data, chunking, scheduler, sparse_x, chains):
     X, Xs, Y, w = data
     Xin = Xs if sparse_x else X
     bounds = np.array(CHUNKINGS[chunking](X.shape[0]))
     bx = engine.as_blocked(Xin).rechunk(bounds)
     with dask.config.set(scheduler=scheduler):
-        got = engine.map_reduce(_gram_and_cross, bx, Y, args=(w,))
+        got = engine.map_reduce(_gram_and_cross, bx, Y, args=(w,), chains=chains)
     ref = _reference(Xin, Y, w)
     for g, r in zip(got, ref, strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
@@ -68,14 +69,16 @@ def test_reduce_equals_numpy_on_local_cluster(data, chunking, sparse_x, cluster_
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
 
 
-def test_bitwise_identical_across_schedulers(data, cluster_client):
+@pytest.mark.parametrize("chains", [False, True])
+def test_bitwise_identical_across_schedulers(data, cluster_client, chains):
     X, _, Y, w = data
     bx = engine.as_blocked(X, block_rows=23)
     outs = []
+    kw = dict(args=(w,), chains=chains)
     for sched in ["sync", "threads"]:
         with dask.config.set(scheduler=sched):
-            outs.append(engine.map_reduce(_gram_and_cross, bx, Y, args=(w,)))
-    outs.append(engine.map_reduce(_gram_and_cross, bx, Y, args=(w,), client=cluster_client))
+            outs.append(engine.map_reduce(_gram_and_cross, bx, Y, **kw))
+    outs.append(engine.map_reduce(_gram_and_cross, bx, Y, client=cluster_client, **kw))
     for o in outs[1:]:
         for a, b in zip(outs[0], o, strict=True):
             assert np.array_equal(a, b)  # bitwise
@@ -158,6 +161,47 @@ def test_cache_decision_is_logged(tmp_path, data, caplog):
     assert "caching" in caplog.text and "streaming" in caplog.text
     assert streamed is b and kept is not b
     np.testing.assert_array_equal(engine.compute(kept.dask)[0], X)
+
+
+def test_large_outputs_are_summed_along_bounded_chains(data):
+    X, _, Y, w = data
+    bx = engine.as_blocked(X, block_rows=10)  # 22 blocks
+
+    def big(Xb):  # 4 MB output per block: chained by default
+        out = np.zeros(512 * 1024)
+        out[: Xb.shape[0]] = np.asarray(Xb, np.float64)[:, 0]
+        return out
+
+    red = engine.reduce_blocks(big, bx)
+    keys = [str(k) for k in dict(red.packed.__dask_graph__())]
+    assert sum("reduce-chain" in k for k in keys) == 22
+    # chain totals wait for the final sum: at most REDUCE_BYTES of them (64 MB / 4 MB = 16)
+    assert engine._n_chains(22, 512 * 1024) == 8
+    assert engine._n_chains(22, 4 * 2**20) == 2  # 32 MB outputs: two chains
+    assert engine._n_chains(1, 4 * 2**20) == 1
+    with dask.config.set({"ooc_lowrank.reduce_chains": 5}):
+        assert engine._n_chains(22, 4 * 2**20) == 5
+    (got,) = engine.compute(red)
+    tree = engine.map_reduce(big, bx, chains=False)
+    np.testing.assert_allclose(got, tree, rtol=1e-12)
+    ref = np.zeros(512 * 1024)
+    for s in range(0, X.shape[0], 10):
+        ref[: min(10, X.shape[0] - s)] += X[s : s + 10, 0]
+    np.testing.assert_allclose(got, ref, rtol=1e-12)
+    # small outputs keep the tree (full parallelism)
+    red_small = engine.reduce_blocks(_gram_and_cross, bx, Y, args=(w,))
+    assert not any("reduce-chain" in str(k) for k in dict(red_small.packed.__dask_graph__()))
+
+
+def test_chained_reduction_checks_output_size(data):
+    X = data[0]
+    calls = iter(range(100))
+
+    def ragged(Xb):
+        return np.zeros(2**20 if next(calls) == 0 else 2**20 + 1)  # probe gives the size
+
+    with pytest.raises(ValueError, match="expected 1048576"):
+        engine.map_reduce(ragged, engine.as_blocked(X, block_rows=100), chains=True)
 
 
 def test_fan_in_bounded_by_output_size():
