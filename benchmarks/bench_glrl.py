@@ -492,6 +492,8 @@ def run(
     tag = "tiny" if tiny else ("small" if small else "full")
     if "b" in parts and epinions_init != "zero":
         tag += f"_init-{epinions_init}"
+    if "b" in parts and epinions_methods:
+        tag += "_" + "-".join(epinions_methods)
     name = f"glrl_{tag}_{''.join(sorted(parts))}.json"
     (out_dir / name).write_text(json.dumps(res, indent=1))
     print_table(res)
@@ -519,7 +521,8 @@ def print_table(res):
     ep = res.get("epinions", {})
     if "methods" in ep:
         lines.append(
-            f"Epinions ({ep['info']['n_edges']} edges, {ep['info']['n_nodes']} nodes), "
+            f"Epinions ({ep['info']['n_edges']} edges, {ep['info']['shape'][0]} x "
+            f"{ep['info']['shape'][1]}), "
             f"rank {ep['rank']}, folds run {ep['folds_run']} of {ep['n_folds']}"
         )
         for k, v in ep["methods"].items():
