@@ -403,21 +403,24 @@ def _n_chains(nb: int, size: int) -> int:
 
 
 def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0):
-    """One link of a chained reduction: ``acc + fn(block)`` as a new flat float64 vector.
+    """One link of a chained reduction: ``acc + fn(block)`` as a flat float64 vector.
 
-    The block outputs are added straight into the copy of ``acc`` (never into ``acc`` itself:
-    a retried task must see its input unchanged), so a link holds one accumulator, its copy and
-    the block function's own outputs, whatever the number of blocks.
+    The block outputs are added **into** ``acc``: an accumulator has exactly one consumer (the
+    next link of its chain, which the graph builder guarantees), so nobody can observe it after
+    this link; a link on another worker receives a deserialized copy anyway.  A link therefore
+    holds one accumulator plus the block function's own outputs, whatever the number of blocks.
+    A failed link fails the whole pass (the caller recomputes the pass from its inputs).
     """
     blocks, args = items[:n_inputs], items[n_inputs:]
-    outs = [
-        np.asarray(o)
-        for o in _as_tuple(fn(start, *blocks, *args) if offset else fn(*blocks, *args))
-    ]
+    raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
+    outs = [np.asarray(o) for o in _as_tuple(raw)]
     got = sum(o.size for o in outs)
     if got != size:
         raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
-    new = np.zeros(size, dtype=np.float64) if acc is None else acc.copy()
+    if acc is None:
+        new = np.zeros(size, dtype=np.float64)
+    else:  # a deserialized accumulator may be a read-only view of a network frame
+        new = acc if acc.flags.writeable else acc.copy()
     k = 0
     for o in outs:
         new[k : k + o.size] += o.ravel()

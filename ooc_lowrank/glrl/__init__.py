@@ -5,10 +5,32 @@
 * :mod:`._blocks` - block functions (one block of observed entries -> small sums)
 * :mod:`.core`    - the functional algorithm (:func:`greedy_pursuit`, :func:`top_triplet`)
 * :mod:`.estimator` - :class:`GreedyLowRank` (sklearn style, save/load, evaluate)
+
+Names are imported lazily so that Dask workers unpickling :mod:`._blocks` functions do not
+import scikit-learn.
 """
 
-from .core import GreedyResult, greedy_pursuit, top_triplet
-from .estimator import GreedyLowRank
-from .losses import LOSSES, get_loss
+from __future__ import annotations
 
 __all__ = ["LOSSES", "GreedyLowRank", "GreedyResult", "get_loss", "greedy_pursuit", "top_triplet"]
+
+_WHERE = {
+    "GreedyResult": "core",
+    "greedy_pursuit": "core",
+    "top_triplet": "core",
+    "GreedyLowRank": "estimator",
+    "LOSSES": "losses",
+    "get_loss": "losses",
+}
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'ooc_lowrank.glrl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)
