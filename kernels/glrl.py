@@ -127,11 +127,15 @@ def refit_full_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, grad_out
 
 
 @njit
-def refit_econ_pass(indptr, cols, vals, row0, U, V, theta_prev, alpha, beta, loss, delta, out):
-    """Objective and gradient in ``(alpha, beta)`` of ``loss(alpha x_prev + beta w, o)``.
+def refit_econ_pass(
+    indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, loss, delta, out
+):
+    """Objective and gradient in ``(alpha, beta)`` of ``loss(x_f + alpha x_g + beta w, o)``.
 
-    ``x_prev = sum_{i < p} theta_prev[i] U[a, i] V[b, i]`` with ``p = len(theta_prev)`` and
-    ``w = U[a, p] V[b, p]`` (the new rank-one term).  ``out += (sum loss, sum g x_prev, sum g w)``.
+    With ``p = len(theta_prev)``: ``x_f = sum_{i < n_fixed} theta_prev[i] U[a, i] V[b, i]`` (the
+    start terms, which the refit does not scale), ``x_g`` the same sum over
+    ``n_fixed <= i < p`` (the greedy terms) and ``w = U[a, p] V[b, p]`` (the new rank-one term).
+    ``out += (sum loss, sum g x_g, sum g w)``.  ``n_fixed = 0`` is SPEC GLRL-7 exactly.
     """
     n_rows = indptr.shape[0] - 1
     p = theta_prev.shape[0]
@@ -142,11 +146,16 @@ def refit_econ_pass(indptr, cols, vals, row0, U, V, theta_prev, alpha, beta, los
         a = row0 + r
         for k in range(indptr[r], indptr[r + 1]):
             b = cols[k]
-            xp = _predict_one(U, V, theta_prev, a, b)
+            xf = 0.0
+            for i in range(n_fixed):
+                xf += theta_prev[i] * U[a, i] * V[b, i]
+            xg = 0.0
+            for i in range(n_fixed, p):
+                xg += theta_prev[i] * U[a, i] * V[b, i]
             w = U[a, p] * V[b, p]
-            lv, g = loss_value_grad(loss, alpha * xp + beta * w, float(vals[k]), delta)
+            lv, g = loss_value_grad(loss, xf + alpha * xg + beta * w, float(vals[k]), delta)
             lsum += lv
-            ga += g * xp
+            ga += g * xg
             gb += g * w
     out[0] += lsum
     out[1] += ga

@@ -56,13 +56,15 @@ def refit_full(rows, cols, vals, U, V, theta, loss, delta):
     return lo.value(x, vals, delta).sum(), B.T @ lo.grad(x, vals, delta)
 
 
-def refit_econ(rows, cols, vals, U, V, theta_prev, alpha, beta, loss, delta):
+def refit_econ(rows, cols, vals, U, V, theta_prev, alpha, beta, loss, delta, n_fixed=0):
     lo = get_loss(loss)
-    p = theta_prev.size
-    xp = predict(U[:, :p], V[:, :p], theta_prev, rows, cols)
+    p, f = theta_prev.size, n_fixed
+    xf = predict(U[:, :f], V[:, :f], theta_prev[:f], rows, cols)
+    xp = predict(U[:, f:p], V[:, f:p], theta_prev[f:], rows, cols)
     w = U[rows, p] * V[cols, p]
-    g = lo.grad(alpha * xp + beta * w, vals, delta)
-    return lo.value(alpha * xp + beta * w, vals, delta).sum(), np.array([g @ xp, g @ w])
+    x = xf + alpha * xp + beta * w
+    g = lo.grad(x, vals, delta)
+    return lo.value(x, vals, delta).sum(), np.array([g @ xp, g @ w])
 
 
 def dense_grad(rows, cols, vals, U, V, theta, loss, delta, shape):

@@ -94,14 +94,15 @@ def test_full_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-6)
 
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("l2", [0.0, 0.3])
-def test_econ_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-7)
+@pytest.mark.parametrize("n_fixed", [0, 2])
+def test_econ_refit_gradient_vs_fd(loss, l2, n_fixed, rng):  # SPEC check 19 (GLRL-7)
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
     m, n = M.shape
     run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n)))
     U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
     V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
     fun = glrl_core.econ_refit_objective(
-        run, U, V, rng.standard_normal(3), get_loss(loss).code, 1.0, l2
+        run, U, V, rng.standard_normal(3), get_loss(loss).code, 1.0, l2, n_fixed
     )
     ab = np.array([0.9, -0.4])
     f0, g = fun(ab)

@@ -107,11 +107,12 @@ def test_refit_full_pass_matches_naive(loss, rng):
 
 
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
-def test_refit_econ_pass_matches_naive(loss, rng):
+@pytest.mark.parametrize("n_fixed", [0, 1, 3])
+def test_refit_econ_pass_matches_naive(loss, n_fixed, rng):
     csr, U, V, theta, r, c, o = _problem(rng, loss, t=4)
     code = get_loss(loss).code
-    out = _blocks.refit_econ_block(0, csr, U, V, theta[:3], 0.8, -0.3, code, 0.7)
-    f2, g2 = naive.refit_econ(r, c, o, U, V, theta[:3], 0.8, -0.3, loss, 0.7)
+    out = _blocks.refit_econ_block(0, csr, U, V, theta[:3], 0.8, -0.3, code, 0.7, n_fixed)
+    f2, g2 = naive.refit_econ(r, c, o, U, V, theta[:3], 0.8, -0.3, loss, 0.7, n_fixed)
     np.testing.assert_allclose(out, np.r_[f2, g2], rtol=1e-10, atol=1e-12)
 
 

@@ -51,8 +51,9 @@ def refit_full_block(row_start, block, U, V, theta, loss, delta):
     return grad, stats
 
 
-def refit_econ_block(row_start, block, U, V, theta_prev, alpha, beta, loss, delta):
-    """``[sum loss, d/dalpha, d/dbeta]`` of the economic refit (loss part only)."""
+def refit_econ_block(row_start, block, U, V, theta_prev, alpha, beta, loss, delta, n_fixed=0):
+    """``[sum loss, d/dalpha, d/dbeta]`` of the economic refit (loss part only); the first
+    ``n_fixed`` terms (the start ``X_0``) are not scaled by ``alpha``."""
     indptr, cols, vals = _parts(block)
     out = np.zeros(3)
     _k.refit_econ_pass(
@@ -63,6 +64,7 @@ def refit_econ_block(row_start, block, U, V, theta_prev, alpha, beta, loss, delt
         U,
         V,
         theta_prev,
+        np.int64(n_fixed),
         float(alpha),
         float(beta),
         loss,

@@ -250,6 +250,7 @@ def greedy_pursuit(
         U, V, theta = (np.asarray(a, dtype=np.float64) for a in init_factors)
         U, V, theta = U.reshape(m, -1).copy(), V.reshape(n, -1).copy(), theta.ravel().copy()
         used = theta.size
+    n_start = theta.size  # terms of X_0: the economic refit does not rescale them
     res = GreedyResult(U, V, theta)
     t0 = time.perf_counter()
     first = power_pass(U, V, theta, np.ones(m), np.ones(n))
@@ -290,7 +291,9 @@ def greedy_pursuit(
             elif refit == "full":
                 theta = _refit_full(run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter)
             else:
-                theta = _refit_econ(run, U, V, theta, step0, code, delta, l2, lbfgs_iter)
+                theta = _refit_econ(
+                    run, U, V, theta, step0, code, delta, l2, lbfgs_iter, n_fixed=n_start
+                )
             res.inner_counts.append(1)
             res.step_sizes.append(step0)
             used += 1
@@ -462,25 +465,31 @@ def full_refit_objective(run, U, V, code, delta, l2):
     return fun
 
 
-def econ_refit_objective(run, U, V, theta, code, delta, l2):
+def econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed=0):
     """``fun((alpha, beta)) -> (phi, grad)`` of the economic refit (SPEC GLRL-7), one pass.
 
     ``U``, ``V`` hold the previous terms followed by the new one; ``theta`` the previous
-    coefficients.
+    coefficients.  The first ``n_fixed`` terms (a start ``X_0`` such as the biases of
+    ``init="bias"``; not part of SPEC, where ``X_0 = 0``) are kept as they are and only the
+    greedy terms are scaled: ``X = X_0 + alpha X_greedy + beta u v^T``.
     """
-    p = theta.size
+    p, f = theta.size, int(n_fixed)
     if l2 > 0:
-        xKx = theta @ _gram(U[:, :p], V[:, :p]) @ theta
-        xk = theta @ ((U[:, :p].T @ U[:, p]) * (V[:, :p].T @ V[:, p]))
+        K = _gram(U, V)  # (p + 1, p + 1)
+
+    def coef(a, b):
+        return np.concatenate([theta[:f], a * theta[f:], [b]])
 
     def fun(ab):
         a, b = float(ab[0]), float(ab[1])
-        (out,) = run(_blocks.refit_econ_block, (U, V, theta, a, b, code, delta))
-        f, grad = float(out[0]), np.array([out[1], out[2]])
+        (out,) = run(_blocks.refit_econ_block, (U, V, theta, a, b, code, delta, f))
+        fval, grad = float(out[0]), np.array([out[1], out[2]])
         if l2 > 0:
-            f += 0.5 * l2 * (a * a * xKx + 2 * a * b * xk + b * b)
-            grad = grad + l2 * np.array([a * xKx + b * xk, a * xk + b])
-        return f, grad
+            c = coef(a, b)
+            Kc = K @ c
+            fval += 0.5 * l2 * c @ Kc
+            grad = grad + l2 * np.array([Kc[f:p] @ theta[f:], Kc[p]])
+        return fval, grad
 
     return fun
 
@@ -492,9 +501,11 @@ def _refit_full(run, U, V, theta0, code, delta, l2, maxiter):
     return _lbfgs(full_refit_objective(run, U, V, code, delta, l2), theta0, maxiter)
 
 
-def _refit_econ(run, U, V, theta, step0, code, delta, l2, maxiter):
-    """EGLRL: (alpha, beta) = argmin phi(alpha X + beta u v^T), warm start (1, s/L)."""
+def _refit_econ(run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0):
+    """EGLRL: (alpha, beta) = argmin phi(X_0 + alpha X + beta u v^T), warm start (1, s/L)."""
     ab = np.array([1.0, step0])
     if maxiter > 0:
-        ab = _lbfgs(econ_refit_objective(run, U, V, theta, code, delta, l2), ab, maxiter)
-    return np.append(theta * ab[0], ab[1])
+        fun = econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed)
+        ab = _lbfgs(fun, ab, maxiter)
+    f = int(n_fixed)
+    return np.concatenate([theta[:f], theta[f:] * ab[0], [ab[1]]])

@@ -151,8 +151,10 @@ class GreedyLowRank(BaseEstimator):
         Number of rank-one terms (rank budget).
     refit : {"auto", "full", "economic", "none"}
         Coefficient update after each greedy step: GLRL, EGLRL or none (``None`` is read as
-        ``"none"``).  ``"auto"``: full for
-        smooth losses, none for nonsmooth ones (the only choice allowed there).
+        ``"none"``).  ``"auto"``: full for smooth losses, none for nonsmooth ones (the only
+        choice allowed there).  With a non-zero ``init`` the economic refit scales only the
+        greedy terms, ``X = X_0 + alpha X_greedy + beta u v^T``, and leaves the start ``X_0``
+        as it is (SPEC's ``X_0 = 0`` makes the two readings equal).
     power_iter, power_tol : int, float
         Power method passes per singular pair and early-stop tolerance (R1MP: 20, 1e-3).
     lbfgs_iter : int
