@@ -8,7 +8,10 @@
    ``RBFSampler(n_components=2m) + Ridge`` on the same in-memory data at the same feature
    dimension ``2m``: time ratio, and P@1/3/5 of both.
 3. ``out_of_core``: peak RSS of a fit whose store is >= 4x the memory limit of its single Dask
-   worker (``LocalCluster``, streaming: ``cache_bytes=0``).
+   worker (``LocalCluster``, streaming: ``cache_bytes=0``).  The limit is set from the store
+   size (``store_bytes / 4.05``); ``--oc-rows`` sizes the store, so a larger ``--oc-m`` (whose
+   per-block statistics need more worker memory) gets a larger store, never a looser ratio.
+   A worker killed by its nanny ends the run with that message instead of a hang.
 
 Flop model of one iteration (n rows, d features, m projections, D = 2m, nnz(A) label entries,
 T trial steps per line-search pass): gradient pass ``4ndm + 2nD^2 + 2 nnz(A) D``; each
@@ -200,7 +203,7 @@ def bench_out_of_core(url, m, limit_bytes, log):
 
     ds = open_dataset(url)
     store_bytes = ds["X"].shape[0] * ds["X"].shape[1] * ds["X"].dtype.itemsize
-    peak = {"worker": 0}
+    peak = {"worker": 0, "died": False}
     stop = threading.Event()
     try:
         pids = list(client.run(os.getpid).values())
@@ -212,14 +215,27 @@ def bench_out_of_core(url, m, limit_bytes, log):
                     try:
                         peak["worker"] = max(peak["worker"], p.memory_info().rss)
                     except psutil.Error:
-                        pass
+                        # the nanny killed the worker (memory limit); its restart can hang
+                        # in a spawned LocalCluster, so end the run here
+                        peak["died"] = True
+                        stop.set()
+                        client.close()
+                        return
                 time.sleep(0.05)
 
         th = threading.Thread(target=poll, daemon=True)
         th.start()
         t = time.perf_counter()
-        with dask.config.set(scheduler=client.get):
-            g = GIMC(n_components=m, max_iter=1, tol=0.0, cache_bytes=0, random_state=0).fit(ds)
+        try:
+            with dask.config.set(scheduler=client.get):
+                g = GIMC(n_components=m, max_iter=1, tol=0.0, cache_bytes=0, random_state=0).fit(ds)
+        except Exception as e:
+            if not peak["died"]:
+                raise
+            raise RuntimeError(
+                f"out-of-core fit at m={m}: the worker exceeded its memory limit "
+                f"({limit_bytes / 2**20:.0f} MiB; peak seen {peak['worker'] / 2**20:.0f} MiB)"
+            ) from e
         secs = time.perf_counter() - t
     finally:
         stop.set()
@@ -256,27 +272,29 @@ def main(argv=None):
         "--oc-m",
         type=int,
         default=None,
-        help="m of the out-of-core fit (default 128; 8 with --small): the per-block "
-        "statistics (D^2 + L D floats, D = 2m) and their tree reduction must fit the "
-        "worker's limit too",
+        help="m of the out-of-core fit (default 500; 8 with --small): the per-block "
+        "statistics (D^2 + L D floats, D = 2m), one chained accumulator and the block "
+        "temporaries must fit the worker's limit",
+    )
+    p.add_argument(
+        "--oc-rows",
+        type=int,
+        default=None,
+        help="rows of the out-of-core store (default 1.2M x 500 float32 = 2.4 GB; the "
+        "worker limit is store bytes / 4.05)",
     )
     args = p.parse_args(argv)
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     if args.small:
         it = dict(n=20_000, d=50, m=32, L=50)
         sk = dict(n=5_000, d=20, m=32, L=20)
-        limit = 600 * 2**20
     else:
         it = dict(n=1_000_000, d=500, m=500, L=1000)
         sk = dict(n=100_000, d=100, m=500, L=100)
-        limit = 470 * 2**20
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-gimc-")
     os.makedirs(workdir, exist_ok=True)
     out = {"benchmark": "gimc", "small": args.small, "loadavg_before": os.getloadavg()}
     try:
-        url = None
-        if "out_of_core" in args.only and "iteration" not in args.only:
-            url = ensure_store(workdir, it["n"], it["d"], it["L"], log)
         if "iteration" in args.only:
             out["iteration"], url = bench_iteration(workdir, log=log, **it)
             r = out["iteration"]
@@ -297,9 +315,13 @@ def main(argv=None):
                 + " sklearn "
                 + "/".join(f"{100 * r['sklearn'][k]:.2f}" for k in ("p@1", "p@3", "p@5"))
             )
-        if "out_of_core" in args.only and url is not None:
-            oc_m = args.oc_m or (8 if args.small else 128)
-            out["out_of_core"] = r = bench_out_of_core(url, oc_m, limit, log)
+        if "out_of_core" in args.only:
+            oc_m = args.oc_m or (8 if args.small else 500)
+            oc_n = args.oc_rows or (it["n"] if args.small else 1_200_000)
+            oc_url = ensure_store(workdir, oc_n, it["d"], it["L"], log)
+            # small: a smoke test (a worker needs ~300 MB whatever the store); full: 4.05x
+            limit = 600 * 2**20 if args.small else oc_n * it["d"] * 4 / 4.05
+            out["out_of_core"] = r = bench_out_of_core(oc_url, oc_m, int(limit), log)
             r["m"] = oc_m
             log(
                 f"[3] out-of-core fit: store {r['store_bytes'] / 2**20:.0f} MiB = "
