@@ -167,6 +167,12 @@ def main(argv=None):
     p.add_argument("--imc-normalize-rows", nargs="+", default=DEFAULT["imc_normalize_rows"])
     p.add_argument("--imc-gamma-scale", type=float, nargs="+", default=DEFAULT["imc_gamma_scale"])
     p.add_argument("--imc-alpha", type=float, nargs="+", default=DEFAULT["imc_alpha"])
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=1e-4,
+        help="GIMC stopping tolerance (0: run exactly max_iter iterations)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
@@ -210,6 +216,7 @@ def main(argv=None):
         }
         if learn:
             grid["max_iter"] = args.max_iter
+            grid["tol"] = [args.tol]
         if args.no_tune or args.small:
             grid = {k: v[:1] for k, v in grid.items()}
         elif any(len(v) > 1 for v in grid.values()):
