@@ -106,6 +106,39 @@ def power_pass(
 
 
 @njit
+def grad_entries(indptr, cols, vals, row0, U, V, theta, loss, delta, g_out):
+    """Per-entry (sub)gradient of the loss at the current predictions, in storage order.
+
+    The gradient of one greedy step is fixed while the power method runs; caching it makes
+    every later power pass O(1) per entry (:func:`cached_matvecs`) instead of O(t).
+    """
+    n_rows = indptr.shape[0] - 1
+    for r in range(n_rows):
+        a = row0 + r
+        for k in range(indptr[r], indptr[r + 1]):
+            x = _predict_one(U, V, theta, a, cols[k])
+            _, g = loss_value_grad(loss, x, float(vals[k]), delta)
+            g_out[k] = g
+
+
+@njit
+def cached_matvecs(indptr, cols, g, row0, u, v, gv_out, gtu_out):
+    """``G v`` and ``G^T u`` from cached per-entry gradients ``g`` (same order of additions as
+    :func:`power_pass`): ``gv_out[row0 + r] = sum_b g v[b]``, ``gtu_out[b] += g u[row0 + r]``."""
+    n_rows = indptr.shape[0] - 1
+    for r in range(n_rows):
+        a = row0 + r
+        ua = u[a]
+        acc = 0.0
+        for k in range(indptr[r], indptr[r + 1]):
+            b = cols[k]
+            gk = g[k]
+            acc += gk * v[b]
+            gtu_out[b] += gk * ua
+        gv_out[a] = acc
+
+
+@njit
 def refit_full_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, grad_out, stats_out):
     """Objective and gradient in ``theta`` of ``sum loss(sum_i theta_i u_i(a) v_i(b), o_ab)``.
 

@@ -283,14 +283,29 @@ def test_store_and_local_cluster_give_identical_results(rng, tmp_path, cluster_c
 
 def test_one_pass_per_power_iteration(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
-    est = GreedyLowRank(
-        loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20
-    )  # several blocks: the engine path
-    est.fit((rows, cols, vals), shape=M.shape)
+    kw = dict(loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20)
+    # several blocks: the engine path; cache_bytes=0: no gradient cache, every pass streams
+    est = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, vals), shape=M.shape)
     # 1 validation pass + 1 objective pass at X=0 + per step: power_iter passes, the last of
     # which (the objective pass of the new iterate) doubles as the next step's first pass
     assert counting_scheduler.count == 2 + 3 * 7
-    assert est.n_passes_ == 1 + 3 * 7
+    assert est.n_passes_ == 1 + 3 * 7 and est.n_cache_passes_ == 0
+
+
+def test_gradient_cache_reads_the_data_twice_per_step(rng, counting_scheduler):
+    M, rows, cols, vals = _lowrank(rng)
+    kw = dict(loss="logistic", rank=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
+    S = np.sign(vals)
+    ref = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, S), shape=M.shape)
+    n0 = counting_scheduler.count
+    est = GreedyLowRank(**kw).fit((rows, cols, S), shape=M.shape)
+    # per step: the shared first pass, one pass that caches the gradients, 6 power passes over
+    # the cache (one compute each, no data read), then the refit passes as without the cache
+    assert est.n_cache_passes_ == 3 * 6
+    assert est.n_passes_ == ref.n_passes_ - 3 * 6 + 3
+    assert counting_scheduler.count - n0 == (ref.n_passes_ + 1) + 3  # + 1 validation pass
+    np.testing.assert_allclose(est.theta_, ref.theta_, rtol=1e-10)
+    np.testing.assert_allclose(np.abs(est.U_), np.abs(ref.U_), rtol=1e-8, atol=1e-12)
 
 
 # ----------------------------------------------------------------------------- estimator

@@ -151,3 +151,25 @@ def test_empty_block(rng):
     U, V, th = np.ones((3, 1)), np.ones((5, 1)), np.ones(1)
     gv, gtu, st = _blocks.power_block(3, blk, U, V, th, K.SQUARE, 1.0, np.ones(3), np.ones(5))
     assert not gv.any() and not gtu.any() and not st.any()
+
+
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber", "l1", "hinge"])
+@pytest.mark.parametrize("idx", [np.int32, np.int64])
+def test_gradient_cache_matches_naive_and_the_fused_pass(loss, idx, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=4, idx=idx)
+    m, n = csr.shape
+    code = get_loss(loss).code
+    G = _blocks.grad_csr_block(0, csr, U, V, theta, code, 0.7)
+    lo = get_loss(loss)
+    np.testing.assert_allclose(
+        G.data, lo.grad(naive.predict(U, V, theta, r, c), o, 0.7), rtol=1e-12, atol=1e-15
+    )
+    assert G.indices is csr.indices and G.indptr is csr.indptr  # structure shared, not copied
+    u, v = rng.standard_normal(m), rng.standard_normal(n)
+    gv, gtu = _blocks.cached_power_block(0, G, u, v)
+    Gd = G.toarray()
+    np.testing.assert_allclose(gv, Gd @ v, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gtu, Gd.T @ u, rtol=1e-12, atol=1e-12)
+    fused = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
+    np.testing.assert_allclose(gv, fused[0], rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(gtu, fused[1], rtol=1e-13, atol=1e-14)

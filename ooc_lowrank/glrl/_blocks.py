@@ -15,6 +15,7 @@ pass a pure function of (block, small state), hence bit-reproducible across sche
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from ooc_lowrank.glrl.losses import _value
 from ooc_lowrank.kernels import glrl as _k
@@ -38,6 +39,27 @@ def power_block(row_start, block, U, V, theta, loss, delta, u, v):
         indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, u, v, gv, gtu, stats
     )
     return gv, gtu, stats
+
+
+def grad_csr_block(row_start, block, U, V, theta, loss, delta):
+    """The block's per-entry (sub)gradients as a CSR matrix with the block's structure
+    (``indptr`` and ``indices`` shared with ``block``, ``data`` = gradients, float64)."""
+    indptr, cols, vals = _parts(block)
+    g = np.empty(cols.shape[0])
+    _k.grad_entries(indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, g)
+    out = sp.csr_matrix(block.shape, dtype=np.float64)
+    out.data, out.indices, out.indptr = g, block.indices, block.indptr
+    return out
+
+
+def cached_power_block(row_start, gblock, u, v):
+    """``(G v (n_rows,), G^T u (n_cols,))`` of one block of cached gradients."""
+    gv = np.zeros(u.shape[0])
+    gtu = np.zeros(v.shape[0])
+    _k.cached_matvecs(
+        gblock.indptr, gblock.indices, gblock.data, np.int64(row_start), u, v, gv, gtu
+    )
+    return gv, gtu
 
 
 def refit_full_block(row_start, block, U, V, theta, loss, delta):

@@ -60,6 +60,7 @@ class GreedyResult:
     inner_counts: list = field(default_factory=list)  #: rank-one terms added per step
     step_sizes: list = field(default_factory=list)
     n_passes: int = 0  #: passes over the observed entries
+    n_cache_passes: int = 0  #: power-method passes over the in-memory gradient cache
     n_iter: int = 0  #: greedy (outer) steps taken
     best_iter: int = 0  #: step whose iterate is returned
     times: list = field(default_factory=list)  #: wall seconds of each step
@@ -192,6 +193,7 @@ def greedy_pursuit(
     init_offset=None,
     max_iter=None,
     init_factors=None,
+    grad_cache=None,
 ):
     """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
 
@@ -220,6 +222,12 @@ def greedy_pursuit(
     init_factors : (U0, V0, theta0), optional
         Start from ``X_0 = U0 diag(theta0) V0^T`` (e.g. :func:`bias_init`); its ``k0`` terms
         count in the rank budget.  Overrides ``init_offset``.
+    grad_cache : callable, optional
+        ``grad_cache(U, V, theta, loss_code, delta) -> matvec or None``: one pass that keeps
+        the step's per-entry gradients (where memory allows); ``matvec(u, v) -> (G v, G^T u)``
+        then reads the cache, O(1) per entry instead of O(t).  The gradient of a step is fixed
+        while its power method runs, so the result is the same; the cache is rebuilt every
+        step.  Cached passes are counted in ``n_cache_passes``, not ``n_passes``.
 
     Returns
     -------
@@ -235,6 +243,23 @@ def greedy_pursuit(
 
     def power_pass(U, V, theta, u, v):
         return run(_blocks.power_block, (U, V, theta, code, delta, u, v))
+
+    def step_matvec(U, V, theta):
+        """The power method's ``matvec`` for this step: from the gradient cache if one is
+        offered and pays off (more than two power passes), else a fused pass over the data."""
+        cached = None
+        if grad_cache is not None and power_iter > 2:
+            cached = grad_cache(U, V, theta, code, delta)
+        if cached is None:
+            return lambda u, v: power_pass(U, V, theta, u, v)
+        run.n += 1  # building the cache read the data once
+
+        def matvec(u, v):
+            res.n_cache_passes += 1
+            gv, gtu = cached(u, v)
+            return gv, gtu, None
+
+        return matvec
 
     U = np.zeros((m, 0))
     V = np.zeros((n, 0))
@@ -270,8 +295,7 @@ def greedy_pursuit(
         K = _gram(U, V)
         base = [(U, l2 * theta, V)] if l2 > 0 and theta.size else []
 
-        def matvec(u, v, U=U, V=V, theta=theta):
-            return power_pass(U, V, theta, u, v)
+        matvec = step_matvec(U, V, theta)
 
         if lossobj.smooth:
             u, s, v, info = top_triplet(

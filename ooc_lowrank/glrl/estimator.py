@@ -14,6 +14,7 @@ from __future__ import annotations
 import numbers
 import os
 
+import dask
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
@@ -127,6 +128,12 @@ def _make_reduce(B, budget=None):
     A store holding a **single** block that fits ``budget`` bytes is read once and kept in
     memory; the engine then calls the block function directly on that one in-memory block
     (its single-block fast path, bitwise identical to the graph path).
+
+    ``reduce.gradient_cache`` is the ``grad_cache`` of :func:`greedy_pursuit`: when the
+    observations are in memory (given as arrays, or persisted because they fit ``budget``) and
+    their gradients fit too (8 bytes an entry), one pass keeps each step's per-entry gradients
+    as CSR blocks sharing the observations' structure; the power passes of the step read them.
+    Streaming fits (``cache_bytes=0``, or data larger than the budget) never cache.
     """
     budget = engine.DEFAULT_CACHE_BYTES if budget is None else int(budget)
     if B.n_blocks == 1 and _is_handle(B.source) and B.nbytes <= budget:
@@ -136,6 +143,25 @@ def _make_reduce(B, budget=None):
         out = engine.map_reduce(fn, B, args=args, offset=True)
         return out if isinstance(out, tuple) else (out,)
 
+    def gradient_cache(U, V, theta, loss, delta):
+        if _is_handle(B.source) or 8 * int(B.nnz or 0) > budget:
+            return None
+        args = (U, V, theta, loss, delta)
+        if B.n_blocks == 1 and sp.issparse(B.source):
+            G = engine.as_blocked(_blocks.grad_csr_block(0, sp.csr_matrix(B.source), *args))
+        else:
+            lazy = engine.map_rows(
+                _blocks.grad_csr_block, B, args=args, n_cols=B.shape[1], offset=True, sparse=True
+            )
+            (G,) = dask.persist(lazy, **engine._scheduler_kwargs(None))
+            G = engine.as_blocked(G)
+
+        def matvec(u, v):
+            return engine.map_reduce(_blocks.cached_power_block, G, args=(u, v), offset=True)
+
+        return matvec
+
+    reduce.gradient_cache = gradient_cache
     return reduce
 
 
@@ -194,7 +220,10 @@ class GreedyLowRank(BaseEstimator):
         Rows per block (default: the store's blocks, or about 16 MB per block in memory).
     cache_bytes : int, optional
         Observation blocks read from a store are kept in memory across passes when they fit
-        this budget (default :data:`ooc_lowrank.engine.DEFAULT_CACHE_BYTES`); 0 streams.
+        this budget (default :data:`ooc_lowrank.engine.DEFAULT_CACHE_BYTES`); 0 streams.  With
+        the observations in memory, each greedy step also caches its per-entry gradients
+        (8 bytes an entry, when they fit) so that its power passes cost O(1) per entry, not
+        O(rank) (``n_cache_passes_`` counts them; ``n_passes_`` counts passes over the data).
     random_state : int, Generator or None
         Only used for the power method's random restart.
     verbose : bool
@@ -437,6 +466,7 @@ class GreedyLowRank(BaseEstimator):
             init_offset=mean if self.init == "mean" else None,
             max_iter=self.max_iter,
             init_factors=init_factors,
+            grad_cache=reduce.gradient_cache,
         )
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
@@ -449,6 +479,7 @@ class GreedyLowRank(BaseEstimator):
         self.n_iter_ = int(res.n_iter)
         self.best_iter_ = int(res.best_iter)
         self.n_passes_ = int(res.n_passes) + init_passes
+        self.n_cache_passes_ = int(res.n_cache_passes)
         self.n_observed_ = nnz
         return self
 
@@ -570,6 +601,7 @@ class GreedyLowRank(BaseEstimator):
             "n_iter": self.n_iter_,
             "best_iter": self.best_iter_,
             "n_passes": self.n_passes_,
+            "n_cache_passes": self.n_cache_passes_,
             "n_observed": self.n_observed_,
         }
         save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
@@ -593,6 +625,7 @@ class GreedyLowRank(BaseEstimator):
         est.n_iter_ = int(extra["n_iter"])
         est.best_iter_ = int(extra["best_iter"])
         est.n_passes_ = int(extra["n_passes"])
+        est.n_cache_passes_ = int(extra.get("n_cache_passes", 0))
         est.n_observed_ = int(extra["n_observed"])
         return est
 
