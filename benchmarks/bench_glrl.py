@@ -245,9 +245,7 @@ def bench_epinions(
             totals.append(time.perf_counter() - t0)
             steps.append(float(np.mean(est.step_times_)))
             accs.append(
-                est.evaluate((r[te], c[te], s[te]), ["sign_accuracy"], shape=shape)[
-                    "sign_accuracy"
-                ]
+                est.evaluate((r[te], c[te], s[te]), ["sign_accuracy"], shape=shape)["sign_accuracy"]
             )
             print(
                 f"  epinions {name} fold {k}: acc {accs[-1]:.4f}, {totals[-1]:.1f} s, "
