@@ -125,7 +125,7 @@ def _precision(Y, S, ks=(1, 3, 5)):
     return {f"p@{k}": metrics.precision_at_k(Y, S, k) for k in ks}
 
 
-def bench_vs_sklearn(n, d, m, L, log):
+def bench_vs_sklearn(n, d, m, L, log, repeats=3):
     import scipy.sparse as sp
     from sklearn.kernel_approximation import RBFSampler
     from sklearn.linear_model import Ridge
@@ -147,17 +147,31 @@ def bench_vs_sklearn(n, d, m, L, log):
     gamma = median_gamma(Xtr[:1000])
     alpha = 1.0
     GIMC(n_components=8, learn_features=False, random_state=0).fit(Xtr[:500], Ytr[:500])  # warm
-    t = time.perf_counter()
-    g = GIMC(n_components=m, gamma=gamma, alpha=alpha, learn_features=False, random_state=0).fit(
-        Xtr, Ytr
-    )
-    t_ours = time.perf_counter() - t
+    Ytr_dense = Ytr.toarray() if sp.issparse(Ytr) else Ytr
+
+    def ours():
+        return GIMC(
+            n_components=m, gamma=gamma, alpha=alpha, learn_features=False, random_state=0
+        ).fit(Xtr, Ytr)
+
+    def sklearn():
+        rbf = RBFSampler(gamma=gamma, n_components=2 * m, random_state=0)
+        return rbf, Ridge(alpha=alpha).fit(rbf.fit_transform(Xtr), Ytr_dense)
+
+    # alternate the two, best of `repeats` each: the first large allocation of a process pays
+    # its page faults, and whoever runs second reuses the memory the first one freed
+    times = {"ours": [], "sklearn": []}
+    for _ in range(repeats):
+        for name, fn in (("ours", ours), ("sklearn", sklearn)):
+            t = time.perf_counter()
+            res = fn()
+            times[name].append(time.perf_counter() - t)
+            if name == "ours":
+                g = res
+            else:
+                rbf, ridge = res
+    t_ours, t_sk = min(times["ours"]), min(times["sklearn"])
     p_ours = g.evaluate(Xte, ["p@1", "p@3", "p@5"], Y=Yte)
-    t = time.perf_counter()
-    rbf = RBFSampler(gamma=gamma, n_components=2 * m, random_state=0)
-    Z = rbf.fit_transform(Xtr)
-    ridge = Ridge(alpha=alpha).fit(Z, Ytr.toarray() if sp.issparse(Ytr) else Ytr)
-    t_sk = time.perf_counter() - t
     p_sk = _precision(Yte, ridge.predict(rbf.transform(Xte)))
     return {
         "n_train": cut,
@@ -168,6 +182,8 @@ def bench_vs_sklearn(n, d, m, L, log):
         "gamma": gamma,
         "alpha": alpha,
         "seconds_ours": t_ours,
+        "seconds_ours_all": times["ours"],
+        "seconds_sklearn_all": times["sklearn"],
         "seconds_sklearn": t_sk,
         "time_ratio_sklearn_over_ours": t_sk / t_ours,
         "ours": p_ours,

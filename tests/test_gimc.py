@@ -445,3 +445,18 @@ def _sklearn_checks():
 @_sklearn_checks()
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+def test_in_memory_blocks_are_sized_by_the_feature_dimension():
+    """Equal blocks whose Phi is ~16 MB: per-row work scales with D = 2m, not with d."""
+    from ooc_lowrank import engine
+
+    X = np.zeros((100_000, 100), np.float32)
+    g = GIMC(n_components=500)
+    br = g._memory_block_rows(X)
+    n_blocks = -(-X.shape[0] // br)
+    assert br * 2 * 500 * 4 <= engine.TARGET_BLOCK_BYTES * 1.01 and n_blocks == 24
+    assert n_blocks * br - X.shape[0] < n_blocks  # balanced: the last block is not a stub
+    assert GIMC(n_components=500, features="nystrom")._memory_block_rows(X) == 8334
+    assert GIMC(n_components=500, block_rows=777)._memory_block_rows(X) == 777
+    assert GIMC(n_components=4)._memory_block_rows(X[:10]) == 10  # small data: one block

@@ -100,7 +100,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
     n_trials : int, default=2
         Armijo trial steps evaluated per line-search pass.
     block_rows : int or None, default=None
-        Rows per block for in-memory input (store / Dask input keeps its own blocks).
+        Rows per block for in-memory input (store / Dask input keeps its own blocks).  ``None``:
+        equal blocks whose feature matrix ``Phi`` is about 16 MB (the per-row work scales
+        with the feature dimension, not with the input width), so the threads stay balanced.
     cache_bytes : int or None, default=None
         Store inputs up to this many bytes are kept in memory (or on the workers) across
         passes; larger ones are streamed from the store every pass.  ``None``: the engine's
@@ -217,6 +219,19 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 exc=TypeError,
             )
 
+    def _memory_block_rows(self, X):
+        """Rows per block of in-memory ``X``: ``block_rows`` if set, else equal blocks whose
+        ``Phi`` block is about :data:`engine.TARGET_BLOCK_BYTES`."""
+        if self.block_rows is not None:
+            return int(self.block_rows)
+        n = int(X.shape[0])
+        m = int(self.n_components)
+        width = {"fourier": 2 * m, "nystrom": m, "both": 3 * m}.get(self.features, 2 * m)
+        itemsize = np.dtype(X.dtype).itemsize if np.dtype(X.dtype).kind == "f" else 8
+        target = max(256, engine.TARGET_BLOCK_BYTES // max(1, width * itemsize))
+        n_blocks = max(1, -(-n // target))
+        return max(1, -(-n // n_blocks))
+
     def _prepare_X(self, X, *, reset):
         """Blocked X (validated; in-memory data checked completely now)."""
         if _is_lazy(X):
@@ -225,7 +240,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 raise TypeError(f"X must have a float dtype (float32 or float64); got {B.dtype}")
         else:
             X = _check_X_memory(X)
-            B = engine.as_blocked(X, block_rows=self.block_rows, name="X")
+            B = engine.as_blocked(X, block_rows=self._memory_block_rows(X), name="X")
         if len(B.shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {B.shape}")
         if reset:
