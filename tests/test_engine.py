@@ -239,3 +239,17 @@ def test_single_block_fast_path_is_bitwise_the_graph_path(data, counting_schedul
     assert counting_scheduler.count == 1 and seen[-1]
     for a, b in zip(via_graph, direct, strict=True):
         assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)
+
+
+def test_block_function_modules_do_not_import_sklearn():
+    """Workers unpickle block functions from these modules; scikit-learn (~50 MB resident)
+    must not come with them (the estimators are imported lazily)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, ooc_lowrank.gimc._blocks, ooc_lowrank.glrl._blocks, ooc_lowrank.engine;"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
