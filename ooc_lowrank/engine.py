@@ -49,6 +49,7 @@ __all__ = [
     "compute",
     "map_reduce",
     "map_rows",
+    "map_rows_persisted",
     "maybe_persist",
     "reduce_blocks",
 ]
@@ -209,10 +210,14 @@ def _from_memory(X, bounds, kind) -> Blocked:
 
 
 def _default_rows(row_bytes, n):
-    return max(1, min(default_block_rows(row_bytes), max(n, 1)))
+    """Rows per block for ``n`` in-memory rows: about TARGET_BLOCK_BYTES of ``row_bytes`` per
+    block, in equal blocks (no short tail block that leaves a thread idle)."""
+    rows = max(1, min(default_block_rows(row_bytes), max(n, 1)))
+    n_blocks = max(1, -(-n // rows))
+    return max(1, -(-n // n_blocks))
 
 
-def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False) -> Blocked:
+def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None) -> Blocked:
     """Wrap any supported 2-D input as a :class:`Blocked` collection, validating it.
 
     Parameters
@@ -221,8 +226,12 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False) -> Blocked:
         Shape ``(n_rows, n_cols)``.  In-memory inputs are checked for NaN/inf and structure
         now; store inputs are checked block by block as they are read.
     block_rows : int, optional
-        Rows per block.  Default: the store's blocks, the Dask array's chunks, or about 16 MB
-        per block for in-memory data.
+        Rows per block.  Default: the store's blocks, the Dask array's chunks, or equal blocks
+        of about 16 MB for in-memory data.
+    row_bytes : float, optional
+        In-memory data only: the bytes of per-row work that size the default blocks, when that
+        is not the input row (e.g. GIMC's feature row ``Phi``, whose width is ``2m``, not
+        ``d``).  Default: the input row's own bytes.
     name : str
         Argument name used in error messages.
 
@@ -264,7 +273,8 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False) -> Blocked:
         check_finite_block(X, name)
         if X.dtype.kind != "f":
             X = X.astype(np.float64)
-        row_bytes = (X.nnz / max(X.shape[0], 1)) * (X.dtype.itemsize + 4) + 8
+        if row_bytes is None:
+            row_bytes = (X.nnz / max(X.shape[0], 1)) * (X.dtype.itemsize + 4) + 8
         B = int(block_rows or _default_rows(row_bytes, X.shape[0]))
         return _from_memory(X, _even_bounds(X.shape[0], B), "csr")
     if hasattr(X, "__array__") or isinstance(X, (list, tuple)):
@@ -281,7 +291,9 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False) -> Blocked:
         if X.dtype.kind != "f":
             X = X.astype(np.float64)
         check_finite_block(X, name)
-        B = int(block_rows or _default_rows(X.shape[1] * X.dtype.itemsize, X.shape[0]))
+        if row_bytes is None:
+            row_bytes = X.shape[1] * X.dtype.itemsize
+        B = int(block_rows or _default_rows(row_bytes, X.shape[0]))
         return _from_memory(X, _even_bounds(X.shape[0], B), "dense")
     raise TypeError(
         f"{name} must be a NumPy array, scipy.sparse matrix, dask array or store array; "
@@ -445,7 +457,7 @@ def _chained(fn, blocked, ref, args, offset, size):
     with a small memory limit.  The order of additions depends only on the chunking and the
     chain count, never on the scheduler.
     """
-    from dask.delayed import Delayed, delayed
+    from dask.delayed import delayed
 
     nb = ref.n_blocks
     tok = dask.base.tokenize(fn, size, nb, offset, os.urandom(8))
@@ -471,7 +483,6 @@ def _chained(fn, blocked, ref, args, offset, size):
             )
         totals.append(acc)
     total = delayed(_sum_list, pure=False)(totals, dask_key_name=f"reduce-total-{tok}")
-    assert isinstance(total, Delayed)
     return da.from_delayed(total, shape=(size,), dtype=np.float64)
 
 
@@ -687,6 +698,42 @@ def _cluster_cache_cap(client):
     return int(0.5 * sum(limits))
 
 
+def _persist(*arrays, client=None):
+    """``dask.persist`` under the scheduler policy (one compute; blocks stay in this process
+    on the local schedulers, on the workers on a cluster)."""
+    return dask.persist(*arrays, **_scheduler_kwargs(client))
+
+
+def map_rows_persisted(
+    fn: Callable,
+    B: Blocked,
+    *,
+    args: Sequence = (),
+    n_cols: int,
+    kind: str = "dense",
+    nnz=None,
+    offset: bool = False,
+    client=None,
+) -> Blocked:
+    """:func:`map_rows` of one input, computed once and kept in memory as a :class:`Blocked`
+    (``kind`` "dense" or "csr") that later passes read like any other input.
+
+    A single in-memory block is mapped directly (no graph), as in :func:`map_reduce`; the
+    result is not re-validated (it is the library's own output).
+    """
+    if (
+        B.n_blocks == 1
+        and isinstance(B.source, (np.ndarray, sp.spmatrix, sp.sparray))
+        and _scheduler_kwargs(client).get("scheduler") == "threads"
+    ):
+        src = sp.csr_matrix(B.source) if B.kind == "csr" else B.source
+        out = fn(0, src, *args) if offset else fn(src, *args)
+        return _from_memory(out, np.array([0, B.shape[0]], dtype=np.int64), kind)
+    lazy = map_rows(fn, B, args=args, n_cols=n_cols, offset=offset, sparse=kind == "csr")
+    (arr,) = _persist(lazy, client=client)
+    return Blocked(arr, kind, None, nnz)
+
+
 def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     """Keep inputs in memory across iterations when they fit ``budget`` bytes, else stream.
 
@@ -711,8 +758,7 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
             total / 2**20,
             budget / 2**20,
         )
-        kw = _scheduler_kwargs(client)
-        arrs = dask.persist(*[b.dask for b in inputs], **kw)
+        arrs = _persist(*[b.dask for b in inputs], client=client)
         return [
             Blocked(a, b.kind, None, b.nnz) if b in from_store else b
             for a, b in zip(arrs, inputs, strict=True)

@@ -253,3 +253,33 @@ def test_block_function_modules_do_not_import_sklearn():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("block_rows", [None, 50])
+def test_map_rows_persisted_is_map_rows_kept_in_memory(data, block_rows, counting_scheduler):
+    X, Xs, _, _ = data
+    B = engine.as_blocked(Xs, block_rows=block_rows)
+
+    def scale_rows(start, Xb, c):
+        out = sp.csr_matrix(Xb, dtype=np.float64, copy=True)
+        out.data *= c
+        return out
+
+    n0 = counting_scheduler.count
+    P = engine.map_rows_persisted(
+        scale_rows, B, args=(2.0,), n_cols=X.shape[1], kind="csr", nnz=Xs.nnz, offset=True
+    )
+    assert P.kind == "csr" and P.n_blocks == B.n_blocks and list(P.bounds) == list(B.bounds)
+    assert counting_scheduler.count - n0 == 1  # one compute (a graph scheduler is set)
+    got = engine.map_reduce(lambda Xb: np.asarray(Xb.sum(axis=0)).ravel(), P)
+    np.testing.assert_allclose(got, 2.0 * np.asarray(Xs.sum(axis=0)).ravel(), rtol=1e-12)
+    with dask.config.set(scheduler=None):  # local threads: one in-memory block is mapped directly
+        one = engine.map_rows_persisted(
+            scale_rows,
+            engine.as_blocked(Xs),
+            args=(3.0,),
+            n_cols=X.shape[1],
+            kind="csr",
+            offset=True,
+        )
+    assert sp.issparse(one.source) and np.allclose(one.source.toarray(), 3.0 * Xs.toarray())

@@ -219,18 +219,19 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 exc=TypeError,
             )
 
-    def _memory_block_rows(self, X):
-        """Rows per block of in-memory ``X``: ``block_rows`` if set, else equal blocks whose
-        ``Phi`` block is about :data:`engine.TARGET_BLOCK_BYTES`."""
-        if self.block_rows is not None:
-            return int(self.block_rows)
-        n = int(X.shape[0])
+    def _feature_row_bytes(self, X):
+        """Bytes of one row of ``Phi``: the per-row work that sizes in-memory blocks."""
         m = int(self.n_components)
         width = {"fourier": 2 * m, "nystrom": m, "both": 3 * m}.get(self.features, 2 * m)
         itemsize = np.dtype(X.dtype).itemsize if np.dtype(X.dtype).kind == "f" else 8
-        target = max(256, engine.TARGET_BLOCK_BYTES // max(1, width * itemsize))
-        n_blocks = max(1, -(-n // target))
-        return max(1, -(-n // n_blocks))
+        return width * itemsize
+
+    def _memory_block_rows(self, X):
+        """Rows per block of in-memory ``X``: ``block_rows`` if set, else the engine's equal
+        blocks of about :data:`engine.TARGET_BLOCK_BYTES` of ``Phi``."""
+        if self.block_rows is not None:
+            return int(self.block_rows)
+        return engine._default_rows(self._feature_row_bytes(X), int(X.shape[0]))
 
     def _prepare_X(self, X, *, reset):
         """Blocked X (validated; in-memory data checked completely now)."""
@@ -240,7 +241,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 raise TypeError(f"X must have a float dtype (float32 or float64); got {B.dtype}")
         else:
             X = _check_X_memory(X)
-            B = engine.as_blocked(X, block_rows=self._memory_block_rows(X), name="X")
+            B = engine.as_blocked(
+                X, block_rows=self.block_rows, row_bytes=self._feature_row_bytes(X), name="X"
+            )
         if len(B.shape) != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {B.shape}")
         if reset:

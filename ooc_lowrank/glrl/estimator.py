@@ -14,7 +14,6 @@ from __future__ import annotations
 import numbers
 import os
 
-import dask
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
@@ -146,15 +145,15 @@ def _make_reduce(B, budget=None):
     def gradient_cache(U, V, theta, loss, delta):
         if _is_handle(B.source) or 8 * int(B.nnz or 0) > budget:
             return None
-        args = (U, V, theta, loss, delta)
-        if B.n_blocks == 1 and sp.issparse(B.source):
-            G = engine.as_blocked(_blocks.grad_csr_block(0, sp.csr_matrix(B.source), *args))
-        else:
-            lazy = engine.map_rows(
-                _blocks.grad_csr_block, B, args=args, n_cols=B.shape[1], offset=True, sparse=True
-            )
-            (G,) = dask.persist(lazy, **engine._scheduler_kwargs(None))
-            G = engine.as_blocked(G)
+        G = engine.map_rows_persisted(
+            _blocks.grad_csr_block,
+            B,
+            args=(U, V, theta, loss, delta),
+            n_cols=B.shape[1],
+            kind="csr",
+            nnz=B.nnz,
+            offset=True,
+        )
 
         def matvec(u, v):
             return engine.map_reduce(_blocks.cached_power_block, G, args=(u, v), offset=True)
