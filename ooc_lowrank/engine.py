@@ -331,7 +331,7 @@ class Reduction:
     """A lazy tree-reduction: ``compute(red)`` gives the tuple (or the single array) of sums."""
 
     def __init__(self, packed, shapes, single):
-        self.packed = packed  # dask array (S,)
+        self.packed = packed  # dask array or Delayed of shape (S,)
         self.shapes = shapes
         self.single = single
 
@@ -429,19 +429,26 @@ def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0)
     got = sum(o.size for o in outs)
     if got != size:
         raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
-    if acc is None:
-        new = np.zeros(size, dtype=np.float64)
+    first = acc is None
+    if first:
+        new = np.empty(size, dtype=np.float64)
     else:  # a deserialized accumulator may be a read-only view of a network frame
         new = acc if acc.flags.writeable else acc.copy()
     k = 0
     for o in outs:
-        new[k : k + o.size] += o.ravel()
+        # C order, as unpack() reads it: a view of a C-ordered output; block functions with
+        # large outputs return C-ordered arrays (a Fortran-ordered one costs a transposing copy)
+        flat = o.reshape(-1)
+        if first:
+            new[k : k + o.size] = flat  # first link: cast-copy, no zero fill
+        else:
+            new[k : k + o.size] += flat
         k += o.size
     return new
 
 
 def _sum_list(parts):
-    out = np.array(parts[0], dtype=np.float64, copy=True)
+    out = parts[0] if parts[0].flags.writeable else parts[0].copy()  # sole consumer: reuse it
     for p in parts[1:]:
         out += p
     return out
@@ -482,8 +489,8 @@ def _chained(fn, blocked, ref, args, offset, size):
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
         totals.append(acc)
-    total = delayed(_sum_list, pure=False)(totals, dask_key_name=f"reduce-total-{tok}")
-    return da.from_delayed(total, shape=(size,), dtype=np.float64)
+    # a Delayed, not a dask array: finalizing a one-chunk array copies the (possibly large) total
+    return delayed(_sum_list, pure=False)(totals, dask_key_name=f"reduce-total-{tok}")
 
 
 def reduce_blocks(

@@ -208,8 +208,14 @@ def test_fan_in_bounded_by_output_size():
     assert engine._fan_in(10) == 8
     assert engine._fan_in(2 * 2**20) == 4  # 16 MB partials: 4 at a time stay under 64 MB
     assert engine._fan_in(50 * 2**20) == 2
-    red = engine.reduce_blocks(lambda b: np.zeros((1024, 1024)), np.ones((64, 2)), shapes=None)
+    red = engine.reduce_blocks(
+        lambda b: np.zeros((1024, 1024)), np.ones((64, 2)), shapes=None, chains=False
+    )
     assert red.packed.shape == (1024 * 1024,)
+    # a chained reduction ends in one Delayed total (no one-chunk array to copy at finalize)
+    red = engine.reduce_blocks(lambda b: np.ones((1024, 1024)), np.ones((64, 2)), chains=True)
+    (total,) = engine.compute(red)
+    assert total.shape == (1024, 1024) and total[0, 0] == 1.0
 
 
 def test_cache_budget_capped_by_cluster_memory(tmp_path, data, cluster_client, caplog):
@@ -283,3 +289,15 @@ def test_map_rows_persisted_is_map_rows_kept_in_memory(data, block_rows, countin
             offset=True,
         )
     assert sp.issparse(one.source) and np.allclose(one.source.toarray(), 3.0 * Xs.toarray())
+
+
+@pytest.mark.parametrize("chains", [False, True])
+def test_fortran_ordered_block_outputs_sum_in_c_order(rng, chains):
+    # a non-symmetric Fortran-ordered output must come back as itself, not its transpose
+    X = rng.standard_normal((90, 3))
+
+    def outer(Xb):
+        return np.asfortranarray(Xb.T @ Xb[:, :2])  # (3, 2), Fortran-ordered
+
+    got = engine.map_reduce(outer, engine.as_blocked(X, block_rows=20), chains=chains)
+    np.testing.assert_allclose(got, X.T @ X[:, :2], rtol=1e-12)

@@ -77,7 +77,7 @@ def test_w_step_is_stationary_and_gram_trick(rng):
     spec = _spec(["fourier"], 5, 0.4)
     U = _U0(rng, X, ["fourier"], 5, 0.4)
     res = _blocks.stats_block(X, A, U, None, (0.0,), spec, A.shape[1], False, True)
-    S_PP, S_AP, a2 = _blocks.symmetrize_upper(res[0]), res[1], float(res[2])
+    S_PP, S_AP, a2 = _blocks.symmetrize_lower(res[0]), res[1], float(res[2])
     Phi = nv.phi_spec(X, U, spec)
     np.testing.assert_allclose(S_PP, Phi.T @ Phi, rtol=1e-12)
     np.testing.assert_allclose(S_AP, (Phi.T @ A.toarray()).T, rtol=1e-12)
@@ -100,7 +100,7 @@ def test_trial_batch_equals_direct_statistics(rng):
     for t, eta in enumerate(etas):
         Phi = nv.phi_spec(X, U - eta * g, spec)
         np.testing.assert_allclose(
-            _blocks.symmetrize_upper(res[2 * t]), Phi.T @ Phi, rtol=1e-10, atol=1e-12
+            _blocks.symmetrize_lower(res[2 * t]), Phi.T @ Phi, rtol=1e-10, atol=1e-12
         )
         np.testing.assert_allclose(res[2 * t + 1], A.T @ Phi, rtol=1e-10, atol=1e-12)
 

@@ -176,16 +176,26 @@ def features_block(Xb, U, spec):
 
 
 def _gram(Phi):
-    """Upper triangle of ``Phi^T Phi`` by syrk (no copy for C-ordered Phi)."""
+    """Lower triangle of ``Phi^T Phi`` by syrk, as a C-ordered (D, D) array.
+
+    syrk on the C-ordered ``Phi`` (seen by BLAS as the Fortran-ordered ``Phi^T``) fills the upper
+    triangle of a Fortran-ordered result; its transpose is the same memory read in C order with
+    the lower triangle filled.  Returning the C-ordered view matters: the engine flattens block
+    outputs, and flattening a Fortran-ordered D x D array is a transposing copy that cost more
+    than the syrk itself at D = 6000.  Upper-triangle entries are unspecified (see
+    :func:`symmetrize_lower`).
+    """
     if Phi.shape[0] == 0:
         return np.zeros((Phi.shape[1], Phi.shape[1]), dtype=Phi.dtype)
     f = ssyrk if Phi.dtype == np.float32 else dsyrk
-    return f(1.0, Phi.T, trans=0, lower=0)
+    return f(1.0, Phi.T, trans=0, lower=0).T
 
 
-def symmetrize_upper(S):
-    """Full symmetric matrix from an upper triangle (syrk output)."""
-    return np.triu(S) + np.triu(S, 1).T
+def symmetrize_lower(S):
+    """Full symmetric matrix from the lower triangle of ``S`` (a :func:`_gram` output)."""
+    L = np.tril(S)
+    L += np.tril(S, -1).T
+    return L
 
 
 # ----------------------------------------------------------------------------------------
@@ -195,7 +205,7 @@ def symmetrize_upper(S):
 
 def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
     """Statistics pass: for each trial ``U_t = U - eta_t * direction`` return
-    ``triu(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
+    ``tril(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
 
     One read of the block serves every trial: ``X U_t = X U - eta_t X direction`` (two GEMMs
     whatever the number of trials).

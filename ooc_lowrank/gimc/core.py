@@ -77,7 +77,7 @@ def objective(W, S_PP, S_AP, a2, alpha):
 def _unpack_stats(res, n_trials):
     out = []
     for t in range(n_trials):
-        out.append((_blocks.symmetrize_upper(res[2 * t]), np.asarray(res[2 * t + 1])))
+        out.append((_blocks.symmetrize_lower(res[2 * t]), np.asarray(res[2 * t + 1])))
     return out
 
 
