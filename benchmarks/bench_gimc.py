@@ -91,7 +91,7 @@ def bench_iteration(workdir, n, d, m, L, log):
     it_s = marks[1] - marks[0]
     passes = g.n_passes_ - 1  # minus the initial statistics pass
     ls_passes = passes - 1
-    T = g.n_trials
+    T = g.n_trials_  # trials per line-search pass (resolved: 1 cached, 2 streamed)
     D = 2 * m
     flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
         4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)

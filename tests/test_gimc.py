@@ -460,3 +460,25 @@ def test_in_memory_blocks_are_sized_by_the_feature_dimension():
     assert GIMC(n_components=500, features="nystrom")._memory_block_rows(X) == 8334
     assert GIMC(n_components=500, block_rows=777)._memory_block_rows(X) == 777
     assert GIMC(n_components=4)._memory_block_rows(X[:10]) == 10  # small data: one block
+
+
+def test_trial_grouping_changes_work_not_the_fit(rng, tmp_path):
+    # in-memory data default to one trial per pass, lazy data to two; the trials are tried in
+    # the same order either way, so the fits are identical and only the pass counts differ
+    import ooc_lowrank
+
+    X, Y = _ml_data(rng)
+    auto = GIMC(**SMALL).fit(X, Y)
+    assert auto.n_trials_ == 1
+    fits = {t: GIMC(n_trials=t, **SMALL).fit(X, Y) for t in (1, 2, 5)}
+    for t, g in fits.items():
+        assert g.n_trials_ == t
+        np.testing.assert_array_equal(g.objective_, auto.objective_)
+        np.testing.assert_array_equal(g.components_, auto.components_)
+    assert fits[1].n_passes_ >= fits[2].n_passes_ >= fits[5].n_passes_
+    assert fits[5].n_passes_ == 1 + 2 * fits[5].n_iter_  # every first batch holds the step
+    lazy = GIMC(**SMALL).fit(da.from_array(X, chunks=(100, -1)), Y)
+    assert lazy.n_trials_ == 2
+    np.testing.assert_allclose(lazy.objective_, auto.objective_, rtol=1e-12)
+    auto.save(tmp_path / "m")
+    assert ooc_lowrank.load(tmp_path / "m").n_trials_ == 1

@@ -97,8 +97,14 @@ class GIMC(ClassifierMixin, BaseEstimator):
         prediction method, so train and test data get the same preprocessing; the median
         heuristic for ``gamma=None`` then runs on normalized rows.  Useful for bag-of-words
         inputs such as Bibtex.
-    n_trials : int, default=2
-        Armijo trial steps evaluated per line-search pass.
+    n_trials : int or None, default=None
+        Armijo trial steps evaluated per line-search pass.  The trials are tried in the same
+        order whatever their grouping, so the fit is the same; only the work differs.  A trial
+        costs a Gram product (``n D^2``), a pass costs a read of the data.  ``None``: 1 when the
+        data are held in memory (NumPy / scipy input, or a store small enough to cache), where
+        an extra pass is cheap and an unneeded trial is not (Bibtex, m=3000: 6.0 s against
+        10.5 s per iteration); 2 when the data are streamed from a store or a Dask graph each
+        pass, where reads dominate.
     block_rows : int or None, default=None
         Rows per block for in-memory input (store / Dask input keeps its own blocks).  ``None``:
         equal blocks whose feature matrix ``Phi`` is about 16 MB (the per-row work scales
@@ -128,6 +134,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         Objective after the init and after every accepted step (non-increasing).
     n_iter_, n_passes_ : int
         U-steps taken; passes over the data.
+    n_trials_ : int
+        Armijo trials per line-search pass that the fit used (``n_trials`` resolved).
     n_features_in_ : int
     """
 
@@ -143,7 +151,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         tol=1e-4,
         landmarks="random",
         normalize_rows=False,
-        n_trials=2,
+        n_trials=None,
         block_rows=None,
         cache_bytes=None,
         random_state=None,
@@ -200,7 +208,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         )
         check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
         check_scalar(self.tol, "tol", low=0.0)
-        check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1, high=20)
+        if self.n_trials is not None:
+            check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1, high=20)
         if self.landmarks not in ("random", "kmeans"):
             raise param_error("landmarks", "must be 'random' or 'kmeans'", self.landmarks)
         if not isinstance(self.normalize_rows, (bool, np.bool_)):
@@ -387,7 +396,13 @@ class GIMC(ClassifierMixin, BaseEstimator):
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
-        XB, AB = engine.maybe_persist(XB, AB, budget=self.cache_bytes)
+        kept = engine.maybe_persist(XB, AB, budget=self.cache_bytes)
+        resident = all(
+            k is not b or isinstance(b.source, (np.ndarray, sp.spmatrix, sp.sparray))
+            for k, b in zip(kept, (XB, AB), strict=True)
+        )
+        XB, AB = kept
+        n_trials = self.n_trials if self.n_trials is not None else (1 if resident else 2)
         if self.verbose:
             logger.setLevel(min(logger.level or logging.INFO, logging.INFO))
         t0 = time.perf_counter()
@@ -401,7 +416,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             codes=codes,
             max_iter=int(self.max_iter),
             tol=float(self.tol),
-            n_trials=int(self.n_trials),
+            n_trials=int(n_trials),
             callback=self.callback,
         )
         self.fit_time_ = time.perf_counter() - t0
@@ -412,6 +427,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self.objective_ = np.asarray(res.objective)
         self.n_iter_ = res.n_iter
         self.n_passes_ = res.n_passes
+        self.n_trials_ = int(n_trials)
         self.multilabel_ = multilabel
         self.n_labels_ = n_labels
         self.classes_ = classes if classes is not None else np.arange(n_labels)
@@ -583,6 +599,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             "multilabel": self.multilabel_,
             "n_iter": self.n_iter_,
             "n_passes": self.n_passes_,
+            "n_trials": self.n_trials_,
         }
         if self.multilabel_ or self.classes_.dtype.kind in "iufb":
             arrays["classes"] = self.classes_
@@ -609,6 +626,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         est.multilabel_ = bool(extra["multilabel"])
         est.n_iter_ = int(extra["n_iter"])
         est.n_passes_ = int(extra["n_passes"])
+        est.n_trials_ = int(extra.get("n_trials", 2))  # models saved before n_trials_ existed
         est.classes_ = arrays["classes"] if "classes" in arrays else np.asarray(extra["classes"])
         return est
 
