@@ -482,3 +482,36 @@ def test_trial_grouping_changes_work_not_the_fit(rng, tmp_path):
     np.testing.assert_allclose(lazy.objective_, auto.objective_, rtol=1e-12)
     auto.save(tmp_path / "m")
     assert ooc_lowrank.load(tmp_path / "m").n_trials_ == 1
+
+
+def test_eval_set_history_equals_refits(rng):
+    X, Y = _ml_data(rng)
+    Xv, Yv = _ml_data(np.random.default_rng(7), n=120)
+    g = GIMC(**dict(SMALL, max_iter=5, tol=0.0)).fit(X, Y, eval_set=(Xv, Yv), eval_every=2)
+    assert sorted(g.eval_history_) == [0, 2, 4, 5]  # init, every 2nd, and the last
+    for k, scores in g.eval_history_.items():
+        ref = GIMC(**dict(SMALL, max_iter=k, tol=0.0)).fit(X, Y)
+        assert scores == ref.evaluate(Xv, Y=Yv)
+    assert g.eval_history_[5] == g.evaluate(Xv, Y=Yv)
+    # multi-class: accuracy by default
+    y = np.argmax(Y.toarray() if sp.issparse(Y) else Y, axis=1)
+    yv = np.argmax(Yv.toarray() if sp.issparse(Yv) else Yv, axis=1)
+    c = GIMC(**SMALL).fit(X, y, eval_set=(Xv, yv), eval_every=3)
+    assert set(c.eval_history_[0]) == {"accuracy"}
+
+
+def test_eval_set_errors_before_any_work(rng):
+    X, Y = _ml_data(rng)
+    calls = []
+    g = GIMC(callback=lambda *a: calls.append(a), **SMALL)
+    with pytest.raises(ValueError, match="eval_set: X_val: X has 3 features"):
+        g.fit(X, Y, eval_set=(X[:, :3], Y))
+    with pytest.raises(ValueError, match="Y_val has 10 rows but X_val has 20"):
+        g.fit(X, Y, eval_set=(X[:20], Y[:10]))
+    with pytest.raises(TypeError, match="eval_set must be a pair"):
+        g.fit(X, Y, eval_set=X)
+    with pytest.raises(ValueError, match="eval_every"):
+        g.fit(X, Y, eval_set=(X, Y), eval_every=0)
+    with pytest.raises(ValueError, match="p@x|metric"):
+        g.fit(X, Y, eval_set=(X, Y), eval_metrics="p@x")
+    assert calls == []  # no pass ran

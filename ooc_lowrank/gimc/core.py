@@ -94,6 +94,7 @@ def fit_gimc(
     tol=1e-4,
     n_trials=2,
     callback=None,
+    monitor=None,
     client=None,
 ):
     """Fit GIMC (or IMC when no part of ``spec`` learns) out of core.
@@ -118,6 +119,10 @@ def fit_gimc(
     n_trials : int
         Armijo trial steps evaluated per line-search pass.
     callback : callable(iteration, elapsed, objective) or None
+    monitor : callable(iteration, U, W) or None
+        Called with the current parameters after the initialization (iteration 0) and after
+        every accepted step (validation scoring, see ``GIMC.fit(eval_set=...)``).  ``U`` and
+        ``W`` are the fit's own arrays: read them, do not modify them.
 
     Returns
     -------
@@ -151,6 +156,8 @@ def fit_gimc(
     result = FitResult(U=U, W=W, objective=[f])
     if callback is not None:
         callback(0, time.perf_counter() - t0, f)
+    if monitor is not None:
+        monitor(0, U, W)
     logger.info("GIMC init: objective %.6g", f)
     if not spec.learns:
         result.converged = True
@@ -202,6 +209,8 @@ def fit_gimc(
         logger.info("GIMC iteration %d: objective %.6g step %.3g (%.1fs)", it, f_new, eta, elapsed)
         if callback is not None:
             callback(it, elapsed, f_new)
+        if monitor is not None:
+            monitor(it, U, W)
         if f - f_new <= tol * max(abs(f), 1e-300):
             f = f_new
             result.converged = True

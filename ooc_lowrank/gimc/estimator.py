@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import copy
 import logging
 import numbers
 import time
@@ -32,6 +33,21 @@ _FEATURES = ("fourier", "nystrom", "both")
 
 def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
+
+
+def _split_eval_set(eval_set):
+    """``(X_val, Y_val)`` from a pair or a store dataset."""
+    if _is_dataset(eval_set):
+        return eval_set["X"], (eval_set["Y"] if "Y" in eval_set.names else None)
+    if isinstance(eval_set, (tuple, list)) and len(eval_set) == 2:
+        return eval_set[0], eval_set[1]
+    raise param_error(
+        "eval_set",
+        "must be a pair (X_val, Y_val) or a store dataset with arrays 'X' and 'Y'",
+        type(eval_set).__name__,
+        "e.g. fit(X, Y, eval_set=(X_val, Y_val))",
+        exc=TypeError,
+    )
 
 
 def _is_lazy(X):
@@ -337,6 +353,22 @@ class GIMC(ClassifierMixin, BaseEstimator):
         classes, codes = np.unique(y, return_inverse=True)
         return codes.reshape(-1, 1).astype(np.int64), len(classes), True, classes, False
 
+    def _check_eval_set(self, Xv, Yv):
+        """Shape checks of a validation set before any work (cheap: no data pass)."""
+        try:
+            B, _ = self._prepare_X(Xv, reset=False)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"eval_set: X_val: {e}") from e
+        if Yv is None:
+            raise ValueError(
+                "eval_set needs labels: pass (X_val, Y_val) or a store dataset with 'Y'"
+            )
+        n_y = Yv.shape[0] if hasattr(Yv, "shape") else len(Yv)
+        if n_y != B.shape[0]:
+            raise ValueError(
+                f"eval_set: Y_val has {n_y} rows but X_val has {B.shape[0]}; they must match"
+            )
+
     # ------------------------------------------------------------------ fit
 
     def _init_parts(self, X, rng):
@@ -368,7 +400,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 parts.append(("nystrom", t.components_.shape[1], gamma, t.normalization_, learn))
         return np.hstack(Us), _blocks.FeatureSpec.build(parts, row_norm=self.normalize_rows)
 
-    def fit(self, X, Y=None):
+    def fit(self, X, Y=None, *, eval_set=None, eval_every=5, eval_metrics=None):
         """Fit on ``X`` (n_samples, n_features) and labels ``Y``.
 
         Parameters
@@ -378,12 +410,27 @@ class GIMC(ClassifierMixin, BaseEstimator):
             ``ds["Y"]``.
         Y : sparse/dense 0/1 matrix of shape (n_samples, n_labels), or array of shape
             (n_samples,) of class labels (multi-class; one-hot internally).
+        eval_set : (X_val, Y_val) or store Dataset, optional
+            Held-out data scored during the fit (one pass over ``X_val`` per scoring) with the
+            parameters of that iteration; the history lands in ``eval_history_``.  Use it to
+            choose ``max_iter`` (the number of U-steps is GIMC's main regularizer besides
+            ``alpha``) without refitting once per candidate.
+        eval_every : int, default=5
+            Score ``eval_set`` after the initialization, every ``eval_every`` iterations and
+            after the last one.
+        eval_metrics : list of str or comma-separated str, optional
+            As in :meth:`evaluate` (default ``p@1,p@3,p@5`` multi-label, ``accuracy``
+            multi-class).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        if eval_set is not None:
+            check_scalar(eval_every, "eval_every", kind=numbers.Integral, low=1)
+            if eval_metrics is not None:
+                metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
         if _is_dataset(X):
             ds = X
             X = ds["X"]
@@ -395,7 +442,22 @@ class GIMC(ClassifierMixin, BaseEstimator):
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
+        monitor, history = None, {}
+        if eval_set is not None:
+            probe = copy.copy(self)  # scores intermediate states; self is untouched until the end
+            probe.spec_, probe.n_labels_, probe.multilabel_ = None, n_labels, multilabel
+            probe.classes_ = classes if classes is not None else np.arange(n_labels)
+            Xv, Yv = _split_eval_set(eval_set)
+            probe._check_eval_set(Xv, Yv)
+
+            def monitor(it, U, W):
+                if it % int(eval_every) == 0:
+                    probe.components_, probe.coef_ = U, W
+                    history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+
         U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
+        if eval_set is not None:
+            probe.spec_ = spec
         kept = engine.maybe_persist(XB, AB, budget=self.cache_bytes)
         resident = all(
             k is not b or isinstance(b.source, (np.ndarray, sp.spmatrix, sp.sparray))
@@ -418,7 +480,11 @@ class GIMC(ClassifierMixin, BaseEstimator):
             tol=float(self.tol),
             n_trials=int(n_trials),
             callback=self.callback,
+            monitor=monitor,
         )
+        if eval_set is not None and res.n_iter not in history:  # the last iteration
+            probe.components_, probe.coef_ = res.U, res.W
+            history[res.n_iter] = probe.evaluate(Xv, eval_metrics, Y=Yv)
         self.fit_time_ = time.perf_counter() - t0
         self.components_ = res.U
         self.coef_ = res.W
@@ -428,6 +494,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self.n_iter_ = res.n_iter
         self.n_passes_ = res.n_passes
         self.n_trials_ = int(n_trials)
+        self.eval_history_ = history
         self.multilabel_ = multilabel
         self.n_labels_ = n_labels
         self.classes_ = classes if classes is not None else np.arange(n_labels)
