@@ -66,3 +66,26 @@ def test_bench_gimc_small(tmp_path):
     assert res["iteration"]["passes_per_iteration"] >= 2
     assert res["iteration"]["achieved_gflops"] > 0 and res["iteration"]["blas_peak_gflops"] > 0
     assert res["vs_sklearn"]["time_ratio_sklearn_over_ours"] > 0
+
+
+def test_bibtex_cv_small(tmp_path):
+    # K-fold selection end to end at a tiny size: pooled CV scores, a chosen iteration that the
+    # history holds, and one test evaluation per seed
+    _needs_bibtex()
+    sys.path.insert(0, str(REPO))
+    from benchmarks import bibtex_cv
+
+    out = tmp_path / "cv.json"
+    argv = ["--workdir", str(tmp_path / "data"), "--m", "16", "--gamma-scale", "0.25",
+            "--alpha", "1", "3", "--max-iter", "2", "--eval-every", "1", "--folds", "2",
+            "--imc-normalize-rows", "true", "--imc-gamma-scale", "0.25", "--imc-alpha", "0.3",
+            "--seeds", "0", "1", "--json", str(out)]  # fmt: skip
+    assert bibtex_cv.main(argv) == 0
+    res = json.loads(out.read_text())
+    gimc = res["cv"]["GIMC-LFF"]
+    assert len(gimc) == 2 and sorted(gimc[0]["cv_by_iteration"]) == ["0", "1", "2"]
+    assert res["chosen"]["GIMC-LFF"]["max_iter"] in (0, 1, 2)
+    assert res["chosen"]["IMC-RFF"]["learn_features"] is False
+    for name in ("GIMC-LFF", "IMC-RFF"):
+        assert sorted(res["test"][name]["runs"]) == ["0", "1"]
+        assert 0 < res["test"][name]["mean"]["p@1"] <= 100
