@@ -166,8 +166,8 @@ def main(argv=None):
             out["test"][name] = {"runs": runs}
             save()
         arr = np.array([[r[m] for m in METRICS] for r in runs.values()])
-        out["test"][name]["mean"] = dict(zip(METRICS, np.round(arr.mean(0), 2).tolist()))
-        out["test"][name]["std"] = dict(zip(METRICS, np.round(arr.std(0), 2).tolist()))
+        for stat, vals in (("mean", arr.mean(0)), ("std", arr.std(0))):
+            out["test"][name][stat] = dict(zip(METRICS, np.round(vals, 2).tolist(), strict=True))
         log(f"{name}: mean {out['test'][name]['mean']} std {out['test'][name]['std']}")
     out["paper_gimc"] = {k: 100 * v for k, v in be.PAPER.items()}
     save()
