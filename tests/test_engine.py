@@ -301,3 +301,60 @@ def test_fortran_ordered_block_outputs_sum_in_c_order(rng, chains):
 
     got = engine.map_reduce(outer, engine.as_blocked(X, block_rows=20), chains=chains)
     np.testing.assert_allclose(got, X.T @ X[:, :2], rtol=1e-12)
+
+
+def test_large_args_are_scattered_once_on_a_cluster(rng, cluster_client):
+    # factors shared by several passes travel to the workers once: the graphs reference the
+    # same scattered key, and the results equal the local ones bitwise
+    X = rng.standard_normal((300, 4))
+    U = rng.standard_normal((40_000, 4))  # 1.2 MB, above SCATTER_BYTES
+    engine._SCATTER_CACHE.clear()
+
+    def f(Xb, U, s):
+        return Xb.T @ Xb * s + U[:4].T @ U[:4]
+
+    bx = engine.as_blocked(X, block_rows=50)
+    local = [engine.map_reduce(f, bx, args=(U, s)) for s in (1.0, 2.0)]
+    with dask.config.set(scheduler=cluster_client):
+        reds = [engine.reduce_blocks(f, bx, args=(U, s)) for s in (1.0, 2.0)]
+        got = [engine.compute(r)[0] for r in reds]
+        # a chained reduction (large outputs) takes the same path
+        big = engine.map_reduce(
+            lambda Xb, U: np.outer(U[:, 0], Xb.sum(0)), bx, args=(U,), chains=True
+        )
+    assert len(engine._SCATTER_CACHE) == 1  # one scatter served all three graphs
+    ((fut, nb),) = engine._SCATTER_CACHE.values()
+    assert nb == U.nbytes and fut.status == "finished"
+    np.testing.assert_allclose(big, np.outer(U[:, 0], X.sum(0)), rtol=1e-12)
+    for a, b in zip(local, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # small arguments never leave the graph
+    assert engine._unwrap_args((np.ones(10),), cluster_client)[0].shape == (10,)
+
+
+def test_scatter_cache_is_bounded(rng, cluster_client, monkeypatch):
+    engine._SCATTER_CACHE.clear()
+    arrays = [rng.standard_normal(2**18) for _ in range(7)]  # 2 MiB each
+    futs = [engine._scattered(a, cluster_client) for a in arrays]
+    assert len(engine._SCATTER_CACHE) == engine.SCATTER_CACHE_ENTRIES
+    assert engine._scattered(arrays[-1], cluster_client) is futs[-1]  # a hit, no new scatter
+    monkeypatch.setattr(engine, "SCATTER_CACHE_BYTES", 5 * 2**20)
+    engine._scattered(arrays[0], cluster_client)
+    assert len(engine._SCATTER_CACHE) == 2  # 4 MiB: the newest two
+    np.testing.assert_array_equal(futs[-1].result(), arrays[-1])
+    engine._SCATTER_CACHE.clear()
+
+
+def test_in_memory_inputs_persist_on_a_cluster_only(rng, cluster_client):
+    X = rng.standard_normal((200, 3))
+    B = engine.as_blocked(X, block_rows=50)
+    (local,) = engine.maybe_persist(B)
+    assert local is B  # local schedulers: already in memory, unchanged
+    with dask.config.set(scheduler=cluster_client):
+        assert engine.active_client() is cluster_client
+        (kept,) = engine.maybe_persist(B)
+        assert kept is not B and kept.source is None  # on the workers now
+        got = engine.map_reduce(lambda b: b.T @ b, kept)
+    np.testing.assert_array_equal(got, engine.map_reduce(lambda b: b.T @ b, B))
+    with dask.config.set(scheduler="threads"):
+        assert engine.active_client() is None

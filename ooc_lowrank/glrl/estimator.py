@@ -428,7 +428,7 @@ class GreedyLowRank(BaseEstimator):
         B, shp = self._blocked(X, shape)
         nnz, mean = self._check_data(B, shp, lo)
         scorer = self._validation_scorer(lo, shp)
-        if B.n_blocks > 1:
+        if B.n_blocks > 1 or engine.active_client() is not None:
             (B,) = engine.maybe_persist(B, budget=self.cache_bytes)
         reduce = _make_reduce(B, self.cache_bytes)
         init_factors, init_passes = None, 0
