@@ -216,9 +216,18 @@ def cmd_fit(args, extra):
         params["verbose"] = 0 if args.quiet or not sys.stderr.isatty() else 1
     est = cls(**params)
     ds = open_dataset(args.train)
+    fit_kw = {}
+    if args.eval_store is not None:
+        if not args.method.startswith(("gimc", "imc")):
+            raise CLIError(f"--eval-store is for GIMC methods; {args.method} does not take it")
+        fit_kw = {"eval_set": open_dataset(args.eval_store), "eval_every": args.eval_every}
     t0 = time.perf_counter()
-    est.fit(ds)
+    est.fit(ds, **fit_kw)
     est.save(args.model)
+    if fit_kw and not args.quiet:
+        for it, scores in est.eval_history_.items():
+            vals = "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
+            print(f"iteration {it:4d}: {vals}")
     if not args.quiet:
         print(
             f"fitted {args.method} on {args.train} in {time.perf_counter() - t0:.1f} s; "
@@ -315,6 +324,12 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("method", help=", ".join(METHODS))
     f.add_argument("train")
     f.add_argument("model")
+    f.add_argument(
+        "--eval-store",
+        default=None,
+        help="GIMC methods: a held-out store scored during the fit (printed per iteration)",
+    )
+    f.add_argument("--eval-every", type=int, default=5, help="score --eval-store every N its")
     f.set_defaults(func=cmd_fit)
 
     e = sub.add_parser("evaluate", parents=[common], help="evaluate a saved model")

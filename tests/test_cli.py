@@ -200,3 +200,20 @@ def test_fit_and_evaluate_glrl_via_cli(tmp_path, capsys):
     # unknown parameter: one-line error naming the valid ones
     assert main(["fit", "glrl", train, model, "--rnak", "3"]) == 2
     assert "unknown parameter --rnak" in capsys.readouterr().err
+
+
+def test_fit_with_eval_store_prints_history(tmp_path, capsys):
+    tr, va = str(tmp_path / "tr.zarr"), str(tmp_path / "va.zarr")
+    for dest, seed in ((tr, "1"), (va, "2")):
+        main(["generate", "multilabel", dest, "--rows", "300", "--seed", seed,
+              "--n-features", "8", "--n-labels", "5", "-q"])  # fmt: skip
+    capsys.readouterr()
+    model = str(tmp_path / "m")
+    argv = ["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "4",
+            "--tol", "0", "--eval-store", va, "--eval-every", "2"]  # fmt: skip
+    assert main(argv) == 0
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration")]
+    assert [int(ln.split()[1].rstrip(":")) for ln in lines] == [0, 2, 4]
+    assert all("p@1" in ln for ln in lines)
+    assert main(["fit", "glrl", tr, str(tmp_path / "g"), "--eval-store", va]) == 2
+    assert "--eval-store is for GIMC methods" in capsys.readouterr().err
