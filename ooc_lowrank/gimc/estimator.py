@@ -152,6 +152,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         U-steps taken; passes over the data.
     n_trials_ : int
         Armijo trials per line-search pass that the fit used (``n_trials`` resolved).
+    eval_history_ : dict
+        ``{iteration: {metric: value}}`` from ``fit(eval_set=...)`` (empty without one).
     n_features_in_ : int
     """
 
