@@ -484,7 +484,9 @@ def test_trial_grouping_changes_work_not_the_fit(rng, tmp_path):
     assert ooc_lowrank.load(tmp_path / "m").n_trials_ == 1
 
 
-def test_eval_set_history_equals_refits(rng):
+def test_eval_set_history_equals_refits(rng, tmp_path):
+    import ooc_lowrank
+
     X, Y = _ml_data(rng)
     Xv, Yv = _ml_data(np.random.default_rng(7), n=120)
     g = GIMC(**dict(SMALL, max_iter=5, tol=0.0)).fit(X, Y, eval_set=(Xv, Yv), eval_every=2)
@@ -493,6 +495,8 @@ def test_eval_set_history_equals_refits(rng):
         ref = GIMC(**dict(SMALL, max_iter=k, tol=0.0)).fit(X, Y)
         assert scores == ref.evaluate(Xv, Y=Yv)
     assert g.eval_history_[5] == g.evaluate(Xv, Y=Yv)
+    g.save(tmp_path / "m")
+    assert ooc_lowrank.load(tmp_path / "m").eval_history_ == g.eval_history_
     # multi-class: accuracy by default
     y = np.argmax(Y.toarray() if sp.issparse(Y) else Y, axis=1)
     yv = np.argmax(Yv.toarray() if sp.issparse(Yv) else Yv, axis=1)

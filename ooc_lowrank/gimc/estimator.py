@@ -669,6 +669,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             "n_iter": self.n_iter_,
             "n_passes": self.n_passes_,
             "n_trials": self.n_trials_,
+            "eval_history": {str(k): v for k, v in getattr(self, "eval_history_", {}).items()},
         }
         if self.multilabel_ or self.classes_.dtype.kind in "iufb":
             arrays["classes"] = self.classes_
@@ -696,6 +697,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         est.n_iter_ = int(extra["n_iter"])
         est.n_passes_ = int(extra["n_passes"])
         est.n_trials_ = int(extra.get("n_trials", 2))  # models saved before n_trials_ existed
+        est.eval_history_ = {int(k): v for k, v in extra.get("eval_history", {}).items()}
         est.classes_ = arrays["classes"] if "classes" in arrays else np.asarray(extra["classes"])
         return est
 
