@@ -350,9 +350,20 @@ def main(argv=None):
         if not (args.keep or args.workdir):
             shutil.rmtree(workdir, ignore_errors=True)
     out["loadavg_after"] = os.getloadavg()
+    for part in ("iteration", "vs_sklearn", "out_of_core"):  # machine load seen by each part
+        if part in out:
+            out[part]["loadavg"] = [out["loadavg_before"], out["loadavg_after"]]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    merged = {}
+    if os.path.exists(args.out):  # --only a few parts: keep the other parts' last results
+        try:
+            with open(args.out) as f:
+                merged = json.load(f)
+        except ValueError:
+            merged = {}
+    merged.update(out)
     with open(args.out, "w") as f:
-        json.dump(out, f, indent=1, default=float)
+        json.dump(merged, f, indent=1, default=float)
     return out
 
 
