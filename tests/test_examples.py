@@ -66,6 +66,9 @@ def test_bench_gimc_small(tmp_path):
     assert res["iteration"]["passes_per_iteration"] >= 2
     assert res["iteration"]["achieved_gflops"] > 0 and res["iteration"]["blas_peak_gflops"] > 0
     assert res["vs_sklearn"]["time_ratio_sklearn_over_ours"] > 0
+    # running one part again keeps the other part's results in the file
+    bench_gimc.main(["--small", "--quiet", "--only", "vs_sklearn", "--out", str(out)])
+    assert json.loads(out.read_text())["iteration"] == json.loads(json.dumps(res["iteration"]))
 
 
 def test_bibtex_cv_small(tmp_path):
