@@ -92,6 +92,11 @@ class Blocked:
     dtype = property(lambda self: self.dask.dtype)
     n_blocks = property(lambda self: len(self.bounds) - 1)
 
+    @property
+    def in_memory(self) -> bool:
+        """The blocks are slices of a NumPy / scipy.sparse object held by this process."""
+        return isinstance(self.source, (np.ndarray, sp.spmatrix, sp.sparray))
+
     def __repr__(self):
         return f"<Blocked {self.kind} shape={self.shape} dtype={self.dtype} blocks={self.n_blocks}>"
 
@@ -112,7 +117,7 @@ class Blocked:
             raise ValueError(f"bounds must increase strictly from 0 to {self.shape[0]}")
         if self.source is not None and hasattr(self.source, "read"):
             return _from_handle(self.source, bounds)
-        if isinstance(self.source, (np.ndarray, sp.spmatrix, sp.sparray)):
+        if self.in_memory:
             return _from_memory(self.source, bounds, self.kind)
         chunks = (tuple(np.diff(bounds).tolist()), (self.shape[1],))
         if self.kind == "dense":
@@ -122,7 +127,7 @@ class Blocked:
 
     def persist(self) -> Blocked:
         """Keep the blocks in memory (local) or on the workers (distributed)."""
-        (arr,) = dask.persist(self.dask, **_scheduler_kwargs(None))
+        (arr,) = _persist(self.dask)
         return Blocked(arr, self.kind, self.source, self.nnz)
 
 
@@ -669,12 +674,10 @@ def _scheduler_kwargs(client):
         return {"scheduler": client}
     if dask.config.get("scheduler", None) is not None:
         return {}
-    try:  # an active distributed client that did not register itself in the config
-        from distributed import default_client
-
-        return {"scheduler": default_client()}
-    except (ImportError, ValueError):
-        return {"scheduler": "threads", "num_workers": os.cpu_count() or 1}
+    sched = _default_client()  # an active distributed client not registered in the config
+    if sched is not None:
+        return {"scheduler": sched}
+    return {"scheduler": "threads", "num_workers": os.cpu_count() or 1}
 
 
 _CONTROLLER = None
@@ -708,6 +711,16 @@ def compute(*lazy, client=None):
     )
 
 
+def _direct(blocked, client):
+    """Every input is one in-memory block and the local threaded scheduler would run it: call
+    the block function directly (no graph; bitwise the same result)."""
+    return (
+        blocked[0].n_blocks == 1
+        and all(b.in_memory for b in blocked)
+        and _scheduler_kwargs(client).get("scheduler") == "threads"
+    )
+
+
 def map_reduce(
     fn: Callable,
     *inputs,
@@ -726,12 +739,11 @@ def map_reduce(
     small problems that iterate many passes.
     """
     blocked, ref = _prepare(inputs)
-    if ref.n_blocks == 1 and _scheduler_kwargs(client).get("scheduler") == "threads":
-        if all(isinstance(b.source, (np.ndarray, sp.spmatrix, sp.sparray)) for b in blocked):
-            srcs = [b.source for b in blocked]
-            raw = fn(0, *srcs, *args) if offset else fn(*srcs, *args)
-            outs = tuple(np.array(o, dtype=np.float64) for o in _as_tuple(raw))
-            return outs if isinstance(raw, tuple) else outs[0]
+    if _direct(blocked, client):
+        srcs = [b.source for b in blocked]
+        raw = fn(0, *srcs, *args) if offset else fn(*srcs, *args)
+        outs = tuple(np.array(o, dtype=np.float64) for o in _as_tuple(raw))
+        return outs if isinstance(raw, tuple) else outs[0]
     (out,) = compute(
         reduce_blocks(
             fn,
@@ -750,16 +762,8 @@ def map_reduce(
 
 def _cluster_cache_cap(client):
     """Half the total worker ``memory_limit`` of the distributed cluster in use, else None."""
-    kw = _scheduler_kwargs(client)
-    sched = kw.get("scheduler")
-    if sched is None and dask.config.get("scheduler", None) == "dask.distributed":
-        try:
-            from distributed import default_client
-
-            sched = default_client()
-        except (ImportError, ValueError):
-            return None
-    if sched is None or isinstance(sched, str) or not hasattr(sched, "scheduler_info"):
+    sched = active_client(client)
+    if sched is None or not hasattr(sched, "scheduler_info"):
         return None
     try:
         workers = sched.scheduler_info().get("workers", {})
@@ -794,11 +798,7 @@ def map_rows_persisted(
     A single in-memory block is mapped directly (no graph), as in :func:`map_reduce`; the
     result is not re-validated (it is the library's own output).
     """
-    if (
-        B.n_blocks == 1
-        and isinstance(B.source, (np.ndarray, sp.spmatrix, sp.sparray))
-        and _scheduler_kwargs(client).get("scheduler") == "threads"
-    ):
+    if _direct([B], client):
         src = sp.csr_matrix(B.source) if B.kind == "csr" else B.source
         out = fn(0, src, *args) if offset else fn(src, *args)
         return _from_memory(out, np.array([0, B.shape[0]], dtype=np.int64), kind)
@@ -825,9 +825,7 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     from_store = [b for b in inputs if b.source is not None and hasattr(b.source, "read")]
     on_cluster = active_client(client) is not None
     if on_cluster:  # in-memory inputs too: otherwise every pass's graph ships them
-        from_store += [
-            b for b in inputs if isinstance(b.source, (np.ndarray, sp.spmatrix, sp.sparray))
-        ]
+        from_store += [b for b in inputs if b.in_memory]
     total = sum(b.nbytes for b in from_store)
     if not from_store:
         return list(inputs)

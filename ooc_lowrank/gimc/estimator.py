@@ -452,19 +452,19 @@ class GIMC(ClassifierMixin, BaseEstimator):
             Xv, Yv = _split_eval_set(eval_set)
             probe._check_eval_set(Xv, Yv)
 
+            def score(it, U, W):
+                probe.components_, probe.coef_ = U, W
+                history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+
             def monitor(it, U, W):
                 if it % int(eval_every) == 0:
-                    probe.components_, probe.coef_ = U, W
-                    history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+                    score(it, U, W)
 
         U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
         if eval_set is not None:
             probe.spec_ = spec
         kept = engine.maybe_persist(XB, AB, budget=self.cache_bytes)
-        resident = all(
-            k is not b or isinstance(b.source, (np.ndarray, sp.spmatrix, sp.sparray))
-            for k, b in zip(kept, (XB, AB), strict=True)
-        )
+        resident = all(k is not b or b.in_memory for k, b in zip(kept, (XB, AB), strict=True))
         XB, AB = kept
         n_trials = self.n_trials if self.n_trials is not None else (1 if resident else 2)
         if self.verbose:
@@ -485,8 +485,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             monitor=monitor,
         )
         if eval_set is not None and res.n_iter not in history:  # the last iteration
-            probe.components_, probe.coef_ = res.U, res.W
-            history[res.n_iter] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+            score(res.n_iter, res.U, res.W)
         self.fit_time_ = time.perf_counter() - t0
         self.components_ = res.U
         self.coef_ = res.W
