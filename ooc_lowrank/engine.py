@@ -17,8 +17,8 @@ The graph for one call has a fixed size (blocks x inputs), whatever the iteratio
 algorithm that calls it.  Reductions are deterministic: for a given chunking the sum is taken in
 a fixed order (tree or chains), whatever the scheduler, worker count or task timing.  What that
 guarantees: block functions whose arithmetic does not depend on where their buffers sit (the
-Numba kernels: serial loops, no fastmath reassociation) give bitwise identical results under any
-scheduler and worker count.  Block functions that call BLAS (``Xb.T @ Xb``) agree across
+Numba kernels: serial loops whose order, vectorized or not, depends on the sizes only) give bitwise
+identical results under any scheduler and worker count.  Block functions that call BLAS (``Xb.T @ Xb``) agree across
 schedulers to rounding only (relative 1e-12 in the tests): BLAS kernels may take different
 code paths for differently aligned buffers (a block deserialized on a worker is not aligned like
 a slice of the caller's array) and for different thread counts.  Making that bitwise too would
