@@ -37,4 +37,8 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .glrl import GreedyLowRank
 
         return GreedyLowRank
+    if name in ("MultiViewMachineRegressor", "MultiViewMachineClassifier"):
+        from . import mvm
+
+        return getattr(mvm, name)
     raise AttributeError(f"module 'ooc_lowrank' has no attribute {name!r}")

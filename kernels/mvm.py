@@ -1,0 +1,190 @@
+"""Multi-view machine kernels (SPEC section 3): prediction, loss + gradient, one SGD sweep.
+
+Layout shared by every kernel.  The ``m`` views of a row block arrive as **one** CSR matrix
+whose columns are the views side by side (view ``p`` owns columns ``off[p] .. off[p+1]-1``;
+``col_view[c]`` is the view of column ``c``).  The factors of all views are stacked in one
+array ``theta`` of shape ``(I + m, k)``: row ``c < I`` is feature ``c``'s factor row and row
+``I + p`` is view ``p``'s **bias factor** (the constant-1 augmentation ``z^(p) = [x^(p); 1]``).
+
+Per row (MVM-9): ``s[p, f] = theta[I + p, f] + sum_{c in view p} x_c theta[c, f]`` and
+``yhat = sum_f prod_p s[p, f]``.  The leave-one-out products ``g[p, f] = prod_{q != p} s[q, f]``
+(the model gradient MVM-16 up to ``x_c``) come from prefix and suffix products: never a
+division, so an all-zero factor column is fine (SPEC 3.4).
+
+Losses (``loss`` code): 0 square ``(yhat - y)^2`` (no 1/2, SPEC 3.9), 1 logistic
+``log(1 + exp(-y yhat))``, 2 hinge ``max(0, 1 - y yhat)`` (subgradient 0 at the kink), labels
+in {-1, +1} for 1 and 2.  Cost per row: ``O(k (nnz + m))``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ._numba import njit
+
+SQUARE, LOGISTIC, HINGE = 0, 1, 2
+
+
+@njit
+def _row_sums(indptr, indices, data, i, theta, col_view, n_feat, s):
+    m, k = s.shape
+    for p in range(m):
+        for f in range(k):
+            s[p, f] = theta[n_feat + p, f]
+    for e in range(indptr[i], indptr[i + 1]):
+        c = indices[e]
+        p = col_view[c]
+        x = data[e]
+        for f in range(k):
+            s[p, f] += x * theta[c, f]
+
+
+@njit
+def _leave_one_out(s, g):
+    """``g[p, f] = prod_{q != p} s[q, f]`` by prefix/suffix products; returns ``yhat``."""
+    m, k = s.shape
+    yhat = 0.0
+    for f in range(k):
+        acc = 1.0
+        for p in range(m):
+            g[p, f] = acc
+            acc *= s[p, f]
+        yhat += acc
+        acc = 1.0
+        for p in range(m - 1, -1, -1):
+            g[p, f] *= acc
+            acc *= s[p, f]
+    return yhat
+
+
+@njit
+def _loss_and_slope(yhat, y, loss):
+    """Loss value and its derivative with respect to ``yhat``."""
+    if loss == SQUARE:
+        r = yhat - y
+        return r * r, 2.0 * r
+    if loss == LOGISTIC:
+        t = y * yhat
+        # log(1 + exp(-t)) computed without overflow for either sign of t
+        if t > 0:
+            val = math.log1p(math.exp(-t))
+            slope = -y * math.exp(-t) / (1.0 + math.exp(-t))
+        else:
+            val = -t + math.log1p(math.exp(t))
+            slope = -y / (1.0 + math.exp(t))
+        return val, slope
+    t = y * yhat
+    if t < 1.0:
+        return 1.0 - t, -y
+    return 0.0, 0.0
+
+
+@njit
+def predict_block(indptr, indices, data, theta, col_view, n_feat, n_views, b0):
+    """Model output ``b0 + yhat`` (MVM-9 plus an intercept) for every row of a block;
+    shape ``(n_rows,)``."""
+    n = indptr.shape[0] - 1
+    k = theta.shape[1]
+    s = np.empty((n_views, k))
+    g = np.empty((n_views, k))
+    out = np.empty(n)
+    for i in range(n):
+        _row_sums(indptr, indices, data, i, theta, col_view, n_feat, s)
+        out[i] = b0 + _leave_one_out(s, g)
+    return out
+
+
+@njit
+def loss_grad_block(indptr, indices, data, y, theta, col_view, n_feat, n_views, loss, b0):
+    """Summed loss over a block's rows of ``b0 + yhat`` and its gradient.
+
+    Returns ``(loss_sum, grad, grad_b0)`` with ``grad`` of ``theta``'s shape ``(I + m, k)``.
+    """
+    n = indptr.shape[0] - 1
+    k = theta.shape[1]
+    s = np.empty((n_views, k))
+    g = np.empty((n_views, k))
+    grad = np.zeros(theta.shape)
+    total = 0.0
+    gb = 0.0
+    for i in range(n):
+        _row_sums(indptr, indices, data, i, theta, col_view, n_feat, s)
+        yhat = b0 + _leave_one_out(s, g)
+        val, dl = _loss_and_slope(yhat, y[i], loss)
+        total += val
+        if dl == 0.0:
+            continue
+        gb += dl
+        for p in range(n_views):
+            for f in range(k):
+                grad[n_feat + p, f] += dl * g[p, f]
+        for e in range(indptr[i], indptr[i + 1]):
+            c = indices[e]
+            p = col_view[c]
+            w = dl * data[e]
+            for f in range(k):
+                grad[c, f] += w * g[p, f]
+    return total, grad, gb
+
+
+@njit
+def sgd_block(
+    indptr, indices, data, y, order, theta, accum, col_view, n_feat, n_views, loss, eta,
+    reg, reg_weight, eps, scale, b0,
+):
+    """One AdaGrad SGD sweep over the rows of a block in the given ``order`` (SPEC Algorithm 1).
+
+    ``theta`` and ``accum`` (AdaGrad's sums of squared gradients, same shape) are the solver's
+    own state and are updated in place, like ``b0 = [intercept, its AdaGrad sum]`` (the
+    intercept is not regularised; ``b0`` of length 0 means no intercept); the data are only read.  All updates of one row use
+    the gradient at the factors from the start of that row (simultaneous updates, SPEC 3.5).
+    The regulariser (``reg`` 0 none, 1 l2 ``||theta||^2``, 2 smoothed l1
+    ``sum sqrt(theta^2 + eps)``) is applied to the touched rows only (lazy, as in Algorithm 1),
+    weighted by ``reg_weight``.  ``scale`` multiplies the loss gradient (``1`` for the summed
+    loss).  Returns the sum over rows of the loss before each row's update.
+    """
+    k = theta.shape[1]
+    s = np.empty((n_views, k))
+    g = np.empty((n_views, k))
+    total = 0.0
+    for t in range(order.shape[0]):
+        i = order[t]
+        _row_sums(indptr, indices, data, i, theta, col_view, n_feat, s)
+        yhat = _leave_one_out(s, g)
+        if b0.shape[0]:
+            yhat += b0[0]
+        val, dl = _loss_and_slope(yhat, y[i], loss)
+        total += val
+        dl *= scale
+        if b0.shape[0] and dl != 0.0:
+            b0[1] += dl * dl
+            b0[0] -= eta * dl / (math.sqrt(b0[1]) + 1e-12)
+        for p in range(n_views):
+            r = n_feat + p
+            for f in range(k):
+                th = theta[r, f]
+                gr = dl * g[p, f]
+                if reg == 1:
+                    gr += reg_weight * 2.0 * th
+                elif reg == 2:
+                    gr += reg_weight * th / math.sqrt(th * th + eps)
+                accum[r, f] += gr * gr
+                theta[r, f] = th - eta * gr / (math.sqrt(accum[r, f]) + 1e-12)
+        for e in range(indptr[i], indptr[i + 1]):
+            c = indices[e]
+            p = col_view[c]
+            w = dl * data[e]
+            for f in range(k):
+                th = theta[c, f]
+                gr = w * g[p, f]
+                if reg == 1:
+                    gr += reg_weight * 2.0 * th
+                elif reg == 2:
+                    gr += reg_weight * th / math.sqrt(th * th + eps)
+                if gr == 0.0:
+                    continue
+                accum[c, f] += gr * gr
+                theta[c, f] = th - eta * gr / (math.sqrt(accum[c, f]) + 1e-12)
+    return total

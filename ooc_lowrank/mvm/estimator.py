@@ -1,0 +1,598 @@
+"""Multi-view machines with the scikit-learn contract: a regressor and a binary classifier.
+
+Inputs (``X`` of ``fit``, ``predict``, ``decision_function``, ``evaluate``):
+
+* a store (path, URL or :class:`~ooc_lowrank.storage.Dataset`) holding the views ``X0 .. X{m-1}``
+  (dense or csr, the names the storage format reserves) and the target ``y`` ``(n, 1)``;
+* a list or tuple of ``m`` views (NumPy, scipy.sparse, Dask arrays or store arrays), each
+  ``(n_samples, I_p)``;
+* one matrix ``(n_samples, sum_p I_p)`` whose columns are the views side by side, split by
+  ``view_sizes`` (this is the form scikit-learn's meta-estimators such as ``OneVsRestClassifier``
+  and ``cross_val_score`` pass around; with ``view_sizes=None`` the matrix is one view, and the
+  model is then a linear model).
+
+Everything streams through :mod:`ooc_lowrank.engine` in row blocks; only the factors
+(``k (I + m)`` floats) live in memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+import os
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils import check_random_state
+
+from ooc_lowrank import engine
+from ooc_lowrank._persist import load_model, save_model
+from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank.mvm import _blocks
+from ooc_lowrank.mvm.core import REG_CODES, _Layout, _Monitor, fit_lbfgs, fit_sgd
+
+SOLVERS = ("lbfgs", "sgd")
+_NOT_SAVED = ("callback",)
+
+
+def _is_dataset(X):
+    return hasattr(X, "names") and hasattr(X, "__getitem__") and hasattr(X, "n_rows")
+
+
+def _is_arraylike_2d(a):
+    return (
+        sp.issparse(a)
+        or (hasattr(a, "ndim") and getattr(a, "ndim", 0) == 2)
+        or isinstance(a, engine.Blocked)
+        or (hasattr(a, "read") and hasattr(a, "kind") and hasattr(a, "block_rows"))
+    )
+
+
+def _store_views(ds):
+    names = sorted((n for n in ds.names if n[:1] == "X" and n[1:].isdigit()), key=lambda n: int(n[1:]))
+    if not names:
+        raise ValueError(
+            f"store {getattr(ds, 'url', '')!r} has no views: multi-view data needs arrays named "
+            f"X0, X1, ...; it has {list(ds.names)}. Write one array per view (e.g. with "
+            "ooc_lowrank.io.multiview.convert_movielens_views)"
+        )
+    if [int(n[1:]) for n in names] != list(range(len(names))):
+        raise ValueError(f"store views must be named X0..X{len(names) - 1} without gaps; got {names}")
+    return [ds[n] for n in names]
+
+
+class _BaseMVM(BaseEstimator):
+    _task = "regression"
+    _losses: tuple = ()
+
+    def __init__(
+        self,
+        *,
+        n_factors=10,
+        view_sizes=None,
+        loss=None,
+        reg="l2",
+        reg_weight=1e-4,
+        init_std=0.1,
+        solver="lbfgs",
+        max_iter=200,
+        n_epochs=30,
+        learning_rate=0.05,
+        tol=1e-6,
+        n_iter_no_change=5,
+        block_rows=None,
+        random_state=None,
+        verbose=False,
+        callback=None,
+    ):
+        self.n_factors = n_factors
+        self.view_sizes = view_sizes
+        self.loss = loss
+        self.reg = reg
+        self.reg_weight = reg_weight
+        self.init_std = init_std
+        self.solver = solver
+        self.max_iter = max_iter
+        self.n_epochs = n_epochs
+        self.learning_rate = learning_rate
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.block_rows = block_rows
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callback = callback
+
+    # ------------------------------------------------------------------ validation
+    def _resolved_loss(self):
+        loss = self._losses[0] if self.loss is None else self.loss
+        if loss not in self._losses:
+            raise param_error(
+                "loss", f"must be one of {self._losses} for {type(self).__name__}", self.loss
+            )
+        return loss
+
+    def _check_params(self):
+        check_scalar(self.n_factors, "n_factors", kind=numbers.Integral, low=1,
+                     fix="Use n_factors >= 1 (the CP rank k)")
+        if self.reg not in REG_CODES:
+            raise param_error("reg", f"must be one of {tuple(REG_CODES)}", self.reg)
+        for name in ("reg_weight", "init_std", "learning_rate", "tol"):
+            v = getattr(self, name)
+            check_scalar(v, name, low=0.0)
+            if not np.isfinite(v):
+                raise param_error(name, "must be finite", v)
+        if not self.init_std > 0:
+            raise param_error("init_std", "must be > 0 (zero factors are a stationary point, "
+                              "SPEC 3.4)", self.init_std)
+        if not self.learning_rate > 0:
+            raise param_error("learning_rate", "must be > 0", self.learning_rate)
+        if self.solver not in SOLVERS:
+            raise param_error("solver", f"must be one of {SOLVERS}", self.solver)
+        for name in ("max_iter", "n_epochs", "n_iter_no_change"):
+            check_scalar(getattr(self, name), name, kind=numbers.Integral, low=1)
+        if self.view_sizes is not None:
+            vs = self.view_sizes
+            if isinstance(vs, numbers.Integral) or not all(
+                isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1 for v in vs
+            ):
+                raise param_error("view_sizes", "must be a sequence of positive integers (the "
+                                  "width of each view, in column order)", vs)
+        return self._resolved_loss()
+
+    # ------------------------------------------------------------------ inputs
+    def _views(self, X, *, name="X", expected=None):
+        """(list of Blocked views aligned to the first, view sizes, dataset or None)."""
+        ds = None
+        if isinstance(X, (str, os.PathLike)):
+            from ooc_lowrank.storage import open_dataset
+
+            X = open_dataset(str(X))
+        if _is_dataset(X):
+            ds = X
+            raw = _store_views(ds)
+        elif isinstance(X, (list, tuple)) and X and all(_is_arraylike_2d(a) for a in X):
+            raw = list(X)
+        else:
+            raw = [X]
+        views = [
+            engine.as_blocked(v, block_rows=self.block_rows, name=f"{name}[{p}]" if len(raw) > 1 else name)
+            for p, v in enumerate(raw)
+        ]
+        for p, v in enumerate(views[1:], 1):
+            views[p] = engine.align(views[0], v, names=(f"{name}[0]", f"{name}[{p}]"))
+        widths = [int(v.shape[1]) for v in views]
+        if len(views) == 1:
+            sizes = tuple(self.view_sizes) if self.view_sizes is not None else tuple(widths)
+            if sum(sizes) != widths[0]:
+                raise param_error(
+                    "view_sizes", f"must add up to the number of columns of {name} "
+                    f"({widths[0]})", self.view_sizes,
+                    "Give the width of each view, in column order",
+                )
+        else:
+            sizes = tuple(widths)
+            if self.view_sizes is not None and tuple(self.view_sizes) != sizes:
+                raise param_error("view_sizes", f"must match the widths of the views {sizes}",
+                                  self.view_sizes)
+        if expected is not None and tuple(sizes) != tuple(expected):
+            raise ValueError(
+                f"{name} has views of widths {list(sizes)}, but the model was fitted on views "
+                f"of widths {list(expected)}: pass the same views, in the same order and with "
+                "the same columns as in training"
+            )
+        return views, sizes, ds
+
+    def _target(self, y, ds, ref, name="y"):
+        if y is None:
+            if ds is None or "y" not in ds.names:
+                raise ValueError(f"{name} is required: pass y, or a store with an array 'y'")
+            y = ds["y"]
+        if not _is_arraylike_2d(y) and not isinstance(y, engine.Blocked):
+            y = np.asarray(y)
+            if y.ndim != 1 and not (y.ndim == 2 and y.shape[1] == 1):
+                raise ValueError(f"{name} must be 1-D (n_samples,); got shape {y.shape}")
+            y = self._encode_memory(y.reshape(-1), name)[:, None]
+        yb = engine.as_blocked(y, name=name, allow_nd1=True)
+        if yb.shape[1] != 1:
+            raise ValueError(f"{name} must have one column; got shape {yb.shape}")
+        return engine.align(ref, yb, names=("X", name))
+
+    def _encode_memory(self, y, name):
+        if y.dtype.kind not in "fiub":
+            raise TypeError(f"{name} must be numeric for {type(self).__name__}; got {y.dtype}")
+        y = y.astype(np.float64)
+        if not np.isfinite(y).all():
+            raise ValueError(f"{name} contains NaN or inf; remove or impute those rows")
+        return y
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y=None, *, eval_set=None):
+        """Fit the factors.
+
+        Parameters
+        ----------
+        X : store, list of views or matrix
+            Views ``(n_samples, I_p)`` (see the module docstring).
+        y : array-like of shape (n_samples,), optional
+            Target; default: the store's ``y``.
+        eval_set : (X_val, y_val) or store, optional
+            Validation data: its mean loss after each iteration (L-BFGS) or epoch (SGD) is
+            recorded in ``validation_path_``; the best iterate is kept and the fit stops after
+            ``n_iter_no_change`` iterations without improvement.
+
+        Returns
+        -------
+        self
+        """
+        loss = self._check_params()
+        views, sizes, ds = self._views(X)
+        yb = self._target(y, ds, views[0])
+        n, offset = self._target_summary(yb)
+        layout = _Layout(sizes)
+        rng = check_random_state(self.random_state)
+        theta0 = rng.normal(0.0, self.init_std, size=(layout.n_feat + layout.n_views, self.n_factors))
+        score = None
+        if eval_set is not None:
+            score = self._validation_scorer(eval_set, sizes, layout, loss)
+        monitor = _Monitor(score, self.n_iter_no_change, self.callback, self.verbose)
+        common = dict(loss=loss, task=self._task, reg=self.reg, reg_weight=float(self.reg_weight),
+                      n=n, monitor=monitor)
+        if self.solver == "lbfgs":
+            theta, b0, n_iter, n_passes = fit_lbfgs(
+                views, yb, theta0, offset, layout, max_iter=self.max_iter, tol=float(self.tol),
+                **common,
+            )
+        else:
+            theta, b0, n_iter, n_passes = fit_sgd(
+                views, yb, theta0, offset, layout, n_epochs=self.n_epochs,
+                learning_rate=float(self.learning_rate), rng=rng, **common,
+            )
+        if monitor.best_theta is not None:
+            (theta, b0), self.best_iter_ = monitor.best_theta, monitor.best_iter
+        else:
+            self.best_iter_ = n_iter
+        self.coef_ = np.ascontiguousarray(theta)
+        self.view_sizes_ = tuple(int(s) for s in sizes)
+        self.n_views_ = layout.n_views
+        self.n_features_in_ = layout.n_feat
+        self.intercept_ = float(b0)
+        self.loss_ = loss
+        self.n_iter_ = int(n_iter)
+        self.n_passes_ = int(n_passes) + (1 if score is None else 1 + n_iter)
+        self.objective_path_ = np.asarray(monitor.path, float)
+        self.validation_path_ = np.asarray(monitor.val_path, float)
+        return self
+
+    def _target_summary(self, yb):
+        """One pass: row count and target offset; classification labels checked."""
+        if self._task == "classification":
+            counts = engine.map_reduce(_blocks.label_counts, yb)
+            neg, zero, pos, other, bad = (int(c) for c in counts)
+            if bad or other or (neg and zero):
+                raise ValueError(
+                    "y must hold two classes coded {-1, +1} or {0, 1} in a store (in memory, any "
+                    f"two values); got {neg} x -1, {zero} x 0, {pos} x +1, {other} other and "
+                    f"{bad} non-finite values"
+                )
+            if pos == 0 or neg + zero == 0:
+                raise ValueError("y must contain both classes; only one class is present")
+            if not hasattr(self, "_pending_classes"):
+                self.classes_ = np.array([0, 1]) if zero else np.array([-1, 1])
+            else:
+                self.classes_ = self._pending_classes
+                del self._pending_classes
+            return neg + zero + pos, 0.0
+        cnt, s, _, bad = engine.map_reduce(_blocks.target_stats, yb)
+        if bad:
+            raise ValueError(f"y contains {int(bad)} NaN or inf values; remove those rows")
+        if cnt == 0:
+            raise ValueError("no training rows: X has 0 samples")
+        return int(cnt), float(s / cnt) if self.fit_intercept_enabled() else 0.0
+
+    def fit_intercept_enabled(self):
+        return True
+
+    def _validation_scorer(self, eval_set, sizes, layout, loss):
+        if _is_dataset(eval_set) or isinstance(eval_set, (str, os.PathLike)):
+            Xv, yv = eval_set, None
+        else:
+            try:
+                Xv, yv = eval_set
+            except (TypeError, ValueError):
+                raise param_error("eval_set", "must be (X_val, y_val) or a store", type(eval_set).__name__) from None
+        vviews, _, vds = self._views(Xv, name="eval_set X", expected=sizes)
+        vy = self._target(yv, vds, vviews[0], name="eval_set y")
+        nv = vviews[0].shape[0]
+        from ooc_lowrank.mvm.core import LOSS_CODES
+
+        fn = functools.partial(_blocks.loss_grad, **layout.kw(len(vviews)), loss=LOSS_CODES[loss],
+                               task=self._task)
+
+        def score(state):
+            theta, b0 = state
+            total, _, _ = engine.map_reduce(fn, *vviews, vy, args=(theta, layout.col_view, np.array(b0)))
+            return float(total[0]) / max(nv, 1)
+
+        return score
+
+    # ------------------------------------------------------------------ predict
+    def _check_fitted(self):
+        if not hasattr(self, "coef_"):
+            from sklearn.exceptions import NotFittedError
+
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+        k = self.coef_.shape[1] if self.coef_.ndim == 2 else -1
+        if self.coef_.shape != (sum(self.view_sizes_) + len(self.view_sizes_), k):
+            raise ValueError(
+                f"coef_ has shape {self.coef_.shape}, inconsistent with view_sizes_ "
+                f"{self.view_sizes_}: the model was altered; refit or reload it"
+            )
+
+    def _decision_lazy(self, X):
+        self._check_fitted()
+        views, _, _ = self._views(X, expected=self.view_sizes_)
+        layout = _Layout(self.view_sizes_)
+        fn = functools.partial(_blocks.decision, **layout.kw(len(views)), b0=self.intercept_)
+        return engine.map_rows(fn, *views, args=(self.coef_, layout.col_view), n_cols=1)
+
+    def decision_function(self, X):
+        """Model output ``yhat`` (MVM-9, plus the intercept), shape ``(n_samples,)``.
+
+        Dask array in (or a store): a lazy Dask array out; NumPy/scipy in: NumPy out."""
+        lazy = self._decision_lazy(X)
+        if _returns_lazy(X):
+            return lazy[:, 0]
+        (out,) = engine.compute(lazy)
+        return np.asarray(out)[:, 0]
+
+    def evaluate(self, X, y=None, metrics=None):
+        """Streaming metrics over row blocks; returns ``{metric: value}``.
+
+        Regressor: ``rmse``, ``mae``; classifier: ``accuracy`` and ``auc`` (AUC sorts the
+        ``(n_samples,)`` scores, O(n) memory; everything else is O(1) per block)."""
+        self._check_fitted()
+        metrics = self._default_metrics if metrics is None else metrics
+        if isinstance(metrics, str):
+            metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+        allowed = ("rmse", "mae", "accuracy", "auc")
+        bad = [m for m in metrics if m not in allowed]
+        if bad:
+            raise param_error("metrics", f"must be among {allowed}", bad)
+        views, _, ds = self._views(X, expected=self.view_sizes_)
+        yb = self._target(y, ds, views[0])
+        layout = _Layout(self.view_sizes_)
+        fn = functools.partial(_blocks.metric_sums, **layout.kw(len(views)),
+                               b0=self.intercept_, task=self._task)
+        cnt, ae, se, correct = engine.map_reduce(fn, *views, yb, args=(self.coef_, layout.col_view))
+        cnt = max(cnt, 1.0)
+        out = {}
+        for m in metrics:
+            if m == "rmse":
+                out[m] = float(np.sqrt(se / cnt))
+            elif m == "mae":
+                out[m] = float(ae / cnt)
+            elif m == "accuracy":
+                out[m] = float(correct / cnt)
+            else:
+                from sklearn.metrics import roc_auc_score
+
+                f = self.decision_function(views if len(views) > 1 else views[0])
+                (yy,) = engine.compute(yb.dask)
+                yy = _blocks.signed_target(yy, "classification" if self._task == "classification" else "regression")
+                out[m] = float(roc_auc_score(yy > 0, np.asarray(f)))
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    @property
+    def factors_(self):
+        """Per-view factor matrices ``(I_p + 1, n_factors)``, bias factor last (SPEC 3.1)."""
+        self._check_fitted()
+        out, start, nf = [], 0, sum(self.view_sizes_)
+        for p, w in enumerate(self.view_sizes_):
+            out.append(np.vstack([self.coef_[start:start + w], self.coef_[nf + p:nf + p + 1]]))
+            start += w
+        return out
+
+    def save(self, path, *, overwrite=True):
+        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+        self._check_fitted()
+        params = {k: v for k, v in self.get_params().items() if k not in _NOT_SAVED}
+        if params.get("view_sizes") is not None:
+            params["view_sizes"] = [int(v) for v in params["view_sizes"]]
+        arrays = {
+            "coef": self.coef_,
+            "objective_path": self.objective_path_,
+            "validation_path": self.validation_path_,
+        }
+        extra = {
+            "view_sizes": list(self.view_sizes_),
+            "intercept": self.intercept_,
+            "loss": self.loss_,
+            "n_iter": self.n_iter_,
+            "best_iter": self.best_iter_,
+            "n_passes": self.n_passes_,
+        }
+        if hasattr(self, "classes_"):
+            extra["classes"] = [v.item() if hasattr(v, "item") else v for v in self.classes_]
+        save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, path):
+        """Load a model saved by :meth:`save` (shapes checked against its metadata)."""
+        name, params, arrays, extra = load_model(path)
+        if name != cls.__name__:
+            raise ValueError(f"model {path!r} holds a {name!r}, not a {cls.__name__}")
+        return cls._from_saved(params, arrays, extra, path=path)
+
+    @classmethod
+    def _from_saved(cls, params, arrays, extra, path="<model>"):
+        try:
+            params = {k: v for k, v in params.items() if k in cls._get_param_names()}
+            if params.get("view_sizes") is not None:
+                params["view_sizes"] = tuple(params["view_sizes"])
+            est = cls(**params)
+            est.view_sizes_ = tuple(int(v) for v in extra["view_sizes"])
+            coef = np.asarray(arrays["coef"], dtype=np.float64)
+            est.intercept_ = float(extra["intercept"])
+            est.loss_ = str(extra["loss"])
+            est.n_iter_ = int(extra["n_iter"])
+            est.best_iter_ = int(extra["best_iter"])
+            est.n_passes_ = int(extra["n_passes"])
+            est.objective_path_ = np.asarray(arrays["objective_path"], float)
+            est.validation_path_ = np.asarray(arrays["validation_path"], float)
+            if "classes" in extra:
+                est.classes_ = np.asarray(extra["classes"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"model {path!r} is malformed: {type(e).__name__}: {e}") from None
+        if coef.ndim != 2 or coef.shape[0] != sum(est.view_sizes_) + len(est.view_sizes_):
+            raise ValueError(
+                f"model {path!r} is inconsistent: coef has shape {coef.shape}, view_sizes "
+                f"{list(est.view_sizes_)} need {sum(est.view_sizes_) + len(est.view_sizes_)} rows"
+            )
+        if not np.isfinite(coef).all() or not np.isfinite(est.intercept_):
+            raise ValueError(f"model {path!r} holds non-finite factors")
+        est.coef_ = np.ascontiguousarray(coef)
+        est.n_views_ = len(est.view_sizes_)
+        est.n_features_in_ = sum(est.view_sizes_)
+        return est
+
+
+def _returns_lazy(X):
+    import dask.array as da
+
+    if isinstance(X, (list, tuple)):
+        return any(isinstance(a, da.Array) or _is_dataset(a) for a in X) or any(
+            hasattr(a, "read") and hasattr(a, "block_rows") for a in X
+        )
+    return isinstance(X, (da.Array, str, os.PathLike)) or _is_dataset(X) or (
+        hasattr(X, "read") and hasattr(X, "block_rows")
+    )
+
+
+class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
+    """Multi-view machine regressor (Cao et al. 2016; SPEC section 3).
+
+    ``yhat(x) = intercept + sum_f prod_p (Theta^(p)T [x^(p); 1])_f``: every interaction across
+    views up to order m (one feature per view in each term), CP-factorized with rank
+    ``n_factors``.  Trained on the mean square loss ``(yhat - y)^2`` plus ``reg_weight * Omega``.
+
+    Parameters
+    ----------
+    n_factors : int, default 10
+        CP rank ``k``.
+    view_sizes : sequence of int, optional
+        Widths of the views when ``X`` is one matrix with the views side by side.
+    loss : {"square"}, default "square"
+    reg : {"l2", "l1", "none"}, default "l2"
+        ``l2``: ``sum theta^2`` (MVM-14); ``l1``: smoothed ``sum sqrt(theta^2 + 1e-8)`` (MVM-15).
+    reg_weight : float, default 1e-4
+        Weight of the regulariser against the *mean* loss.
+    init_std : float, default 0.1
+        Factors start as ``N(0, init_std^2)`` (zero is a stationary point).
+    solver : {"lbfgs", "sgd"}, default "lbfgs"
+        ``lbfgs``: batch L-BFGS-B, one pass per evaluation, identical results on any cluster
+        and chunking (to rounding); ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per
+        epoch, sequential in the calling process (see ``docs/mvm.md``).
+    max_iter : int, default 200
+        L-BFGS iterations.
+    n_epochs : int, default 30
+        SGD epochs.
+    learning_rate : float, default 0.05
+        AdaGrad base step of the SGD solver.
+    tol : float, default 1e-6
+        L-BFGS gradient tolerance.
+    n_iter_no_change : int, default 5
+        Early stopping patience (iterations or epochs) when ``fit`` has an ``eval_set``.
+    block_rows : int, optional
+        Rows per block (default: the store's, or about 16 MB of input per block).
+    random_state : int, Generator or None
+        Seeds the initial factors and SGD's shuffles.
+    verbose : bool, default False
+        Log each iteration at INFO level on the ``"ooc_lowrank"`` logger.
+    callback : callable, optional
+        ``callback(iteration, elapsed_seconds, objective)``.
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (sum(view_sizes) + n_views, n_factors)
+        Stacked factors: feature rows of every view, then one bias row per view.
+    factors_ : list of ndarray of shape (I_p + 1, n_factors)
+    intercept_ : float
+        A learned constant added to the model (not regularised), started at the target's mean
+        (regressor) or 0 (classifier).  The CP model has its own constant (the product of the
+        bias factors), but a free intercept keeps a rank-k target representable at rank k
+        whatever its offset.
+    view_sizes_, n_views_, n_features_in_, n_iter_, best_iter_, n_passes_,
+    objective_path_, validation_path_
+    """
+
+    _task = "regression"
+    _losses = ("square",)
+    _default_metrics = ("rmse", "mae")
+
+    def predict(self, X):
+        """Predicted target, shape ``(n_samples,)``."""
+        return self.decision_function(X)
+
+
+class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
+    """Multi-view machine binary classifier (logistic or hinge loss; SPEC section 3).
+
+    Same parameters as :class:`MultiViewMachineRegressor`, with ``loss`` in
+    {"logistic", "hinge"} (default "logistic").  In memory, ``y`` may hold any two class
+    values (``classes_``, the larger one is positive); in a store, ``y`` holds {-1, +1} or
+    {0, 1}.  For more classes, wrap it in ``sklearn.multiclass.OneVsRestClassifier`` with
+    ``X`` given as one matrix and ``view_sizes``.
+    """
+
+    _task = "classification"
+    _losses = ("logistic", "hinge")
+    _default_metrics = ("accuracy", "auc")
+
+    def fit_intercept_enabled(self):
+        return False
+
+    def _encode_memory(self, y, name):
+        if not hasattr(self, "_fitting_y"):
+            return np.where(np.asarray(y, float) > 0, 1.0, -1.0)
+        classes = np.unique(y)
+        if classes.size != 2:
+            raise ValueError(
+                f"{name} must hold exactly two classes for {type(self).__name__}; got "
+                f"{classes.size} ({classes[:10].tolist()}). For more classes use "
+                "sklearn.multiclass.OneVsRestClassifier(MultiViewMachineClassifier(view_sizes=...))"
+            )
+        self._pending_classes = classes
+        return np.where(y == classes[1], 1.0, -1.0)
+
+    def fit(self, X, y=None, *, eval_set=None):
+        self._fitting_y = True
+        try:
+            return super().fit(X, y, eval_set=eval_set)
+        finally:
+            del self._fitting_y
+
+    fit.__doc__ = _BaseMVM.fit.__doc__
+
+    def _target(self, y, ds, ref, name="y"):
+        if y is not None and name == "eval_set y" and hasattr(self, "_pending_classes"):
+            y = np.asarray(y)
+            classes = self._pending_classes
+            return super()._target(np.where(y == classes[1], 1.0, -1.0), ds, ref, name)
+        return super()._target(y, ds, ref, name)
+
+    def predict(self, X):
+        """Predicted class labels (values of ``classes_``), shape ``(n_samples,)``."""
+        f = self.decision_function(X)
+        return self.classes_[(f > 0).astype(int)] if isinstance(f, np.ndarray) else f
+
+    def predict_proba(self, X):
+        """Class probabilities ``(n_samples, 2)`` (logistic loss only)."""
+        if self.loss_ != "logistic":
+            raise AttributeError("predict_proba needs loss='logistic'")
+        f = np.asarray(self.decision_function(X))
+        p = 1.0 / (1.0 + np.exp(-f))
+        return np.column_stack([1 - p, p])
+
+
