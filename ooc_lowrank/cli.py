@@ -503,7 +503,7 @@ def _extra_options(tokens: list[str]) -> dict:
     while i < len(tokens):
         tok = tokens[i]
         if not tok.startswith("--") or tok == "--":
-            raise CLIError(f"unexpected argument {tok!r}; options look like --name value")
+            raise _error("option", "must look like --name value", tok, "Write --name value")
         key = tok[2:]
         if "=" in key:
             key, val = key.split("=", 1)
@@ -549,14 +549,21 @@ def cmd_convert(args, extra):
     from . import io as ooc_io
 
     if len(args.paths) < 2:
-        raise CLIError("convert needs at least one SRC and a DEST")
+        raise _error(
+            "paths", "must be SRC [SRC...] DEST", args.paths, "Give a source file and a destination"
+        )
     *srcs, dest = args.paths
     fmt = args.format.replace("-", "_")
     if fmt not in ooc_io.FORMATS:
-        raise CLIError(f"unknown format {fmt!r}; choose one of {', '.join(sorted(ooc_io.FORMATS))}")
+        raise CLIError(
+            f"unknown format {fmt!r}; choose one of {', '.join(sorted(ooc_io.FORMATS))}."
+            + _close(fmt, ooc_io.FORMATS)
+        )
     opts = dict(extra)
     if "shape" in opts and isinstance(opts["shape"], str):
-        raise CLIError(f"--shape must be ROWS,COLS integers; got {opts['shape']!r}")
+        raise _error(
+            "--shape", "must be ROWS,COLS integers", opts["shape"], "E.g. --shape 943,1682"
+        )
     inputs = srcs + [v for k, v in opts.items() if k == "xml" and isinstance(v, str)]
     check_output(dest, "DEST", "store", overwrite=args.overwrite, inputs=inputs)
     if args.overwrite:
@@ -581,7 +588,9 @@ def cmd_generate(args, extra):
             f"unknown generator {kind!r}; choose one of {', '.join(sorted(generators.GENERATORS))}"
         )
     if args.rows < 1:
-        raise CLIError(f"--rows must be >= 1; got {args.rows}")
+        raise _error(
+            "--rows", "must be >= 1", args.rows, "Pass the number of rows, e.g. --rows 1000"
+        )
     check_output(args.dest, "DEST", "store", overwrite=args.overwrite)
     opts = dict(extra)
     if args.overwrite:
@@ -674,7 +683,16 @@ def cmd_fit(args, extra):
         params["verbose"] = type(params["verbose"])(not args.quiet and sys.stderr.isatty())
     est = cls(**params)
     t0 = time.perf_counter()
-    est.fit(ds, **fit_kw)
+    try:
+        est.fit(ds, **fit_kw)
+    except (ValueError, TypeError) as e:  # the estimator's own validation: name the option
+        word, sep, rest = str(e).partition(" ")
+        flags = {o.name: o.flag for o in opts}
+        if word in flags and sep:
+            raise CLIError(f"{flags[word]} {rest}") from e
+        raise
+    # again: something may have appeared at MODEL during a long fit
+    check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
     est.save(args.model, overwrite=True)
     history = getattr(est, "eval_history_", None)
     if history and not args.quiet:
@@ -717,7 +735,12 @@ def cmd_predict(args, extra):
     )
     model = load(args.model)
     if not hasattr(model, "predict_to_store"):
-        raise CLIError(f"{type(model).__name__} models do not support `predict` to a store")
+        raise _error(
+            "MODEL",
+            "must support `predict` to a store (GIMC models do)",
+            type(model).__name__,
+            "Use `evaluate`, or the Python API's predict/top_k",
+        )
     model.predict_to_store(
         open_dataset(args.store), args.out, top_k=args.top_k, overwrite=args.overwrite
     )

@@ -115,6 +115,8 @@ ROWS = [
     Row("param-fixed-by-method", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--features", "nystrom"],
         2, "--features is fixed to fourier by method gimc-lff; got 'nystrom'. Drop the option, "
         "or use method gimc-lnys", no_work=True),
+    Row("param-estimator-check-names-the-option", ["fit", "glrl", "{rtr}", "{tmp}/new", "--init",
+        "bais"], 2, "--init must be one of"),
     Row("param-method-typo-close-match", ["fit", "glr", "{rtr}", "{tmp}/new"],
         2, "Did you mean glrl?", no_work=True),
     Row("param-missing-positional-one-line", ["fit", "gimc-lff", "{tr}"],
