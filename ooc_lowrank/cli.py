@@ -285,7 +285,10 @@ def _convert(opt: _Option, text):
     # choices listed in a docstring are shown in --help but not enforced here: the estimator
     # validates its own values (a docstring may lag behind it) before reading any data
     if opt.kind == "any":
-        return _parse_value(text)
+        val = _parse_value(text)
+        if isinstance(val, float) and not math.isfinite(val):
+            raise _error(opt.flag, "must be a finite number", text, f"Pass e.g. {opt.flag} 1")
+        return val
     return text
 
 

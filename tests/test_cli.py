@@ -293,14 +293,18 @@ class Toy(BaseEstimator):
         Shift applied first.
     n_rounds : int or None, default=None
         Rounds to run.
+    anything : default=None
+        An option whose type the docstring does not say.
     weights : list of float, optional
         Per-column weights.
     flag : bool, default=False
         A switch.
     """
 
-    def __init__(self, *, scale=1.0, shift="none", n_rounds=None, weights=None, flag=False):
-        self.scale, self.shift, self.n_rounds = scale, shift, n_rounds
+    def __init__(
+        self, *, scale=1.0, shift="none", n_rounds=None, anything=None, weights=None, flag=False
+    ):
+        self.scale, self.shift, self.n_rounds, self.anything = scale, shift, n_rounds, anything
         self.weights, self.flag = weights, flag
 
     def fit(self, X, y=None, *, checkpoint=None, checkpoint_every=10, other=None):
@@ -363,6 +367,7 @@ def test_one_methods_line_gives_typed_options_and_fit_keywords(tmp_path, monkeyp
         "scale": 3.0,
         "shift": "none",
         "n_rounds": 100,
+        "anything": None,
         "weights": (1.0, 2.5),
         "flag": True,
     }
@@ -382,6 +387,7 @@ def test_one_methods_line_gives_typed_options_and_fit_keywords(tmp_path, monkeyp
         (["--n-rounds", "2.5"], "--n-rounds must be an integer; got '2.5'. Pass a whole number"),
         (["--scale", "nan"], "--scale must be a finite number; got 'nan'"),
         (["--scale", "inf"], "--scale must be a finite number; got 'inf'"),
+        (["--anything", "nan"], "--anything must be a finite number; got 'nan'"),
         (["--flag", "maybe"], "--flag must be true or false; got 'maybe'"),
         (["--weights", "1,x"], "--weights must be a finite number; got 'x'"),
         (["--scael", "2"], "Did you mean --scale"),
