@@ -24,7 +24,8 @@ rules and the writability of the output location are checked before any work.
 
 Long work shows a progress bar on a terminal (never when stderr is not a terminal, or with
 ``--quiet``).  Bad input ends with a one-line error on stderr and exit code 2 (``--debug`` shows
-the traceback); an interrupt exits with 130.
+the traceback); an interrupt exits with 130, SIGTERM with 143, in both cases after removing the
+temporaries of unfinished writes.
 """
 
 from __future__ import annotations
@@ -38,10 +39,14 @@ import logging
 import math
 import os
 import re
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 
 #: METHOD -> ("module:Class", fixed constructor parameters).  Adding a method is one line here:
@@ -409,6 +414,42 @@ def check_output(loc, arg, what, *, overwrite, inputs=()):
                 "Pass --overwrite to replace it, or choose another path",
             )
     _check_writable(loc, arg)
+    _remember_output(loc)
+
+
+#: (folder, temporary-name prefix, names already there) of this command's local outputs
+_OUTPUTS: list = []
+
+
+def _remember_output(loc):
+    """Note the folder of a local output so that an interrupt can remove the temporaries
+    (``.NAME.tmp-*``, as the store writer and the model save name them) that this command
+    created there, and only those."""
+    if _is_url(loc):
+        return
+    path = _norm(loc)
+    folder, prefix = os.path.dirname(path), f".{os.path.basename(path)}.tmp-"
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    _OUTPUTS.append((folder, prefix, before))
+
+
+def _remove_temporaries():
+    """After an interrupt: stop Zarr's IO thread (writes in flight could re-create a removed
+    temporary), then remove the temporaries this command created."""
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # tasks cut short by the stop
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited")
+    if "zarr" in sys.modules:
+        try:
+            from zarr.core.sync import cleanup_resources
+
+            cleanup_resources()
+        except Exception:  # best effort: a zarr without it still gets the removal below
+            pass
+    for folder, prefix, before in _OUTPUTS:
+        if os.path.isdir(folder):
+            for name in set(os.listdir(folder)) - before:
+                if name.startswith(prefix):
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
 
 
 def _check_writable(loc, arg):
@@ -970,9 +1011,28 @@ def _index_subparsers(parser):
     parser._ooc_sub = out
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that writers discard their temporaries."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    try:
+        return _main(argv, debug)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv, debug) -> int:
+    _OUTPUTS.clear()
     try:
         method = _fit_method(argv)
         if method is not None and method not in METHODS:
@@ -991,9 +1051,15 @@ def main(argv=None) -> int:
             raise _unknown(parser, args, rest)
         extra = _extra_options(rest)
         args.func(args, extra)
-    except KeyboardInterrupt:
-        print("ooc-lowrank: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated)
+        _remove_temporaries()
+        term = isinstance(e, _Terminated)
+        print(
+            f"ooc-lowrank: {'terminated (SIGTERM)' if term else 'interrupted'}; temporary "
+            "files removed",
+            file=sys.stderr,
+        )
+        return 143 if term else 130
     except Exception as e:  # one line, no traceback, unless --debug
         if debug:
             raise

@@ -16,6 +16,10 @@ import functools
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import types
 from dataclasses import dataclass, field
 
@@ -311,3 +315,29 @@ def test_url_save_interrupted_keeps_old_model(base, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         est.save("memory://cli-safety/m")
     _memory_model_intact(base, "")
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or os.name != "posix", reason="POSIX signals")
+def test_sigterm_during_a_write_leaves_no_temporary(tmp_path):
+    """The interruption family with a real signal: SIGTERM while `generate` streams its store
+    ends with exit 143, one line, and nothing left in the destination folder (the temporary
+    store is discarded as for Ctrl-C)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [sys.executable, "-m", "ooc_lowrank.cli", "generate", "multilabel", str(out / "g.zarr"),
+            "--rows", "3000000", "--n-features", "20", "--n-labels", "10", "-q"]  # fmt: skip
+    p = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(6000):  # until the writer's temporary store exists (or the command ends)
+            if any(".tmp-" in n for n in os.listdir(out)) or p.poll() is not None:
+                break
+            time.sleep(0.02)
+        assert p.poll() is None, "generate ended before it could be interrupted"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 143, err
+    assert os.listdir(out) == [], err
+    assert err.startswith("ooc-lowrank: terminated") and err.count("\n") == 1, err
