@@ -174,7 +174,8 @@ def _kind(name, default, typ):
     low = typ.lower()
     choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', typ.split("}")[0]))
     choices = choices if typ.strip().startswith("{") else ()
-    optional = default is None or "none" in low or "optional" in low
+    bare = re.sub(r'"[^"]*"|\'[^\']*\'', "", low)  # a quoted "none" is a string choice
+    optional = default is None or "none" in bare or "optional" in bare
     word = lambda w: re.search(rf"\b{w}\b", low) is not None  # noqa: E731
     item = "float" if word("float") else "int" if word("int") else "str"
     if isinstance(default, bool):
@@ -298,6 +299,8 @@ def _convert(opt: _Option, text):
 
 
 def _number(flag, text, kind):
+    if kind == "int" and re.fullmatch(r"\s*[+-]?\d+\s*", text):
+        return int(text)  # exact, however large
     try:
         val = float(text)
     except ValueError:

@@ -376,11 +376,13 @@ def test_one_methods_line_gives_typed_options_and_fit_keywords(tmp_path, monkeyp
         (["--no-flag"], False),
         (["--flag", "false"], False),
         (["--flag", "true"], True),
+        (["--shift", "none"], "none"),  # a string choice, not None
+        (["--n-rounds", "123456789012345678901"], 123456789012345678901),
         (["--n-rounds", "none"], None),
     ):
         main(["fit", "toy", tr, str(tmp_path / "m"), *extra])
-        key = "flag" if "flag" in extra[0] else "n_rounds"
-        assert Toy.seen[0][key] is want
+        key = extra[0][2:].removeprefix("no-").replace("-", "_")
+        assert Toy.seen[0][key] == want and type(Toy.seen[0][key]) is type(want)
     capsys.readouterr()
     # typed conversion errors name the option, the rule, the value and the fix
     for extra, frag in (
