@@ -741,6 +741,16 @@ def cmd_fit(args, extra):
     # again: something may have appeared at MODEL during a long fit
     check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
     est.save(args.model, overwrite=True)
+    best = getattr(est, "best_params_", None)  # a search (scikit-learn's naming): say its choice
+    if best is not None and not args.quiet:
+        score = getattr(est, "best_score_", None)
+        print(
+            "chosen by cross-validation: "
+            + ", ".join(f"{k}={v}" for k, v in best.items())
+            + (f" (mean validation score {score:.4f})" if score is not None else "")
+        )
+        if hasattr(est, "format_cv_table"):
+            print(est.format_cv_table())
     history = getattr(est, "eval_history_", None)
     if history and not args.quiet:
         for it, scores in history.items():

@@ -14,6 +14,7 @@ import pytest
 from conftest import data_file
 from sklearn.base import BaseEstimator
 
+from ooc_lowrank._persist import save_model
 from ooc_lowrank.cli import FIT_OPTIONS, METHODS, _extra_options, main
 from ooc_lowrank.storage import open_dataset
 
@@ -397,3 +398,39 @@ def test_one_methods_line_gives_typed_options_and_fit_keywords(tmp_path, monkeyp
         assert main(["fit", "toy", tr, str(tmp_path / "m"), *extra]) == 2
         err = capsys.readouterr().err
         assert frag in err and err.count("\n") == 1, (extra, err)
+
+
+class ToyCV(BaseEstimator):
+    """A toy search: what `fit` prints for an estimator with ``best_params_``.
+
+    Parameters
+    ----------
+    cv : int, default=3
+        Number of folds.
+    """
+
+    def __init__(self, *, cv=3):
+        self.cv = cv
+
+    def fit(self, X, Y=None):
+        self.best_params_, self.best_score_ = {"alpha": 1.0, "cv": self.cv}, 0.5
+        return self
+
+    def format_cv_table(self):
+        return "alpha  mean\n1.0    0.5000"
+
+    def save(self, path, *, overwrite=True):
+        save_model(path, "ToyCV", self.get_params(), {}, overwrite=overwrite)
+
+
+def test_fit_prints_the_choice_of_a_search(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(METHODS, "toy-cv", ("test_cli:ToyCV", {}))
+    tr = str(tmp_path / "tr.zarr")
+    main(
+        ["generate", "multilabel", tr, "--rows", "20", "--n-features", "3", "--n-labels", "2", "-q"]
+    )
+    capsys.readouterr()
+    assert main(["fit", "toy-cv", tr, str(tmp_path / "m"), "--cv", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen by cross-validation: alpha=1.0, cv=2 (mean validation score 0.5000)" in out
+    assert "alpha  mean\n1.0    0.5000" in out
