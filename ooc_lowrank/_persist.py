@@ -79,14 +79,30 @@ def save_model(
         if fs.exists(p) and not overwrite:
             raise FileExistsError(f"model {path!r} exists; pass overwrite=True")
         tmp = f"{p.rstrip('/')}.tmp-{uuid.uuid4().hex[:8]}"
-        fs.makedirs(tmp, exist_ok=True)
-        with fs.open(f"{tmp}/arrays.npz", "wb") as f:
-            f.write(buf.getvalue())
-        with fs.open(f"{tmp}/model.json", "w") as f:
-            f.write(json.dumps(doc, indent=1))
-        if fs.exists(p):
-            fs.rm(p, recursive=True)
-        fs.mv(tmp, p, recursive=True)
+        try:
+            fs.makedirs(tmp, exist_ok=True)
+            with fs.open(f"{tmp}/arrays.npz", "wb") as f:
+                f.write(buf.getvalue())
+            with fs.open(f"{tmp}/model.json", "w") as f:
+                f.write(json.dumps(doc, indent=1))
+            # the old model is moved aside, not deleted, until the new one is in place
+            old = f"{p.rstrip('/')}.old-{uuid.uuid4().hex[:8]}" if fs.exists(p) else None
+            if old is not None:
+                fs.mv(p, old, recursive=True)
+            try:
+                fs.mv(tmp, p, recursive=True)
+            except BaseException:
+                if old is not None:
+                    if fs.exists(p):
+                        fs.rm(p, recursive=True)
+                    fs.mv(old, p, recursive=True)  # put the old model back
+                raise
+            if old is not None:
+                fs.rm(old, recursive=True)
+        except BaseException:
+            if fs.exists(tmp):
+                fs.rm(tmp, recursive=True)
+            raise
         return
     p = os.path.abspath(path)
     if os.path.exists(p) and not overwrite:
