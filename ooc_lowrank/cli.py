@@ -58,6 +58,8 @@ METHODS = {
     "imc-rff": ("ooc_lowrank.gimc:GIMC", {"features": "fourier", "learn_features": False}),
     "imc-nys": ("ooc_lowrank.gimc:GIMC", {"features": "nystrom", "learn_features": False}),
     "glrl": ("ooc_lowrank.glrl:GreedyLowRank", {}),
+    "mvm": ("ooc_lowrank.mvm:MultiViewMachineRegressor", {}),
+    "mvm-classifier": ("ooc_lowrank.mvm:MultiViewMachineClassifier", {}),
 }
 
 #: ``fit`` keywords offered as options when the estimator's ``fit`` has them: keyword -> flag.

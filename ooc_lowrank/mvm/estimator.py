@@ -75,9 +75,9 @@ class _BaseMVM(BaseEstimator):
         reg="l2",
         reg_weight=1e-4,
         init_std=0.1,
-        solver="lbfgs",
+        solver="sgd",
         max_iter=200,
-        n_epochs=30,
+        n_epochs=20,
         learning_rate=0.05,
         tol=1e-6,
         n_iter_no_change=5,
@@ -346,7 +346,7 @@ class _BaseMVM(BaseEstimator):
         (out,) = engine.compute(lazy)
         return np.asarray(out)[:, 0]
 
-    def evaluate(self, X, y=None, metrics=None):
+    def evaluate(self, X, metrics=None, y=None):
         """Streaming metrics over row blocks; returns ``{metric: value}``.
 
         Regressor: ``rmse``, ``mae``; classifier: ``accuracy`` and ``auc`` (AUC sorts the
@@ -470,6 +470,9 @@ def _returns_lazy(X):
     )
 
 
+_PARAMS_DOC = '    Parameters\n    ----------\n    n_factors : int, default 10\n        CP rank ``k``.\n    view_sizes : sequence of int, optional\n        Widths of the views when ``X`` is one matrix with the views side by side.\n    loss : str, optional\n        Regressor: "square" (``(yhat - y)^2``, the only choice).  Classifier: "logistic"\n        (default) or "hinge".\n    reg : {"l2", "l1", "none"}, default "l2"\n        ``l2``: ``sum theta^2`` (MVM-14); ``l1``: smoothed ``sum sqrt(theta^2 + 1e-8)`` (MVM-15).\n    reg_weight : float, default 1e-4\n        Weight of the regulariser against the *mean* loss.\n    init_std : float, default 0.1\n        Factors start as ``N(0, init_std^2)`` (zero is a stationary point).\n    solver : {"sgd", "lbfgs"}, default "sgd"\n        ``lbfgs``: batch L-BFGS-B, one pass per evaluation, identical results on any cluster\n        and chunking (to rounding); ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per\n        epoch, sequential in the calling process (see ``docs/mvm.md``).\n    max_iter : int, default 200\n        L-BFGS iterations.\n    n_epochs : int, default 20\n        SGD epochs.\n    learning_rate : float, default 0.05\n        AdaGrad base step of the SGD solver.\n    tol : float, default 1e-6\n        L-BFGS gradient tolerance.\n    n_iter_no_change : int, default 5\n        Early stopping patience (iterations or epochs) when ``fit`` has an ``eval_set``.\n    block_rows : int, optional\n        Rows per block (default: the store\'s, or about 16 MB of input per block).\n    random_state : int, Generator or None\n        Seeds the initial factors and SGD\'s shuffles.\n    verbose : bool, default False\n        Log each iteration at INFO level on the ``"ooc_lowrank"`` logger.\n    callback : callable, optional\n        ``callback(iteration, elapsed_seconds, objective)``.\n\n'
+
+
 class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
     """Multi-view machine regressor (Cao et al. 2016; SPEC section 3).
 
@@ -483,20 +486,22 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         CP rank ``k``.
     view_sizes : sequence of int, optional
         Widths of the views when ``X`` is one matrix with the views side by side.
-    loss : {"square"}, default "square"
+    loss : str, optional
+        Regressor: "square" (``(yhat - y)^2``, the only choice).  Classifier: "logistic"
+        (default) or "hinge".
     reg : {"l2", "l1", "none"}, default "l2"
         ``l2``: ``sum theta^2`` (MVM-14); ``l1``: smoothed ``sum sqrt(theta^2 + 1e-8)`` (MVM-15).
     reg_weight : float, default 1e-4
         Weight of the regulariser against the *mean* loss.
     init_std : float, default 0.1
         Factors start as ``N(0, init_std^2)`` (zero is a stationary point).
-    solver : {"lbfgs", "sgd"}, default "lbfgs"
+    solver : {"sgd", "lbfgs"}, default "sgd"
         ``lbfgs``: batch L-BFGS-B, one pass per evaluation, identical results on any cluster
         and chunking (to rounding); ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per
         epoch, sequential in the calling process (see ``docs/mvm.md``).
     max_iter : int, default 200
         L-BFGS iterations.
-    n_epochs : int, default 30
+    n_epochs : int, default 20
         SGD epochs.
     learning_rate : float, default 0.05
         AdaGrad base step of the SGD solver.
@@ -537,14 +542,24 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
 
 
 class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
-    """Multi-view machine binary classifier (logistic or hinge loss; SPEC section 3).
+    __doc__ = (
+        """Multi-view machine binary classifier (logistic or hinge loss; SPEC section 3).
 
-    Same parameters as :class:`MultiViewMachineRegressor`, with ``loss`` in
-    {"logistic", "hinge"} (default "logistic").  In memory, ``y`` may hold any two class
-    values (``classes_``, the larger one is positive); in a store, ``y`` holds {-1, +1} or
-    {0, 1}.  For more classes, wrap it in ``sklearn.multiclass.OneVsRestClassifier`` with
-    ``X`` given as one matrix and ``view_sizes``.
+    In memory, ``y`` may hold any two class values (``classes_``; the larger one is the
+    positive class); in a store, ``y`` holds {-1, +1} or {0, 1}.  For more classes, wrap it in
+    ``sklearn.multiclass.OneVsRestClassifier`` with ``X`` given as one matrix and
+    ``view_sizes``.
+
+"""
+        + _PARAMS_DOC
+        + """    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    coef_, factors_, intercept_ (started at 0), view_sizes_, n_iter_, best_iter_,
+    objective_path_, validation_path_
+        As for :class:`MultiViewMachineRegressor`.
     """
+    )
 
     _task = "classification"
     _losses = ("logistic", "hinge")
