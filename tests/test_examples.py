@@ -17,6 +17,7 @@ SMALL_ARGS = {
     "bibtex_end_to_end.py": ["--small"],
     "figure2.py": ["--small"],
     "movielens_glrl.py": [],
+    "movielens_mvm.py": ["--max-rows", "3000"],
 }
 OWN_WORKDIR = {"bibtex_end_to_end.py", "figure2.py"}
 
@@ -32,7 +33,11 @@ def test_example_runs_small(script, tmp_path, monkeypatch):
         pytest.fail(f"examples/{script.name} has no small-size arguments in tests/test_examples.py")
     if "bibtex" in script.name or "figure2" in script.name:
         _needs_bibtex()
+    if script.name == "movielens_mvm.py" and not (DATA_DIR / "movielens-100k" / "u.user").exists():
+        pytest.skip(f"dataset missing: {DATA_DIR / 'movielens-100k'} (set OOC_LOWRANK_DATA)")
     args = list(SMALL_ARGS[script.name])
+    if script.name == "movielens_mvm.py":
+        args += ["--out", str(tmp_path / "mvm"), "--data", str(DATA_DIR / "movielens-100k")]
     if script.name in OWN_WORKDIR:
         args += ["--workdir", str(tmp_path / "data")]
     if script.name == "figure2.py":
