@@ -20,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import _checkpoint, engine, metrics
+from ooc_lowrank import _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._persist import save_model
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.gimc import _blocks, core
@@ -33,6 +33,15 @@ _FEATURES = ("fourier", "nystrom", "both")
 
 def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
+
+
+def _dataset_arrays(X, Y):
+    """``(X, Y)``: a store ``Dataset`` gives ``ds["X"]`` and (when ``Y`` is None) ``ds["Y"]``."""
+    if _is_dataset(X):
+        if Y is None:
+            Y = X["Y"]
+        X = X["X"]
+    return X, Y
 
 
 def _split_eval_set(eval_set):
@@ -453,15 +462,13 @@ class GIMC(ClassifierMixin, BaseEstimator):
             check_scalar(eval_every, "eval_every", kind=numbers.Integral, low=1)
             if eval_metrics is not None:
                 metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
-        if _is_dataset(X):
-            ds = X
-            X = ds["X"]
-            if Y is None:
-                Y = ds["Y"]
+        X, Y = _dataset_arrays(X, Y)
         XB, Xmem = self._prepare_X(X, reset=True)
         n = XB.shape[0]
         A, n_labels, codes, classes, multilabel = self._prepare_Y(Y, n)
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
+        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
+            _estimate.check_fits(_estimate.gimc_estimate(self, XB, AB, n_labels))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         monitor, history = None, {}
@@ -531,6 +538,30 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self.n_labels_ = n_labels
         self.classes_ = classes if classes is not None else np.arange(n_labels)
         return self
+
+    def estimate(self, X, Y=None, *, client=None):
+        """Passes, per-worker memory and store size of ``fit(X, Y)``, before fitting.
+
+        Reads no data block (labels stored as class ids are read once to count the classes).
+
+        Returns
+        -------
+        dict
+            ``passes_per_iteration`` (``typical`` 2, ``max``), ``max_passes``,
+            ``store_bytes`` (inputs as stored), ``block_rows``, ``task_bytes`` (one block task:
+            its input blocks and what the block functions allocate), ``worker_bytes`` (needed
+            per worker: process, ``threads_per_worker`` tasks, reduction buffers, shipped
+            state, cached input share), ``worker_memory_limit`` and ``fits`` (None without a
+            distributed client), ``suggest`` (block_rows / n_components that fit) when it
+            does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
+        """
+        self._validate_params()
+        probe = copy.copy(self)  # _prepare_X(reset=True) sets n_features_in_
+        X, Y = _dataset_arrays(X, Y)
+        XB, _ = probe._prepare_X(X, reset=True)
+        A, n_labels, _, _, _ = probe._prepare_Y(Y, XB.shape[0])
+        AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
+        return _estimate.gimc_estimate(self, XB, AB, n_labels, client=client)
 
     # ------------------------------------------------------------------ prediction
 
