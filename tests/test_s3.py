@@ -307,3 +307,27 @@ def test_missing_or_wrong_credentials_give_a_clear_error(s3, train, credentials,
             assert f"s3://{BUCKET}/" in msg and "credentials" in msg, (case, action, msg)
             assert "AWS_ACCESS_KEY_ID" in msg and "AWS_ENDPOINT_URL_S3" in msg, msg
             assert e.value.__cause__ is None and e.value.__suppress_context__, (case, action)
+
+
+def test_checkpoint_on_s3_resumes_to_the_same_model(s3):
+    from ooc_lowrank.glrl import GreedyLowRank
+
+    r = np.random.default_rng(6)
+    M = r.standard_normal((30, 2)) @ r.standard_normal((2, 25))
+    rows, cols = np.nonzero(r.random(M.shape) < 0.5)
+    X, shape = (rows, cols, M[rows, cols]), M.shape
+    kw = dict(rank=5, power_iter=4, random_state=0)
+    ref = GreedyLowRank(**kw).fit(X, shape=shape)
+
+    def crash(it, elapsed, obj):
+        if it == 3:
+            raise KeyboardInterrupt
+
+    ck = f"s3://{BUCKET}/fit.ckpt"
+    with pytest.raises(KeyboardInterrupt):
+        GreedyLowRank(**kw, callback=crash).fit(X, shape=shape, checkpoint=ck, checkpoint_every=1)
+    files = [p.rsplit("/", 1)[-1] for p in _listing("fit.ckpt")]
+    assert "state.json" in files and len(files) == 2, files  # state + one arrays file
+    res = GreedyLowRank(**kw).fit(X, shape=shape, checkpoint=ck, checkpoint_every=1)
+    np.testing.assert_array_equal(res.U_, ref.U_)
+    np.testing.assert_array_equal(res.theta_, ref.theta_)
