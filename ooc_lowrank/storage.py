@@ -117,6 +117,34 @@ def _remove(loc: str) -> None:
         fs.rm(path, recursive=True)
 
 
+class StoreAccessError(PermissionError):
+    """An object store refused access to a location, or no credentials were found."""
+
+
+#: botocore / s3fs exception class names that mean "credentials missing or refused".
+_AUTH_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+
+
+def _access_error(loc: str, e: BaseException, action: str):
+    """A :class:`StoreAccessError` for ``e`` raised while accessing remote ``loc``, else None.
+
+    Credentials missing (botocore's ``NoCredentialsError``) or refused (s3fs turns
+    ``InvalidAccessKeyId`` / ``SignatureDoesNotMatch`` / ``AccessDenied`` into
+    ``PermissionError``) become one message naming the location and the fix.
+    """
+    if not _is_url(loc) or isinstance(e, StoreAccessError):
+        return None
+    names = {c.__name__ for c in type(e).__mro__}
+    if not (names & set(_AUTH_ERRORS) or isinstance(e, PermissionError)):
+        return None
+    what = "no credentials were found" if names & set(_AUTH_ERRORS) else "access was refused"
+    return StoreAccessError(
+        f"cannot {action} {loc!r}: {what} ({type(e).__name__}: {e}). Check the credentials: "
+        "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), plus "
+        "AWS_ENDPOINT_URL_S3 for an S3-compatible server, and the bucket's permissions"
+    )
+
+
 def _sibling(loc: str, tag: str) -> str:
     loc = loc.rstrip("/")
     head, _, name = loc.rpartition("/")
@@ -216,7 +244,14 @@ class DatasetWriter:
 
     def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False):
         self.url = str(url)
-        if _exists(self.url) and not overwrite:
+        try:
+            exists = _exists(self.url)
+        except Exception as e:
+            err = _access_error(self.url, e, "write a store at")
+            if err is None:
+                raise
+            raise err from None
+        if exists and not overwrite:
             raise FileExistsError(
                 f"store {self.url!r} already exists; pass overwrite=True (CLI: --overwrite) "
                 "to replace it, or choose another destination"
@@ -595,9 +630,9 @@ class ArrayHandle:
         stop = n if stop is None else stop
         if not (0 <= start <= stop <= n):
             raise IndexError(f"{self.name}: row range [{start}, {stop}) outside [0, {n})")
-        z = self._zarr()
         where = f" (rows {start}:{stop})"
         try:
+            z = self._zarr()
             if self.kind == "dense":
                 out = np.asarray(z[start:stop])
                 if out.shape != (stop - start, self.shape[1]):
@@ -621,6 +656,9 @@ class ArrayHandle:
         except StoreError:
             raise
         except (KeyError, FileNotFoundError, OSError) as e:
+            err = _access_error(self.url, e, "read")
+            if err is not None:
+                raise err from None
             raise self._err(
                 "array data is missing or unreadable",
                 repr(e),
@@ -765,6 +803,16 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
         Naming the store, the array, the rule and the value.
     """
     url = str(url)
+    try:
+        return _open_dataset(url, verify)
+    except Exception as e:
+        err = _access_error(url, e, "open the store")
+        if err is None:
+            raise
+        raise err from None
+
+
+def _open_dataset(url, verify):
     if not _exists(url):
         raise StoreError(
             url,
@@ -776,6 +824,8 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
     try:
         g = zarr.open_group(url, mode="r")
     except Exception as e:  # zarr raises several types for a non-group / broken metadata
+        if _access_error(url, e, "open") is not None:
+            raise  # open_dataset names the credentials problem
         raise StoreError(
             url,
             None,

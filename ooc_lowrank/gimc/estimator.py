@@ -20,7 +20,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine, metrics
+from ooc_lowrank import _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._persist import save_model
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.gimc import _blocks, core
@@ -33,6 +33,15 @@ _FEATURES = ("fourier", "nystrom", "both")
 
 def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
+
+
+def _dataset_arrays(X, Y):
+    """``(X, Y)``: a store ``Dataset`` gives ``ds["X"]`` and (when ``Y`` is None) ``ds["Y"]``."""
+    if _is_dataset(X):
+        if Y is None:
+            Y = X["Y"]
+        X = X["X"]
+    return X, Y
 
 
 def _split_eval_set(eval_set):
@@ -402,7 +411,17 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 parts.append(("nystrom", t.components_.shape[1], gamma, t.normalization_, learn))
         return np.hstack(Us), _blocks.FeatureSpec.build(parts, row_norm=self.normalize_rows)
 
-    def fit(self, X, Y=None, *, eval_set=None, eval_every=5, eval_metrics=None):
+    def fit(
+        self,
+        X,
+        Y=None,
+        *,
+        eval_set=None,
+        eval_every=5,
+        eval_metrics=None,
+        checkpoint=None,
+        checkpoint_every=5,
+    ):
         """Fit on ``X`` (n_samples, n_features) and labels ``Y``.
 
         Parameters
@@ -423,25 +442,33 @@ class GIMC(ClassifierMixin, BaseEstimator):
         eval_metrics : list of str or comma-separated str, optional
             As in :meth:`evaluate` (default ``p@1,p@3,p@5`` multi-label, ``accuracy``
             multi-class).
+        checkpoint : str, os.PathLike or None
+            Directory (or fsspec URL) for the fit's small state (``U``, ``W``, step size,
+            counters, feature map, validation history; JSON + npz, written atomically).  If
+            it already holds a checkpoint of this fit (same parameters and data shape), the
+            fit resumes from it and ends with the same model as an uninterrupted fit; a
+            checkpoint of another fit is an error.  Kept after the fit: calling ``fit`` again
+            returns at once, or continues when ``max_iter`` was raised.
+        checkpoint_every : int, default=5
+            Save after every ``checkpoint_every``-th iteration (and when the fit stops).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         if eval_set is not None:
             check_scalar(eval_every, "eval_every", kind=numbers.Integral, low=1)
             if eval_metrics is not None:
                 metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
-        if _is_dataset(X):
-            ds = X
-            X = ds["X"]
-            if Y is None:
-                Y = ds["Y"]
+        X, Y = _dataset_arrays(X, Y)
         XB, Xmem = self._prepare_X(X, reset=True)
         n = XB.shape[0]
         A, n_labels, codes, classes, multilabel = self._prepare_Y(Y, n)
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
+        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
+            _estimate.check_fits(_estimate.gimc_estimate(self, XB, AB, n_labels))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         monitor, history = None, {}
@@ -460,7 +487,17 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 if it % int(eval_every) == 0:
                     score(it, U, W)
 
-        U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
+        ckpt = _checkpoint.open_checkpoint(checkpoint, checkpoint_every, self, X=XB, Y=AB)
+        restored = ckpt.load() if ckpt is not None else None
+        if restored is None:
+            U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
+        else:  # the saved feature map (gamma, Nystrom normalization) and history
+            U0 = restored[1]["U"]
+            spec = _spec_from_saved(restored[2]["parts"], restored[3], self.normalize_rows)
+            history.update({int(k): v for k, v in restored[2].get("eval_history", {}).items()})
+        if ckpt is not None:
+            ckpt.extra["parts"], ckpt.extra_arrays = _spec_to_saved(spec)
+            ckpt.extra["eval_history"] = history
         if eval_set is not None:
             probe.spec_ = spec
         kept = engine.maybe_persist(XB, AB, budget=self.cache_bytes)
@@ -483,6 +520,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             n_trials=int(n_trials),
             callback=self.callback,
             monitor=monitor,
+            checkpoint=ckpt,
         )
         if eval_set is not None and res.n_iter not in history:  # the last iteration
             score(res.n_iter, res.U, res.W)
@@ -500,6 +538,30 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self.n_labels_ = n_labels
         self.classes_ = classes if classes is not None else np.arange(n_labels)
         return self
+
+    def estimate(self, X, Y=None, *, client=None):
+        """Passes, per-worker memory and store size of ``fit(X, Y)``, before fitting.
+
+        Reads no data block (labels stored as class ids are read once to count the classes).
+
+        Returns
+        -------
+        dict
+            ``passes_per_iteration`` (``typical`` 2, ``max``), ``max_passes``,
+            ``store_bytes`` (inputs as stored), ``block_rows``, ``task_bytes`` (one block task:
+            its input blocks and what the block functions allocate), ``worker_bytes`` (needed
+            per worker: process, ``threads_per_worker`` tasks, reduction buffers, shipped
+            state, cached input share), ``worker_memory_limit`` and ``fits`` (None without a
+            distributed client), ``suggest`` (block_rows / n_components that fit) when it
+            does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
+        """
+        self._validate_params()
+        probe = copy.copy(self)  # _prepare_X(reset=True) sets n_features_in_
+        X, Y = _dataset_arrays(X, Y)
+        XB, _ = probe._prepare_X(X, reset=True)
+        A, n_labels, _, _, _ = probe._prepare_Y(Y, XB.shape[0])
+        AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
+        return _estimate.gimc_estimate(self, XB, AB, n_labels, client=client)
 
     # ------------------------------------------------------------------ prediction
 
@@ -655,11 +717,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``."""
         check_is_fitted(self, "coef_")
         arrays = {"components": self.components_, "coef": self.coef_, "objective": self.objective_}
-        parts = []
-        for i, p in enumerate(self.spec_.parts):
-            parts.append([p.kind, p.m, p.gamma, p.M is not None, p.learn])
-            if p.M is not None:
-                arrays[f"M{i}"] = p.M
+        parts, m_arrays = _spec_to_saved(self.spec_)
+        arrays.update(m_arrays)
         extra = {
             "parts": parts,
             "n_features_in": self.n_features_in_,
@@ -680,12 +739,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
     @classmethod
     def _from_saved(cls, params, arrays, extra):
         est = cls(**params)
-        parts = []
-        for i, (kind, m, gamma, has_M, learn) in enumerate(extra["parts"]):
-            parts.append(
-                (kind, int(m), float(gamma), arrays[f"M{i}"] if has_M else None, bool(learn))
-            )
-        est.spec_ = _blocks.FeatureSpec.build(parts, row_norm=bool(params.get("normalize_rows")))
+        est.spec_ = _spec_from_saved(extra["parts"], arrays, params.get("normalize_rows"))
         est.components_ = arrays["components"]
         est.coef_ = arrays["coef"]
         est.objective_ = arrays["objective"]
@@ -705,6 +759,24 @@ class GIMC(ClassifierMixin, BaseEstimator):
         tags.input_tags.sparse = True
         tags.classifier_tags.multi_label = False
         return tags
+
+
+def _spec_to_saved(spec):
+    """``(parts, arrays)``: the feature map as JSON rows and its ``M{i}`` arrays."""
+    parts, arrays = [], {}
+    for i, p in enumerate(spec.parts):
+        parts.append([p.kind, p.m, p.gamma, p.M is not None, p.learn])
+        if p.M is not None:
+            arrays[f"M{i}"] = p.M
+    return parts, arrays
+
+
+def _spec_from_saved(parts, arrays, row_norm):
+    """Inverse of :func:`_spec_to_saved`."""
+    out = []
+    for i, (kind, m, gamma, has_M, learn) in enumerate(parts):
+        out.append((kind, int(m), float(gamma), arrays[f"M{i}"] if has_M else None, bool(learn)))
+    return _blocks.FeatureSpec.build(out, row_norm=bool(row_norm))
 
 
 def _eval_block(Xb, Yb, U, spec, W, K, parsed, codes):

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from ooc_lowrank import engine
+from ooc_lowrank import _checkpoint, engine
 from ooc_lowrank._persist import load_model, save_model
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
@@ -408,7 +408,7 @@ class GreedyLowRank(BaseEstimator):
         return score
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, shape=None):
+    def fit(self, X, y=None, *, shape=None, checkpoint=None, checkpoint_every=5):
         """Fit on observed entries.
 
         Parameters
@@ -419,12 +419,22 @@ class GreedyLowRank(BaseEstimator):
             Ignored (the values are part of ``X``).
         shape : (int, int), optional
             ``(n_rows, n_cols)``; required for array input.
+        checkpoint : str, os.PathLike or None
+            Directory (or fsspec URL) for the fit's small state (factors, RNG state, current
+            gradient pass, histories; JSON + npz, written atomically).  If it already holds a
+            checkpoint of this fit (same parameters and data), the fit resumes from it and
+            ends with the same model as an uninterrupted fit; a checkpoint of another fit is
+            an error.  Kept after the fit (a new call returns at once, or continues when
+            ``max_iter`` was raised).
+        checkpoint_every : int, default=5
+            Save after every ``checkpoint_every``-th greedy step (and when the fit stops).
 
         Returns
         -------
         self
         """
         lo, refit = self._check_params()
+        _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         B, shp = self._blocked(X, shape)
         nnz, mean = self._check_data(B, shp, lo)
         scorer = self._validation_scorer(lo, shp)
@@ -432,7 +442,13 @@ class GreedyLowRank(BaseEstimator):
             (B,) = engine.maybe_persist(B, budget=self.cache_bytes)
         reduce = _make_reduce(B, self.cache_bytes)
         init_factors, init_passes = None, 0
-        if self.init in ("bias", "bias-l1"):
+        ckpt = _checkpoint.open_checkpoint(
+            checkpoint, checkpoint_every, self, extra={"mean": mean}, X=B
+        )
+        restored = ckpt.load() if ckpt is not None else None
+        if restored is not None:  # the start is part of the saved state
+            init_passes = int(restored[2].get("init_passes", 0))
+        elif self.init in ("bias", "bias-l1"):
             init_factors, init_passes = bias_init(
                 reduce,
                 shp,
@@ -441,6 +457,8 @@ class GreedyLowRank(BaseEstimator):
                 n_sweeps=int(self.bias_sweeps),
                 irls_eps=1e-2 if self.init == "bias-l1" else 0.0,
             )
+        if ckpt is not None:
+            ckpt.extra["init_passes"] = init_passes
 
         res = greedy_pursuit(
             reduce,
@@ -466,6 +484,7 @@ class GreedyLowRank(BaseEstimator):
             max_iter=self.max_iter,
             init_factors=init_factors,
             grad_cache=reduce.gradient_cache,
+            checkpoint=ckpt,
         )
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
