@@ -118,7 +118,8 @@ class ModelReader:
         if a.ndim != len(shape) or any(
             s is not None and s != n for s, n in zip(shape, a.shape, strict=True)
         ):
-            want = tuple("any" if s is None else s for s in shape)
+            dims = ["*" if s is None else str(s) for s in shape]
+            want = f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
             why = f" ({meaning})" if meaning else ""
             raise ModelFileError(
                 "arrays.npz", name, f"must have shape {want}{why}", f"shape {a.shape}"
@@ -174,7 +175,9 @@ def build_checked(cls, params, validate):
     try:
         validate(est)
     except (TypeError, ValueError) as e:
-        raise ModelFileError("model.json", "params", f"are not valid: {e}", fix=_DAMAGED) from None
+        raise ModelFileError(
+            "model.json", "params", f"holds an invalid hyperparameter: {e}", fix=_DAMAGED
+        ) from None
     return est
 
 

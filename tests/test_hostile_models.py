@@ -1174,3 +1174,14 @@ def test_probe_count():
     """The suite's size, for the record (grows with every row)."""
     n = len(MODEL_CASES) + len(PARAM_CASES) + len(HAZARD_CASES)
     assert n >= 100, n
+
+
+def test_predict_to_store_refuses_top_k_zero(tmp_path):
+    """``top_k=0`` used to write a store with 0-column arrays; now an error before any work."""
+    from ooc_lowrank.gimc import GIMC
+
+    X, Y, *_ = _data()
+    est = GIMC(n_components=4, max_iter=1, random_state=0).fit(X, Y)
+    with pytest.raises(ValueError, match="top_k must be >= 1; got 0"):
+        est.predict_to_store(X, str(tmp_path / "p.zarr"), top_k=0)
+    assert not (tmp_path / "p.zarr").exists()

@@ -705,6 +705,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         dense arrays ``labels`` and ``scores`` of shape (n_samples, top_k)."""
         from ooc_lowrank.storage import DatasetWriter
 
+        check_is_fitted(self, "coef_")
+        check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one label")
         X = dataset["X"] if _is_dataset(dataset) else dataset
         B, _ = self._prepare_X(X, reset=False)
         k = min(int(top_k), self.n_labels_)
