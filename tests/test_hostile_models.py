@@ -95,6 +95,19 @@ def _inf_at(a):
     return a
 
 
+def _npy_bytes(a):
+    buf = io.BytesIO()
+    np.save(buf, a)
+    return buf.getvalue()
+
+
+def _npz_with_object():
+    """An archive whose member is a pickled object array (must never be unpickled)."""
+    buf = io.BytesIO()
+    np.savez(buf, coef=np.array([{"evil": 1}], dtype=object))
+    return buf.getvalue()
+
+
 def _attr(name, fn):
     """Memory tamper: ``est.name = fn(est.name)``."""
 
@@ -504,6 +517,38 @@ MODEL_CASES = [
         "arrays.npz",
     ),
     Case(
+        "gimc-json-binary",
+        "gimc",
+        "file",
+        _raw("model.json", lambda b: b"\xff\xfe\x00\x81" * 20),
+        ValueError,
+        "model.json",
+    ),
+    Case(
+        "gimc-json-estimator-number",
+        "gimc",
+        "file",
+        _json(lambda d: d.update(estimator=7)),
+        ValueError,
+        "'estimator'",
+    ),
+    Case(
+        "gimc-npz-single-npy",
+        "gimc",
+        "file",
+        _raw("arrays.npz", lambda b: _npy_bytes(np.zeros(3))),
+        ValueError,
+        "arrays.npz",
+    ),
+    Case(
+        "gimc-npz-object-array",
+        "gimc",
+        "file",
+        _raw("arrays.npz", lambda b: _npz_with_object()),
+        ValueError,
+        "arrays.npz",
+    ),
+    Case(
         "gimc-npz-missing",
         "gimc",
         "file",
@@ -755,6 +800,22 @@ MODEL_CASES = [
         _npz(lambda a: _set(a, "evil", np.arange(4))),
         ValueError,
         "'evil'",
+    ),
+    Case(
+        "glrl-inner_counts-float",
+        "glrl",
+        "file",
+        _npz(lambda a: _set(a, "inner_counts", a["inner_counts"] + 0.5)),
+        ValueError,
+        "'inner_counts'",
+    ),
+    Case(
+        "glrl-n_observed-negative",
+        "glrl",
+        "file",
+        _json(lambda d: d["extra"].update(n_observed=-3)),
+        ValueError,
+        "extra.n_observed",
     ),
     Case(
         "glrl-json-truncated",
@@ -1152,7 +1213,7 @@ HAZARD_CASES = [
         ValueError,
         "Scale or normalize X",
     ),
-    ("gimc-core-nonfinite-stats", _gimc_core_nonfinite_stats, FloatingPointError, "not finite"),
+    ("gimc-core-nonfinite-stats", _gimc_core_nonfinite_stats, FloatingPointError, "NaN or inf"),
     ("glrl-memory-1e300", _glrl_memory_1e300, FloatingPointError, "scale of the observed values"),
     ("glrl-store-1e300", _glrl_store_1e300, FloatingPointError, "scale of the observed values"),
     ("glrl-bias-init-1e300", _glrl_bias_init_1e300, FloatingPointError, "scale of the observed"),

@@ -87,7 +87,7 @@ def _check_finite(what, where, *arrays):
     """Stop the fit with :class:`NonFiniteError` when any of ``arrays`` holds NaN or inf."""
     for a in arrays:
         if not np.all(np.isfinite(a)):
-            raise NonFiniteError(f"GIMC: {what} is not finite (NaN or inf) {where}. {_SCALE_HINT}")
+            raise NonFiniteError(f"GIMC: NaN or inf in {what} {where}. {_SCALE_HINT}")
 
 
 def _unpack_stats(res, n_trials):
