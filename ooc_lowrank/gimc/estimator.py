@@ -100,11 +100,12 @@ def check_X_scale(X, name="X", where=""):
         return
     d = max(int(X.shape[1]), 1)
     limit = float(np.sqrt(np.finfo(data.dtype).max / d))
-    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
-    j = int(np.argmax(np.abs(flat)))
-    bad = float(flat[j])
-    if abs(bad) <= limit:
+    hi, lo = float(data.max()), float(data.min())  # no temporary copy of X
+    if max(hi, -lo) <= limit:
         return
+    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
+    j = int(np.argmax(flat) if hi >= -lo else np.argmin(flat))
+    bad = float(flat[j])
     if sp.issparse(X):
         row = int(np.searchsorted(X.indptr, j, side="right") - 1)
         col = int(X.indices[j])
