@@ -267,6 +267,10 @@ def save_model(
 
 def _read_npz(raw):
     """Arrays of an npz archive (no pickle); damage becomes a :class:`ModelFileError`."""
+    if raw[:2] != b"PK":  # numpy would try it as .npy or pickle and suggest unsafe loading
+        raise ModelFileError(
+            "arrays.npz", None, "is not a NumPy .npz archive (no zip header; nothing is unpickled)"
+        )
     try:
         z = np.load(io.BytesIO(raw), allow_pickle=False)
         if not isinstance(z, np.lib.npyio.NpzFile):

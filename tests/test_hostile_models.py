@@ -834,6 +834,21 @@ MODEL_CASES = [
         "model.json",
     ),
     Case(
+        "glrl-npz-trailing-garbage",  # zip tolerates it; every member's CRC still checks out
+        "glrl",
+        "file",
+        _raw("arrays.npz", lambda b: b + b"GARBAGE" * 10),
+        None,
+    ),
+    Case(
+        "glrl-npz-prepended-junk",  # numpy would read it as a pickle and suggest allow_pickle
+        "glrl",
+        "file",
+        _raw("arrays.npz", lambda b: b"JUNK" + b),
+        ValueError,
+        "no zip header",
+    ),
+    Case(
         "glrl-npz-truncated",
         "glrl",
         "file",
