@@ -944,43 +944,62 @@ def _build_models(root):
     return out
 
 
-def _exercise(est, model):
-    """Every prediction entry point of a loaded model; return one flat float array."""
+def _entry_points(est, model):
+    """``[(name, call)]``: every prediction entry point of a model, each returning floats."""
     X, Y, y, (r, c, v), shape = _data()
     if model.startswith("glrl"):
-        p = est.predict(r, c)
-        idx, val = est.top_k(np.arange(shape[0]), 3)
-        ev = est.evaluate((r, c, v))
-        return np.concatenate([p, val.ravel(), [ev["rmse"], ev["mae"]]])
-    S = est.decision_function(X)
-    lab, sc = est.predict_topk(X, 2)
-    ev = est.evaluate(X, Y=(y if model == "gimc-mc" else Y))
-    return np.concatenate([np.ravel(S), sc.ravel(), list(ev.values())])
+        return [
+            ("predict", lambda: est.predict(r, c)),
+            ("top_k", lambda: est.top_k(np.arange(shape[0]), 3)[1]),
+            ("evaluate", lambda: [est.evaluate((r, c, v))[k] for k in ("rmse", "mae")]),
+        ]
+    Yev = y if model == "gimc-mc" else Y
+    return [
+        ("decision_function", lambda: est.decision_function(X)),
+        ("predict_topk", lambda: est.predict_topk(X, 2)[1]),
+        ("evaluate", lambda: list(est.evaluate(X, Y=Yev).values())),
+    ]
+
+
+def _exercise(est, model):
+    """All entry points of a model; one flat float array."""
+    return np.concatenate([np.ravel(call()) for _, call in _entry_points(est, model)])
+
+
+def _raised(e, **more):
+    mro = [t.__name__ for t in type(e).__mro__]
+    return {"outcome": "raised", "type": type(e).__name__, "mro": mro, "msg": str(e), **more}
 
 
 def _probe(case, model_dir, work):
-    """Run one case; return ``{"outcome": "raised"|"ok", ...}`` (run in the child)."""
+    """Run one case; return ``{"outcome": "raised"|"ok", ...}`` (run in the child).
+
+    File rows: the error must come from ``load``.  Memory rows: **every** entry point must
+    raise (``not_raised`` lists those that did not)."""
     import ooc_lowrank
 
     dest = os.path.join(work, case.name)
     shutil.copytree(model_dir, dest)
-    est = None
-    try:
-        if case.where == "file":
+    if case.where == "memory":
+        est = ooc_lowrank.load(dest)
+        case.tamper(est)
+        first, not_raised = None, []
+        for name, call in _entry_points(est, case.model):
+            try:
+                call()
+                not_raised.append(name)
+            except Exception as e:  # noqa: BLE001 - the probe reports every exception
+                first = first or e
+        if first is not None:
+            return _raised(first, not_raised=not_raised)
+        out = _exercise(est, case.model)
+    else:
+        try:
             case.tamper(dest)
             est = ooc_lowrank.load(dest)
-        else:
-            est = ooc_lowrank.load(dest)
-            case.tamper(est)
-            _exercise(est, case.model)  # must raise
-        out = _exercise(est, case.model)
-    except Exception as e:  # noqa: BLE001 - the probe reports every exception
-        return {
-            "outcome": "raised",
-            "type": type(e).__name__,
-            "mro": [t.__name__ for t in type(e).__mro__],
-            "msg": str(e),
-        }
+            out = _exercise(est, case.model)
+        except Exception as e:  # noqa: BLE001
+            return _raised(e)
     ref = _exercise(ooc_lowrank.load(model_dir), case.model)
     return {
         "outcome": "ok",
@@ -1064,6 +1083,7 @@ def test_hostile_model(probe_results, i):
     )
     assert case.exc.__name__ in res["mro"], f"{case.name}: wrong exception {res}"
     assert case.fragment in res["msg"], f"{case.name}: message lacks {case.fragment!r}: {res}"
+    assert not res.get("not_raised"), f"{case.name}: entry points that did not raise: {res}"
     if case.where == "file":
         # a load error names the model location, so a user knows which file to look at
         assert case.name in res["msg"], f"{case.name}: message does not name the model: {res}"
