@@ -88,7 +88,7 @@ class ModelReader:
         self._used = set()
 
     def value(self, key, kind, *, low=None, default=_MISSING, choices=None):
-        """``extra[key]`` checked to be of ``kind`` ("int", "float", "bool", "str", "list")."""
+        """``extra[key]`` checked to be of ``kind`` (a key of ``_KINDS``: "int", "float", ...)."""
         if key not in self.extra:
             if default is not _MISSING:
                 return default
