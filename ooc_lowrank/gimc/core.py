@@ -24,6 +24,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from ooc_lowrank import engine
+from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.gimc import _blocks
 
 logger = logging.getLogger("ooc_lowrank")
@@ -72,6 +73,21 @@ def objective(W, S_PP, S_AP, a2, alpha):
     """``alpha/2 ||W||^2 + 1/2 (<W W^T, S_PP> + ||A||^2 - 2 <W, S_AP^T>)`` (Gram trick)."""
     fit = np.sum((S_PP @ W) * W) + a2 - 2.0 * np.sum(W * S_AP.T)
     return 0.5 * alpha * np.sum(W * W) + 0.5 * fit
+
+
+_SCALE_HINT = (
+    "Likely cause: the scale of X (e.g. one feature value of 1e300, whose square overflows "
+    "float64, or values so large that the kernel features lose all precision). Scale or "
+    "normalize X before fitting (e.g. sklearn.preprocessing.StandardScaler or MaxAbsScaler), "
+    "or fix the bad entries"
+)
+
+
+def _check_finite(what, where, *arrays):
+    """Stop the fit with :class:`NonFiniteError` when any of ``arrays`` holds NaN or inf."""
+    for a in arrays:
+        if not np.all(np.isfinite(a)):
+            raise NonFiniteError(f"GIMC: NaN or inf in {what} {where}. {_SCALE_HINT}")
 
 
 def _unpack_stats(res, n_trials):
@@ -173,8 +189,10 @@ def fit_gimc(
         res = stats_pass(U, None, (0.0,), True)
         a2 = float(res[-1])
         S_PP, S_AP = _unpack_stats(res, 1)[0]
+        _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
         W = w_step(S_PP, S_AP, alpha)
         f = objective(W, S_PP, S_AP, a2, alpha)
+        _check_finite("the objective or W", "at the initialization", f, W)
         result = FitResult(U=U, W=W, objective=[f])
         if callback is not None:
             callback(0, time.perf_counter() - t0, f)
@@ -214,7 +232,8 @@ def fit_gimc(
         n_passes += 1
         g = _blocks.finalize_grad(gres[0], gres[1], U, spec)
         gnorm2 = float(np.sum(g * g))
-        if not np.isfinite(gnorm2) or gnorm2 == 0.0:
+        _check_finite("the gradient with respect to U", f"at iteration {it}", gnorm2)
+        if gnorm2 == 0.0:
             logger.info("GIMC iteration %d: zero gradient, stopping", it)
             result.converged = True
             break
@@ -240,6 +259,7 @@ def fit_gimc(
         eta_prev = eta
         W = w_step(S_PP, S_AP, alpha)
         f_new = objective(W, S_PP, S_AP, a2, alpha)
+        _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
         result.objective.append(f_new)
         result.step_sizes.append(eta)
         result.n_iter = it

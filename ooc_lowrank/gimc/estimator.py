@@ -21,8 +21,15 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
-from ooc_lowrank._persist import save_model
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    check_value,
+    save_model,
+)
+from ooc_lowrank._validation import NonFiniteError, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks, core
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures, median_gamma, sample_rows
 
@@ -85,9 +92,40 @@ def _check_X_memory(X, name="X"):
             f"{name} must hold only finite values; found {float(bad)!r}. Remove or impute NaN/inf "
             "entries before fitting (e.g. sklearn.impute.SimpleImputer)"
         )
+    check_X_scale(X, name)
     if sp.issparse(X):
         X.sort_indices()
     return X
+
+
+def check_X_scale(X, name="X", where=""):
+    """Refuse feature values whose squares overflow a row's squared norm in X's dtype.
+
+    The RBF kernel and the median heuristic use ``||x||^2``; with ``|x_ij| > sqrt(max / d)``
+    (float64, d = 100: 1.3e153) that sum can overflow to inf and the fit would return NaN.
+    """
+    data = X.data if sp.issparse(X) else np.asarray(X)
+    if not data.size or data.dtype.kind != "f":
+        return
+    d = max(int(X.shape[1]), 1)
+    limit = float(np.sqrt(np.finfo(data.dtype).max / d))
+    hi, lo = float(data.max()), float(data.min())  # no temporary copy of X
+    if max(hi, -lo) <= limit:
+        return
+    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
+    j = int(np.argmax(flat) if hi >= -lo else np.argmin(flat))
+    bad = float(flat[j])
+    if sp.issparse(X):
+        row = int(np.searchsorted(X.indptr, j, side="right") - 1)
+        col = int(X.indices[j])
+    else:
+        row, col = (int(i) for i in np.unravel_index(j, data.shape))
+    raise ValueError(
+        f"{name} holds the feature value {bad:.3g} (row {row}, column {col}{where}); feature "
+        f"values must stay within +-{limit:.3g} so that a row's squared norm does not overflow "
+        f"{data.dtype} ({d} features). Scale or normalize {name} before fitting (e.g. "
+        "sklearn.preprocessing.StandardScaler or MaxAbsScaler), or fix the bad entry"
+    )
 
 
 class GIMC(ClassifierMixin, BaseEstimator):
@@ -385,9 +423,16 @@ class GIMC(ClassifierMixin, BaseEstimator):
     def _init_parts(self, X, rng):
         """Initial U (d x m_total) and the feature spec."""
         S = sample_rows(X, 1000, rng)
+        check_X_scale(S, "X", " of the row sample used for the initialization")
         if self.normalize_rows:
             S = _blocks.l2_normalize_rows(S)
         gamma = median_gamma(S) if self.gamma is None else float(self.gamma)
+        if not (np.isfinite(gamma) and gamma > 0):
+            raise NonFiniteError(
+                f"gamma=None: the median heuristic gave the kernel width {gamma!r} on a sample "
+                "of X (squared distances overflowed or all rows are equal). Scale or normalize "
+                "X (e.g. sklearn.preprocessing.StandardScaler) or pass gamma= explicitly"
+            )
         kinds = ["fourier", "nystrom"] if self.features == "both" else [self.features]
         learn = bool(self.learn_features)
         Us, parts = [], []
@@ -568,7 +613,42 @@ class GIMC(ClassifierMixin, BaseEstimator):
     def _dtype_for(self, B):
         return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
+    def _check_model(self):
+        """Cheap consistency checks of the fitted attributes before any kernel runs (they may
+        have been modified in memory): types, float dtypes and shapes against ``spec_``."""
+        spec = self.spec_
+        want = {
+            "components_": (int(self.n_features_in_), spec.n_params),
+            "coef_": (spec.n_features, int(self.n_labels_)),
+        }
+        for name, shape in want.items():
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray):
+                raise TypeError(
+                    f"GIMC.{name} must be a NumPy array; got {type(a).__name__}. The fitted "
+                    "attributes were modified; refit or reload the model"
+                )
+            if a.dtype not in (np.float32, np.float64) or a.shape != shape:
+                raise ValueError(
+                    f"GIMC.{name} must be a float32/float64 array of shape {shape} (from "
+                    f"n_features_in_={self.n_features_in_}, n_labels_={self.n_labels_} and "
+                    f"the feature parts); got {a.dtype} of shape {a.shape}. The fitted "
+                    "attributes were modified; refit or reload the model"
+                )
+        for i, p in enumerate(spec.parts):
+            if p.M is not None and np.shape(p.M) != (p.m, p.m):
+                raise ValueError(
+                    f"GIMC.spec_.parts[{i}].M must have shape {(p.m, p.m)}; got "
+                    f"{np.shape(p.M)}. Refit or reload the model"
+                )
+        if np.shape(self.classes_) != (int(self.n_labels_),):
+            raise ValueError(
+                f"GIMC.classes_ must have shape ({self.n_labels_},) (n_labels_); got "
+                f"{np.shape(self.classes_)}. Refit or reload the model"
+            )
+
     def _args(self, dt):
+        self._check_model()
         return self.components_.astype(dt), self.spec_, np.ascontiguousarray(self.coef_, dtype=dt)
 
     def decision_function(self, X):
@@ -688,6 +768,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         dense arrays ``labels`` and ``scores`` of shape (n_samples, top_k)."""
         from ooc_lowrank.storage import DatasetWriter
 
+        check_is_fitted(self, "coef_")
+        check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one label")
         X = dataset["X"] if _is_dataset(dataset) else dataset
         B, _ = self._prepare_X(X, reset=False)
         k = min(int(top_k), self.n_labels_)
@@ -738,20 +820,71 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
-        est = cls(**params)
-        est.spec_ = _spec_from_saved(extra["parts"], arrays, params.get("normalize_rows"))
-        est.components_ = arrays["components"]
-        est.coef_ = arrays["coef"]
-        est.objective_ = arrays["objective"]
+        """The estimator of a loaded model; every JSON value and array is checked first
+        (type, dtype, shape against the metadata and each other, finiteness)."""
+        est = build_checked(cls, check_params(cls, params), cls._validate_params)
+        r = ModelReader(arrays, extra)
+        raw_parts = r.value("parts", "list")
+        if not raw_parts:
+            raise ModelFileError("model.json", "extra.parts", "must list at least one part", "[]")
+        parts = []
+        for i, item in enumerate(raw_parts):
+            key = f"extra.parts[{i}]"
+            if not (isinstance(item, list) and len(item) == 5):
+                raise ModelFileError(
+                    "model.json", key, "must be [kind, m, gamma, has_M, learn]", repr(item)
+                )
+            kind, m, gamma, has_M, learn = item
+            check_value(kind, f"{key} kind", "str", choices=("fourier", "nystrom"))
+            check_value(m, f"{key} m", "int", low=1)
+            check_value(gamma, f"{key} gamma", "float")
+            if gamma <= 0:
+                raise ModelFileError("model.json", f"{key} gamma", "must be > 0", repr(gamma))
+            check_value(has_M, f"{key} has_M", "bool")
+            check_value(learn, f"{key} learn", "bool")
+            M = r.array(f"M{i}", (m, m), meaning=f"m x m of part {i}") if has_M else None
+            parts.append((kind, m, float(gamma), M, learn))
+        est.spec_ = _blocks.FeatureSpec.build(parts, row_norm=bool(est.normalize_rows))
+        d = r.value("n_features_in", "int", low=1)
+        n_labels = r.value("n_labels", "int", low=1)
+        est.n_features_in_, est.n_labels_ = d, n_labels
+        est.multilabel_ = r.value("multilabel", "bool")
+        est.components_ = r.array(
+            "components",
+            (d, est.spec_.n_params),
+            meaning="n_features_in x the sum of the parts' m, from model.json",
+        )
+        est.coef_ = r.array(
+            "coef",
+            (est.spec_.n_features, n_labels),
+            meaning="the parts' feature count x n_labels, from model.json",
+        )
+        est.objective_ = r.array("objective", (None,))
         est.gamma_ = [p.gamma for p in est.spec_.parts]
-        est.n_features_in_ = int(extra["n_features_in"])
-        est.n_labels_ = int(extra["n_labels"])
-        est.multilabel_ = bool(extra["multilabel"])
-        est.n_iter_ = int(extra["n_iter"])
-        est.n_passes_ = int(extra["n_passes"])
-        est.n_trials_ = int(extra.get("n_trials", 2))  # models saved before n_trials_ existed
-        est.eval_history_ = {int(k): v for k, v in extra.get("eval_history", {}).items()}
-        est.classes_ = arrays["classes"] if "classes" in arrays else np.asarray(extra["classes"])
+        est.n_iter_ = r.value("n_iter", "int", low=0)
+        est.n_passes_ = r.value("n_passes", "int", low=0)
+        est.n_trials_ = r.value("n_trials", "int", low=1, default=2)  # older models lack it
+        history = r.value("eval_history", "dict", default={})
+        try:
+            est.eval_history_ = {int(k): v for k, v in history.items()}
+        except ValueError:
+            raise ModelFileError(
+                "model.json", "extra.eval_history", "must map iteration numbers to metrics"
+            ) from None
+        if "classes" in arrays:
+            est.classes_ = r.array("classes", (n_labels,), kind="label", meaning="n_labels")
+        else:
+            classes = r.value("classes", "list")
+            if len(classes) != n_labels or not all(isinstance(c, str) for c in classes):
+                raise ModelFileError(
+                    "model.json",
+                    "extra.classes",
+                    f"must list n_labels={n_labels} class names",
+                    f"{len(classes)} entries",
+                )
+            est.classes_ = np.asarray(classes)
+        r.finish()
+        est._check_model()
         return est
 
     def __sklearn_tags__(self):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
+from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.losses import get_loss
 
@@ -288,6 +289,7 @@ def greedy_pursuit(
     if restored is None:
         first = power_pass(U, V, theta, np.ones(m), np.ones(n))
         res.objective.append(float(first[2][0]))
+        _check_finite(res.objective[0], (U, V, theta), "at the starting point")
         snapshots = [(0, theta.copy())]
         best_score = np.inf
         if validation is not None:
@@ -407,6 +409,7 @@ def greedy_pursuit(
         obj = float(first[2][0])
         if l2 > 0:
             obj += 0.5 * l2 * theta @ _gram(U, V) @ theta
+        _check_finite(obj, (U, V, theta), f"after greedy step {t}")
         res.objective.append(obj)
         snapshots.append((U.shape[1], theta.copy()))
         elapsed = time.perf_counter() - t0
@@ -443,6 +446,24 @@ def greedy_pursuit(
     res.U, res.V, res.theta = U[:, :k].copy(), V[:, :k].copy(), th
     res.n_passes = run.n
     return res
+
+
+def _check_finite(obj, factors, where):
+    """Stop with :class:`NonFiniteError` when the objective or a factor is NaN / inf."""
+    bad = "the training objective" if not np.isfinite(obj) else None
+    if bad is None:
+        for name, a in zip(("U", "V", "theta"), factors, strict=True):
+            if not np.isfinite(a).all():
+                bad = f"the factor {name}"
+                break
+    if bad is None:
+        return
+    raise NonFiniteError(
+        f"GreedyLowRank: {bad} is not finite (objective {obj!r}) {where}. Likely cause: the "
+        "scale of the observed values (e.g. one value of 1e300, whose square overflows "
+        "float64) or a too large step_size. Scale the values (e.g. divide them by their "
+        "largest absolute value), fix the bad entries, or lower step_size"
+    )
 
 
 def bias_init(reduce, shape, mean, *, reg=10.0, n_sweeps=5, irls_eps=0.0):

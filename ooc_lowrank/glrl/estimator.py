@@ -19,7 +19,15 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from ooc_lowrank import _checkpoint, engine
-from ooc_lowrank._persist import load_model, save_model
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    from_saved,
+    load_model,
+    save_model,
+)
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.core import REFITS, SCHEDULES, bias_init, greedy_pursuit
@@ -507,6 +515,33 @@ class GreedyLowRank(BaseEstimator):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError("This GreedyLowRank instance is not fitted yet; call fit first")
+        self._check_factors()
+
+    def _check_factors(self):
+        """Cheap shape checks before any Numba kernel indexes the factors (the fitted
+        attributes may have been modified in memory): ``U_`` (n_rows, k), ``V_`` (n_cols, k),
+        ``theta_`` (k,), float32/float64, ``n_rows, n_cols = shape_``."""
+        try:
+            m, n = (int(s) for s in self.shape_)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"GreedyLowRank.shape_ must be a pair of integers; got {self.shape_!r}. "
+                "Refit or reload the model"
+            ) from None
+        k = np.shape(self.theta_)[0] if np.ndim(self.theta_) == 1 else None
+        for name, want in (("theta_", (k,)), ("U_", (m, k)), ("V_", (n, k))):
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray):
+                raise TypeError(
+                    f"GreedyLowRank.{name} must be a NumPy array; got {type(a).__name__}. The "
+                    "fitted attributes were modified; refit or reload the model"
+                )
+            if a.dtype not in (np.float32, np.float64) or a.shape != want or k is None:
+                raise ValueError(
+                    f"GreedyLowRank.{name} must be a float32/float64 array of shape {want} "
+                    f"(shape_={self.shape_}, k = len(theta_)); got {a.dtype} of shape "
+                    f"{a.shape}. The fitted attributes were modified; refit or reload the model"
+                )
 
     def _check_index(self, a, lim, name):
         a = np.asarray(a)
@@ -626,25 +661,40 @@ class GreedyLowRank(BaseEstimator):
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
+        """The estimator of a loaded model; every JSON value and array is checked first
+        (type, dtype, shape against ``shape`` and each other, finiteness)."""
         params = {
             k: (tuple(v) if isinstance(v, list) else v)
-            for k, v in params.items()
-            if k in cls._get_param_names()
+            for k, v in check_params(cls, params, ignore_unknown=True).items()
         }
-        est = cls(**params)
-        est.U_, est.V_, est.theta_ = arrays["U"], arrays["V"], arrays["theta"]
-        est.objective_path_ = arrays["objective_path"]
-        est.validation_path_ = arrays["validation_path"]
-        est.inner_counts_ = arrays["inner_counts"]
-        est.step_sizes_ = arrays["step_sizes"]
-        est.step_times_ = arrays["step_times"]
-        est.shape_ = tuple(int(s) for s in extra["shape"])
-        est.n_components_ = int(est.theta_.size)
-        est.n_iter_ = int(extra["n_iter"])
-        est.best_iter_ = int(extra["best_iter"])
-        est.n_passes_ = int(extra["n_passes"])
-        est.n_cache_passes_ = int(extra.get("n_cache_passes", 0))
-        est.n_observed_ = int(extra["n_observed"])
+        est = build_checked(cls, params, cls._check_params)
+        r = ModelReader(arrays, extra)
+        shape = r.value("shape", "list")
+        if len(shape) != 2 or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape
+        ):
+            raise ModelFileError(
+                "model.json", "extra.shape", "must be [n_rows, n_cols] with both >= 1", shape
+            )
+        m, n = shape
+        est.U_ = r.array("U", (m, None), meaning="n_rows of extra.shape x k")
+        k = est.U_.shape[1]
+        est.V_ = r.array("V", (n, k), meaning="n_cols of extra.shape x k, the columns of 'U'")
+        est.theta_ = r.array("theta", (k,), meaning="k, the columns of 'U' and 'V'")
+        est.objective_path_ = r.array("objective_path", (None,))
+        est.validation_path_ = r.array("validation_path", (None,), finite=False)
+        est.inner_counts_ = r.array("inner_counts", (None,), kind="int")
+        est.step_sizes_ = r.array("step_sizes", (None,))
+        est.step_times_ = r.array("step_times", (None,))
+        est.shape_ = (m, n)
+        est.n_components_ = int(k)
+        est.n_iter_ = r.value("n_iter", "int", low=0)
+        est.best_iter_ = r.value("best_iter", "int", low=0)
+        est.n_passes_ = r.value("n_passes", "int", low=0)
+        est.n_cache_passes_ = r.value("n_cache_passes", "int", low=0, default=0)
+        est.n_observed_ = r.value("n_observed", "int", low=0)
+        r.finish()
+        est._check_fitted()
         return est
 
     @classmethod
@@ -653,7 +703,7 @@ class GreedyLowRank(BaseEstimator):
         name, params, arrays, extra = load_model(path)
         if name != "GreedyLowRank":
             raise ValueError(f"model {path!r} holds a {name!r}, not a GreedyLowRank")
-        return cls._from_saved(params, arrays, extra)
+        return from_saved(cls, path, params, arrays, extra)
 
 
 __all__ = ["GreedyLowRank", "LOSSES", "METRICS"]
