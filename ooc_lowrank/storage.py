@@ -186,6 +186,11 @@ def _remove_stale(loc: str) -> None:
             if len(parts) != 3 or parts[2] != host or not parts[0].isdigit():
                 continue
             pid = int(parts[0])
+            if tag == "old" and not os.path.exists(p):
+                # killed between the two renames of _commit: this is the only copy of the
+                # previous store; keep it for the user to rename back
+                logger.warning("%s holds the previous store of %s; rename it back", n, p)
+                continue
             if pid != os.getpid() and not _pid_alive(pid):
                 logger.info("removing %s, left by process %d which is gone", n, pid)
                 shutil.rmtree(os.path.join(parent, n), ignore_errors=True)
@@ -193,7 +198,7 @@ def _remove_stale(loc: str) -> None:
 
 # SIGTERM: abort every open writer, then hand the signal to whoever had it before.
 _ACTIVE: set = set()
-_SIG_LOCK = threading.Lock()
+_SIG_LOCK = threading.RLock()  # re-entrant: the handler may run while the lock is held
 _PREV_HANDLER = None
 _INSTALLED = False
 
@@ -257,8 +262,11 @@ def _array_paths(arrays: dict) -> list[str]:
         if kind == "dense":
             out.append(name)
         else:
-            parts = ("indptr", "indices", "data") if kind == "csr" else (
-                "indptr", "col", "value", "row")
+            parts = (
+                ("indptr", "indices", "data")
+                if kind == "csr"
+                else ("indptr", "col", "value", "row")
+            )
             out += [f"{name}/{q}" for q in parts]
     return out
 
@@ -362,34 +370,60 @@ def _check_manifest(url: str, g, meta: dict, *, checksums: bool) -> bool:
     for ap in _array_paths(meta["arrays"]):
         expected = man.get(ap)
         if expected is None:
-            raise StoreError(url, ap, "array is not in the chunk manifest", None,
-                             "The store is corrupt; write it again")
+            raise StoreError(
+                url,
+                ap,
+                "array is not in the chunk manifest",
+                None,
+                "The store is corrupt; write it again",
+            )
         try:
             za = g[ap]
             grid = _chunk_grid_keys(za.shape, za.chunks)
         except Exception as e:  # noqa: BLE001 - zarr raises several types
             raise StoreError(
-                url, ap, "array is missing or unreadable", repr(e),
-                "The store is incomplete or corrupt; write it again") from None
+                url,
+                ap,
+                "array is missing or unreadable",
+                repr(e),
+                "The store is incomplete or corrupt; write it again",
+            ) from None
         for key in grid:
             if key not in expected:
-                raise StoreError(url, ap, "chunk missing from the manifest", key,
-                                 "The store is corrupt; write it again")
+                raise StoreError(
+                    url,
+                    ap,
+                    "chunk missing from the manifest",
+                    key,
+                    "The store is corrupt; write it again",
+                )
         for key, (size, crc) in expected.items():
             full = f"{ap}/{key}"
             if full not in files:
                 raise StoreError(
-                    url, ap, f"missing chunk {full!r} (deleted or never written)", None,
-                    "The store is incomplete; restore the file or write the store again")
+                    url,
+                    ap,
+                    f"missing chunk {full!r} (deleted or never written)",
+                    None,
+                    "The store is incomplete; restore the file or write the store again",
+                )
             if files[full] != size:
                 raise StoreError(
-                    url, ap, f"chunk {full!r} has {files[full]} bytes, the manifest "
-                    f"records {size} (truncated or overwritten)", None,
-                    "The store is corrupt; restore the file or write the store again")
+                    url,
+                    ap,
+                    f"chunk {full!r} has {files[full]} bytes, the manifest "
+                    f"records {size} (truncated or overwritten)",
+                    None,
+                    "The store is corrupt; restore the file or write the store again",
+                )
             if checksums and zlib.crc32(_read_file(url, full)) != crc:
                 raise StoreError(
-                    url, ap, f"chunk {full!r} fails its checksum (CRC-32 differs from the "
-                    "manifest)", None, "The store is corrupt; write it again")
+                    url,
+                    ap,
+                    f"chunk {full!r} fails its checksum (CRC-32 differs from the manifest)",
+                    None,
+                    "The store is corrupt; write it again",
+                )
     return True
 
 

@@ -131,8 +131,18 @@ PROBES = [
     ("deleted-dense-chunk", _tampered(lambda p: _rm(p, "X/c/1/0")), StoreError, "c/1/0"),
     ("deleted-zero-chunk-names-array", _tampered(lambda p: _rm(p, "X/c/1/0")), StoreError, "'X'"),
     ("deleted-last-chunk", _tampered(lambda p: _rm(p, "X/c/2/0")), StoreError, "missing chunk"),
-    ("deleted-indices-chunk", _tampered(lambda p: _rm(p, "Y/indices/c/0")), StoreError, "Y/indices"),
-    ("deleted-indptr-chunk", _tampered(lambda p: _rm(p, "Y/indptr/c/1")), StoreError, "missing chunk"),
+    (
+        "deleted-indices-chunk",
+        _tampered(lambda p: _rm(p, "Y/indices/c/0")),
+        StoreError,
+        "Y/indices",
+    ),
+    (
+        "deleted-indptr-chunk",
+        _tampered(lambda p: _rm(p, "Y/indptr/c/1")),
+        StoreError,
+        "missing chunk",
+    ),
     (
         "deleted-chunk-verify-full",
         _tampered(lambda p: _rm(p, "X/c/0/0"), lambda p: open_dataset(p, verify="full")),
@@ -151,7 +161,12 @@ PROBES = [
         StoreError,
         "missing chunk",
     ),
-    ("deleted-chunk-fit", _tampered(lambda p: _rm(p, "X/c/1/0"), lambda p: _fit(p)()), StoreError, "missing chunk"),
+    (
+        "deleted-chunk-fit",
+        _tampered(lambda p: _rm(p, "X/c/1/0"), lambda p: _fit(p)()),
+        StoreError,
+        "missing chunk",
+    ),
     ("deleted-manifest", _tampered(lambda p: _rm(p, "manifest.json")), StoreError, "manifest"),
     # -- truncated / corrupt chunks name store, array and chunk -------------------------------
     ("truncated-chunk-open", _tampered(lambda p: _truncate(p, "X/c/0/0")), StoreError, "c/0/0"),
@@ -191,12 +206,32 @@ PROBES = [
         "0/1",
     ),
     # -- item 9: absurd ids without --shape; empty sources ----------------------------------
-    ("ratings-id-4e9", _ratings(["1\t1\t5\t0", "2\t3\t4\t0", "4000000000\t2\t3\t0"]), ConversionError, "line 3"),
-    ("ratings-id-4e9-fix", _ratings(["1\t1\t5\t0", "4000000000\t2\t3\t0"]), ConversionError, "shape"),
-    ("ratings-id-1e8", _ratings(["1\t1\t5\t0", "2\t3\t4\t0", "100000000\t2\t3\t0"]), ConversionError, "100000000"),
+    (
+        "ratings-id-4e9",
+        _ratings(["1\t1\t5\t0", "2\t3\t4\t0", "4000000000\t2\t3\t0"]),
+        ConversionError,
+        "line 3",
+    ),
+    (
+        "ratings-id-4e9-fix",
+        _ratings(["1\t1\t5\t0", "4000000000\t2\t3\t0"]),
+        ConversionError,
+        "shape",
+    ),
+    (
+        "ratings-id-1e8",
+        _ratings(["1\t1\t5\t0", "2\t3\t4\t0", "100000000\t2\t3\t0"]),
+        ConversionError,
+        "100000000",
+    ),
     ("ratings-item-1e8", _ratings(["1\t1\t5\t0", "2\t100000000\t4\t0"]), ConversionError, "line 2"),
     ("empty-svmlight", _empty_source("svmlight"), ConversionError, "no rows"),
-    ("empty-svmlight-comments-only", _empty_source("svmlight", "# nothing\n"), ConversionError, "no rows"),
+    (
+        "empty-svmlight-comments-only",
+        _empty_source("svmlight", "# nothing\n"),
+        ConversionError,
+        "no rows",
+    ),
     # -- item 11: paths are accepted, a missing path is named ----------------------------------
     ("gimc-fit-missing-path", lambda tmp: _fit(str(tmp / "absent.zarr")), StoreError, "no store"),
 ]
