@@ -90,6 +90,50 @@ def _tampered(tamper, action=open_dataset):
     return setup
 
 
+def _memory_store_then(tamper_key, after_open):
+    """A ``memory://`` store (the fsspec code path) with one chunk removed."""
+
+    def setup(tmp):
+        import fsspec
+
+        url = f"memory://hostile/{tmp.name}/m.zarr"
+        X = np.arange(1, 41, dtype=np.float32).reshape(10, 4)
+        write_arrays(url, {"X": X}, block_rows=4, overwrite=True)
+        fs = fsspec.filesystem("memory")
+
+        def rm():
+            fs.rm(f"/hostile/{tmp.name}/m.zarr/{tamper_key}")
+
+        if after_open:
+            ds = open_dataset(url)
+            rm()
+            return lambda: ds["X"].read()
+        rm()
+        return lambda: open_dataset(url)
+
+    return setup
+
+
+def _write_text(rel, text):
+    def tamper(p):
+        with open(os.path.join(p, rel), "w") as fh:
+            fh.write(text)
+
+    return tamper
+
+
+def _evaluate_on(tamper):
+    def setup(tmp):
+        X = np.random.default_rng(1).standard_normal((10, 4)).astype(np.float32)
+        est = GIMC(n_components=4, max_iter=1, random_state=0)
+        est.fit(X, sp.csr_matrix(np.eye(10, 3, dtype=np.float32)))
+        p = _store(tmp)
+        tamper(p)
+        return lambda: est.evaluate(p)
+
+    return setup
+
+
 def _label_store(Y, name="Y", kind=None):
     def setup(tmp):
         p = str(tmp / "lab.zarr")
@@ -116,11 +160,11 @@ def _ratings(lines, **kw):
     return setup
 
 
-def _empty_source(fmt, text=""):
+def _empty_source(fmt, text="", **opts):
     def setup(tmp):
         src = tmp / "empty.txt"
         src.write_text(text)
-        return lambda: convert(fmt, str(src), str(tmp / "e.zarr"))
+        return lambda: convert(fmt, str(src), str(tmp / "e.zarr"), **opts)
 
     return setup
 
@@ -192,7 +236,12 @@ PROBES = [
     ("store-label-2", _label_store(_bad_csr(2.0, 7)), ValueError, "row 7"),
     ("store-label-minus-1", _label_store(_bad_csr(-1.0, 3)), ValueError, "-1.0"),
     ("store-label-half", _label_store(_bad_csr(0.5, 11)), ValueError, "0/1"),
-    ("store-label-names-store", _label_store(_bad_csr(0.5, 11)), ValueError, "lab.zarr"),
+    (
+        "store-label-names-store",
+        _label_store(_bad_csr(0.5, 11)),
+        ValueError,
+        "lab.zarr', array 'Y'",
+    ),
     (
         "store-class-column-continuous",
         _label_store(np.r_[np.zeros(6), np.ones(5), 0.5][:, None], name="y"),
@@ -234,6 +283,61 @@ PROBES = [
     ),
     # -- item 11: paths are accepted, a missing path is named ----------------------------------
     ("gimc-fit-missing-path", lambda tmp: _fit(str(tmp / "absent.zarr")), StoreError, "no store"),
+    # -- more store hazards ---------------------------------------------------------------------
+    ("memory-url-deleted-chunk", _memory_store_then("X/c/1/0", False), StoreError, "c/1/0"),
+    (
+        "memory-url-deleted-after-open",
+        _memory_store_then("X/c/2/0", True),
+        StoreError,
+        "missing chunk",
+    ),
+    (
+        "garbage-manifest",
+        _tampered(_write_text("manifest.json", "{not json")),
+        StoreError,
+        "manifest",
+    ),
+    (
+        "manifest-lists-no-arrays",
+        _tampered(_write_text("manifest.json", "{}")),
+        StoreError,
+        "not in the chunk manifest",
+    ),
+    (
+        "truncated-indptr-open",
+        _tampered(lambda p: _truncate(p, "Y/indptr/c/0", 9)),
+        StoreError,
+        "'Y/indptr/c/0' has 9 bytes",
+    ),
+    (
+        "evaluate-deleted-chunk",
+        _evaluate_on(lambda p: _rm(p, "Y/data/c/0")),
+        StoreError,
+        "Y/data",
+    ),
+    (
+        "store-without-labels",
+        lambda tmp: _fit(write_arrays(str(tmp / "nol.zarr"), {"X": np.ones((4, 2))}).url),
+        ValueError,
+        "no label array",
+    ),
+    (
+        "empty-arff-no-rows",
+        _empty_source(
+            "arff", "@relation r\n@attribute a numeric\n@attribute l {0,1}\n@data\n", n_labels=1
+        ),
+        ConversionError,
+        "no rows",
+    ),
+    (
+        "snap-node-id-4e9",
+        lambda tmp: (
+            (tmp / "e.txt").write_text("0\t1\t1\n4000000000\t2\t-1\n"),
+            lambda: convert("snap", str(tmp / "e.txt"), str(tmp / "e.zarr")),
+        )[1],
+        ConversionError,
+        "line 2",
+    ),
 ]
 
 
@@ -264,6 +368,7 @@ def test_writer_stores_all_zero_chunks_and_manifest(tmp_path):
 def test_store_without_manifest_opens_with_warning(tmp_path):
     p = _store(tmp_path)
     _rm(p, "manifest.json")
+    _rm(p, "X/c/1/0")  # the old writer skipped all-zero chunks
     g = zarr.open_group(p, mode="r+")
     meta = dict(g.attrs["ooc_lowrank"])
     meta.pop("manifest")
@@ -272,11 +377,12 @@ def test_store_without_manifest_opens_with_warning(tmp_path):
         open_dataset(p)
     from ooc_lowrank.storage import rebuild_manifest
 
-    rebuild_manifest(p)
+    assert rebuild_manifest(p)["X"] == 1
+    assert os.path.exists(os.path.join(p, "X", "c", "1", "0"))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         ds = open_dataset(p, verify="full")
-    assert ds["X"].read()[0, 0] == 1.0
+    assert ds["X"].read()[0, 0] == 1.0 and not ds["X"].read(4, 8).any()
     _rm(p, "X/c/0/0")
     with pytest.raises(StoreError, match="missing chunk"):
         open_dataset(p)
