@@ -249,6 +249,51 @@ def _uninstall_sigterm() -> None:
         pass
 
 
+class _ScratchDir:
+    """A private scratch folder removed on exit, on SIGTERM, and (after a SIGKILL) by the next
+    scratch folder of the same prefix once its process is gone."""
+
+    def __init__(self, prefix, dir=None):  # noqa: A002 - tempfile's word
+        import tempfile
+
+        self.parent = dir or tempfile.gettempdir()
+        self.prefix = prefix
+        host = _host_tag()
+        try:
+            names = os.listdir(self.parent)
+        except OSError:
+            names = []
+        for n in names:
+            parts = n[len(prefix) :].split("-") if n.startswith(prefix) else []
+            if len(parts) == 3 and parts[0].isdigit() and parts[1] == host:
+                pid = int(parts[0])
+                if pid != os.getpid() and not _pid_alive(pid):
+                    logger.info("removing %s, left by process %d which is gone", n, pid)
+                    shutil.rmtree(os.path.join(self.parent, n), ignore_errors=True)
+        self.path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-{host}-", dir=self.parent)
+
+    def __enter__(self):
+        _register(self)
+        return self.path
+
+    def __exit__(self, *exc):
+        self.abort()
+        return False
+
+    def abort(self):
+        _unregister(self)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def scratch_dir(prefix, dir=None):  # noqa: A002
+    """Context manager: a temporary folder ``<dir>/<prefix><pid>-<host>-<random>`` (its path).
+
+    Removed when the block exits (also by an exception or SIGTERM); a folder left by a killed
+    process (SIGKILL) is removed by the next ``scratch_dir`` of the same prefix and folder.
+    """
+    return _ScratchDir(prefix, dir)
+
+
 # ---------------------------------------------------------------------------------------------
 # chunk manifests
 # ---------------------------------------------------------------------------------------------

@@ -494,18 +494,24 @@ print("ready", flush=True)
 """
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
-def test_killed_writer_temp_is_removed(tmp_path, sig):
-    url = str(tmp_path / "k.zarr")
-    write_arrays(url, {"X": np.full((8, 2), 7.0)})
+def _run_and_kill(template, sig, **fmt):
+    """Run ``template`` in a child until it prints "ready"; then SIGTERM it (it sleeps) or let
+    it SIGKILL itself; check that it died of that signal."""
     tail = "time.sleep(60)" if sig == signal.SIGTERM else "os.kill(os.getpid(), signal.SIGKILL)"
-    code = textwrap.dedent(_KILLED_WRITER.format(url=url, tail=tail))
+    code = textwrap.dedent(template.format(tail=tail, **fmt))
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert p.stdout.readline().strip() == b"ready"
     if sig == signal.SIGTERM:
         p.send_signal(signal.SIGTERM)
     p.wait(timeout=60)
     assert p.returncode == -sig
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_writer_temp_is_removed(tmp_path, sig):
+    url = str(tmp_path / "k.zarr")
+    write_arrays(url, {"X": np.full((8, 2), 7.0)})
+    _run_and_kill(_KILLED_WRITER, sig, url=url)
     left = _leftovers(tmp_path, {"k.zarr"})
     if sig == signal.SIGTERM:
         assert left == []  # cleaned up by the handler, then died of SIGTERM as before
@@ -531,3 +537,33 @@ def test_live_writers_temp_is_kept(tmp_path):
         p.kill()
         p.wait()
     time.sleep(0)
+
+
+_KILLED_CONVERT = """
+import os, signal, sys, time
+from ooc_lowrank.io import convert
+
+def progress(done):
+    print("ready", flush=True)
+    {tail}
+
+convert("movielens", {src!r}, {dest!r}, tmpdir={spill!r}, block_rows=1, progress=progress)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_convert_leaves_no_temp(tmp_path, sig):
+    """A convert killed mid-way: store temp and sort spill folders never outlive the next run."""
+    src, spill, out = tmp_path / "u.data", tmp_path / "spill", tmp_path / "out"
+    spill.mkdir()
+    out.mkdir()
+    src.write_text("".join(f"{u}\t{i}\t3\t0\n" for u in range(1, 30) for i in (1, 2)))
+    dest = str(out / "r.zarr")
+    _run_and_kill(_KILLED_CONVERT, sig, src=str(src), dest=dest, spill=str(spill))
+    if sig == signal.SIGTERM:
+        assert os.listdir(spill) == [] and os.listdir(out) == []
+    else:
+        assert os.listdir(spill) and os.listdir(out)  # SIGKILL: nothing could run
+    convert("movielens", str(src), dest, tmpdir=str(spill))  # the next run cleans up
+    assert os.listdir(spill) == [] and os.listdir(out) == ["r.zarr"]
+    assert open_dataset(dest)["obs"].nnz == 58

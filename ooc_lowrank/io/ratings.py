@@ -34,8 +34,6 @@ entry on disk and are removed afterwards.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
@@ -279,8 +277,11 @@ def _convert(
         "one_based": bool(offset),
         "shape": [int(n_rows), int(n_cols)],
     }
-    tmp = tempfile.mkdtemp(prefix="ooc_lowrank_sort_", dir=tmpdir)
-    try:
+    from ooc_lowrank.storage import scratch_dir  # storage layer; imported lazily
+
+    # the spill folder goes away on success, errors and SIGTERM; after a SIGKILL the next
+    # conversion removes it (its name carries the pid)
+    with scratch_dir("ooc_lowrank_sort_", tmpdir) as tmp:
         # pass 2: spill every entry to its bucket file
         files = [os.path.join(tmp, f"bucket{b:06d}.bin") for b in range(starts.size - 1)]
         for _, _, (r, c, v) in _chunks(srcs, chunk_bytes, offset, signs, comment):
@@ -318,8 +319,6 @@ def _convert(
             overwrite=overwrite,
             progress=progress,
         )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 _DOC_COMMON = """
