@@ -122,12 +122,14 @@ def _write_text(rel, text):
     return tamper
 
 
-def _evaluate_on(tamper):
+def _evaluate_on(tamper, arrays=None):
+    """A multi-label model (3 labels) evaluated on a store: ``_store`` or ``arrays``."""
+
     def setup(tmp):
         X = np.random.default_rng(1).standard_normal((10, 4)).astype(np.float32)
         est = GIMC(n_components=4, max_iter=1, random_state=0)
         est.fit(X, sp.csr_matrix(np.eye(10, 3, dtype=np.float32)))
-        p = _store(tmp)
+        p = _store(tmp) if arrays is None else write_arrays(str(tmp / "e.zarr"), arrays).url
         tamper(p)
         return lambda: est.evaluate(p)
 
@@ -314,6 +316,12 @@ PROBES = [
         _evaluate_on(lambda p: _rm(p, "Y/data/c/0")),
         StoreError,
         "Y/data",
+    ),
+    (
+        "evaluate-multilabel-model-on-class-store",
+        _evaluate_on(lambda p: None, arrays={"X": np.ones((6, 4)), "y": np.ones((6, 1))}),
+        ValueError,
+        "3 columns",
     ),
     (
         "store-without-labels",

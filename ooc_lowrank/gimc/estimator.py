@@ -687,6 +687,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
         if Y is None:
             raise ValueError("evaluate needs labels: pass a dataset with 'Y' or 'y', or Y=...")
         codes = False
+        if self.multilabel_ and (np.ndim(Y) != 2 or Y.shape[1] != self.n_labels_):
+            raise ValueError(
+                f"Y must be a 0/1 label matrix with {self.n_labels_} columns (the labels of this "
+                f"multi-label model); got shape {getattr(Y, 'shape', np.shape(Y))}. Evaluate on "
+                "data with the same labels as in fit"
+            )
         if not self.multilabel_:
             # class labels (in memory, a store column or a Dask array) -> codes of classes_,
             # block by block; a class unseen in fit gets -1 (always a miss)
