@@ -32,7 +32,7 @@ the chunks it covers exist.  Stores written before the manifest existed open wit
 :class:`OOCLowRankWarning` (a missing chunk cannot be told from an all-zero one there);
 :func:`rebuild_manifest` adds one (writing any missing chunk explicitly as zeros).
 
-Temporary stores are named ``.<name>.tmp-<pid>-<random>-<host>``.  An exception or SIGTERM
+Temporary stores are named ``.<name>.tmp-<pid>-<host>-<random>``.  An exception or SIGTERM
 removes them (the SIGTERM handler then hands the signal to the previous handler); after a
 SIGKILL, the next write to the same destination on the same host removes the folders of
 processes that are no longer alive.
@@ -143,10 +143,10 @@ def _host_tag() -> str:
 
 
 def _sibling(loc: str, tag: str) -> str:
-    """``.<name>.<tag>-<pid>-<random>-<host>`` next to ``loc`` (see :func:`_remove_stale`)."""
+    """``.<name>.<tag>-<pid>-<host>-<random>`` next to ``loc`` (see :func:`_remove_stale`)."""
     loc = loc.rstrip("/")
     head, _, name = loc.rpartition("/")
-    suffix = f"{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}-{_host_tag()}"
+    suffix = f"{tag}-{os.getpid()}-{_host_tag()}-{uuid.uuid4().hex[:8]}"
     if not _is_url(loc):
         p = _local_path(loc)
         return os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{suffix}")
@@ -163,6 +163,28 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _reap_stale(parent: str, prefix: str) -> list[str]:
+    """Remove folders ``<parent>/<prefix><pid>-<host>-<random>`` whose process (on this host)
+    is gone; return the names of the others with that prefix (live or foreign)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    host, kept = _host_tag(), []
+    for n in names:
+        if not n.startswith(prefix):
+            continue
+        parts = n[len(prefix) :].split("-")
+        if len(parts) == 3 and parts[0].isdigit() and parts[1] == host:
+            pid = int(parts[0])
+            if pid != os.getpid() and not _pid_alive(pid):
+                logger.info("removing %s, left by process %d which is gone", n, pid)
+                shutil.rmtree(os.path.join(parent, n), ignore_errors=True)
+                continue
+        kept.append(n)
+    return kept
+
+
 def _remove_stale(loc: str) -> None:
     """Remove temporary stores left next to ``loc`` by dead processes of this host (SIGKILL).
 
@@ -172,28 +194,15 @@ def _remove_stale(loc: str) -> None:
         return
     p = _local_path(loc.rstrip("/"))
     parent, base = os.path.dirname(p), os.path.basename(p)
-    try:
-        names = os.listdir(parent)
-    except OSError:
+    _reap_stale(parent, f".{base}.tmp-")
+    if os.path.exists(p):
+        _reap_stale(parent, f".{base}.old-")
         return
-    host = _host_tag()
-    for n in names:
-        for tag in ("tmp", "old"):
-            pre = f".{base}.{tag}-"
-            if not n.startswith(pre):
-                continue
-            parts = n[len(pre) :].split("-")
-            if len(parts) != 3 or parts[2] != host or not parts[0].isdigit():
-                continue
-            pid = int(parts[0])
-            if tag == "old" and not os.path.exists(p):
-                # killed between the two renames of _commit: this is the only copy of the
-                # previous store; keep it for the user to rename back
-                logger.warning("%s holds the previous store of %s; rename it back", n, p)
-                continue
-            if pid != os.getpid() and not _pid_alive(pid):
-                logger.info("removing %s, left by process %d which is gone", n, pid)
-                shutil.rmtree(os.path.join(parent, n), ignore_errors=True)
+    # killed between the two renames of _commit: the .old folder is the only copy of the
+    # previous store; keep it for the user to rename back
+    for n in os.listdir(parent):
+        if n.startswith(f".{base}.old-"):
+            logger.warning("%s holds the previous store of %s; rename it back", n, p)
 
 
 # SIGTERM: abort every open writer, then hand the signal to whoever had it before.
@@ -257,20 +266,10 @@ class _ScratchDir:
         import tempfile
 
         self.parent = dir or tempfile.gettempdir()
-        self.prefix = prefix
-        host = _host_tag()
-        try:
-            names = os.listdir(self.parent)
-        except OSError:
-            names = []
-        for n in names:
-            parts = n[len(prefix) :].split("-") if n.startswith(prefix) else []
-            if len(parts) == 3 and parts[0].isdigit() and parts[1] == host:
-                pid = int(parts[0])
-                if pid != os.getpid() and not _pid_alive(pid):
-                    logger.info("removing %s, left by process %d which is gone", n, pid)
-                    shutil.rmtree(os.path.join(self.parent, n), ignore_errors=True)
-        self.path = tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-{host}-", dir=self.parent)
+        _reap_stale(self.parent, prefix)
+        self.path = tempfile.mkdtemp(
+            prefix=f"{prefix}{os.getpid()}-{_host_tag()}-", dir=self.parent
+        )
 
     def __enter__(self):
         _register(self)

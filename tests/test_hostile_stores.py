@@ -575,3 +575,21 @@ def test_killed_convert_leaves_no_temp(tmp_path, sig):
     convert("movielens", str(src), dest, tmpdir=str(spill))  # the next run cleans up
     assert os.listdir(spill) == [] and os.listdir(out) == ["r.zarr"]
     assert open_dataset(dest)["obs"].nnz == 58
+
+
+def test_stale_old_store_is_kept_when_it_is_the_only_copy(tmp_path):
+    """Killed between _commit's two renames: the .old folder is the previous store; keep it."""
+    from ooc_lowrank.storage import _host_tag
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True
+    )
+    pid = int(dead.stdout)
+    old = tmp_path / f".k.zarr.old-{pid}-{_host_tag()}-abcd1234"
+    tmp = tmp_path / f".k.zarr.tmp-{pid}-{_host_tag()}-abcd1234"
+    write_arrays(str(old), {"X": np.ones((2, 2))})
+    tmp.mkdir()
+    write_arrays(str(tmp_path / "k.zarr"), {"X": np.zeros((2, 2))})
+    assert _leftovers(tmp_path, {"k.zarr"}) == [old.name]  # dead tmp removed, old kept
+    write_arrays(str(tmp_path / "k.zarr"), {"X": np.zeros((2, 2))}, overwrite=True)
+    assert _leftovers(tmp_path, {"k.zarr"}) == []  # the store exists again: old is stale
