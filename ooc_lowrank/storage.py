@@ -1137,6 +1137,7 @@ class Dataset:
             "bytes_on_disk": _du(self.url),
             "arrays": arrays,
             "attrs": self.attrs,
+            "chunk_manifest": self.meta.get("manifest") is not None,
         }
 
 

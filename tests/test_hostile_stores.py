@@ -424,8 +424,10 @@ def test_gimc_fit_accepts_paths_and_dataset_y(tmp_path, rng):
     X, y = _multiclass(rng, C=3)
     p = str(tmp_path / "y.zarr")
     write_arrays(p, {"X": X, "y": (y + 1).astype(np.float64)[:, None]}, block_rows=100)
-    est = GIMC(n_components=10, max_iter=2, random_state=0).fit(p)
+    est = GIMC(n_components=10, max_iter=2, random_state=0).fit(p, eval_set=p, eval_every=1)
     assert est.classes_.tolist() == [1, 2, 3] and not est.multilabel_
+    assert set(est.eval_history_) == {0, 1, 2} and est.eval_history_[2]["accuracy"] > 0.5
+    assert open_dataset(p).info()["chunk_manifest"] is True
     out = str(tmp_path / "pred.zarr")
     est.predict_to_store(open_dataset(p), out, top_k=1)
     assert set(np.unique(open_dataset(out)["labels"].read())) <= {1, 2, 3}
