@@ -595,3 +595,26 @@ def test_stale_old_store_is_kept_when_it_is_the_only_copy(tmp_path):
     assert _leftovers(tmp_path, {"k.zarr"}) == [old.name]  # dead tmp removed, old kept
     write_arrays(str(tmp_path / "k.zarr"), {"X": np.zeros((2, 2))}, overwrite=True)
     assert _leftovers(tmp_path, {"k.zarr"}) == []  # the store exists again: old is stale
+
+
+def test_arff_named_classes_fit_and_predict_names(tmp_path, rng):
+    """A single nominal class attribute ({sky,grass,path}) becomes "y" plus class_names; GIMC
+    predicts the names, and store and in-memory evaluation agree."""
+    X, y = _multiclass(rng, n=120, d=3, C=3)
+    names = np.array(["sky", "grass", "path"])[y]
+    body = "".join(f"{a:.5f},{b:.5f},{c:.5f},{k}\n" for (a, b, c), k in zip(X, names, strict=True))
+    src = tmp_path / "c.arff"
+    src.write_text(
+        "@relation r\n@attribute a numeric\n@attribute b numeric\n@attribute c numeric\n"
+        "@attribute class {sky,grass,path}\n@data\n" + body
+    )
+    dest = str(tmp_path / "c.zarr")
+    convert("arff", str(src), dest, n_labels=1)
+    ds = open_dataset(dest)
+    assert ds.attrs["class_names"] == ["grass", "path", "sky"] and ds["y"].shape == (120, 1)
+    est = GIMC(n_components=10, max_iter=2, random_state=0).fit(dest, eval_set=dest)
+    assert est.classes_.tolist() == ["grass", "path", "sky"]
+    assert set(est.predict(ds["X"].read())) <= {"grass", "path", "sky"}
+    mem = est.evaluate(ds["X"].read(), ["accuracy"], Y=names)
+    assert est.evaluate(ds, ["accuracy"]) == pytest.approx(mem) and mem["accuracy"] > 0.5
+    assert est.eval_history_[est.n_iter_] == pytest.approx(mem)

@@ -108,6 +108,26 @@ def _scan_store_labels(h, class_column):
     return None
 
 
+def _class_names(ds, Y):
+    """``attrs["class_names"]`` of a store whose ``y`` holds ranks of named classes, else None."""
+    names = getattr(ds, "attrs", {}).get("class_names")
+    if names is None or getattr(Y, "name", None) != "y":
+        return None
+    return np.asarray(names)
+
+
+def _store_positions(classes, names):
+    """Where each of ``classes`` (sorted names) sits in a store's sorted ``names``: increasing
+    floats, integral for present classes, strictly between integers for absent ones."""
+    lookup = {str(c): i for i, c in enumerate(names)}
+    out, prev = [], -0.5
+    for c in classes:
+        i = lookup.get(str(c))
+        prev = float(i) if i is not None else float(np.nextafter(prev, np.inf))
+        out.append(prev)
+    return np.asarray(out)
+
+
 def _class_codes(YB, classes):
     """Lazy ``(n, 1)`` int64 codes of class labels (``-1`` for a class not in ``classes``)."""
     return engine.as_blocked(
@@ -507,11 +527,13 @@ class GIMC(ClassifierMixin, BaseEstimator):
             if eval_metrics is not None:
                 metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
         X = _open_if_path(X)
+        names = None
         if _is_dataset(X):
             ds = X
             X = ds["X"]
             if Y is None:
                 Y = _dataset_labels(ds)
+                names = _class_names(ds, Y)
         XB, Xmem = self._prepare_X(X, reset=True)
         n = XB.shape[0]
         if n == 0:
@@ -519,6 +541,14 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 "X has 0 samples; GIMC needs at least one row to fit. Check the store or array"
             )
         A, n_labels, codes, classes, multilabel = self._prepare_Y(Y, n)
+        if names is not None and classes is not None:  # ranks of named classes -> the names
+            if classes.min() < 0 or classes.max() >= names.size:
+                raise ValueError(
+                    f"{_handle_where(Y)}: class ranks must lie in [0, {names.size}) (the store's "
+                    f"class_names); got {int(classes.min())}..{int(classes.max())}. The store "
+                    "is corrupt; convert it again"
+                )
+            classes = names[classes]
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
@@ -527,12 +557,16 @@ class GIMC(ClassifierMixin, BaseEstimator):
             probe = copy.copy(self)  # scores intermediate states; self is untouched until the end
             probe.spec_, probe.n_labels_, probe.multilabel_ = None, n_labels, multilabel
             probe.classes_ = classes if classes is not None else np.arange(n_labels)
-            Xv, Yv = _split_eval_set(eval_set)
+            eval_ds = _open_if_path(eval_set)
+            Xv, Yv = _split_eval_set(eval_ds)
             probe._check_eval_set(Xv, Yv)
 
             def score(it, U, W):
                 probe.components_, probe.coef_ = U, W
-                history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+                if _is_dataset(eval_ds):  # its labels, with its class names if any
+                    history[it] = probe.evaluate(eval_ds, eval_metrics)
+                else:
+                    history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
 
             def monitor(it, U, W):
                 if it % int(eval_every) == 0:
@@ -677,10 +711,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
             metrics_ = ["p@1", "p@3", "p@5"] if self.multilabel_ else ["accuracy"]
         parsed = metrics.parse_metrics(metrics_)
         dataset = _open_if_path(dataset)
+        names = None
         if _is_dataset(dataset):
             X = dataset["X"]
             if Y is None:
                 Y = _dataset_labels(dataset)
+                names = _class_names(dataset, Y)
         else:
             X = dataset
         B, _ = self._prepare_X(X, reset=False)
@@ -707,7 +743,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
                         f"shape {YB.shape} ({YB.kind}). Pass the class column (e.g. store "
                         "array 'y')"
                     )
-                Y = _class_codes(YB, self.classes_)
+                classes = self.classes_ if names is None else _store_positions(self.classes_, names)
+                Y = _class_codes(YB, classes)
             else:
                 Y = Y.toarray() if sp.issparse(Y) else Y
                 Y = metrics.class_codes_block(np.asarray(Y).ravel(), self.classes_)
