@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import numbers
+import os
 import time
 
 import numpy as np
@@ -42,19 +43,124 @@ def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
 
 
+def _open_if_path(X):
+    """A store path or URL (str / os.PathLike) -> the opened Dataset; anything else unchanged."""
+    if isinstance(X, (str, os.PathLike)):
+        from ooc_lowrank.storage import open_dataset
+
+        return open_dataset(X)
+    return X
+
+
+#: label arrays of a store, in order of preference: multi-label 0/1 ``Y``, class labels ``y``
+LABEL_ARRAYS = ("Y", "y")
+
+
+def _dataset_labels(ds, required=True):
+    """The label array of a store dataset: ``Y`` if present, else ``y`` (class labels)."""
+    for name in LABEL_ARRAYS:
+        if name in ds.names:
+            return ds[name]
+    if not required:
+        return None
+    raise ValueError(
+        f"store {getattr(ds, 'url', '?')!r} has no label array: it has {list(ds.names)}; GIMC "
+        "needs 'Y' (0/1 label matrix) or 'y' (class labels, one column). Convert the data "
+        "with its labels, or pass the labels as Y="
+    )
+
+
+def _handle_where(h):
+    return f"store {getattr(h, 'url', '?')!r}, array {getattr(h, 'name', 'Y')!r}"
+
+
+def _scan_store_labels(h, class_column):
+    """One streaming pass over store labels: validate them, return the classes (class column).
+
+    ``class_column``: the values are class labels and must be integers (any values, as in
+    scikit-learn; a float dtype is the converters' storage type); returns the sorted classes
+    as int64.  Otherwise the values must be 0/1 (a multi-label matrix).  Errors name the store,
+    the array, the value and its row.
+    """
+    uniq = []
+    for s0, _, b in h.iter_blocks():
+        if class_column:
+            v = np.asarray(b).reshape(-1)
+            if v.dtype.kind == "f":
+                bad = v != np.floor(v)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ValueError(
+                        f"{_handle_where(h)}: class labels must be integers (one column of "
+                        f"class ids); row {s0 + i} holds {float(v[i])!r}. Store class ids, or "
+                        "0/1 label columns as a multi-label 'Y'"
+                    )
+            uniq.append(np.unique(v))
+            continue
+        data = b.data if sp.issparse(b) else np.asarray(b).reshape(-1)
+        bad = (data != 0) & (data != 1)
+        if bad.any():
+            k = int(np.argmax(bad))
+            if sp.issparse(b):
+                row = int(np.searchsorted(b.indptr, k, side="right") - 1)
+            else:
+                row = k // max(b.shape[1], 1)
+            raise ValueError(
+                f"{_handle_where(h)}: multi-label Y must hold only 0/1 labels; row {s0 + row} "
+                f"holds {float(data[k])!r}. Binarize it (e.g. Y > 0) and write the store again"
+            )
+    if class_column:
+        vals = np.unique(np.concatenate(uniq)) if uniq else np.zeros(0)
+        return vals.astype(np.int64)
+    return None
+
+
+def _class_names(ds, Y):
+    """``attrs["class_names"]`` of a store whose ``y`` holds ranks of named classes, else None."""
+    names = getattr(ds, "attrs", {}).get("class_names")
+    if names is None or getattr(Y, "name", None) != "y":
+        return None
+    return np.asarray(names)
+
+
+def _store_positions(classes, names):
+    """Where each of ``classes`` (sorted names) sits in a store's sorted ``names``: increasing
+    floats, integral for present classes, strictly between integers for absent ones."""
+    lookup = {str(c): i for i, c in enumerate(names)}
+    out, prev = [], -0.5
+    for c in classes:
+        i = lookup.get(str(c))
+        prev = float(i) if i is not None else float(np.nextafter(prev, np.inf))
+        out.append(prev)
+    return np.asarray(out)
+
+
+def _class_codes(YB, classes):
+    """Lazy ``(n, 1)`` int64 codes of class labels (``-1`` for a class not in ``classes``)."""
+    return engine.as_blocked(
+        engine.map_rows(
+            metrics.class_codes_block, YB, args=(np.asarray(classes),), n_cols=1, dtype=np.int64
+        ),
+        name="Y",
+    )
+
+
 def _dataset_arrays(X, Y):
-    """``(X, Y)``: a store ``Dataset`` gives ``ds["X"]`` and (when ``Y`` is None) ``ds["Y"]``."""
+    """``(X, Y)``: a store path or ``Dataset`` gives ``ds["X"]`` and (when ``Y`` is None) its
+    label array (``Y``, else ``y``)."""
+    X = _open_if_path(X)
     if _is_dataset(X):
         if Y is None:
-            Y = X["Y"]
+            Y = _dataset_labels(X)
         X = X["X"]
     return X, Y
 
 
 def _split_eval_set(eval_set):
-    """``(X_val, Y_val)`` from a pair or a store dataset."""
+    """``(X_val, Y_val)`` from a pair or a store dataset (or its path)."""
+    eval_set = _open_if_path(eval_set)
     if _is_dataset(eval_set):
-        return eval_set["X"], (eval_set["Y"] if "Y" in eval_set.names else None)
+        return eval_set["X"], _dataset_labels(eval_set, required=False)
     if isinstance(eval_set, (tuple, list)) and len(eval_set) == 2:
         return eval_set[0], eval_set[1]
     raise param_error(
@@ -348,23 +454,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 f"Y must have as many rows as X: Y has {nY} rows, X has {n_rows}. Pass the labels "
                 "of exactly the rows of X"
             )
-        if is_handle:  # store array
-            if Y.kind in ("csr", "coo"):
-                return engine.as_blocked(Y, name="Y"), int(Y.shape[1]), False, None, True
-            if Y.shape[1] == 1:  # class ids 0..C-1 (a small (n, 1) column, read once)
-                vals = np.unique(Y.read())
-                if not np.array_equal(vals, np.arange(vals.size)):
-                    raise ValueError(
-                        f"Y (class ids in a store) must hold the integers 0..C-1; got values "
-                        f"{vals[:5].tolist()}... Re-encode the classes as 0..C-1"
-                    )
-                return (
-                    engine.as_blocked(Y, name="Y"),
-                    int(vals.size),
-                    True,
-                    vals.astype(np.int64),
-                    False,
-                )
+        if is_handle:  # store array: validated in one streaming pass (labels are small)
+            if Y.kind == "dense" and Y.shape[1] == 1:  # class labels of any integer values
+                classes = _scan_store_labels(Y, class_column=True)
+                codes_B = _class_codes(engine.as_blocked(Y, name="Y"), classes.astype(Y.dtype))
+                return codes_B, int(classes.size), True, classes, False
+            _scan_store_labels(Y, class_column=False)
             return engine.as_blocked(Y, name="Y"), int(Y.shape[1]), False, None, True
         if isinstance(Y, (da.Array, engine.Blocked)):
             Bd = Y if isinstance(Y, engine.Blocked) else None
@@ -507,10 +602,29 @@ class GIMC(ClassifierMixin, BaseEstimator):
             check_scalar(eval_every, "eval_every", kind=numbers.Integral, low=1)
             if eval_metrics is not None:
                 metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
-        X, Y = _dataset_arrays(X, Y)
+        X = _open_if_path(X)
+        names = None
+        if _is_dataset(X):
+            ds = X
+            X = ds["X"]
+            if Y is None:
+                Y = _dataset_labels(ds)
+                names = _class_names(ds, Y)
         XB, Xmem = self._prepare_X(X, reset=True)
         n = XB.shape[0]
+        if n == 0:
+            raise ValueError(
+                "X has 0 samples; GIMC needs at least one row to fit. Check the store or array"
+            )
         A, n_labels, codes, classes, multilabel = self._prepare_Y(Y, n)
+        if names is not None and classes is not None:  # ranks of named classes -> the names
+            if classes.min() < 0 or classes.max() >= names.size:
+                raise ValueError(
+                    f"{_handle_where(Y)}: class ranks must lie in [0, {names.size}) (the store's "
+                    f"class_names); got {int(classes.min())}..{int(classes.max())}. The store "
+                    "is corrupt; convert it again"
+                )
+            classes = names[classes]
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
         if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
             _estimate.check_fits(_estimate.gimc_estimate(self, XB, AB, n_labels))
@@ -521,12 +635,16 @@ class GIMC(ClassifierMixin, BaseEstimator):
             probe = copy.copy(self)  # scores intermediate states; self is untouched until the end
             probe.spec_, probe.n_labels_, probe.multilabel_ = None, n_labels, multilabel
             probe.classes_ = classes if classes is not None else np.arange(n_labels)
-            Xv, Yv = _split_eval_set(eval_set)
+            eval_ds = _open_if_path(eval_set)
+            Xv, Yv = _split_eval_set(eval_ds)
             probe._check_eval_set(Xv, Yv)
 
             def score(it, U, W):
                 probe.components_, probe.coef_ = U, W
-                history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+                if _is_dataset(eval_ds):  # its labels, with its class names if any
+                    history[it] = probe.evaluate(eval_ds, eval_metrics)
+                else:
+                    history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
 
             def monitor(it, U, W):
                 if it % int(eval_every) == 0:
@@ -740,20 +858,44 @@ class GIMC(ClassifierMixin, BaseEstimator):
         if metrics_ is None:
             metrics_ = ["p@1", "p@3", "p@5"] if self.multilabel_ else ["accuracy"]
         parsed = metrics.parse_metrics(metrics_)
+        dataset = _open_if_path(dataset)
+        names = None
         if _is_dataset(dataset):
-            X, Y = dataset["X"], dataset["Y"]
+            X = dataset["X"]
+            if Y is None:
+                Y = _dataset_labels(dataset)
+                names = _class_names(dataset, Y)
         else:
             X = dataset
         B, _ = self._prepare_X(X, reset=False)
         if Y is None:
-            raise ValueError("evaluate needs labels: pass a dataset with 'Y' or Y=...")
+            raise ValueError("evaluate needs labels: pass a dataset with 'Y' or 'y', or Y=...")
         codes = False
-        if not self.multilabel_ and not (hasattr(Y, "read") or sp.issparse(Y)):
-            yv = np.asarray(Y).ravel()
-            pos = np.searchsorted(self.classes_, yv)
-            pos = np.clip(pos, 0, len(self.classes_) - 1)
-            Y = np.where(self.classes_[pos] == yv, pos, -1).reshape(-1, 1)
+        if self.multilabel_ and (np.ndim(Y) != 2 or Y.shape[1] != self.n_labels_):
+            raise ValueError(
+                f"Y must be a 0/1 label matrix with {self.n_labels_} columns (the labels of this "
+                f"multi-label model); got shape {getattr(Y, 'shape', np.shape(Y))}. Evaluate on "
+                "data with the same labels as in fit"
+            )
+        if not self.multilabel_:
+            # class labels (in memory, a store column or a Dask array) -> codes of classes_,
+            # block by block; a class unseen in fit gets -1 (always a miss)
             codes = True
+            if hasattr(Y, "read") or isinstance(Y, engine.Blocked) or _is_lazy(Y):
+                if getattr(Y, "ndim", 2) == 1:  # a 1-D Dask array of labels
+                    Y = Y[:, None]
+                YB = engine.as_blocked(Y, name="Y")
+                if YB.shape[1] != 1 or YB.kind != "dense":
+                    raise ValueError(
+                        f"Y must hold one class label per row for this multi-class model; got "
+                        f"shape {YB.shape} ({YB.kind}). Pass the class column (e.g. store "
+                        "array 'y')"
+                    )
+                classes = self.classes_ if names is None else _store_positions(self.classes_, names)
+                Y = _class_codes(YB, classes)
+            else:
+                Y = Y.toarray() if sp.issparse(Y) else Y
+                Y = metrics.class_codes_block(np.asarray(Y).ravel(), self.classes_)
         YB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         dt = self._dtype_for(B)
         U, spec, W = self._args(dt)
@@ -768,6 +910,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         dense arrays ``labels`` and ``scores`` of shape (n_samples, top_k)."""
         from ooc_lowrank.storage import DatasetWriter
 
+        dataset = _open_if_path(dataset)
         check_is_fitted(self, "coef_")
         check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one label")
         X = dataset["X"] if _is_dataset(dataset) else dataset
@@ -780,16 +923,22 @@ class GIMC(ClassifierMixin, BaseEstimator):
         )
         (out,) = engine.compute(arr)
         br = int(getattr(dataset, "block_rows", 0) or 65536)
-        with DatasetWriter(
-            out_url, block_rows=br, overwrite=overwrite, attrs={"top_k": k, "model": "GIMC"}
-        ) as w:
-            w.add_dense("labels", n_cols=k, dtype="int64")
+        # multi-class: labels in the classes' own values when they are numbers (int64 or
+        # float64); other classes (strings) are written as indices into attrs["classes"]
+        attrs = {"top_k": k, "model": "GIMC"}
+        kind = "i" if self.multilabel_ else self.classes_.dtype.kind
+        lab_dtype = {"i": "int64", "u": "int64", "b": "int64", "f": "float64"}.get(kind)
+        if lab_dtype is None:
+            lab_dtype = "int64"
+            attrs["classes"] = [str(c) for c in self.classes_]
+        with DatasetWriter(out_url, block_rows=br, overwrite=overwrite, attrs=attrs) as w:
+            w.add_dense("labels", n_cols=k, dtype=lab_dtype)
             w.add_dense("scores", n_cols=k, dtype="float32")
             for s in range(0, out.shape[0], br):
                 blk = out[s : s + br]
                 lab = blk[:, :k].astype(np.int64)
-                if not self.multilabel_ and np.issubdtype(self.classes_.dtype, np.integer):
-                    lab = self.classes_[lab].astype(np.int64)
+                if not self.multilabel_ and "classes" not in attrs:
+                    lab = self.classes_[lab].astype(lab_dtype)
                 w.append(labels=lab, scores=blk[:, k:].astype(np.float32))
         return out_url
 
