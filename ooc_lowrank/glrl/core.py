@@ -392,6 +392,43 @@ def greedy_pursuit(
     return res
 
 
+def resolve_init(init, *, rank, mean, n_not_pm1, n_not_01, n_negative):
+    """The starting iterate of ``init="auto"``, from statistics of the training values.
+
+    Rating-like values start at the biases: some value outside {-1, +1} and some outside
+    {0, 1} (not two-valued labels), no negative value and a non-zero mean (e.g. 1-5 stars)
+    give ``"bias"``, or ``"mean"`` when ``rank < 3`` leaves no room for the rank-2 bias start.
+    Everything else starts at ``X_0 = 0`` (``"zero"``, SPEC): signed {-1, +1} labels, {0, 1}
+    data, and real values of either sign.  Any other ``init`` is returned as given.
+
+    Evidence (``benchmarks/glrl_defaults.py``): on MovieLens the bias start is what makes rank-10
+    GLRL beat the global mean (validation MAE 0.73 against 2.2 from ``X_0 = 0``, which spends
+    its terms on the rating counts); on Epinions signs the zero start is kept.
+
+    Parameters
+    ----------
+    init : str
+        The ``init`` parameter.
+    rank : int
+        The rank budget.
+    mean : float
+        Mean of the training values.
+    n_not_pm1, n_not_01, n_negative : int
+        Counts of values outside {-1, +1}, outside {0, 1}, and below 0.
+
+    Returns
+    -------
+    str
+        One of ``"zero"``, ``"mean"``, ``"bias"``, ``"bias-l1"``.
+    """
+    if init != "auto":
+        return init
+    rating_like = n_not_pm1 > 0 and n_not_01 > 0 and n_negative == 0 and mean != 0.0
+    if not rating_like:
+        return "zero"
+    return "bias" if rank >= 3 else "mean"
+
+
 def bias_init(reduce, shape, mean, *, reg=10.0, n_sweeps=5, irls_eps=0.0):
     """Biases ``X_0 = mu + b_u 1^T + 1 b_i^T`` as a rank-2 factored start (2 passes a sweep).
 

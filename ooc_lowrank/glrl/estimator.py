@@ -22,12 +22,12 @@ from ooc_lowrank import engine
 from ooc_lowrank._persist import load_model, save_model
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
-from ooc_lowrank.glrl.core import REFITS, SCHEDULES, bias_init, greedy_pursuit
+from ooc_lowrank.glrl.core import REFITS, SCHEDULES, bias_init, greedy_pursuit, resolve_init
 from ooc_lowrank.glrl.losses import LOSSES, get_loss
 from ooc_lowrank.kernels import glrl as _k
 
 METRICS = ("mae", "rmse", "sign_accuracy")
-INITS = ("zero", "mean", "bias", "bias-l1")
+INITS = ("auto", "zero", "mean", "bias", "bias-l1")
 _NOT_SAVED = ("callback", "validation")
 _PAIR_CHUNK = 1 << 20
 
@@ -194,10 +194,15 @@ class GreedyLowRank(BaseEstimator):
         ``step_size / t`` ("inverse"), ``step_size`` ("constant"), or the best of
         ``step_size / sqrt(t) * 2^k``, k = -6..10, evaluated in one pass ("search").
         ``"auto"``: ``1 / (l2 t)`` when ``l2 > 0``, else "sqrt".
-    init : {"zero", "mean"}
-        Starting iterate: ``X_0 = 0`` (SPEC) or ``X_0 = mean(values) * 1 1^T``, stored as a
-        first rank-one term that counts in the rank budget (the mean comes from the
-        validation pass, so it costs nothing extra).  Greedy pursuit on a zero-filled residual
+    init : {"auto", "zero", "mean", "bias", "bias-l1"}
+        Starting iterate.  ``"auto"`` (default) looks at the training values (in the
+        validation pass, no extra pass): rating-like values -- non-negative, non-zero mean,
+        not two-valued labels ({-1, +1} or {0, 1}) -- start at ``"bias"`` (``"mean"`` when
+        ``rank < 3``); anything else (signed labels, {0, 1} data, values of either sign)
+        at ``"zero"`` (see :func:`ooc_lowrank.glrl.core.resolve_init`); the choice is stored
+        in ``init_``.  ``"zero"``: ``X_0 = 0`` (SPEC).  ``"mean"``: ``X_0 = mean(values) 1 1^T``,
+        stored as a first rank-one term that counts in the rank budget (the mean comes from
+        the validation pass, so it costs nothing extra).  Greedy pursuit on a zero-filled residual
         otherwise spends its first terms on the observation pattern (e.g. rating counts).
         ``"bias"``: ``X_0 = mean + b_u 1^T + 1 b_i^T`` (global mean plus row and column
         biases), a **rank-2** start ``[mean + b_u, 1] [1, b_i]^T`` that counts two terms of
@@ -246,7 +251,7 @@ class GreedyLowRank(BaseEstimator):
         max_inner=5,
         step_size=2.0,
         step_schedule="auto",
-        init="zero",
+        init="auto",
         bias_reg=10.0,
         bias_sweeps=5,
         duplicates="error",
@@ -354,9 +359,8 @@ class GreedyLowRank(BaseEstimator):
 
     def _check_data(self, B, shape, lo, name="X"):
         """One validation pass over the blocks: errors before any fitting work."""
-        nnz, nonfinite, badlab, oor, dup, total = _make_reduce(B)(
-            _blocks.check_block, (int(shape[1]), bool(lo.labels_pm1))
-        )[0]
+        counts = _make_reduce(B)(_blocks.check_block, (int(shape[1]), bool(lo.labels_pm1)))[0]
+        nnz, nonfinite, badlab, oor, dup, total = counts[:6]
         if nnz == 0:
             raise ValueError(
                 f"{name} must hold at least one observed entry; got an empty "
@@ -383,7 +387,8 @@ class GreedyLowRank(BaseEstimator):
                 f"{int(dup)} repeated entries. Aggregate them (e.g. average) or pass "
                 "duplicates='keep' to treat each copy as a separate observation"
             )
-        return int(nnz), float(total / nnz)
+        # counts[6:] = values outside {-1, +1}, outside {0, 1}, negative (for init="auto")
+        return int(nnz), float(total / nnz), tuple(int(x) for x in counts[6:])
 
     def _validation_scorer(self, lo, shape):
         val = self.validation
@@ -426,20 +431,28 @@ class GreedyLowRank(BaseEstimator):
         """
         lo, refit = self._check_params()
         B, shp = self._blocked(X, shape)
-        nnz, mean = self._check_data(B, shp, lo)
+        nnz, mean, (not_pm1, not_01, negative) = self._check_data(B, shp, lo)
+        init = resolve_init(
+            self.init,
+            rank=int(self.rank),
+            mean=mean,
+            n_not_pm1=not_pm1,
+            n_not_01=not_01,
+            n_negative=negative,
+        )
         scorer = self._validation_scorer(lo, shp)
         if B.n_blocks > 1 or engine.active_client() is not None:
             (B,) = engine.maybe_persist(B, budget=self.cache_bytes)
         reduce = _make_reduce(B, self.cache_bytes)
         init_factors, init_passes = None, 0
-        if self.init in ("bias", "bias-l1"):
+        if init in ("bias", "bias-l1"):
             init_factors, init_passes = bias_init(
                 reduce,
                 shp,
                 mean,
                 reg=float(self.bias_reg),
                 n_sweeps=int(self.bias_sweeps),
-                irls_eps=1e-2 if self.init == "bias-l1" else 0.0,
+                irls_eps=1e-2 if init == "bias-l1" else 0.0,
             )
 
         res = greedy_pursuit(
@@ -462,13 +475,14 @@ class GreedyLowRank(BaseEstimator):
             callback=self.callback,
             random_state=self.random_state,
             verbose=self.verbose,
-            init_offset=mean if self.init == "mean" else None,
+            init_offset=mean if init == "mean" else None,
             max_iter=self.max_iter,
             init_factors=init_factors,
             grad_cache=reduce.gradient_cache,
         )
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
+        self.init_ = init
         self.n_components_ = int(res.theta.size)
         self.objective_path_ = np.asarray(res.objective)
         self.validation_path_ = np.asarray(res.validation)
@@ -602,6 +616,7 @@ class GreedyLowRank(BaseEstimator):
             "n_passes": self.n_passes_,
             "n_cache_passes": self.n_cache_passes_,
             "n_observed": self.n_observed_,
+            "init": self.init_,
         }
         save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
 
@@ -626,6 +641,7 @@ class GreedyLowRank(BaseEstimator):
         est.n_passes_ = int(extra["n_passes"])
         est.n_cache_passes_ = int(extra.get("n_cache_passes", 0))
         est.n_observed_ = int(extra["n_observed"])
+        est.init_ = str(extra.get("init", est.init))
         return est
 
     @classmethod
