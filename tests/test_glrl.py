@@ -295,6 +295,7 @@ def test_one_pass_per_power_iteration(rng, counting_scheduler):
 def test_gradient_cache_reads_the_data_twice_per_step(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
     kw = dict(loss="logistic", rank=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
+    kw["init"] = "zero"  # three greedy steps (init="auto" would spend two terms on biases)
     S = np.sign(vals)
     ref = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, S), shape=M.shape)
     n0 = counting_scheduler.count
@@ -532,9 +533,11 @@ def test_bias_init_params_are_checked():
     [
         ("auto", 10, 3.5, (100, 100, 0), "bias"),  # 1-5 star ratings
         ("auto", 2, 3.5, (100, 100, 0), "mean"),  # no room for the rank-2 bias start
-        ("auto", 10, 0.7, (0, 100, 40), "zero"),  # signed {-1, +1} labels
-        ("auto", 10, 0.4, (60, 0, 0), "zero"),  # {0, 1} data
-        ("auto", 10, 0.2, (100, 100, 30), "zero"),  # real values of either sign
+        ("auto", 10, 0.7, (0, 100, 40), "bias"),  # signed {-1, +1} labels
+        ("auto", 10, 0.0, (0, 100, 50), "bias"),  # balanced signs
+        ("auto", 2, 0.7, (0, 100, 40), "mean"),
+        ("auto", 10, 0.4, (60, 0, 0), "bias"),  # {0, 1} labels
+        ("auto", 10, 0.2, (100, 100, 30), "zero"),  # real values of both signs
         ("auto", 10, 0.0, (100, 100, 0), "zero"),  # all zero
         ("mean", 10, 0.7, (0, 100, 40), "mean"),  # an explicit init is kept
         ("bias-l1", 10, 3.5, (100, 100, 0), "bias-l1"),
@@ -572,9 +575,11 @@ def test_auto_init_resolution_is_fitted_and_saved(loss, rng, tmp_path):
     assert small.init_ == "mean"
     signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
     for lo in ("logistic", loss):
-        assert GreedyLowRank(loss=lo, rank=3, power_iter=5).fit(signs, shape=shape).init_ == "zero"
+        assert GreedyLowRank(loss=lo, rank=3, power_iter=5).fit(signs, shape=shape).init_ == "bias"
     binary = (tr[0], tr[1], (tr[2] > 3).astype(float))
-    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(binary, shape=shape).init_ == "zero"
+    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(binary, shape=shape).init_ == "bias"
+    centred = (tr[0], tr[1], tr[2] - 3.0)
+    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(centred, shape=shape).init_ == "zero"
     assert GreedyLowRank(loss=loss, rank=3, init="mean").fit(tr, shape=shape).init_ == "mean"
 
 

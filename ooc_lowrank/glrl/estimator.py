@@ -196,11 +196,11 @@ class GreedyLowRank(BaseEstimator):
         ``"auto"``: ``1 / (l2 t)`` when ``l2 > 0``, else "sqrt".
     init : {"auto", "zero", "mean", "bias", "bias-l1"}
         Starting iterate.  ``"auto"`` (default) looks at the training values (in the
-        validation pass, no extra pass): rating-like values -- non-negative, non-zero mean,
-        not two-valued labels ({-1, +1} or {0, 1}) -- start at ``"bias"`` (``"mean"`` when
-        ``rank < 3``); anything else (signed labels, {0, 1} data, values of either sign)
-        at ``"zero"`` (see :func:`ooc_lowrank.glrl.core.resolve_init`); the choice is stored
-        in ``init_``.  ``"zero"``: ``X_0 = 0`` (SPEC).  ``"mean"``: ``X_0 = mean(values) 1 1^T``,
+        validation pass, no extra pass): rating-like values (non-negative, non-zero mean) and
+        labels ({-1, +1} or {0, 1}) start at ``"bias"`` (``"mean"`` when ``rank < 3``); real
+        values of both signs at ``"zero"``.  Chosen on validation splits of MovieLens and
+        Epinions (:func:`ooc_lowrank.glrl.core.resolve_init`); the choice is stored in
+        ``init_``.  ``"zero"``: ``X_0 = 0`` (SPEC).  ``"mean"``: ``X_0 = mean(values) 1 1^T``,
         stored as a first rank-one term that counts in the rank budget (the mean comes from
         the validation pass, so it costs nothing extra).  Greedy pursuit on a zero-filled residual
         otherwise spends its first terms on the observation pattern (e.g. rating counts).
