@@ -60,6 +60,9 @@ OLD_DEFAULTS = dict(
 #: Grids are unions of sub-grids (a list of dicts): the main grid crosses the settings that
 #: matter with the bias starts; the zero and mean starts and the other schedules are checked at
 #: a few points (a full cross product did not fit the 2 shared cores of this machine).
+#: The parameters whose defaults this experiment chooses.
+DEFAULT_KEYS = ("init", "step_schedule", "step_size", "max_inner", "nu", "bias_reg", "power_iter")
+
 L1_GRID = [
     dict(
         init=["bias", "bias-l1"],
@@ -361,6 +364,12 @@ def run(
         splits = movielens_splits(data_dir)
         l1_grid, sq_grid, lg_grid, power_iters = L1_GRID, SQUARE_GRID, LOGISTIC_GRID, POWER_ITERS
     res["protocol"] = __doc__.split("Parts")[0].strip()
+    from ooc_lowrank.glrl import GreedyLowRank
+
+    res["estimator_defaults"] = {
+        k: v for k, v in GreedyLowRank().get_params().items() if k in DEFAULT_KEYS
+    }
+    res["old_defaults"] = OLD_DEFAULTS
     if "l1" in parts:
         res["l1"] = select_l1(splits, l1_grid, power_iters)
         print("l1 chosen:", res["l1"]["chosen"], res["l1"]["chosen_mean"], flush=True)
