@@ -32,6 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ooc_lowrank.datasets import load_epinions
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("OOC_LOWRANK_DATA", REPO.parent / "shared" / "data"))
 
@@ -73,11 +75,6 @@ def _warmup():
 
 
 # ------------------------------------------------------------------------------------- (a)
-def _read_ml(path):
-    a = np.loadtxt(gzip.open(path, "rt"), dtype=np.int64)
-    return a[:, 0] - 1, a[:, 1] - 1, a[:, 2].astype(np.float64)
-
-
 def bench_movielens(
     data_dir, workdir, *, folds=("u1", "u2", "u3", "u4", "u5"), params=None, surprise=True
 ):
@@ -153,51 +150,6 @@ def _surprise_svd(d, fold, workdir):
 
 
 # ------------------------------------------------------------------------------------- (b)
-def load_epinions(path, max_edges=None):
-    """Edges of the SNAP file as the paper's rectangular truster x trustee matrix.
-
-    Protocol (reproduces the paper's printed size exactly, 42,470 x 40,700): keep the rows
-    (trusters) with at least two observations, then, among their edges, the columns (trustees)
-    with at least two observations; rows and columns are re-indexed separately.  Self-loops
-    are kept (removing them gives 41,978 x 40,675, not the printed size); repeated (i, j)
-    pairs are reduced to their last occurrence (the file has none).
-    """
-    a = np.loadtxt(gzip.open(path, "rt"), dtype=np.int64, comments="#")
-    if max_edges is not None:
-        a = a[:max_edges]
-    r, c, s = a[:, 0], a[:, 1], a[:, 2].astype(np.float64)
-    n = int(max(r.max(), c.max()) + 1)
-    key = r * n + c
-    _, last = np.unique(key[::-1], return_index=True)
-    idx = np.sort(len(key) - 1 - last)
-    n_dup = len(key) - idx.size
-    r, c, s = r[idx], c[idx], s[idx]
-    out_deg = np.bincount(r, minlength=n)
-    rows = np.flatnonzero(out_deg >= 2)
-    keep = out_deg[r] >= 2
-    r, c, s = r[keep], c[keep], s[keep]
-    in_deg = np.bincount(c, minlength=n)
-    cols = np.flatnonzero(in_deg >= 2)
-    keep = in_deg[c] >= 2
-    r, c, s = r[keep], c[keep], s[keep]
-    r, c = np.searchsorted(rows, r), np.searchsorted(cols, c)
-    shape = (int(rows.size), int(cols.size))
-    return (
-        r,
-        c,
-        s,
-        shape,
-        {
-            "protocol": "rows with >= 2 observations, then columns with >= 2 observations "
-            "among them (self-loops kept); rectangular truster x trustee matrix",
-            "shape": list(shape),
-            "n_edges": int(r.size),
-            "n_repeated_dropped": int(n_dup),
-            "frac_positive": float(np.mean(s > 0)),
-        },
-    )
-
-
 def bench_epinions(
     data_dir,
     *,

@@ -295,6 +295,7 @@ def test_one_pass_per_power_iteration(rng, counting_scheduler):
 def test_gradient_cache_reads_the_data_twice_per_step(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
     kw = dict(loss="logistic", rank=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
+    kw["init"] = "zero"  # three greedy steps (init="auto" would spend two terms on biases)
     S = np.sign(vals)
     ref = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, S), shape=M.shape)
     n0 = counting_scheduler.count
@@ -449,8 +450,10 @@ def test_epinions_loader_reproduces_the_papers_matrix():
     """Rows with >= 2 observations, then columns with >= 2: the paper's 42,470 x 40,700."""
     from conftest import data_file
 
+    from ooc_lowrank.datasets import load_epinions
+
     path = data_file("signed-epinions", "soc-sign-epinions.txt.gz")
-    r, c, s, shape, info = _bench_glrl().load_epinions(path)
+    r, c, s, shape, info = load_epinions(path)
     assert shape == (42470, 40700) and info["n_edges"] == r.size == 752865
     assert r.max() < shape[0] and c.max() < shape[1] and set(np.unique(s)) == {-1.0, 1.0}
     assert np.bincount(c, minlength=shape[1]).min() >= 2  # every kept column has >= 2
@@ -522,3 +525,89 @@ def test_bias_init_params_are_checked():
         GreedyLowRank(init="median").fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="bias_reg"):
         GreedyLowRank(init="bias", bias_reg=-1.0).fit((rows, cols, np.ones(3)), shape=(3, 3))
+
+
+# ----------------------------------------------------------------------------- defaults (issue 12)
+@pytest.mark.parametrize(
+    "init, rank, mean, counts, expected",
+    [
+        ("auto", 10, 3.5, (100, 100, 0), "bias"),  # 1-5 star ratings
+        ("auto", 2, 3.5, (100, 100, 0), "mean"),  # no room for the rank-2 bias start
+        ("auto", 10, 0.7, (0, 100, 40), "bias"),  # signed {-1, +1} labels
+        ("auto", 10, 0.0, (0, 100, 50), "bias"),  # balanced signs
+        ("auto", 2, 0.7, (0, 100, 40), "mean"),
+        ("auto", 10, 0.4, (60, 0, 0), "bias"),  # {0, 1} labels
+        ("auto", 10, 0.2, (100, 100, 30), "zero"),  # real values of both signs
+        ("auto", 10, 0.0, (100, 100, 0), "zero"),  # all zero
+        ("mean", 10, 0.7, (0, 100, 40), "mean"),  # an explicit init is kept
+        ("bias-l1", 10, 3.5, (100, 100, 0), "bias-l1"),
+    ],
+)
+def test_resolve_init_rules(init, rank, mean, counts, expected):
+    got = glrl_core.resolve_init(
+        init, rank=rank, mean=mean, n_not_pm1=counts[0], n_not_01=counts[1], n_negative=counts[2]
+    )
+    assert got == expected
+
+
+def _ratings(rng, m=120, n=80, p=0.3):
+    """Synthetic 1-5 star ratings (mean about 3.5): biases + a rank-2 taste + noise."""
+    bu, bi = 0.5 * rng.standard_normal(m), 0.7 * rng.standard_normal(n)
+    A, B = rng.standard_normal((m, 2)), rng.standard_normal((n, 2))
+    rows, cols = np.nonzero(rng.random((m, n)) < p)
+    x = 3.5 + bu[rows] + bi[cols] + 0.4 * np.sum(A[rows] * B[cols], 1)
+    vals = np.clip(np.rint(x + 0.5 * rng.standard_normal(rows.size)), 1, 5)
+    test = rng.random(rows.size) < 0.2
+    tr = (rows[~test], cols[~test], vals[~test])
+    te = (rows[test], cols[test], vals[test])
+    return tr, te, (m, n)
+
+
+@pytest.mark.parametrize("loss", ["l1", "square"])
+def test_auto_init_resolution_is_fitted_and_saved(loss, rng, tmp_path):
+    tr, _, shape = _ratings(rng)
+    est = GreedyLowRank(loss=loss, rank=4, power_iter=5).fit(tr, shape=shape)
+    assert est.init == "auto" and est.init_ == "bias"
+    assert est.n_components_ == 4  # the two bias terms count in the budget
+    est.save(tmp_path / "m")
+    assert ooc_lowrank.load(tmp_path / "m").init_ == "bias"
+    small = GreedyLowRank(loss=loss, rank=2, power_iter=5).fit(tr, shape=shape)
+    assert small.init_ == "mean"
+    signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
+    for lo in ("logistic", loss):
+        assert GreedyLowRank(loss=lo, rank=3, power_iter=5).fit(signs, shape=shape).init_ == "bias"
+    binary = (tr[0], tr[1], (tr[2] > 3).astype(float))
+    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(binary, shape=shape).init_ == "bias"
+    centred = (tr[0], tr[1], tr[2] - 3.0)
+    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(centred, shape=shape).init_ == "zero"
+    assert GreedyLowRank(loss=loss, rank=3, init="mean").fit(tr, shape=shape).init_ == "mean"
+
+
+@pytest.mark.parametrize("refit", ["none", "auto"])
+def test_default_l1_glrl_beats_the_global_mean_on_ratings(refit, rng):
+    """Issue 12: ``fit glrl --loss l1 --rank 10`` with every other parameter at its default
+    must predict ratings better than their mean (the zero start did far worse)."""
+    tr, te, shape = _ratings(rng)
+    est = GreedyLowRank(loss="l1", rank=10, refit=refit, random_state=0).fit(tr, shape=shape)
+    mae = est.evaluate(te, ["mae"], shape=shape)["mae"]
+    mae_mean = float(np.mean(np.abs(te[2] - tr[2].mean())))
+    assert mae < 0.85 * mae_mean, (mae, mae_mean)
+
+
+def test_glrl_defaults_benchmark_tiny(tmp_path):
+    """benchmarks/glrl_defaults.py runs end to end at a tiny size (it cannot rot)."""
+    import importlib.util
+
+    from conftest import data_file
+
+    data_file("movielens-100k", "u1.base.gz")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "glrl_defaults.py"
+    spec = importlib.util.spec_from_file_location("glrl_defaults", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "d.json"
+    res = bench.run(("l1", "test"), data_dir=data_file(), out=out, tiny=True,
+                    epinions_folds=())  # fmt: skip
+    assert out.exists() and res["l1"]["chosen"]["init"] in ("zero", "bias")
+    (row,) = res["test"]["movielens"]["l1"]["splits"]
+    assert row["init_"] == "bias" and row["mae"] < row["global_mean"]["mae"]

@@ -12,12 +12,21 @@ import scikit-learn.
 
 from __future__ import annotations
 
-__all__ = ["LOSSES", "GreedyLowRank", "GreedyResult", "get_loss", "greedy_pursuit", "top_triplet"]
+__all__ = [
+    "LOSSES",
+    "GreedyLowRank",
+    "GreedyResult",
+    "get_loss",
+    "greedy_pursuit",
+    "resolve_init",
+    "top_triplet",
+]
 
 _WHERE = {
     "GreedyResult": "core",
     "greedy_pursuit": "core",
     "top_triplet": "core",
+    "resolve_init": "core",
     "GreedyLowRank": "estimator",
     "LOSSES": "losses",
     "get_loss": "losses",

@@ -146,12 +146,20 @@ def loss_block(row_start, block, U, V, theta, loss, delta):
 
 def check_block(row_start, block, n_cols, labels_pm1):
     """Validation counts of one block: ``[nnz, #non-finite values, #labels not in {-1, +1},
-    #column ids outside [0, n_cols), #repeated (row, col) pairs, sum of finite values]``."""
+    #column ids outside [0, n_cols), #repeated (row, col) pairs, sum of finite values,
+    #values not in {-1, +1}, #values not in {0, 1}, #negative values]``.
+
+    The third entry counts only when ``labels_pm1`` (it is an error then); the last three
+    always count, for ``init="auto"`` (:func:`ooc_lowrank.glrl.core.resolve_init`).
+    """
     indptr, cols, vals = _parts(block)
     nnz = cols.shape[0]
     vals = np.asarray(vals)
     nonfinite = int(np.count_nonzero(~np.isfinite(vals))) if vals.dtype.kind == "f" else 0
-    bad_lab = int(np.count_nonzero((vals != 1) & (vals != -1))) if labels_pm1 else 0
+    not_pm1 = int(np.count_nonzero((vals != 1) & (vals != -1)))
+    not_01 = int(np.count_nonzero((vals != 0) & (vals != 1)))
+    negative = int(np.count_nonzero(vals < 0))
+    bad_lab = not_pm1 if labels_pm1 else 0
     c64 = cols.astype(np.int64)
     out_of_range = int(np.count_nonzero((c64 < 0) | (c64 >= n_cols)))
     dup = 0
@@ -160,7 +168,17 @@ def check_block(row_start, block, n_cols, labels_pm1):
         dup = int(nnz - np.unique(rows * np.int64(n_cols) + c64).size)
     total = float(vals[np.isfinite(vals)].sum()) if nnz else 0.0
     return np.array(
-        [float(nnz), float(nonfinite), float(bad_lab), float(out_of_range), float(dup), total]
+        [
+            float(nnz),
+            float(nonfinite),
+            float(bad_lab),
+            float(out_of_range),
+            float(dup),
+            total,
+            float(not_pm1),
+            float(not_01),
+            float(negative),
+        ]
     )
 
 
