@@ -170,7 +170,8 @@ GLRL_CASES = [
     dict(loss="square", rank=8, init="mean", kind="real"),
     dict(loss="logistic", rank=6, refit="economic", kind="sign"),
     dict(loss="l1", rank=8, max_inner=2, step_schedule="search", kind="real"),
-    dict(loss="square", rank=12, init="bias", validation=True, n_iter_no_change=3, kind="real"),
+    dict(loss="square", rank=12, init="bias", bias_reg=10.0, validation=True, n_iter_no_change=3,
+         kind="real"),
 ]
 
 

@@ -611,3 +611,18 @@ def test_glrl_defaults_benchmark_tiny(tmp_path):
     assert out.exists() and res["l1"]["chosen"]["init"] in ("zero", "bias")
     (row,) = res["test"]["movielens"]["l1"]["splits"]
     assert row["init_"] == "bias" and row["mae"] < row["global_mean"]["mae"]
+
+
+@pytest.mark.parametrize("init", ["mean", "bias"])
+def test_best_iterate_at_the_start_keeps_the_start_terms(init):
+    # when no greedy step improves on X_0 (rank budget used by the start), the fitted factors
+    # are the start's k0 terms: U_, V_ and theta_ agree (they once kept 0 columns of U, V)
+    r = np.array([0, 1, 2, 0])
+    c = np.array([0, 1, 2, 1])
+    v = np.array([4.0, 3.0, 5.0, 4.0])
+    rank = 1 if init == "mean" else 3
+    est = GreedyLowRank(rank=rank, init=init).fit((r, c, v), shape=(3, 3))
+    k = est.theta_.size
+    assert est.U_.shape == (3, k) and est.V_.shape == (3, k) and k >= 1
+    pred = est.predict(r, c)
+    assert np.isfinite(pred).all() and np.abs(pred - v).mean() < np.abs(v).mean()

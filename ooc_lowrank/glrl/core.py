@@ -290,7 +290,7 @@ def greedy_pursuit(
         first = power_pass(U, V, theta, np.ones(m), np.ones(n))
         res.objective.append(float(first[2][0]))
         _check_finite(res.objective[0], (U, V, theta), "at the starting point")
-        snapshots = [(0, theta.copy())]
+        snapshots = [(U.shape[1], theta.copy())]  # the start X_0 (k0 terms)
         best_score = np.inf
         if validation is not None:
             best_score = float(validation(U, V, theta))
