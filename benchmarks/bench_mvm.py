@@ -7,6 +7,7 @@ against peers measured in the same run.
 * Binary (rating >= 4): MVM classifier (defaults) vs myFM's ordered-probit-free
   ``MyFMGibbsClassifier`` at rank 10: accuracy and AUC.
 * mfeat-handwritten (6 views, 10 classes): ``OneVsRestClassifier(MultiViewMachineClassifier)``
+  with ``solver="lbfgs"``
   vs scikit-learn's RBF ``SVC`` on the concatenated, standardized views (stratified 50/50 split).
 
 Peers are optional (``pip install myfm scikit-surprise``; myFM needs ``setuptools<81``); a
@@ -121,7 +122,11 @@ def mfeat():
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.5, stratify=y, random_state=0)
     sc = StandardScaler().fit(Xtr)
     Xtr, Xte = sc.transform(Xtr), sc.transform(Xte)
-    ovr = OneVsRestClassifier(MultiViewMachineClassifier(view_sizes=sizes, random_state=0))
+    # dense, low-dimensional views: the L-BFGS solver (docs/mvm.md).  On a 25% validation split
+    # of the training half, L-BFGS (100 iterations) reached 0.928 accuracy, SGD with default
+    # settings 0.67 and with 40 epochs at learning rate 0.02 0.76.
+    ovr = OneVsRestClassifier(MultiViewMachineClassifier(view_sizes=sizes, random_state=0,
+                                                         solver="lbfgs", max_iter=100))
     _, s1 = _timed(lambda: ovr.fit(Xtr, ytr))
     svc = SVC()
     _, s2 = _timed(lambda: svc.fit(Xtr, ytr))

@@ -73,11 +73,11 @@ class _BaseMVM(BaseEstimator):
         view_sizes=None,
         loss=None,
         reg="l2",
-        reg_weight=1e-4,
+        reg_weight=3e-3,
         init_std=0.1,
         solver="sgd",
         max_iter=200,
-        n_epochs=20,
+        n_epochs=10,
         learning_rate=0.05,
         tol=1e-6,
         n_iter_no_change=5,
@@ -491,8 +491,9 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         (default) or "hinge".
     reg : {"l2", "l1", "none"}, default "l2"
         ``l2``: ``sum theta^2`` (MVM-14); ``l1``: smoothed ``sum sqrt(theta^2 + 1e-8)`` (MVM-15).
-    reg_weight : float, default 1e-4
-        Weight of the regulariser against the *mean* loss.
+    reg_weight : float, default 3e-3
+        Weight of the regulariser against the *mean* loss.  Default chosen on 10% validation
+        splits of MovieLens u1/u2.base (SGD, k = 10: 3e-3 best of {1e-4, 1e-3, 3e-3}).
     init_std : float, default 0.1
         Factors start as ``N(0, init_std^2)`` (zero is a stationary point).
     solver : {"sgd", "lbfgs"}, default "sgd"
@@ -501,8 +502,9 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         epoch, sequential in the calling process (see ``docs/mvm.md``).
     max_iter : int, default 200
         L-BFGS iterations.
-    n_epochs : int, default 20
-        SGD epochs.
+    n_epochs : int, default 10
+        SGD epochs.  On MovieLens the validation RMSE bottoms out after 6-9 epochs and then
+        rises (overfitting); with an ``eval_set`` the best epoch is kept automatically.
     learning_rate : float, default 0.05
         AdaGrad base step of the SGD solver.
     tol : float, default 1e-6
