@@ -198,23 +198,34 @@ def rule_setting(rule, bow):
     if kind == "auto_norm":  # normalize bag-of-words rows, the rest shared
         gs, alpha, it = p
         return (bool(bow), gs, alpha, it)
-    if kind == "by_class":  # a whole setting per input class
-        return p[0] if bow else p[1]
+    if kind == "auto_norm_gs":  # normalize bag-of-words rows, gamma scale per input class
+        gs_bow, gs_other, alpha, it = p
+        return (bool(bow), gs_bow if bow else gs_other, alpha, it)
     raise ValueError(kind)
 
 
 def candidate_rules(settings):
-    norms = sorted({s[0] for s in settings})
+    """Constant settings; row normalization for bag-of-words input with the rest shared; the
+    same with a gamma scale per input class (bag-of-words or not)."""
     rest = sorted({s[1:] for s in settings})
+    scales = sorted({s[1] for s in settings})
     rules = [("constant", s) for s in sorted(settings)]
     rules += [("auto_norm", r) for r in rest]
-    return rules, norms
+    rules += [
+        ("auto_norm_gs", (a, b) + r[1:])
+        for a in scales
+        for b in scales
+        if a != b
+        for r in rest
+        if r[0] == a
+    ]
+    return rules
 
 
 def choose_rule(tabs, bows, names):
     """Rule minimizing (max regret, mean regret) of validation P@1 over ``names``."""
     common = set.intersection(*(set(tabs[n]) for n in names))
-    rules, _ = candidate_rules(common)
+    rules = candidate_rules(common)
     best = {n: tabs[n][best_of(tabs[n])][0] for n in names}
 
     def regrets(rule):
@@ -300,6 +311,9 @@ def main(argv=None):
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--folds", type=int, default=None,
                    help="K-fold on train; default 3 below 1000 rows, else 1 (one 80/20 split)")
+    p.add_argument("--also", nargs="*", default=[],
+                   help="test: further settings 'norm,gamma_scale,alpha,iterations' to evaluate "
+                        "(e.g. the rule another criterion picks)")
     p.add_argument("--merge", nargs="*", default=[],
                    help="select: first merge the grids of these result files (runs in pieces)")
     p.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "gimc_defaults.json"))
@@ -376,6 +390,10 @@ def main(argv=None):
             out["lodo_rule"] = {"setting": list(lo)} | (
                 out["best_by_validation"] if lo == bs else fit_test(X, Y, Xt, Yt, lo, args)
             )
+            for text in args.also:
+                n_, gs_, al_, it_ = text.split(",")
+                st = (n_.lower() in ("1", "true"), float(gs_), float(al_), int(it_))
+                out.setdefault("also", {})[text] = fit_test(X, Y, Xt, Yt, st, args)
             out["gap_p@1"] = round(out["best_by_validation"]["p@1"] - out["default"]["p@1"], 2)
             out["seconds"] = round(time.perf_counter() - t0, 1)
             log(f"{name}: {out}")
