@@ -315,7 +315,8 @@ def test_distributed_fit_equals_threaded(rng, cluster_client):
         (dict(gamma=-1.0), "gamma must be > 0"),
         (dict(alpha=0), "alpha must be > 0"),
         (dict(features="rbf"), "features must be one of"),
-        (dict(normalize_rows="l2"), "normalize_rows must be True or False"),
+        (dict(normalize_rows="l2"), "normalize_rows must be True, False or 'auto'"),
+        (dict(gamma_scale=0.0), "gamma_scale must be > 0"),
     ],
 )
 def test_bad_params_error_before_work(rng, counting_scheduler, params, match):
@@ -519,3 +520,130 @@ def test_eval_set_errors_before_any_work(rng):
     with pytest.raises(ValueError, match="p@x|metric"):
         g.fit(X, Y, eval_set=(X, Y), eval_metrics="p@x")
     assert calls == []  # no pass ran
+
+
+# ------------------------------------------------------------------------------ defaults
+
+
+def _bow_data(rng, n=300, d=60, L=8):
+    """Nonnegative sparse counts (about 10% nonzero) with labels that depend on them."""
+    X = rng.poisson(0.12, size=(n, d)).astype(np.float64) * rng.integers(1, 4, size=(n, 1))
+    Y = sp.csr_matrix((X @ rng.standard_normal((d, L)) > 0.8).astype(np.float64))
+    return sp.csr_matrix(X), Y
+
+
+def test_default_values_are_the_benchmarked_rule():
+    from ooc_lowrank.gimc import estimator
+
+    p = GIMC().get_params()
+    assert p["gamma"] is None and p["normalize_rows"] is False
+    assert p["gamma_scale"] == estimator.DEFAULT_GAMMA_SCALE
+    assert p["alpha"] == estimator.DEFAULT_ALPHA
+    assert p["max_iter"] == estimator.DEFAULT_MAX_ITER
+    # the benchmark that chose the rule classifies the datasets with the same threshold
+    import benchmarks.gimc_defaults as bench
+
+    assert bench.SPARSE_DENSITY == estimator._BOW_DENSITY
+
+
+@pytest.mark.parametrize("kind", ["csr", "dense"])
+def test_looks_like_bag_of_words(rng, kind):
+    from ooc_lowrank.gimc.estimator import _looks_like_bag_of_words
+
+    def f(A):
+        return _looks_like_bag_of_words(sp.csr_matrix(A) if kind == "csr" else A)
+
+    X = np.zeros((50, 40))
+    X[:, :8] = rng.random((50, 8)) + 0.1  # exactly 20% nonzero: still bag-of-words
+    assert f(X)
+    X[0, 8] = 1.0  # one more nonzero: too dense
+    assert not f(X)
+    X[0, 8] = 0.0
+    X[1, 1] = -0.5  # a negative entry: not counts
+    assert not f(X)
+    assert not f(rng.standard_normal((30, 5)))
+    assert not f(rng.random((30, 5)))  # nonnegative but dense
+    assert not f(np.zeros((0, 5)))
+
+
+def test_auto_defaults_resolved_on_the_input(rng, tmp_path):
+    """normalize_rows="auto": on for nonnegative sparse input, off for dense real features;
+    gamma=None: gamma_ = gamma_scale x the median heuristic of the (normalized) rows."""
+    import ooc_lowrank
+    from ooc_lowrank.gimc._blocks import l2_normalize_rows
+    from ooc_lowrank.gimc.features import median_gamma
+
+    Xb, Yb = _bow_data(rng)  # n <= 1000: the heuristic's sample is every row
+    auto = dict(n_components=12, max_iter=3, random_state=0, normalize_rows="auto")
+    g = GIMC(**auto).fit(Xb, Yb)
+    assert g.normalize_rows_ is True and g.spec_.row_norm
+    scale = GIMC().gamma_scale
+    assert g.gamma_ == [pytest.approx(scale * median_gamma(l2_normalize_rows(Xb)), rel=1e-12)]
+    # the same as asking for it explicitly (the dense copy is classified the same way)
+    ref = GIMC(n_components=12, max_iter=3, random_state=0, normalize_rows=True).fit(Xb, Yb)
+    np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-12)
+    gd = GIMC(**auto).fit(Xb.toarray(), Yb)
+    assert gd.normalize_rows_ is True
+    g.save(tmp_path / "m")
+    h = ooc_lowrank.load(tmp_path / "m")
+    assert h.normalize_rows_ is True and h.spec_.row_norm and h.normalize_rows == "auto"
+    np.testing.assert_array_equal(h.decision_function(Xb[:7]), g.decision_function(Xb[:7]))
+
+    X, Y = _ml_data(rng)  # dense Gaussian features
+    g = GIMC(**auto, gamma_scale=0.5).fit(X, Y)
+    assert g.normalize_rows_ is False and not g.spec_.row_norm
+    assert g.gamma_ == [pytest.approx(0.5 * median_gamma(X), rel=1e-12)]
+    # explicit settings win over the data-dependent ones
+    g = GIMC(n_components=12, max_iter=3, random_state=0, gamma=0.3, normalize_rows=True)
+    g.fit(X, Y)
+    assert g.normalize_rows_ is True and g.gamma_ == [0.3]
+
+
+def test_models_saved_before_auto_defaults_load(rng, tmp_path):
+    """A model saved with the bool normalize_rows and no resolved value keeps its preprocessing."""
+    import json
+
+    import ooc_lowrank
+
+    X, Y = _ml_data(rng, n=60)
+    g = GIMC(normalize_rows=True, **SMALL).fit(X, Y)
+    g.save(tmp_path / "m")
+    f = tmp_path / "m" / "model.json"
+    doc = json.loads(f.read_text())
+    del doc["extra"]["normalize_rows"], doc["params"]["gamma_scale"]
+    f.write_text(json.dumps(doc))
+    h = ooc_lowrank.load(tmp_path / "m")
+    assert h.normalize_rows_ is True and h.spec_.row_norm
+    np.testing.assert_array_equal(h.decision_function(X[:5]), g.decision_function(X[:5]))
+
+
+def test_defaults_benchmark_rule_selection():
+    """benchmarks/gimc_defaults.py: the rule minimizes the worst validation regret, and the
+    leave-one-dataset-out rule is chosen without the held-out dataset."""
+    import benchmarks.gimc_defaults as bench
+
+    def row(norm, gs, p1_by_it):
+        val = {str(it): {"p@1": p, "p@3": 0.0, "p@5": 0.0} for it, p in p1_by_it.items()}
+        return {"norm": norm, "gs": gs, "alpha": 1.0, "val": val}
+
+    # a: best at gs 0.25 (60), b (bag-of-words) at normalized gs 0.5 (70), c at gs 0.5 (50)
+    res = {
+        "data": {"a": {"bag_of_words": False}, "b": {"bag_of_words": True},
+                 "c": {"bag_of_words": False}},
+        "grid": {
+            "a": {"1": row(False, 0.25, {5: 60, 10: 55}), "2": row(False, 0.5, {5: 57, 10: 58}),
+                  "3": row(True, 0.25, {5: 59, 10: 54}), "4": row(True, 0.5, {5: 56, 10: 50})},
+            "b": {"1": row(False, 0.25, {5: 61, 10: 62}), "2": row(False, 0.5, {5: 63, 10: 64}),
+                  "3": row(True, 0.25, {5: 66, 10: 67}), "4": row(True, 0.5, {5: 68, 10: 70})},
+            "c": {"1": row(False, 0.25, {5: 40, 10: 41}), "2": row(False, 0.5, {5: 49, 10: 50}),
+                  "3": row(True, 0.25, {5: 30, 10: 30}), "4": row(True, 0.5, {5: 30, 10: 30})},
+        },
+    }
+    sel = bench.select(res)
+    assert sel["per_dataset_best"]["b"]["setting"]["normalize_rows"] is True
+    # normalize bag-of-words rows, gs 0.5, 10 steps: regrets a 2, b 0, c 0
+    assert sel["rule"]["rule"] == ("auto_norm", (0.5, 1.0, 10))
+    assert sel["rule"]["max_regret"] == 2
+    # without b, nothing asks for normalization; the constant raw setting is as good
+    lo = sel["lodo"]["b"]
+    assert lo["setting"] == [False, 0.5, 1.0, 10] and lo["val_regret"] == 70 - 64
