@@ -1,0 +1,164 @@
+"""KernelMaxide / Maxide: missing-label representation, masking, ranking loss, the factored APG
+against the direct one (tests/naive_kernelmaxide.py), estimators, chunk invariance, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import naive_kernelmaxide as naive
+from ooc_lowrank import metrics
+from ooc_lowrank.kernelmaxide import check_observed_labels, mask_labels, mask_labels_store
+from ooc_lowrank.kernels.kernelmaxide import ranking_loss_rows
+
+
+def _labels(rng, n, L, p=0.3):
+    Y = (rng.random((n, L)) < p).astype(np.float64)
+    Y[0] = 0.0  # a row without positives
+    Y[1] = 1.0  # a row without negatives
+    return sp.csr_matrix(Y)
+
+
+# ------------------------------------------------------------------ observed-label representation
+
+
+def test_check_observed_accepts_pm1_and_keeps_missing_unstored():
+    Y = sp.csr_matrix(np.array([[1.0, -1.0, 0.0], [0.0, 0.0, -1.0]]))
+    out = check_observed_labels(Y)
+    assert out.nnz == 3 and set(out.data) == {1.0, -1.0}
+
+
+@pytest.mark.parametrize(
+    "Y, msg",
+    [
+        (sp.csr_matrix(np.array([[1.0, 2.0]])), r"\+1 .*-1.*found 2\.0"),
+        (sp.csr_matrix(np.array([[1.0, 0.5]])), "found 0.5"),
+        (np.array([[1.0, 0.0]]), "dense and holds 0"),
+    ],
+)
+def test_check_observed_rejects(Y, msg):
+    with pytest.raises(ValueError, match=msg):
+        check_observed_labels(Y, name="Y")
+
+
+def test_check_observed_explicit_zero_is_rejected():
+    Y = sp.csr_matrix((np.array([1.0, 0.0]), np.array([0, 1]), np.array([0, 2])), shape=(1, 2))
+    with pytest.raises(ValueError, match="found 0.0"):
+        check_observed_labels(Y)
+
+
+# ------------------------------------------------------------------ masking protocol
+
+
+@pytest.mark.parametrize("block_rows", [None, 7, 50])
+def test_mask_labels_counts_per_label(rng, block_rows):
+    n, L, omega = 120, 6, 20
+    Y = _labels(rng, n, L)
+    train = np.ones(n, bool)
+    train[rng.choice(n, 12, replace=False)] = False
+    obs = mask_labels(Y, omega, train=train, random_state=0, block_rows=block_rows)
+    assert obs.shape == Y.shape
+    assert set(np.unique(obs.data)) <= {-1.0, 1.0}
+    D, Yd = obs.toarray(), Y.toarray()
+    assert not D[~train].any(), "test rows must have no observed label"
+    for j in range(L):
+        npos = int((Yd[train, j] > 0).sum())
+        nneg = int(train.sum()) - npos
+        kp = max(1, int(np.floor(npos * omega / 100 + 0.5))) if npos else 0
+        kn = max(1, int(np.floor(nneg * omega / 100 + 0.5))) if nneg else 0
+        assert (D[:, j] == 1).sum() == kp
+        assert (D[:, j] == -1).sum() == kn
+        # observed values agree with the truth
+        assert np.all(Yd[D[:, j] == 1, j] == 1) and np.all(Yd[D[:, j] == -1, j] == 0)
+
+
+def test_mask_labels_seeded_and_varies_with_seed(rng):
+    Y = _labels(rng, 80, 5)
+    a = mask_labels(Y, 30, random_state=3)
+    b = mask_labels(Y, 30, random_state=3)
+    c = mask_labels(Y, 30, random_state=4)
+    assert (a != b).nnz == 0
+    assert (a != c).nnz > 0
+
+
+def test_mask_labels_is_uniform(rng):
+    """Each training positive is observed with probability ~omega (over seeds)."""
+    Y = sp.csr_matrix(np.ones((40, 1)))
+    hits = np.zeros(40)
+    for s in range(300):
+        hits += mask_labels(Y, 25, random_state=s, block_rows=9).toarray()[:, 0] > 0
+    assert np.all(np.abs(hits / 300 - 0.25) < 0.12)
+
+
+def test_mask_labels_bad_omega(rng):
+    Y = _labels(rng, 10, 3)
+    for bad in (0, -5, 101):
+        with pytest.raises(ValueError, match="omega"):
+            mask_labels(Y, bad)
+
+
+def test_mask_labels_store_roundtrip(tmp_path, rng):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    n, L = 90, 4
+    X = rng.standard_normal((n, 3)).astype(np.float32)
+    Y = _labels(rng, n, L).astype(np.float32)
+    src = str(tmp_path / "src.zarr")
+    write_arrays(src, {"X": X, "Y": Y}, block_rows=25)
+    dest = mask_labels_store(src, str(tmp_path / "m.zarr"), 20, test_fraction=0.1, random_state=0)
+    ds = open_dataset(dest)
+    obs = ds["Y_obs"].read(0, n)
+    train = ds["train"].read(0, n)[:, 0].astype(bool)
+    assert (~train).sum() == 9
+    assert not obs.toarray()[~train].any()
+    np.testing.assert_array_equal(ds["X"].read(0, n), X)
+    check_observed_labels(obs)
+    # the same draw as the in-memory path with the store's blocks
+    ref = mask_labels(Y, 20, train=train, random_state=ds.attrs["mask_seed"], block_rows=25)
+    assert (sp.csr_matrix(obs, dtype=np.float64) != ref).nnz == 0
+
+
+# ------------------------------------------------------------------ ranking loss
+
+
+def test_ranking_loss_spec_toy():
+    S = np.array([[0.9, 0.2, 0.5, 0.1], [0.3, 0.8, 0.6, 0.7]])
+    Y = np.array([[1, 0, 1, 0], [1, 1, 0, 0]])
+    assert metrics.ranking_loss(Y, S) == pytest.approx(0.25, abs=1e-15)
+
+
+def test_ranking_loss_ties_are_errors():
+    S = np.array([[1.0, 1.0, 0.0]])
+    Y = np.array([[1, 0, 0]])
+    assert metrics.ranking_loss(Y, S) == pytest.approx(0.5)  # tie with one of two negatives
+    assert metrics.ranking_loss(Y, np.zeros((1, 3))) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_ranking_loss_kernel_vs_brute_force(rng, dtype):
+    n, L = 200, 9
+    Y = _labels(rng, n, L)
+    S = rng.integers(0, 4, size=(n, L)).astype(dtype)  # many ties
+    S[::3] = rng.standard_normal((S[::3].shape[0], L))
+    got = ranking_loss_rows(S, Y.indptr, Y.indices)
+    want = naive.ranking_loss_rows(S, Y)
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert got[0] == -1 and got[1] == -1
+
+
+def test_ranking_loss_block_sums_and_explicit_negatives(rng):
+    Y = _labels(rng, 50, 5)
+    S = rng.standard_normal((50, 5))
+    Ypm = Y.copy()
+    Ypm.data[:] = 1.0
+    Ypm = Ypm - sp.csr_matrix(Y.toarray() == 0, dtype=np.float64)  # explicit -1 for negatives
+    parts = [metrics.ranking_loss_block(Y[s : s + 13], S[s : s + 13]) for s in range(0, 50, 13)]
+    tot = np.sum(parts, axis=0)
+    assert tot[0] / tot[1] == pytest.approx(naive.ranking_loss(Y, S), abs=1e-14)
+    assert metrics.ranking_loss(Ypm, S) == pytest.approx(naive.ranking_loss(Y, S), abs=1e-14)
+
+
+def test_ranking_loss_shape_mismatch():
+    with pytest.raises(ValueError, match="shape"):
+        metrics.ranking_loss(np.eye(3), np.zeros((3, 2)))
