@@ -162,3 +162,141 @@ def test_ranking_loss_block_sums_and_explicit_negatives(rng):
 def test_ranking_loss_shape_mismatch():
     with pytest.raises(ValueError, match="shape"):
         metrics.ranking_loss(np.eye(3), np.zeros((3, 2)))
+
+
+# ------------------------------------------------------------------ the factored APG (SPEC 4.2-4.4)
+
+from ooc_lowrank import engine  # noqa: E402
+from ooc_lowrank.gimc.features import nystrom_normalization  # noqa: E402
+from ooc_lowrank.kernelmaxide import _blocks, core  # noqa: E402
+
+
+@pytest.fixture
+def toy(rng):
+    """60 x 5 features, 6 labels, rows 48.. are test rows (no observed label)."""
+    n, d, m = 60, 5, 6
+    X = rng.standard_normal((n, d))
+    Ytrue = (X @ rng.standard_normal((d, m)) + 0.3 > 0).astype(float)
+    train = np.arange(n) < 48
+    Yobs = mask_labels(Ytrue, 40, train=train, random_state=0)
+    gamma = 0.3
+    land = X[rng.choice(n, 20, replace=False)]
+    U = np.ascontiguousarray(land.T)
+    fmap = _blocks.FeatureMap("nystrom", U, nystrom_normalization(U, gamma), gamma)
+    F = naive.rbf(X, land, gamma) @ fmap.M
+    UT = np.flatnonzero(np.diff(Yobs.indptr))
+    return dict(X=X, Ytrue=Ytrue, train=train, Yobs=Yobs, gamma=gamma, land=land, fmap=fmap, F=F, UT=UT)
+
+
+def _passes(t, bounds=None, cached=False):
+    XB = engine.as_blocked(t["X"])
+    if bounds is not None:
+        XB = XB.rechunk(bounds)
+    YB = engine.align(XB, engine.as_blocked(t["Yobs"]))
+    if cached:
+        ut = (np.diff(t["Yobs"].indptr) > 0).astype(np.int8)
+        FB = engine.map_rows_persisted(
+            _blocks.features_rows_block, XB, args=(ut, *t["fmap"].args()), n_cols=20, offset=True
+        )
+        return core.Passes(FB, YB, None)
+    return core.Passes(XB, YB, t["fmap"])
+
+
+@pytest.mark.parametrize(
+    "bounds, cached, max_iter",
+    [
+        (None, False, 100),
+        ([0, 30, 60], False, 20),
+        ([0, 7, 8, 41, 60], False, 20),
+        ([0, 13, 60], True, 20),
+    ],
+)
+def test_factored_span_form_equals_direct(toy, bounds, cached, max_iter):
+    """Same iterates as the direct n_UT x m APG with an explicit K_{all,UT} (to 1e-10)."""
+    t = toy
+    F, UT = t["F"], t["UT"]
+    K = F @ F[UT].T
+    lam = 0.5
+    C_direct, iterates, objs = naive.apg_direct(K, t["Yobs"], lam, max_iter=max_iter)
+    p = _passes(t, bounds, cached)
+    G, nobs = p.gram()
+    np.testing.assert_allclose(G, F[UT].T @ F[UT], rtol=1e-12, atol=1e-12)
+    assert nobs == t["Yobs"].nnz
+    R = core.span_root(G)
+    got = []
+    res = core.apg(
+        p, R, lam, 6, 0.5 * nobs, max_iter=max_iter, on_iterate=lambda k, C: got.append(C.copy())
+    )
+    assert len(got) == len(iterates) >= 20
+    Rp = np.linalg.pinv(R)
+    for Ch, Cd in zip(got, iterates, strict=True):
+        np.testing.assert_allclose(F[UT] @ Rp @ Ch, Cd, atol=1e-10 * np.abs(Cd).max())
+    np.testing.assert_allclose(res.objective, objs, rtol=1e-10)
+    np.testing.assert_allclose(F @ res.W, K @ C_direct, atol=1e-10 * np.abs(K @ C_direct).max())
+    # passes: 1 gram + per iteration one gradient pass and >= 1 trial pass
+    assert res.n_passes >= 1 + 2 * res.n_iter
+
+
+def test_gradient_pass_vs_finite_differences(toy, rng):
+    t = toy
+    F, UT = t["F"], t["UT"]
+    K = F @ F[UT].T
+    Y = t["Yobs"].toarray()
+    obs = Y != 0
+    C = 0.1 * rng.standard_normal((UT.size, 6))
+    E, P = _passes(t, [0, 25, 60]).grad(F[UT].T @ C)
+    Efun = lambda c: 0.5 * np.sum((obs * (K @ c - Y)) ** 2)  # noqa: E731
+    assert E == pytest.approx(Efun(C), rel=1e-12)
+    fd = np.zeros_like(C)
+    h = 1e-6
+    for i in range(C.shape[0]):
+        for j in range(C.shape[1]):
+            e = np.zeros_like(C)
+            e[i, j] = h
+            fd[i, j] = (Efun(C + e) - Efun(C - e)) / (2 * h)
+    np.testing.assert_allclose(F[UT] @ P, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+
+
+def test_svt_is_the_prox(rng):
+    B = rng.standard_normal((8, 5))
+    lam, L = 0.7, 3.0
+    P, nuc = core.svt(B, lam / L)
+    assert nuc == pytest.approx(np.linalg.norm(P, "nuc"), rel=1e-12)
+    obj = lambda C: lam * np.linalg.norm(C, "nuc") + 0.5 * L * np.sum((C - B) ** 2)  # noqa: E731
+    worst = min(obj(P + 1e-3 * rng.standard_normal(P.shape)) - obj(P) for _ in range(200))
+    assert worst > 0
+    np.testing.assert_allclose(P, naive.svt(B, lam / L), atol=1e-13)
+
+
+def test_tseng_theta_is_fista():
+    th, tk = 1.0, 1.0
+    for _ in range(50):
+        new = core.next_theta(th)
+        tk = (1 + np.sqrt(1 + 4 * tk * tk)) / 2
+        assert abs(new - 1 / tk) < 1e-12
+        assert abs((1 - new) / new**2 - 1 / th**2) < 1e-8 / th**2
+        th = new
+
+
+def test_apg_objective_close_to_long_reference_run(toy):
+    t = toy
+    F, UT = t["F"], t["UT"]
+    K = F @ F[UT].T
+    lam = 0.05
+    p = _passes(t)
+    G, nobs = p.gram()
+    res = core.apg(p, core.span_root(G), lam, 6, 0.5 * nobs, max_iter=1000, tol=1e-5)
+    _, _, ref = naive.apg_direct(K, t["Yobs"], lam, max_iter=5000, tol=0.0)
+    assert res.converged
+    assert abs(res.objective[-1] - ref[-1]) / ref[-1] < 1e-2
+    assert res.objective[-1] >= ref[-1] - 1e-9
+
+
+def test_factored_nystrom_kernel_equals_explicit(toy):
+    t = toy
+    X, land, g = t["X"], t["land"], t["gamma"]
+    F = _blocks.features(X, *t["fmap"].args())
+    Knr, Krr = naive.rbf(X, land, g), naive.rbf(land, land, g)
+    Ktil = Knr @ np.linalg.pinv(Krr, rcond=1e-12) @ Knr.T
+    np.testing.assert_allclose(F @ F.T, Ktil, atol=1e-8 * np.abs(Ktil).max())
+    np.testing.assert_allclose(F, t["F"], atol=1e-12)
