@@ -37,4 +37,8 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .glrl import GreedyLowRank
 
         return GreedyLowRank
+    if name in ("KernelMaxide", "Maxide"):
+        from . import kernelmaxide
+
+        return getattr(kernelmaxide, name)
     raise AttributeError(f"module 'ooc_lowrank' has no attribute {name!r}")

@@ -23,6 +23,8 @@ MODEL_FORMAT_VERSION = 1
 _REGISTRY: dict[str, str] = {
     "GIMC": "ooc_lowrank.gimc:GIMC",
     "GreedyLowRank": "ooc_lowrank.glrl:GreedyLowRank",
+    "KernelMaxide": "ooc_lowrank.kernelmaxide:KernelMaxide",
+    "Maxide": "ooc_lowrank.kernelmaxide:Maxide",
 }
 
 

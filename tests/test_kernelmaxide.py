@@ -300,3 +300,180 @@ def test_factored_nystrom_kernel_equals_explicit(toy):
     Ktil = Knr @ np.linalg.pinv(Krr, rcond=1e-12) @ Knr.T
     np.testing.assert_allclose(F @ F.T, Ktil, atol=1e-8 * np.abs(Ktil).max())
     np.testing.assert_allclose(F, t["F"], atol=1e-12)
+
+
+# ------------------------------------------------------------------ estimators
+
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+
+import ooc_lowrank as ool  # noqa: E402
+from ooc_lowrank import OOCLowRankWarning  # noqa: E402
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide  # noqa: E402
+
+
+def test_kernelmaxide_f_equals_exact_kernel_solution(toy):
+    """n_landmarks=None (every row): the fit is the exact-kernel direct APG's solution."""
+    t = toy
+    X, g, UT = t["X"], t["gamma"], t["UT"]
+    est = KernelMaxide(n_landmarks=None, gamma=g, lam=0.5, max_iter=100, random_state=0)
+    est.fit(X, t["Yobs"])
+    Kex = naive.rbf(X, X, g)[:, UT]
+    C, its, objs = naive.apg_direct(Kex, t["Yobs"], 0.5, max_iter=100)
+    want = Kex @ C
+    np.testing.assert_allclose(est.decision_function(X), want, atol=1e-6 * np.abs(want).max())
+    assert est.n_iter_ == len(its)
+    np.testing.assert_allclose(est.objective_, objs, rtol=1e-6)
+
+
+def test_maxide_equals_direct_twin_and_basis_is_left_singular(toy):
+    t = toy
+    X = t["X"]
+    est = Maxide(lam=0.5, max_iter=100).fit(X, t["Yobs"])
+    A = X @ est.projection_
+    np.testing.assert_allclose(A.T @ A, np.eye(A.shape[1]), atol=1e-10)
+    U, s = naive.left_singular(X, X.shape[1])
+    np.testing.assert_allclose(np.abs(U.T @ A), np.eye(5), atol=1e-8)  # same vectors up to sign
+    np.testing.assert_allclose(est.singular_values_, s, rtol=1e-10)
+    W, _, objs = naive.apg_direct(A, t["Yobs"], 0.5, max_iter=100)
+    np.testing.assert_allclose(est.coef_, W, atol=1e-10 * np.abs(W).max())
+    np.testing.assert_allclose(est.objective_, objs, rtol=1e-10)
+
+
+def _dask(X, chunks):
+    return da.from_array(X, chunks=(chunks, X.shape[1]))
+
+
+@pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
+def test_chunk_invariance_and_cache_paths(toy, cls):
+    t = toy
+    kw = dict(lam=0.5, max_iter=12, random_state=0)
+    if cls is KernelMaxide:
+        kw.update(n_landmarks=20, gamma=t["gamma"])
+    ref = cls(**kw).fit(t["X"], t["Yobs"])
+    for chunks, cache in [((30, 30), None), ((7, 1, 52), None), ((25, 35), 0)]:
+        est = cls(**kw, cache_bytes=cache).fit(_dask(t["X"], chunks), t["Yobs"])
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(est.objective_, ref.objective_, rtol=1e-12)
+
+
+def test_store_input_equals_memory(tmp_path, toy):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    t = toy
+    url = str(tmp_path / "d.zarr")
+    write_arrays(
+        url,
+        {"X": t["X"], "Y": sp.csr_matrix(t["Ytrue"]), "Y_obs": t["Yobs"]},
+        block_rows=16,
+    )
+    ds = open_dataset(url)
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=10, random_state=0)
+    a = KernelMaxide(**kw).fit(ds)
+    b = KernelMaxide(**kw, cache_bytes=0).fit(ds)  # streamed: F recomputed from the store
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10, atol=1e-12)
+    S = a.decision_function(ds["X"])
+    assert isinstance(S, da.Array)
+    res = a.evaluate(ds, "ranking_loss,p@1")
+    Sm = S.compute()
+    assert res["ranking_loss"] == pytest.approx(metrics.ranking_loss(t["Ytrue"], Sm), abs=1e-12)
+    assert res["p@1"] == pytest.approx(metrics.precision_at_k(t["Ytrue"], Sm, 1), abs=1e-12)
+
+
+def test_float32_path(toy):
+    t = toy
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=20, random_state=0)
+    a = KernelMaxide(**kw).fit(t["X"], t["Yobs"])
+    b = KernelMaxide(**kw).fit(t["X"].astype(np.float32), t["Yobs"])
+    Sb = b.decision_function(t["X"].astype(np.float32))
+    assert Sb.dtype == np.float32
+    Sa = a.decision_function(t["X"])
+    np.testing.assert_allclose(Sb, Sa, atol=1e-3 * np.abs(Sa).max())
+
+
+def test_predict_topk_save_load_callback(tmp_path, toy):
+    t = toy
+    seen = []
+    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0, callback=lambda *a: seen.append(a))
+    est.fit(t["X"], t["Yobs"])
+    assert [s[0] for s in seen] == list(range(1, est.n_iter_ + 1))
+    assert seen[-1][2] == pytest.approx(est.objective_[-1])
+    S = est.decision_function(t["X"])
+    top = est.predict_topk(t["X"], 3)
+    np.testing.assert_array_equal(top, metrics.topk_from_scores(S, 3))
+    assert isinstance(est.predict_topk(_dask(t["X"], (30, 30)), 3), da.Array)
+    for e in (est, Maxide(lam=0.5, max_iter=5).fit(t["X"], t["Yobs"])):
+        e.save(str(tmp_path / type(e).__name__))
+        back = ool.load(str(tmp_path / type(e).__name__))
+        assert type(back) is type(e)
+        np.testing.assert_array_equal(back.decision_function(t["X"]), e.decision_function(t["X"]))
+
+
+def test_label_without_observation_warns_and_fits(toy):
+    t = toy
+    Y = t["Yobs"].tolil()
+    Y[:, 2] = 0
+    Y = sp.csr_matrix(Y)
+    Y.eliminate_zeros()
+    with pytest.warns(OOCLowRankWarning, match=r"1 label\(s\) have no observed entry \(first: \[2\]\)"):
+        est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0).fit(t["X"], Y)
+    assert np.isfinite(est.coef_).all()
+
+
+@pytest.mark.parametrize(
+    "params, data, exc, msg",
+    [
+        ({"lam": 0}, None, ValueError, "lam must be > 0"),
+        ({"lam": -1.0}, None, ValueError, "lam must be > 0"),
+        ({"n_landmarks": 61}, None, ValueError, r"n_landmarks must be <= the number of rows of X \(60\)"),
+        ({"n_landmarks": 0}, None, ValueError, "n_landmarks must be >= 1"),
+        ({"gamma": -1.0}, None, ValueError, "gamma must be > 0"),
+        ({"n_landmarks": None, "cache_bytes": 1000}, None, MemoryError, "n_landmarks=None .* needs about"),
+        ({}, "bad_values", ValueError, r"found 2\.0"),
+        ({}, "empty", ValueError, "no observed label at all"),
+        ({}, "rows", ValueError, "Y must have as many rows as X"),
+        ({}, "nan", ValueError, "X must hold only finite values"),
+        ({}, "dense01", ValueError, "dense and holds 0"),
+    ],
+)
+def test_bad_input_fails_before_work(toy, params, data, exc, msg, monkeypatch):
+    t = toy
+    X, Y = t["X"], t["Yobs"]
+    if data == "bad_values":
+        Y = Y.copy()
+        Y.data[0] = 2.0
+    elif data == "empty":
+        Y = sp.csr_matrix(Y.shape)
+    elif data == "rows":
+        Y = Y[:50]
+    elif data == "nan":
+        X = X.copy()
+        X[3, 1] = np.nan
+    elif data == "dense01":
+        Y = t["Ytrue"]
+    calls = []
+    monkeypatch.setattr(core, "apg", lambda *a, **k: calls.append(1))
+    with pytest.raises(exc, match=msg):
+        KernelMaxide(**{"n_landmarks": 20, **params}).fit(X, Y)
+    assert not calls
+
+
+def test_store_labels_bad_values_found_by_the_check_pass(tmp_path, toy):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    t = toy
+    Y = t["Yobs"].copy()
+    Y.data[5] = 3.0
+    ds = write_arrays(str(tmp_path / "b.zarr"), {"X": t["X"], "Y_obs": Y}, block_rows=16)
+    with pytest.raises(ValueError, match="found 1 other stored values"):
+        KernelMaxide(n_landmarks=20).fit(open_dataset(ds.url))
+
+
+@pytest.mark.slow
+def test_local_cluster_fit_equals_threaded(toy, cluster_client):
+    t = toy
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=8, random_state=0)
+    ref = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
+    with dask.config.set(scheduler=cluster_client):
+        est = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
