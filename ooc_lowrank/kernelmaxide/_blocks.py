@@ -61,11 +61,10 @@ def features(Xb, kind, U, M, gamma):
 def _ut(Xb, Yb, kind, U, M, gamma):
     """``(F_u, Y_u)``: features and observed labels of the block's rows with an observation."""
     Yb = sp.csr_matrix(Yb)
+    if kind is None:  # cached F: rows outside UT are zero and have no residual; no copy
+        return np.asarray(Xb), Yb
     rows = np.flatnonzero(np.diff(Yb.indptr))
-    Yu = Yb[rows]
-    if kind is None:
-        return np.asarray(Xb[rows]), Yu
-    return features(Xb[rows], kind, U, M, gamma), Yu
+    return features(Xb[rows], kind, U, M, gamma), Yb[rows]
 
 
 def _residual(F, Yu, W):
