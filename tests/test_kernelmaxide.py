@@ -477,3 +477,19 @@ def test_local_cluster_fit_equals_threaded(toy, cluster_client):
     with dask.config.set(scheduler=cluster_client):
         est = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
     np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+
+
+def test_prediction_is_lazy_and_fit_computes_once_per_pass(toy, counting_scheduler):
+    t = toy
+    Xd = _dask(t["X"], (30, 30))
+    est = KernelMaxide(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=4, random_state=0)
+    est.fit(Xd, t["Yobs"])
+    # n_passes_ = label check + persist F + gram + per iteration (grad + >= 1 trial pass);
+    # one more compute reads the landmark rows
+    assert counting_scheduler.count == est.n_passes_ + 1
+    assert est.n_passes_ >= 3 + 2 * est.n_iter_
+    before = counting_scheduler.count
+    S = est.decision_function(Xd)
+    top = est.predict_topk(Xd, 2)
+    assert counting_scheduler.count == before
+    assert S.shape == (60, 6) and top.shape == (60, 2)

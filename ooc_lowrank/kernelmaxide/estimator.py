@@ -185,7 +185,7 @@ class _MaxideBase(BaseEstimator):
         self.coef_ = np.asarray(res.W, dtype=np.float64)
         self.objective_ = res.objective
         self.n_iter_ = int(res.n_iter)
-        self.n_passes_ = int(res.n_passes) + n_setup
+        self.n_passes_ = int(res.n_passes) + n_setup + 1  # + the label check
         self.converged_ = bool(res.converged)
         self.rank_ = int(np.linalg.matrix_rank(res.Chat)) if res.Chat.size else 0
         self.n_ut_ = n_ut
