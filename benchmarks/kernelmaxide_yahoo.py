@@ -76,7 +76,9 @@ def main():
     ap.add_argument("--gamma-mult", type=float, nargs="+", default=[0.5, 1.0, 2.0])
     ap.add_argument("--lams", type=float, nargs="+", default=[0.5, 2.0, 8.0])
     ap.add_argument("--maxide-lams", type=float, nargs="+", default=[2.0**k for k in range(-2, 8)])
+    ap.add_argument("--maxide-k", type=int, nargs="+", default=[25, 50, 100, 0], help="0 = all")
     ap.add_argument("--full", action="store_true", help="also KernelMaxide-f at KM-n's choice")
+    ap.add_argument("--maxide-only", action="store_true")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     X, Y = load(a.dataset)
@@ -91,39 +93,41 @@ def main():
             res = {"dataset": a.dataset, "omega": omega, "rep": rep, "n_obs": int(Yobs.nnz)}
             # KernelMaxide-n: hold-out grid
             grid = []
-            for gm in a.gamma_mult:
+            for gm in [] if a.maxide_only else a.gamma_mult:
                 for lam in a.lams:
                     est = KernelMaxide(n_landmarks=1000, gamma=g0 * gm, lam=lam, random_state=rep)
                     t = fit_time(est, X, Yfit)
                     v = heldout_rl(est.decision_function(X), Yval)
                     grid.append((v, gm, lam, t))
                     print(f"  KM-n gamma={gm}*g0 lam={lam}: val RL {v:.4f} ({t:.1f} s)", flush=True)
-            v, gm, lam, _ = min(grid)
-            est = KernelMaxide(n_landmarks=1000, gamma=g0 * gm, lam=lam, random_state=rep)
-            t = fit_time(est, X, Yobs)
-            rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
-            res["kernelmaxide_n"] = dict(
-                rl=rl, gamma_mult=gm, lam=lam, time=t, n_iter=est.n_iter_, val=v
-            )
-            print(f"KM-n omega={omega} rep={rep}: RL {rl:.4f} (gamma {gm}*g0, lam {lam}, {t:.1f} s)")
-            if a.full:
+            if grid:
+                v, gm, lam, _ = min(grid)
+                est = KernelMaxide(n_landmarks=1000, gamma=g0 * gm, lam=lam, random_state=rep)
+                t = fit_time(est, X, Yobs)
+                rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
+                res["kernelmaxide_n"] = dict(
+                    rl=rl, gamma_mult=gm, lam=lam, time=t, n_iter=est.n_iter_, val=v
+                )
+                print(f"KM-n omega={omega} rep={rep}: RL {rl:.4f} (gamma {gm}*g0, lam {lam}, {t:.1f} s)")
+            if a.full and grid:
                 est = KernelMaxide(n_landmarks=None, gamma=g0 * gm, lam=lam, random_state=rep)
                 t = fit_time(est, X, Yobs)
                 rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
                 res["kernelmaxide_f"] = dict(rl=rl, gamma_mult=gm, lam=lam, time=t, n_iter=est.n_iter_)
                 print(f"KM-f omega={omega} rep={rep}: RL {rl:.4f} ({t:.1f} s)", flush=True)
-            # Maxide
+            # Maxide: k (top left singular vectors) and lam on the same hold-out
             grid = []
-            for lam in a.maxide_lams:
-                est = Maxide(lam=lam)
-                t = fit_time(est, X, Yfit)
-                grid.append((heldout_rl(est.decision_function(X), Yval), lam, t))
-            v, lam, _ = min(grid)
-            est = Maxide(lam=lam)
+            for k in a.maxide_k:
+                for lam in a.maxide_lams:
+                    est = Maxide(lam=lam, n_components=k or None)
+                    t = fit_time(est, X, Yfit)
+                    grid.append((heldout_rl(est.decision_function(X), Yval), k, lam, t))
+            v, k, lam, _ = min(grid)
+            est = Maxide(lam=lam, n_components=k or None)
             t = fit_time(est, X, Yobs)
             rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
-            res["maxide"] = dict(rl=rl, lam=lam, time=t, n_iter=est.n_iter_, val=v)
-            print(f"Maxide omega={omega} rep={rep}: RL {rl:.4f} (lam {lam}, {t:.1f} s)", flush=True)
+            res["maxide"] = dict(rl=rl, k=k, lam=lam, time=t, n_iter=est.n_iter_, val=v)
+            print(f"Maxide omega={omega} rep={rep}: RL {rl:.4f} (k {k}, lam {lam}, {t:.1f} s)", flush=True)
             rows.append(res)
     if a.out:
         with open(a.out, "w") as f:

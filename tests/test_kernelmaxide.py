@@ -493,3 +493,12 @@ def test_prediction_is_lazy_and_fit_computes_once_per_pass(toy, counting_schedul
     top = est.predict_topk(Xd, 2)
     assert counting_scheduler.count == before
     assert S.shape == (60, 6) and top.shape == (60, 2)
+
+
+def test_n_trials_does_not_change_the_fit(toy):
+    t = toy
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=15, random_state=0)
+    fits = [KernelMaxide(**kw, n_trials=k).fit(t["X"], t["Yobs"]) for k in (None, 1, 3)]
+    for f in fits[1:]:
+        np.testing.assert_allclose(f.coef_, fits[0].coef_, rtol=1e-12, atol=1e-14)
+    assert fits[2].n_passes_ <= fits[1].n_passes_

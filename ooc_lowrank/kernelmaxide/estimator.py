@@ -75,7 +75,8 @@ class _MaxideBase(BaseEstimator):
         )
         check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
         check_scalar(self.tol, "tol", low=0.0)
-        check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1)
+        if self.n_trials is not None:
+            check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1)
         if self.cache_bytes is not None:
             check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
         if self.callback is not None and not callable(self.callback):
@@ -165,10 +166,12 @@ class _MaxideBase(BaseEstimator):
             logger.info("caching F (%.1f MB) in memory", f_bytes / 2**20)
             passes = core.Passes(FB, YB, None)
             n_setup = 1
+            n_trials = 1  # resident F: a pass is one product, extra candidates are not free
         else:
             logger.info("recomputing F from X every pass (%.1f MB > budget)", f_bytes / 2**20)
             passes = core.Passes(XB, YB, fmap)
             n_setup = 0
+            n_trials = 2  # streamed: a pass recomputes the kernel blocks, a candidate is cheap
         R = self._root(passes)
         res = core.apg(
             passes,
@@ -178,7 +181,7 @@ class _MaxideBase(BaseEstimator):
             0.5 * nobs,
             max_iter=int(self.max_iter),
             tol=float(self.tol),
-            n_trials=int(self.n_trials),
+            n_trials=int(self.n_trials or n_trials),
             callback=self.callback,
         )
         self.fmap_ = fmap
@@ -338,8 +341,10 @@ class KernelMaxide(_MaxideBase):
     max_iter : int, default=100
     tol : float, default=1e-5
         Stop when ``|F_k - F_{k-1}| < tol * F_k`` (the Maxide code's rule).
-    n_trials : int, default=2
-        Line-search trials per pass (the result does not depend on it).
+    n_trials : int or None, default=None
+        Line-search trials ``L, 2L, ...`` evaluated per pass (the result does not depend on
+        it).  ``None``: 1 when ``F`` is cached (a pass is one product), 2 when it is streamed
+        (a pass recomputes the kernel blocks, so an extra candidate is cheap).
     cache_bytes : int or None
         Keep ``F`` (n x r) in memory when it fits this budget (default
         ``engine.DEFAULT_CACHE_BYTES``); otherwise recompute its blocks from ``X`` every pass.
@@ -367,7 +372,7 @@ class KernelMaxide(_MaxideBase):
         lam=1.0,
         max_iter=100,
         tol=1e-5,
-        n_trials=2,
+        n_trials=None,
         cache_bytes=None,
         random_state=None,
         callback=None,
@@ -458,7 +463,7 @@ class Maxide(_MaxideBase):
         lam=1.0,
         max_iter=100,
         tol=1e-5,
-        n_trials=2,
+        n_trials=None,
         cache_bytes=None,
         random_state=None,
         callback=None,
