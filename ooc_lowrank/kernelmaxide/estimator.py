@@ -104,7 +104,7 @@ class _MaxideBase(BaseEstimator):
         return X, Y
 
     def _check_labels(self, YB):
-        """One cheap pass over the observed labels (none for in-memory ones)."""
+        """One cheap pass over the observed labels: bad values, rows in UT, entries per label."""
         stats, per = engine.map_reduce(_blocks.label_stats_block, YB)
         if stats[0] > 0:
             raise ValueError(
