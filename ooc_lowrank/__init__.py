@@ -41,4 +41,8 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from . import kernelmaxide
 
         return getattr(kernelmaxide, name)
+    if name == "estimate_memory":
+        from ._estimate import estimate_memory
+
+        return estimate_memory
     raise AttributeError(f"module 'ooc_lowrank' has no attribute {name!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
@@ -21,12 +22,25 @@ class StoreError(ValueError):
     def __init__(self, store, array, rule, value=None, fix=None):
         self.store, self.array, self.rule, self.value, self.fix = store, array, rule, value, fix
         where = f"store {store!r}" + (f", array {array!r}" if array else "")
-        msg = f"{where}: {rule}"
-        if value is not None:
-            msg += f" (got {value})"
-        if fix:
-            msg += f". {fix}"
-        super().__init__(msg)
+        super().__init__(error_message(where, rule, value, fix))
+
+
+def error_message(where, rule, value=None, fix=None):
+    """``"WHERE: RULE (got VALUE). FIX"``, the shape of every file-level error message."""
+    msg = f"{where}: {rule}"
+    if value is not None:
+        msg += f" (got {value})"
+    if fix:
+        msg += f". {fix}"
+    return msg
+
+
+class NonFiniteError(ValueError, FloatingPointError):
+    """A fit produced a non-finite objective, statistic or parameter (NaN / inf).
+
+    The message names the quantity, the step and the likely cause (usually the scale of the
+    data) and the fix.  A ``ValueError`` (bad data) and a ``FloatingPointError`` alike.
+    """
 
 
 def param_error(name, rule, value, fix=None, exc=ValueError):
@@ -48,10 +62,15 @@ def check_scalar(
     high_inclusive=True,
     fix=None,
 ):
-    """Check a scalar hyperparameter's type and range; return it unchanged."""
+    """Check a scalar hyperparameter's type, finiteness and range; return it unchanged.
+
+    NaN and inf are refused for real parameters (a NaN passes every range comparison).
+    """
     if isinstance(value, bool) or not isinstance(value, kind):
         tname = "an integer" if kind is numbers.Integral else "a real number"
         raise param_error(name, f"must be {tname}", value, fix, exc=TypeError)
+    if not isinstance(value, numbers.Integral) and not math.isfinite(value):
+        raise param_error(name, "must be finite", value, fix or "Pass a finite number")
     if low is not None and (value < low or (value == low and not low_inclusive)):
         op = ">=" if low_inclusive else ">"
         raise param_error(name, f"must be {op} {low}", value, fix)

@@ -5,27 +5,52 @@ Sub-commands::
     ooc-lowrank convert FORMAT SRC [SRC...] DEST [--xml F] [--shape R,C] [--overwrite] ...
     ooc-lowrank generate KIND DEST --rows N --seed S [--option value ...]
     ooc-lowrank info STORE [--json]
-    ooc-lowrank fit METHOD TRAIN_STORE MODEL [--param value ...]
+    ooc-lowrank fit METHOD TRAIN_STORE MODEL [--param value ...] [--overwrite]
     ooc-lowrank evaluate MODEL TEST_STORE [--metrics p@1,p@3,p@5] [--json]
-    ooc-lowrank predict MODEL STORE OUT --top-k K
+    ooc-lowrank predict MODEL STORE OUT --top-k K [--overwrite]
     ooc-lowrank demo [--rows N] [--workdir DIR]
 
-Options that a converter, generator or estimator accepts but this parser does not list are
-passed through: ``--n-components 500`` becomes ``n_components=500``.  Long work shows a progress
-bar on a terminal (never when stderr is not a terminal, or with ``--quiet``).  Bad input ends
-with a one-line error on stderr and exit code 2 (``--debug`` shows the traceback).
+``fit METHOD`` takes one option per parameter of the method's estimator, derived from the
+estimator's signature and its numpydoc ``Parameters`` section (``fit METHOD --help`` lists them
+with their defaults); a few ``fit`` keywords (:data:`FIT_OPTIONS`) become options too when the
+estimator's ``fit`` has them.  An option the method does not have is an error naming the close
+matches.  ``convert`` and ``generate`` pass options they do not list to the converter or
+generator: ``--n-labels 5`` becomes ``n_labels=5``.
+
+Outputs never destroy anything else: ``fit`` writes MODEL only if nothing is there, or a saved
+model is there and ``--overwrite`` is given; ``convert``, ``generate`` and ``predict`` do the same
+for stores; no output may be (or contain, or lie inside) one of the command's inputs.  These
+rules and the writability of the output location are checked before any work.
+
+Long work shows a progress bar on a terminal (never when stderr is not a terminal, or with
+``--quiet``).  Bad input ends with a one-line error on stderr and exit code 2 (``--debug`` shows
+the traceback); an interrupt exits with 130, SIGTERM with 143, in both cases after removing the
+temporaries of unfinished writes.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import inspect
 import json
 import logging
+import math
+import os
+import re
+import shutil
+import signal
 import sys
+import tempfile
+import threading
 import time
+import uuid
+import warnings
+from dataclasses import dataclass
 
-#: METHOD -> ("module:Class", fixed constructor parameters)
+#: METHOD -> ("module:Class", fixed constructor parameters).  Adding a method is one line here:
+#: its options, help and type conversions come from the class's signature and docstring.
 METHODS = {
     "gimc-lff": ("ooc_lowrank.gimc:GIMC", {"features": "fourier", "learn_features": True}),
     "gimc-lnys": ("ooc_lowrank.gimc:GIMC", {"features": "nystrom", "learn_features": True}),
@@ -35,12 +60,467 @@ METHODS = {
     "glrl": ("ooc_lowrank.glrl:GreedyLowRank", {}),
 }
 
-#: CLI spellings that map onto estimator parameter names
-ALIASES = {"seed": "random_state"}
+#: ``fit`` keywords offered as options when the estimator's ``fit`` has them: keyword -> flag.
+#: Keywords a given estimator lacks are simply not offered (harmless).
+FIT_OPTIONS = {
+    "eval_set": "--eval-store",
+    "eval_every": "--eval-every",
+    "eval_metrics": "--eval-metrics",
+    "checkpoint": "--checkpoint",
+    "checkpoint_every": "--checkpoint-every",
+}
+
+#: extra spellings of parameter options
+ALIASES = {"random_state": ["--seed"]}
+
+#: parameters never offered on the command line (set by the CLI itself or not expressible)
+_NOT_OPTIONS = {"callback"}
+
+#: spellings accepted for booleans and for None
+_TRUE, _FALSE, _NONE = ("true", "yes", "on", "1"), ("false", "no", "off", "0"), ("none", "null")
 
 
 class CLIError(Exception):
     """A user error reported as one line."""
+
+
+def _error(name, rule, value, fix):
+    """A :class:`CLIError` naming the argument, the rule, the value received and the fix."""
+    return CLIError(f"{name} {rule}; got {value!r}. {fix}")
+
+
+def _close(word, candidates):
+    """`` Did you mean --x?`` for the closest candidates (empty when none is close)."""
+    near = difflib.get_close_matches(word, list(candidates), n=3, cutoff=0.6)
+    return f" Did you mean {' or '.join(near)}?" if near else ""
+
+
+# ---------------------------------------------------------------------------------------------
+# options derived from an estimator's signature and numpydoc docstring
+# ---------------------------------------------------------------------------------------------
+
+
+def _doc_params(obj) -> dict:
+    """``{name: (type_spec, one_line_help)}`` from the numpydoc ``Parameters`` section of
+    ``obj``'s docstring.  Grouped entries (``a, b : int, float``) give each name its own type
+    when the counts match, else the shared one."""
+    doc = inspect.getdoc(obj) or ""
+    lines = doc.splitlines()
+    out: dict = {}
+    try:
+        i = next(
+            k
+            for k in range(len(lines) - 1)
+            if lines[k].strip() == "Parameters" and set(lines[k + 1].strip()) == {"-"}
+        )
+    except StopIteration:
+        return out
+    i += 2
+    names, typ, desc = [], "", []
+
+    def flush():
+        text = " ".join(desc).strip()
+        text = re.sub(r":\w+:`~?([^`]*)`", r"\1", text.replace("``", ""))
+        first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0] if text else ""
+        types = [t.strip() for t in typ.split(",")]
+        for j, n in enumerate(names):
+            t = types[j] if len(names) > 1 and len(types) == len(names) else typ
+            out[n] = (t.strip(), first)
+
+    while i < len(lines):
+        line = lines[i]
+        if i + 1 < len(lines) and line.strip() and set(lines[i + 1].strip()) == {"-"}:
+            break  # next section
+        if line and not line[0].isspace():
+            flush()
+            head, _, typ = line.partition(":")
+            names = [n.strip() for n in head.split(",") if n.strip()]
+            typ = re.sub(r",?\s*default\s*[=:].*$", "", typ.strip())
+            desc = []
+        elif line.strip():
+            desc.append(line.strip())
+        elif desc:
+            desc.append("\n")  # paragraph break ends the first sentence search below
+        i += 1
+    flush()
+    for n, (t, h) in out.items():
+        h = h.split("\n")[0].strip()
+        out[n] = (t, h if len(h) <= 120 else h[:117].rsplit(" ", 1)[0] + " ...")
+    return out
+
+
+@dataclass
+class _Option:
+    """One command-line option of a method: an estimator parameter or a fit keyword."""
+
+    name: str  # Python name
+    flags: list  # ["--n-components"] (+ aliases)
+    default: object
+    kind: str  # bool | int | float | str | list | store | path | any
+    choices: tuple = ()
+    optional: bool = False  # accepts "none"
+    item: str = "str"  # element kind of a list
+    help: str = ""
+    fit_keyword: bool = False
+    fixed: bool = False
+
+    @property
+    def flag(self):
+        return self.flags[0]
+
+
+def _kind(name, default, typ):
+    """(kind, choices, optional, item) from the default's type, else the docstring type."""
+    low = typ.lower()
+    choices = tuple(a or b for a, b in re.findall(r'"([^"]*)"|\'([^\']*)\'', typ.split("}")[0]))
+    choices = choices if typ.strip().startswith("{") else ()
+    bare = re.sub(r'"[^"]*"|\'[^\']*\'', "", low)  # a quoted "none" is a string choice
+    optional = default is None or "none" in bare or "optional" in bare
+    word = lambda w: re.search(rf"\b{w}\b", low) is not None  # noqa: E731
+    item = "float" if word("float") else "int" if word("int") else "str"
+    if isinstance(default, bool):
+        return "bool", (), optional, item
+    if isinstance(default, int):
+        return ("float" if word("float") else "int"), (), optional, item
+    if isinstance(default, float):
+        return "float", (), optional, item
+    if isinstance(default, (tuple, list)):
+        kind_item = "float" if any(isinstance(v, float) for v in default) else item
+        return "list", (), optional, kind_item
+    if isinstance(default, str):
+        return "str", choices, optional, item
+    if name in ("eval_set",) or word("store") or word("dataset"):
+        return "store", (), optional, item
+    if choices:
+        return "str", choices, optional, item
+    if word("list") or word("sequence") or "array-like" in low:
+        return "list", (), optional, item
+    if word("bool"):
+        return "bool", (), optional, item
+    if word("float"):
+        return "float", (), optional, item
+    if word("int"):
+        return "int", (), optional, item
+    if word("path") or word("str"):
+        return "path", (), optional, item
+    return "any", (), optional, item
+
+
+def _cli_text(value):
+    """How a value is spelled on the command line (used for defaults in --help)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(_cli_text(v) for v in value)
+    return str(value)
+
+
+def _options_from(func, doc, defaults, fixed, *, only=None) -> list:
+    """Options for the keyword parameters of ``func`` (an ``__init__`` or a ``fit``), with
+    help from ``doc``'s docstring (the class for ``__init__``, as numpydoc puts it)."""
+    docs = _doc_params(doc)
+    opts = []
+    for name, p in inspect.signature(func).parameters.items():
+        if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or name == "self":
+            continue
+        if only is not None and name not in only:
+            continue
+        if only is None and (name in _NOT_OPTIONS or p.default is p.empty):
+            continue
+        typ, text = docs.get(name, ("", ""))
+        default = fixed.get(name, defaults.get(name, p.default))
+        if "callable" in typ.lower() or callable(default):
+            continue
+        kind, choices, optional, item = _kind(name, default, typ)
+        flag = only[name] if only is not None else "--" + name.replace("_", "-")
+        opts.append(
+            _Option(
+                name,
+                [flag, *ALIASES.get(name, [])],
+                default,
+                kind,
+                choices,
+                optional,
+                item,
+                text or f"({typ or 'type not documented'}; no description in the docstring)",
+                fit_keyword=only is not None,
+                fixed=name in fixed,
+            )
+        )
+    return opts
+
+
+def method_options(method: str) -> tuple:
+    """``(cls, fixed, options)`` for a METHOD (imports the estimator)."""
+    target, fixed = METHODS[method]
+    cls = _load_class(target)
+    defaults = cls().get_params()
+    opts = _options_from(cls.__init__, cls, defaults, fixed)
+    fit_kw = {k: v for k, v in FIT_OPTIONS.items() if k in inspect.signature(cls.fit).parameters}
+    opts += _options_from(cls.fit, cls.fit, {}, {}, only=fit_kw)
+    return cls, fixed, opts
+
+
+def _convert(opt: _Option, text):
+    """The typed value of ``text`` for ``opt`` (a CLIError naming the rule otherwise)."""
+    if opt.kind == "bool" and isinstance(text, bool):
+        return text
+    text = str(text)
+    low = text.strip().lower()
+    if opt.optional and low in _NONE:
+        return None
+
+    def bad(rule, fix):
+        return _error(opt.flag, rule, text, fix)
+
+    if opt.kind == "bool":
+        if low in _TRUE or low in _FALSE:
+            return low in _TRUE
+        no = "--no-" + opt.flag[2:]
+        raise bad("must be true or false", f"Use {opt.flag} / {no}, or {opt.flag} true|false")
+    if opt.kind in ("int", "float"):
+        return _number(opt.flag, text, opt.kind)
+    if opt.kind == "list":
+        return tuple(
+            _number(opt.flag, t, opt.item) if opt.item != "str" else t.strip()
+            for t in text.split(",")
+            if t.strip()
+        )
+    # choices listed in a docstring are shown in --help but not enforced here: the estimator
+    # validates its own values (a docstring may lag behind it) before reading any data
+    if opt.kind == "any":
+        val = _parse_value(text)
+        if isinstance(val, float) and not math.isfinite(val):
+            raise _error(opt.flag, "must be a finite number", text, f"Pass e.g. {opt.flag} 1")
+        return val
+    return text
+
+
+def _number(flag, text, kind):
+    if kind == "int" and re.fullmatch(r"\s*[+-]?\d+\s*", text):
+        return int(text)  # exact, however large
+    try:
+        val = float(text)
+    except ValueError:
+        val = None
+    if val is None or not math.isfinite(val):
+        raise _error(flag, "must be a finite number", text, f"Pass e.g. {flag} 1")
+    if kind == "int":
+        if not val.is_integer():
+            raise _error(flag, "must be an integer", text, f"Pass a whole number, e.g. {flag} 10")
+        return int(val)
+    return val
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs: never destroy an input or something that is not ours; check writability first
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_url(loc):
+    return "://" in str(loc) and not str(loc).startswith("file://")
+
+
+def _norm(loc):
+    loc = str(loc)
+    if _is_url(loc):
+        return loc.rstrip("/")
+    return os.path.realpath(loc[len("file://") :] if loc.startswith("file://") else loc)
+
+
+def _fs(loc, arg):
+    import fsspec.core
+
+    try:
+        return fsspec.core.url_to_fs(str(loc))
+    except ImportError as e:
+        raise _error(
+            arg,
+            "needs a filesystem driver that is not installed",
+            str(loc),
+            f"{e}".split("\n")[0].rstrip(".") + "; install it (s3://: pip install "
+            "'ooc-lowrank[s3]') or write to a local path",
+        ) from None
+    except ValueError as e:
+        raise _error(arg, "must be a local path or a known fsspec URL", str(loc), str(e)) from None
+
+
+def _exists(loc, arg):
+    if not _is_url(loc):
+        return os.path.lexists(_norm(loc))
+    fs, p = _fs(loc, arg)
+    return fs.exists(p)
+
+
+def _has_file(loc, name, arg):
+    if not _is_url(loc):
+        return os.path.isfile(os.path.join(_norm(loc), name))
+    fs, p = _fs(loc, arg)
+    return fs.isfile(f"{p.rstrip('/')}/{name}")
+
+
+def _is_model(loc, arg):
+    from ._persist import MODEL_FORMAT
+
+    if not _has_file(loc, "model.json", arg):
+        return False
+    try:
+        if _is_url(loc):
+            fs, p = _fs(loc, arg)
+            with fs.open(f"{p.rstrip('/')}/model.json") as f:
+                doc = json.loads(f.read())
+        else:
+            with open(os.path.join(_norm(loc), "model.json")) as f:
+                doc = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT
+
+
+def _is_store(loc, arg):
+    return _has_file(loc, "zarr.json", arg)
+
+
+def check_output(loc, arg, what, *, overwrite, inputs=()):
+    """Refuse to write ``what`` ("model" or "store") at ``loc`` unless nothing is there, or a
+    ``what`` is there and ``overwrite``; refuse any overlap with ``inputs``; check that the
+    location is writable.  Raises :class:`CLIError`; does no work otherwise."""
+    out = _norm(loc)
+    for inp in inputs:
+        if inp is None:
+            continue
+        i = _norm(inp)
+        if out == i or out.startswith(i.rstrip("/") + "/") or i.startswith(out.rstrip("/") + "/"):
+            raise _error(
+                arg,
+                f"must not be, contain or lie inside an input of this command ({inp})",
+                str(loc),
+                f"Write the {what} to another path",
+            )
+    if _exists(loc, arg):
+        ours = _is_model(loc, arg) if what == "model" else _is_store(loc, arg)
+        if not ours:
+            marker = "model.json" if what == "model" else "zarr.json"
+            raise _error(
+                arg,
+                f"exists and is not an ooc_lowrank {what} (no {marker}), so it is never replaced",
+                str(loc),
+                "Choose a new path, or remove it yourself if it is really disposable",
+            )
+        if not overwrite:
+            raise _error(
+                arg,
+                f"already holds a {what}",
+                str(loc),
+                "Pass --overwrite to replace it, or choose another path",
+            )
+    _check_writable(loc, arg)
+    _remember_output(loc)
+
+
+#: (folder, temporary-name prefix, names already there) of this command's local outputs
+_OUTPUTS: list = []
+
+
+def _remember_output(loc):
+    """Note the folder of a local output so that an interrupt can remove the temporaries
+    (``.NAME.tmp-*``, as the store writer and the model save name them) that this command
+    created there, and only those."""
+    if _is_url(loc):
+        return
+    path = _norm(loc)
+    folder, prefix = os.path.dirname(path), f".{os.path.basename(path)}.tmp-"
+    before = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+    _OUTPUTS.append((folder, prefix, before))
+
+
+def _remove_temporaries():
+    """After an interrupt: stop Zarr's IO thread (writes in flight could re-create a removed
+    temporary), then remove the temporaries this command created."""
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # tasks cut short by the stop
+    warnings.filterwarnings("ignore", message="coroutine .* was never awaited")
+    if "zarr" in sys.modules:
+        try:
+            from zarr.core.sync import cleanup_resources
+
+            cleanup_resources()
+        except Exception:  # best effort: a zarr without it still gets the removal below
+            pass
+    for folder, prefix, before in _OUTPUTS:
+        if os.path.isdir(folder):
+            for name in set(os.listdir(folder)) - before:
+                if name.startswith(prefix):
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+
+
+def _check_writable(loc, arg):
+    """Create and remove a probe next to ``loc`` (the nearest existing folder, locally)."""
+    if _is_url(loc):
+        fs, p = _fs(loc, arg)
+        probe = f"{p.rstrip('/')}.write-check-{uuid.uuid4().hex[:8]}"
+        try:
+            fs.pipe(probe, b"")
+            fs.rm(probe)
+        except Exception as e:  # credentials, permissions, missing bucket: all say the same
+            raise _error(
+                arg,
+                "is not writable",
+                str(loc),
+                f"Writing a probe failed: {type(e).__name__}: {e}".split("\n")[0],
+            ) from None
+        return
+    parent = os.path.dirname(_norm(loc))
+    while not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise _error(
+            arg,
+            f"must be under a folder, but {parent} is a file",
+            str(loc),
+            "Choose a path whose parent is a folder",
+        )
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".ooc-lowrank-write-check-", dir=parent))
+    except OSError as e:
+        raise _error(
+            arg,
+            f"is not writable (cannot create files in {parent}: {e.strerror})",
+            str(loc),
+            "Choose a writable location",
+        ) from None
+
+
+def _json_safe(obj, where, warnings):
+    """Replace non-finite floats by None (JSON has no Infinity/NaN), noting where."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        warnings.append(f"{where}={obj}")
+        return None
+    if isinstance(obj, dict):
+        return {
+            k: _json_safe(v, f"{where}.{k}" if where else str(k), warnings) for k, v in obj.items()
+        }
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v, f"{where}[{i}]", warnings) for i, v in enumerate(obj)]
+    return obj
+
+
+def _print_json(obj):
+    """Print strict JSON; non-finite numbers become null with a one-line warning on stderr."""
+    notes: list = []
+    safe = _json_safe(obj, "", notes)
+    if notes:
+        print(
+            f"ooc-lowrank: warning: not finite, printed as null: {', '.join(notes)}",
+            file=sys.stderr,
+        )
+    print(json.dumps(safe, allow_nan=False))
+
+
+# ---------------------------------------------------------------------------------------------
+# free-form options of convert / generate
+# ---------------------------------------------------------------------------------------------
 
 
 def _parse_value(text: str):
@@ -49,7 +529,7 @@ def _parse_value(text: str):
         return True
     if low in ("false", "no", "off"):
         return False
-    if low in ("none", "null"):
+    if low in _NONE:
         return None
     for conv in (int, float):
         try:
@@ -70,7 +550,7 @@ def _extra_options(tokens: list[str]) -> dict:
     while i < len(tokens):
         tok = tokens[i]
         if not tok.startswith("--") or tok == "--":
-            raise CLIError(f"unexpected argument {tok!r}; options look like --name value")
+            raise _error("option", "must look like --name value", tok, "Write --name value")
         key = tok[2:]
         if "=" in key:
             key, val = key.split("=", 1)
@@ -82,7 +562,7 @@ def _extra_options(tokens: list[str]) -> dict:
             val = "true"
             i += 1
         key = key.replace("-", "_")
-        out[ALIASES.get(key, key)] = _parse_value(val)
+        out[{"seed": "random_state"}.get(key, key)] = _parse_value(val)
     return out
 
 
@@ -116,16 +596,25 @@ def cmd_convert(args, extra):
     from . import io as ooc_io
 
     if len(args.paths) < 2:
-        raise CLIError("convert needs at least one SRC and a DEST")
+        raise _error(
+            "paths", "must be SRC [SRC...] DEST", args.paths, "Give a source file and a destination"
+        )
     *srcs, dest = args.paths
     fmt = args.format.replace("-", "_")
     if fmt not in ooc_io.FORMATS:
-        raise CLIError(f"unknown format {fmt!r}; choose one of {', '.join(sorted(ooc_io.FORMATS))}")
+        raise CLIError(
+            f"unknown format {fmt!r}; choose one of {', '.join(sorted(ooc_io.FORMATS))}."
+            + _close(fmt, ooc_io.FORMATS)
+        )
     opts = dict(extra)
+    if "shape" in opts and isinstance(opts["shape"], str):
+        raise _error(
+            "--shape", "must be ROWS,COLS integers", opts["shape"], "E.g. --shape 943,1682"
+        )
+    inputs = srcs + [v for k, v in opts.items() if k == "xml" and isinstance(v, str)]
+    check_output(dest, "DEST", "store", overwrite=args.overwrite, inputs=inputs)
     if args.overwrite:
         opts["overwrite"] = True
-    if "shape" in opts and isinstance(opts["shape"], str):
-        raise CLIError(f"--shape must be ROWS,COLS integers; got {opts['shape']!r}")
     update, close = _progress(args, desc=f"convert {fmt}")
     if update is not None:
         opts["progress"] = update
@@ -146,7 +635,10 @@ def cmd_generate(args, extra):
             f"unknown generator {kind!r}; choose one of {', '.join(sorted(generators.GENERATORS))}"
         )
     if args.rows < 1:
-        raise CLIError(f"--rows must be >= 1; got {args.rows}")
+        raise _error(
+            "--rows", "must be >= 1", args.rows, "Pass the number of rows, e.g. --rows 1000"
+        )
+    check_output(args.dest, "DEST", "store", overwrite=args.overwrite)
     opts = dict(extra)
     if args.overwrite:
         opts["overwrite"] = True
@@ -175,11 +667,9 @@ def _report_store(dest, args, seconds):
 def cmd_info(args, extra):
     from .storage import open_dataset
 
-    if extra:
-        raise CLIError(f"info takes no options {sorted(extra)}")
     info = open_dataset(args.store).info()
     if args.json:
-        print(json.dumps(info))
+        _print_json(info)
         return
     print(
         f"{info['store']}: {info['n_rows']} rows in {info['n_blocks']} blocks of "
@@ -195,37 +685,75 @@ def cmd_info(args, extra):
 def cmd_fit(args, extra):
     from .storage import open_dataset
 
-    if args.method not in METHODS:
-        raise CLIError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
-    target, fixed = METHODS[args.method]
-    cls = _load_class(target)
-    valid = set(cls().get_params())
-    params = dict(fixed)
-    for k, v in extra.items():
-        if k not in valid:
-            raise CLIError(
-                f"unknown parameter --{k.replace('_', '-')} for {args.method}; valid: "
-                + ", ".join("--" + p.replace("_", "-") for p in sorted(valid))
+    cls, fixed, opts = method_options(args.method)
+    params, fit_kw = dict(fixed), {}
+    for opt in opts:
+        text = getattr(args, "opt_" + opt.name, None)
+        if text is None:
+            continue
+        val = _convert(opt, text)
+        if opt.fixed and val != fixed[opt.name]:
+            others = [
+                m
+                for m, (t, f) in METHODS.items()
+                if t == METHODS[args.method][0] and f.get(opt.name) == val
+            ]
+            raise _error(
+                opt.flag,
+                f"is fixed to {_cli_text(fixed[opt.name])} by method {args.method}",
+                text,
+                "Drop the option" + (f", or use method {' / '.join(others)}" if others else ""),
             )
-        if k in fixed and fixed[k] != v:
-            raise CLIError(
-                f"--{k.replace('_', '-')} is fixed to {fixed[k]!r} by method {args.method}"
-            )
-        params[k] = v
-    if "verbose" in valid and "verbose" not in extra:
-        params["verbose"] = 0 if args.quiet or not sys.stderr.isatty() else 1
-    est = cls(**params)
+        (fit_kw if opt.fit_keyword else params)[opt.name] = val
+    stores = {
+        o.name: (o.flag, params.get(o.name, fit_kw.get(o.name))) for o in opts if o.kind == "store"
+    }
+    inputs = [args.train] + [v for _, v in stores.values() if isinstance(v, str)]
+    # every check that needs no data comes first: nothing is read before MODEL is known good
+    for o in opts:
+        if o.kind == "path" and isinstance(fit_kw.get(o.name, params.get(o.name)), str):
+            p = fit_kw.get(o.name, params.get(o.name))
+            if _norm(p) in {_norm(x) for x in inputs} or _norm(p) == _norm(args.model):
+                raise _error(
+                    o.flag,
+                    "must differ from MODEL and the input stores",
+                    p,
+                    "Choose a separate path",
+                )
+    check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
     ds = open_dataset(args.train)
-    fit_kw = {}
-    if args.eval_store is not None:
-        if not args.method.startswith(("gimc", "imc")):
-            raise CLIError(f"--eval-store is for GIMC methods; {args.method} does not take it")
-        fit_kw = {"eval_set": open_dataset(args.eval_store), "eval_every": args.eval_every}
+    for name, (_flag, loc) in stores.items():
+        if isinstance(loc, str):
+            target = fit_kw if name in fit_kw else params
+            target[name] = open_dataset(loc)
+    if "verbose" in params and getattr(args, "opt_verbose", None) is None:
+        params["verbose"] = type(params["verbose"])(not args.quiet and sys.stderr.isatty())
+    est = cls(**params)
     t0 = time.perf_counter()
-    est.fit(ds, **fit_kw)
-    est.save(args.model)
-    if fit_kw and not args.quiet:
-        for it, scores in est.eval_history_.items():
+    try:
+        est.fit(ds, **fit_kw)
+    except (ValueError, TypeError) as e:  # the estimator's own validation: name the option
+        word, sep, rest = str(e).partition(" ")
+        flags = {o.name: o.flag for o in opts}
+        if word in flags and sep:
+            raise CLIError(f"{flags[word]} {rest}") from e
+        raise
+    # again: something may have appeared at MODEL during a long fit
+    check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
+    est.save(args.model, overwrite=True)
+    best = getattr(est, "best_params_", None)  # a search (scikit-learn's naming): say its choice
+    if best is not None and not args.quiet:
+        score = getattr(est, "best_score_", None)
+        print(
+            "chosen by cross-validation: "
+            + ", ".join(f"{k}={v}" for k, v in best.items())
+            + (f" (mean validation score {score:.4f})" if score is not None else "")
+        )
+        if hasattr(est, "format_cv_table"):
+            print(est.format_cv_table())
+    history = getattr(est, "eval_history_", None)
+    if history and not args.quiet:
+        for it, scores in history.items():
             vals = "  ".join(f"{k} {v:.4f}" for k, v in scores.items())
             print(f"iteration {it:4d}: {vals}")
     if not args.quiet:
@@ -239,31 +767,46 @@ def cmd_evaluate(args, extra):
     from ._persist import load
     from .storage import open_dataset
 
-    if extra:
-        raise CLIError(f"evaluate takes no options {sorted(extra)}")
     model = load(args.model)
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     res = model.evaluate(open_dataset(args.store), metrics)
     if args.json:
-        print(json.dumps(res))
+        _print_json(res)
     else:
         for k, v in res.items():
             print(f"{k}\t{v:.4f}" if isinstance(v, float) else f"{k}\t{v}")
 
 
 def cmd_predict(args, extra):
+    """``--top-k K``: K >= 1; a K above the model's number of labels is clipped to it (the
+    store and the message say the K written)."""
     from ._persist import load
     from .storage import open_dataset
 
+    if args.top_k < 1:
+        raise _error(
+            "--top-k", "must be >= 1", args.top_k, "Pass the labels to keep per row, e.g. --top-k 5"
+        )
+    check_output(
+        args.out, "OUT", "store", overwrite=args.overwrite, inputs=[args.model, args.store]
+    )
     model = load(args.model)
     if not hasattr(model, "predict_to_store"):
-        raise CLIError(f"{type(model).__name__} models do not support `predict` to a store")
-    opts = dict(extra)
-    if args.overwrite:
-        opts["overwrite"] = True
-    model.predict_to_store(open_dataset(args.store), args.out, top_k=args.top_k, **opts)
+        raise _error(
+            "MODEL",
+            "must support `predict` to a store (GIMC models do)",
+            type(model).__name__,
+            "Use `evaluate`, or the Python API's predict/top_k",
+        )
+    model.predict_to_store(
+        open_dataset(args.store), args.out, top_k=args.top_k, overwrite=args.overwrite
+    )
+    k = open_dataset(args.out)["labels"].shape[1]
     if not args.quiet:
-        print(f"wrote top-{args.top_k} predictions to {args.out}")
+        note = (
+            f" (--top-k {args.top_k} clipped to the model's {k} labels)" if k < args.top_k else ""
+        )
+        print(f"wrote top-{k} predictions to {args.out}{note}")
 
 
 def cmd_demo(args, extra):
@@ -280,6 +823,71 @@ def cmd_demo(args, extra):
 # ---------------------------------------------------------------------------------------------
 
 
+class _ArgumentError(Exception):
+    """argparse's complaint, turned into the CLI's one-line error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit code 2 through main(), not usage + message
+        raise _ArgumentError(f"{self.prog}: {message}. Fix: see `{self.prog} --help`")
+
+
+class _BoolAction(argparse.Action):
+    """``--flag`` (true), ``--flag true|false``, ``--no-flag`` (false)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string and option_string.startswith("--no-"):
+            if values is not None:
+                raise _ArgumentError(
+                    f"{option_string} takes no value; got {values!r}. Fix: use "
+                    f"--{option_string[5:]} {values}"
+                )
+            values = False
+        setattr(namespace, self.dest, True if values is None else values)
+
+
+_METAVAR = {
+    "int": "INT",
+    "float": "FLOAT",
+    "list": "A,B,...",
+    "store": "STORE",
+    "path": "PATH",
+    "str": "TEXT",
+    "any": "VALUE",
+    "bool": "BOOL",
+}
+
+
+def _add_method_options(mp, method):
+    cls, fixed, opts = method_options(method)
+    first = (inspect.getdoc(cls) or cls.__name__).splitlines()[0]
+    mp.description = f"{cls.__module__}.{cls.__name__}: {first}" + (
+        " Fixed by this method: " + ", ".join(f"{k}={_cli_text(v)}" for k, v in fixed.items())
+        if fixed
+        else ""
+    )
+    groups = {
+        False: mp.add_argument_group(f"{cls.__name__} parameters"),
+        True: mp.add_argument_group(f"{cls.__name__}.fit options"),
+    }
+    for o in opts:
+        tag = (
+            f"fixed by {method}: {_cli_text(o.default)}"
+            if o.fixed
+            else f"default: {_cli_text(o.default)}"
+        )
+        help_ = f"[{tag}] {o.help}".replace("%", "%%")
+        kw = {"dest": "opt_" + o.name, "default": None, "help": help_}
+        if o.kind == "bool":
+            flags = o.flags + ["--no-" + f[2:] for f in o.flags]
+            groups[o.fit_keyword].add_argument(
+                *flags, action=_BoolAction, nargs="?", metavar="true|false", **kw
+            )
+        else:
+            mv = "{" + ",".join(o.choices) + "}" if o.choices else _METAVAR[o.kind]
+            groups[o.fit_keyword].add_argument(*o.flags, metavar=mv, **kw)
+
+
 def _common_options(parser, suppress):
     kw = {"default": argparse.SUPPRESS} if suppress else {}
     parser.add_argument(
@@ -293,82 +901,180 @@ def _common_options(parser, suppress):
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="ooc-lowrank", description=__doc__.split("\n")[0])
+def build_parser(method: str | None = None) -> argparse.ArgumentParser:
+    """The parser; ``fit METHOD``'s options are built (importing the estimator) only for
+    ``method``, so that other commands start fast."""
+    kw = {"allow_abbrev": False}
+    p = _Parser(prog="ooc-lowrank", description=__doc__.split("\n")[0], **kw)
     _common_options(p, suppress=False)
     # the same options are accepted after the sub-command too
-    common = argparse.ArgumentParser(add_help=False)
+    common = _Parser(add_help=False, **kw)
     _common_options(common, suppress=True)
     sub = p.add_subparsers(dest="command", required=True)
+    sp = lambda name, **a: sub.add_parser(name, parents=[common], **kw, **a)  # noqa: E731
 
-    c = sub.add_parser("convert", parents=[common], help="convert a file to a Zarr dataset store")
+    c = sp("convert", help="convert a file to a Zarr dataset store")
     c.add_argument("format", help="svmlight, xc, arff, mat, movielens, snap, ...")
     c.add_argument("paths", nargs="+", help="SRC [SRC...] DEST")
-    c.add_argument("--overwrite", action="store_true", help="replace an existing DEST")
-    c.set_defaults(func=cmd_convert)
+    c.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    c.set_defaults(func=cmd_convert, passthrough=True)
 
-    g = sub.add_parser("generate", parents=[common], help="generate a synthetic dataset store")
+    g = sp("generate", help="generate a synthetic dataset store")
     g.add_argument("kind")
     g.add_argument("dest")
     g.add_argument("--rows", type=int, required=True)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--overwrite", action="store_true")
-    g.set_defaults(func=cmd_generate)
+    g.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    g.set_defaults(func=cmd_generate, passthrough=True)
 
-    i = sub.add_parser("info", parents=[common], help="describe a dataset store")
+    i = sp("info", help="describe a dataset store")
     i.add_argument("store")
-    i.add_argument("--json", action="store_true")
+    i.add_argument("--json", action="store_true", help="one JSON object on stdout")
     i.set_defaults(func=cmd_info)
 
-    f = sub.add_parser("fit", parents=[common], help="fit a model and save it")
-    f.add_argument("method", help=", ".join(METHODS))
-    f.add_argument("train")
-    f.add_argument("model")
-    f.add_argument(
-        "--eval-store",
-        default=None,
-        help="GIMC methods: a held-out store scored during the fit (printed per iteration)",
+    f = sp(
+        "fit",
+        help="fit a model and save it",
+        description="Fit METHOD on TRAIN_STORE and save the model to MODEL. "
+        "`ooc-lowrank fit METHOD --help` lists the method's parameters.",
     )
-    f.add_argument("--eval-every", type=int, default=5, help="score --eval-store every N its")
-    f.set_defaults(func=cmd_fit)
+    methods = f.add_subparsers(dest="method", metavar="METHOD", required=True)
+    for name, (target, fixed) in METHODS.items():
+        what = target.split(":")[1] + (
+            f" ({', '.join(f'{k}={_cli_text(v)}' for k, v in fixed.items())})" if fixed else ""
+        )
+        mp = methods.add_parser(name, parents=[common], help=what, **kw)
+        mp.add_argument("train", metavar="TRAIN_STORE")
+        mp.add_argument("model", metavar="MODEL")
+        mp.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="replace a model already saved at MODEL (nothing else is replaced)",
+        )
+        if name == method:
+            _add_method_options(mp, name)
+        mp.set_defaults(func=cmd_fit)
 
-    e = sub.add_parser("evaluate", parents=[common], help="evaluate a saved model")
+    e = sp("evaluate", help="evaluate a saved model")
     e.add_argument("model")
     e.add_argument("store")
     e.add_argument("--metrics", default=None, help="comma-separated, e.g. p@1,p@3,p@5 or mae,rmse")
-    e.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    e.add_argument(
+        "--json", action="store_true", help="one JSON object on stdout (non-finite values as null)"
+    )
     e.set_defaults(func=cmd_evaluate)
 
-    r = sub.add_parser("predict", parents=[common], help="write top-k predictions to a store")
+    r = sp("predict", help="write top-k predictions to a store")
     r.add_argument("model")
     r.add_argument("store")
     r.add_argument("out")
-    r.add_argument("--top-k", type=int, required=True)
-    r.add_argument("--overwrite", action="store_true")
+    r.add_argument(
+        "--top-k", type=int, required=True, help=">= 1; clipped to the model's number of labels"
+    )
+    r.add_argument("--overwrite", action="store_true", help="replace an existing store at OUT")
     r.set_defaults(func=cmd_predict)
 
-    d = sub.add_parser("demo", parents=[common], help="the main job (GIMC-LFF vs IMC-RFF)")
+    d = sp("demo", help="the main job (GIMC-LFF vs IMC-RFF)")
     d.add_argument("--rows", type=int, default=None)
     d.add_argument("--workdir", default=None)
-    d.set_defaults(func=cmd_demo)
+    d.set_defaults(func=cmd_demo, passthrough=True)
     return p
 
 
-def main(argv=None) -> int:
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(levelname)s %(name)s: %(message)s",
+def _fit_method(argv):
+    """The METHOD word of ``fit METHOD ...`` in argv, or None."""
+    words, skip = [], False
+    for tok in argv:
+        if skip:
+            skip = False
+        elif tok == "--log-level":
+            skip = True
+        elif not tok.startswith("-"):
+            words.append(tok)
+        if len(words) == 2:
+            break
+    return words[1] if len(words) == 2 and words[0] == "fit" else None
+
+
+def _unknown(parser, args, rest):
+    """The one-line error for options no parser took (close matches named)."""
+    cmd = args.command + (f" {args.method}" if getattr(args, "method", None) else "")
+    sub = parser._ooc_sub.get(cmd)  # the sub-parser whose options apply
+    known = [s for a in sub._actions for s in a.option_strings] if sub else []
+    tok = rest[0]
+    if tok.startswith("-"):
+        name = tok.split("=")[0]
+        return CLIError(
+            f"unknown option {name} for `ooc-lowrank {cmd}`.{_close(name, known)} "
+            f"`ooc-lowrank {cmd} --help` lists the options"
+        )
+    return CLIError(
+        f"unexpected argument {tok!r} for `ooc-lowrank {cmd}`; see `ooc-lowrank {cmd} --help`"
     )
+
+
+def _index_subparsers(parser):
+    out = {}
+    for a in parser._subparsers._group_actions if parser._subparsers else []:
+        for name, sp in a.choices.items():
+            out[name] = sp
+            for b in sp._actions:
+                if isinstance(b, argparse._SubParsersAction):
+                    out.update({f"{name} {m}": mp for m, mp in b.choices.items()})
+    parser._ooc_sub = out
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that writers discard their temporaries."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    debug = "--debug" in argv
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
     try:
+        return _main(argv, debug)
+    finally:
+        if in_main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv, debug) -> int:
+    _OUTPUTS.clear()
+    try:
+        method = _fit_method(argv)
+        if method is not None and method not in METHODS:
+            raise CLIError(
+                f"unknown method {method!r}; choose one of {', '.join(METHODS)}."
+                + _close(method, METHODS)
+            )
+        parser = build_parser(method)
+        _index_subparsers(parser)
+        args, rest = parser.parse_known_args(argv)
+        logging.basicConfig(
+            level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+            format="%(levelname)s %(name)s: %(message)s",
+        )
+        if rest and not getattr(args, "passthrough", False):
+            raise _unknown(parser, args, rest)
         extra = _extra_options(rest)
         args.func(args, extra)
-    except KeyboardInterrupt:
-        print("ooc-lowrank: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated)
+        _remove_temporaries()
+        term = isinstance(e, _Terminated)
+        print(
+            f"ooc-lowrank: {'terminated (SIGTERM)' if term else 'interrupted'}; temporary "
+            "files removed",
+            file=sys.stderr,
+        )
+        return 143 if term else 130
     except Exception as e:  # one line, no traceback, unless --debug
-        if args.debug:
+        if debug:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if isinstance(e, KeyError) and msg.startswith(("'", '"')):

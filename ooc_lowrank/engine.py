@@ -15,8 +15,15 @@ aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
 
 The graph for one call has a fixed size (blocks x inputs), whatever the iteration count of the
 algorithm that calls it.  Reductions are deterministic: for a given chunking the sum is taken in
-a fixed order (tree or chains), so the result is bitwise identical under any scheduler and
-worker count.
+a fixed order (tree or chains), whatever the scheduler, worker count or task timing.  What that
+guarantees: block functions whose arithmetic does not depend on where their buffers sit (the
+Numba kernels: serial loops whose order, vectorized or not, depends on the sizes only) give bitwise
+identical results under any scheduler and worker count.  Block functions that call BLAS (``Xb.T @ Xb``) agree across
+schedulers to rounding only (relative 1e-12 in the tests): BLAS kernels may take different
+code paths for differently aligned buffers (a block deserialized on a worker is not aligned like
+a slice of the caller's array) and for different thread counts.  Making that bitwise too would
+need every block copied into 64-byte aligned memory and one BLAS thread everywhere, for every
+temporary inside the block function as well; we promise what is true instead.
 
 Scheduler policy
     ``client=`` if given; else whatever ``dask.config`` names as scheduler (an active
@@ -25,12 +32,20 @@ Scheduler policy
     BLAS is limited to one thread per Dask thread for the duration of the compute (restored
     afterwards); distributed workers already start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1``;
     kernels are serial (``nogil``) so they never add threads of their own.
+
+Lost workers
+    On a distributed cluster a compute is watched: if the cluster has no worker for
+    :func:`no_worker_timeout` seconds (default 60; dask config ``ooc_lowrank.no_worker_timeout``
+    or env ``OOC_LOWRANK_NO_WORKER_TIMEOUT``) while the scheduler lives, the pass is cancelled and
+    :class:`NoWorkersError` says so, instead of waiting forever for workers that never return.
+    Workers that die and are restarted (a nanny, an autoscaler) within the wait are harmless.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 
 import dask
@@ -43,6 +58,7 @@ from .storage import TARGET_BLOCK_BYTES, default_block_rows
 
 __all__ = [
     "Blocked",
+    "NoWorkersError",
     "Reduction",
     "active_client",
     "align",
@@ -693,16 +709,98 @@ def _blas_controller():
     return _CONTROLLER
 
 
+class NoWorkersError(RuntimeError):
+    """A distributed cluster had no worker for longer than :func:`no_worker_timeout`."""
+
+
+#: Seconds a pass may wait on a cluster without any worker before :class:`NoWorkersError`.
+DEFAULT_NO_WORKER_TIMEOUT = 60.0
+#: Seconds between checks of the cluster's worker count while a pass runs.
+_WORKER_POLL = 0.5
+
+
+def no_worker_timeout() -> float:
+    """The wait (seconds) for workers to (re)appear: dask config ``ooc_lowrank.no_worker_timeout``,
+    else env ``OOC_LOWRANK_NO_WORKER_TIMEOUT``, else :data:`DEFAULT_NO_WORKER_TIMEOUT`."""
+    v = dask.config.get("ooc_lowrank.no_worker_timeout", None)
+    if v is None:
+        v = os.environ.get("OOC_LOWRANK_NO_WORKER_TIMEOUT", DEFAULT_NO_WORKER_TIMEOUT)
+    try:
+        t = float(v)
+    except (TypeError, ValueError):
+        t = float("nan")
+    if not t > 0 or t == float("inf"):
+        raise ValueError(
+            f"no_worker_timeout must be a number > 0; got {v!r}. Set the dask config "
+            "'ooc_lowrank.no_worker_timeout' (or env OOC_LOWRANK_NO_WORKER_TIMEOUT) to a number "
+            "of seconds, e.g. 60"
+        )
+    return t
+
+
+_GATHER_POOL = None
+
+
+def _gather_pool():
+    """Threads that wait in ``client.gather`` while the caller watches the worker count."""
+    global _GATHER_POOL
+    if _GATHER_POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _GATHER_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="ooc-lowrank-gather")
+    return _GATHER_POOL
+
+
+def _compute_on_cluster(client, targets):
+    """``client.compute`` + ``gather`` that fails when the cluster has no worker for
+    :func:`no_worker_timeout` seconds (the scheduler would otherwise wait forever).  The gather
+    runs in a helper thread, so a pass that finishes returns at once (no polling delay)."""
+    from concurrent.futures import TimeoutError as WaitTimeout
+
+    timeout = no_worker_timeout()
+    futures = client.compute(list(targets))
+    waiting = _gather_pool().submit(client.gather, futures)
+    lost_since = None
+    try:
+        while True:
+            try:
+                return waiting.result(timeout=_WORKER_POLL)
+            except WaitTimeout:
+                pass
+            if client.nthreads():  # a live RPC to the scheduler: the current workers
+                lost_since = None
+                continue
+            now = time.monotonic()
+            lost_since = now if lost_since is None else lost_since
+            if now - lost_since >= timeout:
+                raise NoWorkersError(
+                    f"no Dask worker alive for {timeout:g} s while computing a pass: every "
+                    f"worker of the cluster (scheduler {client.scheduler.address}) died or left "
+                    "and none came back; the scheduler is still up. Check the workers' logs "
+                    "(memory-limit kills, lost jobs), restart workers, or wait longer with dask "
+                    "config 'ooc_lowrank.no_worker_timeout' / env OOC_LOWRANK_NO_WORKER_TIMEOUT "
+                    f"(seconds, now {timeout:g})"
+                )
+    except BaseException:
+        client.cancel(futures)
+        raise
+
+
 def compute(*lazy, client=None):
     """Evaluate reductions / dask arrays in a single ``dask.compute`` under the scheduler policy.
 
     Returns one result per argument (a :class:`Reduction` gives its array or tuple of arrays).
+    On a distributed cluster a pass that has no worker for :func:`no_worker_timeout` seconds
+    raises :class:`NoWorkersError`.
     """
     kw = _scheduler_kwargs(client)
     targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
+    sched = kw.get("scheduler", None) if kw else active_client()
     if kw.get("scheduler") == "threads":
         with _blas_controller().limit(limits=1, user_api="blas"):
             res = dask.compute(*targets, **kw)
+    elif hasattr(sched, "nthreads") and hasattr(sched, "gather"):
+        res = _compute_on_cluster(sched, targets)
     else:
         res = dask.compute(*targets, **kw)
     return tuple(

@@ -20,6 +20,7 @@ import scipy.sparse as sp
 
 __all__ = [
     "accuracy",
+    "class_codes_block",
     "finalize",
     "max_k",
     "metric_sums_block",
@@ -60,6 +61,27 @@ def parse_metrics(metrics):
         kind = "p" if mt.group(1) in ("p", "precision") else "ndcg"
         out.append((kind, int(mt.group(2))))
     return out
+
+
+def class_codes_block(y, classes):
+    """Class labels of a block -> codes ``0..C-1`` (index in sorted ``classes``), ``-1`` for a
+    label not in ``classes`` (it then never matches a prediction).
+
+    Parameters
+    ----------
+    y : ndarray of shape (n_b,) or (n_b, 1)
+    classes : ndarray of shape (C,), sorted
+
+    Returns
+    -------
+    ndarray of shape (n_b, 1), int64
+    """
+    yv = np.asarray(y).reshape(-1)
+    classes = np.asarray(classes)
+    if classes.size == 0:
+        return np.full((yv.size, 1), -1, dtype=np.int64)
+    pos = np.clip(np.searchsorted(classes, yv), 0, classes.size - 1)
+    return np.where(classes[pos] == yv, pos, -1).astype(np.int64).reshape(-1, 1)
 
 
 def metric_key(kind, k):

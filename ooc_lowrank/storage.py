@@ -23,6 +23,20 @@ name and renamed into place only after it is complete, so an interrupted write (
 SIGKILL) never leaves something that opens as a valid store and never damages a store that
 already existed under that name.
 
+Every chunk of every array is written, even an all-zero one (Zarr's default skips them and
+reads a missing chunk as its fill value, so a deleted chunk file would read as zeros).  The
+writer records each chunk's key, byte size and CRC-32 in ``manifest.json`` (named in the
+metadata, written before it).  :func:`open_dataset` lists the store once and fails on a missing
+or resized chunk; ``verify="full"`` also checks every checksum; every block read checks that
+the chunks it covers exist.  Stores written before the manifest existed open with an
+:class:`OOCLowRankWarning` (a missing chunk cannot be told from an all-zero one there);
+:func:`rebuild_manifest` adds one (writing any missing chunk explicitly as zeros).
+
+Temporary stores are named ``.<name>.tmp-<pid>-<host>-<random>``.  An exception or SIGTERM
+removes them (the SIGTERM handler then hands the signal to the previous handler); after a
+SIGKILL, the next write to the same destination on the same host removes the folders of
+processes that are no longer alive.
+
 Stores may be local paths or fsspec URLs (``memory://``, ``s3://`` with s3fs installed).
 """
 
@@ -32,7 +46,12 @@ import json
 import logging
 import os
 import shutil
+import signal
+import socket
+import threading
 import uuid
+import warnings
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -40,7 +59,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from ._validation import StoreError, check_csr_structure, check_finite_block
+from ._validation import OOCLowRankWarning, StoreError, check_csr_structure, check_finite_block
 
 __all__ = [
     "FORMAT_NAME",
@@ -51,6 +70,7 @@ __all__ = [
     "StoreError",
     "default_block_rows",
     "open_dataset",
+    "rebuild_manifest",
 ]
 
 logger = logging.getLogger("ooc_lowrank")
@@ -58,6 +78,7 @@ logger = logging.getLogger("ooc_lowrank")
 FORMAT_NAME = "ooc_lowrank.dataset"
 FORMAT_VERSION = 1
 _META_KEY = "ooc_lowrank"
+MANIFEST_FILE = "manifest.json"
 #: Target size of one row block in bytes (PERF_NOTES: 8-32 MB blocks read fastest here).
 TARGET_BLOCK_BYTES = 16 * 2**20
 _NNZ_CHUNK = 1 << 22  # upper bound on entries per chunk of 1-D sparse arrays
@@ -117,15 +138,365 @@ def _remove(loc: str) -> None:
         fs.rm(path, recursive=True)
 
 
+class StoreAccessError(PermissionError):
+    """An object store refused access to a location, or no credentials were found."""
+
+
+#: botocore / s3fs exception class names that mean "credentials missing or refused".
+_AUTH_ERRORS = ("NoCredentialsError", "PartialCredentialsError", "CredentialRetrievalError")
+
+
+def _access_error(loc: str, e: BaseException, action: str):
+    """A :class:`StoreAccessError` for ``e`` raised while accessing remote ``loc``, else None.
+
+    Credentials missing (botocore's ``NoCredentialsError``) or refused (s3fs turns
+    ``InvalidAccessKeyId`` / ``SignatureDoesNotMatch`` / ``AccessDenied`` into
+    ``PermissionError``) become one message naming the location and the fix.
+    """
+    if not _is_url(loc) or isinstance(e, StoreAccessError):
+        return None
+    names = {c.__name__ for c in type(e).__mro__}
+    if not (names & set(_AUTH_ERRORS) or isinstance(e, PermissionError)):
+        return None
+    what = "no credentials were found" if names & set(_AUTH_ERRORS) else "access was refused"
+    return StoreAccessError(
+        f"cannot {action} {loc!r}: {what} ({type(e).__name__}: {e}). Check the credentials: "
+        "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), plus "
+        "AWS_ENDPOINT_URL_S3 for an S3-compatible server, and the bucket's permissions"
+    )
+
+
+def _host_tag() -> str:
+    return f"{zlib.crc32(socket.gethostname().encode()):08x}"
+
+
 def _sibling(loc: str, tag: str) -> str:
+    """``.<name>.<tag>-<pid>-<host>-<random>`` next to ``loc`` (see :func:`_remove_stale`)."""
     loc = loc.rstrip("/")
     head, _, name = loc.rpartition("/")
+    suffix = f"{tag}-{os.getpid()}-{_host_tag()}-{uuid.uuid4().hex[:8]}"
     if not _is_url(loc):
         p = _local_path(loc)
-        return os.path.join(
-            os.path.dirname(p), f".{os.path.basename(p)}.{tag}-{uuid.uuid4().hex[:8]}"
+        return os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.{suffix}")
+    return f"{head}/.{name}.{suffix}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _reap_stale(parent: str, prefix: str) -> list[str]:
+    """Remove folders ``<parent>/<prefix><pid>-<host>-<random>`` whose process (on this host)
+    is gone; return the names of the others with that prefix (live or foreign)."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return []
+    host, kept = _host_tag(), []
+    for n in names:
+        if not n.startswith(prefix):
+            continue
+        parts = n[len(prefix) :].split("-")
+        if len(parts) == 3 and parts[0].isdigit() and parts[1] == host:
+            pid = int(parts[0])
+            if pid != os.getpid() and not _pid_alive(pid):
+                logger.info("removing %s, left by process %d which is gone", n, pid)
+                shutil.rmtree(os.path.join(parent, n), ignore_errors=True)
+                continue
+        kept.append(n)
+    return kept
+
+
+def _remove_stale(loc: str) -> None:
+    """Remove temporary stores left next to ``loc`` by dead processes of this host (SIGKILL).
+
+    Only local destinations: a process on another machine cannot be checked.
+    """
+    if _is_url(loc):
+        return
+    p = _local_path(loc.rstrip("/"))
+    parent, base = os.path.dirname(p), os.path.basename(p)
+    _reap_stale(parent, f".{base}.tmp-")
+    if os.path.exists(p):
+        _reap_stale(parent, f".{base}.old-")
+        return
+    # killed between the two renames of _commit: the .old folder is the only copy of the
+    # previous store; keep it for the user to rename back
+    for n in os.listdir(parent):
+        if n.startswith(f".{base}.old-"):
+            logger.warning("%s holds the previous store of %s; rename it back", n, p)
+
+
+# SIGTERM: abort every open writer, then hand the signal to whoever had it before.
+_ACTIVE: set = set()
+_SIG_LOCK = threading.RLock()  # re-entrant: the handler may run while the lock is held
+_PREV_HANDLER = None
+_INSTALLED = False
+
+
+def _on_sigterm(signum, frame):
+    prev = _PREV_HANDLER
+    for w in list(_ACTIVE):
+        try:
+            w.abort()
+        except Exception:  # noqa: BLE001 - best effort while dying
+            pass
+    _uninstall_sigterm()
+    if callable(prev):
+        prev(signum, frame)
+    elif prev != signal.SIG_IGN:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _register(w) -> None:
+    global _PREV_HANDLER, _INSTALLED
+    with _SIG_LOCK:
+        _ACTIVE.add(w)
+        if not _INSTALLED and threading.current_thread() is threading.main_thread():
+            try:
+                _PREV_HANDLER = signal.signal(signal.SIGTERM, _on_sigterm)
+                _INSTALLED = True
+            except (ValueError, OSError):  # not allowed here (embedded interpreter...)
+                pass
+
+
+def _unregister(w) -> None:
+    with _SIG_LOCK:
+        _ACTIVE.discard(w)
+        if not _ACTIVE:
+            _uninstall_sigterm()
+
+
+def _uninstall_sigterm() -> None:
+    global _PREV_HANDLER, _INSTALLED
+    if not _INSTALLED or threading.current_thread() is not threading.main_thread():
+        return
+    prev, _PREV_HANDLER, _INSTALLED = _PREV_HANDLER, None, False
+    try:
+        if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+            signal.signal(signal.SIGTERM, prev if prev is not None else signal.SIG_DFL)
+    except (ValueError, OSError, TypeError):
+        pass
+
+
+class _ScratchDir:
+    """A private scratch folder removed on exit, on SIGTERM, and (after a SIGKILL) by the next
+    scratch folder of the same prefix once its process is gone."""
+
+    def __init__(self, prefix, dir=None):  # noqa: A002 - tempfile's word
+        import tempfile
+
+        self.parent = dir or tempfile.gettempdir()
+        _reap_stale(self.parent, prefix)
+        self.path = tempfile.mkdtemp(
+            prefix=f"{prefix}{os.getpid()}-{_host_tag()}-", dir=self.parent
         )
-    return f"{head}/.{name}.{tag}-{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self):
+        _register(self)
+        return self.path
+
+    def __exit__(self, *exc):
+        self.abort()
+        return False
+
+    def abort(self):
+        _unregister(self)
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def scratch_dir(prefix, dir=None):  # noqa: A002
+    """Context manager: a temporary folder ``<dir>/<prefix><pid>-<host>-<random>`` (its path).
+
+    Removed when the block exits (also by an exception or SIGTERM); a folder left by a killed
+    process (SIGKILL) is removed by the next ``scratch_dir`` of the same prefix and folder.
+    """
+    return _ScratchDir(prefix, dir)
+
+
+# ---------------------------------------------------------------------------------------------
+# chunk manifests
+# ---------------------------------------------------------------------------------------------
+
+
+def _array_paths(arrays: dict) -> list[str]:
+    """Zarr array paths of a dataset's arrays (``X``, ``Y/indptr``, ``Y/indices``, ...)."""
+    out = []
+    for name, m in arrays.items():
+        kind = m.get("kind") if isinstance(m, dict) else m
+        if kind == "dense":
+            out.append(name)
+        else:
+            parts = (
+                ("indptr", "indices", "data")
+                if kind == "csr"
+                else ("indptr", "col", "value", "row")
+            )
+            out += [f"{name}/{q}" for q in parts]
+    return out
+
+
+def _chunk_grid_keys(shape, chunks) -> list[str]:
+    """Every chunk key (``c/i/j``) of a regular grid; none when a dimension is empty."""
+    counts = [-(-int(s) // int(c)) for s, c in zip(shape, chunks, strict=True)]
+    if any(k == 0 for k in counts):
+        return []
+    idx = np.indices(counts).reshape(len(counts), -1).T
+    return ["c/" + "/".join(str(int(i)) for i in row) for row in idx]
+
+
+def _list_files(loc: str) -> dict[str, int]:
+    """``{relative path: size}`` of every file under ``loc`` (one listing)."""
+    out = {}
+    if not _is_url(loc):
+        root = _local_path(loc)
+        for d, _, files in os.walk(root):
+            rel = os.path.relpath(d, root).replace(os.sep, "/")
+            for f in files:
+                key = f if rel == "." else f"{rel}/{f}"
+                try:
+                    out[key] = os.path.getsize(os.path.join(d, f))
+                except OSError:
+                    pass
+        return out
+    fs, path = _fs(loc)
+    base = path.strip("/")
+    for f, info in fs.find(path.rstrip("/"), detail=True).items():
+        rel = f.strip("/")
+        if rel.startswith(base + "/"):
+            out[rel[len(base) + 1 :]] = int(info.get("size") or 0)
+    return out
+
+
+def _read_file(loc: str, rel: str) -> bytes:
+    if not _is_url(loc):
+        with open(os.path.join(_local_path(loc), *rel.split("/")), "rb") as fh:
+            return fh.read()
+    fs, path = _fs(loc)
+    return fs.cat_file(f"{path.rstrip('/')}/{rel}")
+
+
+def _write_file(loc: str, rel: str, data: bytes) -> None:
+    if not _is_url(loc):
+        with open(os.path.join(_local_path(loc), *rel.split("/")), "wb") as fh:
+            fh.write(data)
+        return
+    fs, path = _fs(loc)
+    fs.pipe_file(f"{path.rstrip('/')}/{rel}", data)
+
+
+def _build_manifest(loc: str, paths: list[str]) -> dict:
+    """``{array path: {chunk key: [bytes, crc32]}}`` of the chunks present under ``loc``."""
+    files = _list_files(loc)
+    out = {}
+    for ap in paths:
+        pre = f"{ap}/c/"
+        out[ap] = {
+            k[len(ap) + 1 :]: [size, zlib.crc32(_read_file(loc, k))]
+            for k, size in sorted(files.items())
+            if k.startswith(pre)
+        }
+    return out
+
+
+def _load_manifest(url: str, meta: dict):
+    """The store's manifest, or None for stores written before manifests existed."""
+    name = meta.get("manifest")
+    if name is None:
+        return None
+    try:
+        man = json.loads(_read_file(url, str(name)))
+        if not isinstance(man, dict) or not all(isinstance(v, dict) for v in man.values()):
+            raise ValueError("not a mapping of arrays to chunks")
+    except Exception as e:  # noqa: BLE001 - any failure means the same thing
+        raise StoreError(
+            url,
+            None,
+            f"the chunk manifest {name!r} is missing or unreadable",
+            repr(e),
+            "The store is incomplete or corrupt; write it again",
+        ) from None
+    return man
+
+
+def _check_manifest(url: str, g, meta: dict, *, checksums: bool) -> bool:
+    """Check every expected chunk against the manifest; False for a pre-manifest store."""
+    man = _load_manifest(url, meta)
+    if man is None:
+        warnings.warn(
+            f"store {url!r} was written before chunk manifests existed: a missing chunk file "
+            "would read as zeros and cannot be detected. Run "
+            "ooc_lowrank.storage.rebuild_manifest(url) once (or convert the data again)",
+            OOCLowRankWarning,
+            stacklevel=3,
+        )
+        return False
+    files = _list_files(url)
+    for ap in _array_paths(meta["arrays"]):
+        expected = man.get(ap)
+        if expected is None:
+            raise StoreError(
+                url,
+                ap,
+                "array is not in the chunk manifest",
+                None,
+                "The store is corrupt; write it again",
+            )
+        try:
+            za = g[ap]
+            grid = _chunk_grid_keys(za.shape, za.chunks)
+        except Exception as e:  # noqa: BLE001 - zarr raises several types
+            raise StoreError(
+                url,
+                ap,
+                "array is missing or unreadable",
+                repr(e),
+                "The store is incomplete or corrupt; write it again",
+            ) from None
+        for key in grid:
+            if key not in expected:
+                raise StoreError(
+                    url,
+                    ap,
+                    "chunk missing from the manifest",
+                    key,
+                    "The store is corrupt; write it again",
+                )
+        for key, (size, crc) in expected.items():
+            full = f"{ap}/{key}"
+            if full not in files:
+                raise StoreError(
+                    url,
+                    ap,
+                    f"missing chunk {full!r} (deleted or never written)",
+                    None,
+                    "The store is incomplete; restore the file or write the store again",
+                )
+            if files[full] != size:
+                raise StoreError(
+                    url,
+                    ap,
+                    f"chunk {full!r} has {files[full]} bytes, the manifest "
+                    f"records {size} (truncated or overwritten)",
+                    None,
+                    "The store is corrupt; restore the file or write the store again",
+                )
+            if checksums and zlib.crc32(_read_file(url, full)) != crc:
+                raise StoreError(
+                    url,
+                    ap,
+                    f"chunk {full!r} fails its checksum (CRC-32 differs from the manifest)",
+                    None,
+                    "The store is corrupt; write it again",
+                )
+    return True
 
 
 def _commit(tmp: str, dest: str) -> None:
@@ -216,7 +587,14 @@ class DatasetWriter:
 
     def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False):
         self.url = str(url)
-        if _exists(self.url) and not overwrite:
+        try:
+            exists = _exists(self.url)
+        except Exception as e:
+            err = _access_error(self.url, e, "write a store at")
+            if err is None:
+                raise
+            raise err from None
+        if exists and not overwrite:
             raise FileExistsError(
                 f"store {self.url!r} already exists; pass overwrite=True (CLI: --overwrite) "
                 "to replace it, or choose another destination"
@@ -239,6 +617,8 @@ class DatasetWriter:
         self._closed = False
         self._sample = None
         self._auto_rows = False
+        self._arrays: dict[str, zarr.Array] = {}
+        _remove_stale(self.url)
 
     # -- declaration ---------------------------------------------------------------------------
     def _add(self, name, kind, n_cols, dtype):
@@ -305,7 +685,11 @@ class DatasetWriter:
         if not self._specs:
             raise RuntimeError("declare at least one array (add_dense/add_csr/add_coo) first")
         self._tmp = _sibling(self.url, "tmp")
-        self._group = zarr.open_group(self._tmp if _is_url(self._tmp) else self._tmp, mode="w")
+        _register(self)
+        self._group = zarr.open_group(self._tmp, mode="w")
+        # every chunk is written, all-zero ones too: a missing chunk is then always an error
+        cfg = {"write_empty_chunks": True}
+        arrays = self._arrays
         B = self.block_rows
         # 1-D sparse arrays get chunks of about one row block's entries, so each flush touches
         # at most two chunks (a fixed large chunk would be re-read and re-written every flush).
@@ -319,13 +703,14 @@ class DatasetWriter:
                 )
         for s in self._specs.values():
             if s.kind == "dense":
-                self._group.create_array(
+                arrays[s.name] = self._group.create_array(
                     s.name,
                     shape=(0, s.n_cols),
                     chunks=(B, max(s.n_cols, 1)),
                     dtype=s.dtype,
                     compressors=None,
                     fill_value=0,
+                    config=cfg,
                 )
             else:
                 g = self._group.create_group(s.name)
@@ -336,34 +721,24 @@ class DatasetWriter:
                     dtype="int64",
                     fill_value=0,
                     compressors=None,
+                    config=cfg,
                 )
                 ip[:] = np.zeros(1, np.int64)
+                arrays[f"{s.name}/indptr"] = ip
                 names = ("indices", "data") if s.kind == "csr" else ("col", "value")
                 ck = nnz_chunk.get(s.name, _MIN_NNZ_CHUNK)
-                g.create_array(
-                    names[0],
-                    shape=(0,),
-                    chunks=(ck,),
-                    dtype=s.index_dtype,
-                    fill_value=0,
-                    compressors=None,
-                )
-                g.create_array(
-                    names[1],
-                    shape=(0,),
-                    chunks=(ck,),
-                    dtype=s.dtype,
-                    fill_value=0,
-                    compressors=None,
-                )
+                parts = [(names[0], s.index_dtype), (names[1], s.dtype)]
                 if s.kind == "coo":
-                    g.create_array(
-                        "row",
+                    parts.append(("row", np.dtype("int64")))
+                for part, dt in parts:
+                    arrays[f"{s.name}/{part}"] = g.create_array(
+                        part,
                         shape=(0,),
                         chunks=(ck,),
-                        dtype="int64",
+                        dtype=dt,
                         fill_value=0,
                         compressors=None,
+                        config=cfg,
                     )
 
     def _check_block(self, name, b):
@@ -452,11 +827,11 @@ class DatasetWriter:
         for name, s in self._specs.items():
             blk = self._take(name, nrows)
             if s.kind == "dense":
-                arr = self._group[name]
+                arr = self._arrays[name]
                 arr.resize((stop, s.n_cols))
                 arr[start:stop] = blk
                 continue
-            g = self._group[name]
+            g = {k.split("/", 1)[1]: a for k, a in self._arrays.items() if k.startswith(name + "/")}
             n0 = self._nnz[name]
             n1 = n0 + blk.nnz
             ip = g["indptr"]
@@ -480,9 +855,21 @@ class DatasetWriter:
         self._buf_rows -= nrows
 
     def close(self):
-        """Flush, write the metadata last, and move the finished store into place."""
+        """Flush, write the manifest, the metadata last, and move the finished store into place.
+
+        Any exception on the way removes the temporary store (an old store at ``url`` stays).
+        """
         if self._closed:
             return
+        try:
+            self._close()
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            _unregister(self)
+
+    def _close(self):
         if self._group is None:
             if self._buf_rows and self._auto_rows:
                 # fewer rows than one automatic block: store them as one exact block
@@ -511,15 +898,20 @@ class DatasetWriter:
                 for s in self._specs.values()
             },
             "attrs": self.attrs,
+            "manifest": MANIFEST_FILE,
         }
+        manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]))
+        _write_file(self._tmp, MANIFEST_FILE, json.dumps(manifest).encode())
         self._group.attrs[_META_KEY] = meta  # the completion marker: written last
         self._closed = True
         _commit(self._tmp, self.url)
+        self._tmp = None
         logger.info("wrote %s: %d rows, arrays %s", self.url, n, sorted(self._specs))
 
     def abort(self):
         """Discard everything written so far; an existing store at ``url`` is left untouched."""
         self._closed = True
+        _unregister(self)
         if self._tmp is not None:
             _remove(self._tmp)
 
@@ -545,8 +937,10 @@ class ArrayHandle:
         Rows per stored block.
     """
 
-    def __init__(self, url, name, meta, n_rows, block_rows):
+    def __init__(self, url, name, meta, n_rows, block_rows, strict_chunks=True):
         self.url, self.name = url, name
+        #: stores with a chunk manifest: every chunk exists, so a missing one is an error
+        self.strict_chunks = bool(strict_chunks)
         self.kind = meta["kind"]
         self.shape = (int(n_rows), int(meta["shape"][1]))
         self.dtype = np.dtype(meta["dtype"])
@@ -581,6 +975,54 @@ class ArrayHandle:
     def _err(self, rule, value=None, fix=None):
         return StoreError(self.url, self.name, rule, value, fix)
 
+    def _check_chunks(self, part, lo, hi):
+        """Raise if a chunk holding items ``[lo, hi)`` of ``part`` (a zarr array) is missing.
+
+        Zarr reads a missing chunk as its fill value; a store with a manifest has every chunk,
+        so absence means deletion.  One ``stat`` per chunk read (a HEAD request remotely).
+        """
+        if not self.strict_chunks or hi <= lo:
+            return
+        c = int(part.chunks[0])
+        path = self.name if part is self._zarr() else f"{self.name}/{part.basename}"
+        tail = "/0" if part.ndim == 2 else ""
+        if part.ndim == 2 and part.shape[1] == 0:
+            return
+        keys = [f"{path}/c/{i}{tail}" for i in range(lo // c, (hi - 1) // c + 1)]
+        if not _is_url(self.url):
+            root = _local_path(self.url)
+            missing = [k for k in keys if not os.path.exists(os.path.join(root, *k.split("/")))]
+        else:
+            fs, base = _fs(self.url)
+            missing = [k for k in keys if not fs.exists(f"{base.rstrip('/')}/{k}")]
+        if missing:
+            raise StoreError(
+                self.url,
+                path,
+                f"missing chunk {missing[0]!r} (deleted after the store was written)",
+                None,
+                "The store is incomplete; restore the file or write the store again",
+            )
+
+    def _get(self, part, lo, hi):
+        """``part[lo:hi]`` with chunk checks; unreadable chunks name the array and chunk."""
+        self._check_chunks(part, lo, hi)
+        try:
+            return np.asarray(part[lo:hi])
+        except (ValueError, TypeError, RuntimeError) as e:
+            c = int(part.chunks[0])
+            path = self.name if part is self._zarr() else f"{self.name}/{part.basename}"
+            tail = "/0" if part.ndim == 2 else ""
+            keys = [f"{path}/c/{i}{tail}" for i in range(lo // c, max(hi - 1, lo) // c + 1)]
+            raise StoreError(
+                self.url,
+                path,
+                f"chunk(s) {', '.join(keys[:3])}{' ...' if len(keys) > 3 else ''} cannot be "
+                "decoded (truncated or corrupt)",
+                repr(e),
+                "The store is corrupt; restore the file or write the store again",
+            ) from None
+
     def read(self, start=0, stop=None):
         """Read rows ``[start, stop)``.
 
@@ -595,11 +1037,11 @@ class ArrayHandle:
         stop = n if stop is None else stop
         if not (0 <= start <= stop <= n):
             raise IndexError(f"{self.name}: row range [{start}, {stop}) outside [0, {n})")
-        z = self._zarr()
         where = f" (rows {start}:{stop})"
         try:
+            z = self._zarr()
             if self.kind == "dense":
-                out = np.asarray(z[start:stop])
+                out = self._get(z, start, stop)
                 if out.shape != (stop - start, self.shape[1]):
                     raise self._err("block has the wrong shape", out.shape)
                 try:
@@ -609,18 +1051,21 @@ class ArrayHandle:
                         str(e), None, "The store is corrupt; convert it again"
                     ) from None
                 return out
-            ip = np.asarray(z["indptr"][start : stop + 1], dtype=np.int64)
+            ip = self._get(z["indptr"], start, stop + 1).astype(np.int64, copy=False)
             if ip.size != stop - start + 1:
                 raise self._err("indptr is shorter than n_rows + 1", ip.size)
             k0, k1 = int(ip[0]), int(ip[-1])
             if k1 < k0 or k0 < 0 or k1 > (self.nnz or 0):
                 raise self._err("indptr is not monotone or exceeds nnz", f"[{k0}, {k1}]")
             names = ("indices", "data") if self.kind == "csr" else ("col", "value")
-            idx = np.asarray(z[names[0]][k0:k1])
-            val = np.asarray(z[names[1]][k0:k1])
+            idx = self._get(z[names[0]], k0, k1)
+            val = self._get(z[names[1]], k0, k1)
         except StoreError:
             raise
         except (KeyError, FileNotFoundError, OSError) as e:
+            err = _access_error(self.url, e, "read")
+            if err is not None:
+                raise err from None
             raise self._err(
                 "array data is missing or unreadable",
                 repr(e),
@@ -655,7 +1100,7 @@ class ArrayHandle:
 class Dataset:
     """An opened, validated dataset store.  Index it by array name: ``ds["X"]``."""
 
-    def __init__(self, url, meta):
+    def __init__(self, url, meta, strict_chunks=True):
         self.url = url
         self.meta = meta
         self.n_rows = int(meta["n_rows"])
@@ -663,7 +1108,7 @@ class Dataset:
         self.row_blocks = np.asarray(meta["row_blocks"], dtype=np.int64)
         self.attrs = dict(meta.get("attrs", {}))
         self._handles = {
-            name: ArrayHandle(url, name, m, self.n_rows, self.block_rows)
+            name: ArrayHandle(url, name, m, self.n_rows, self.block_rows, strict_chunks)
             for name, m in meta["arrays"].items()
         }
 
@@ -730,6 +1175,7 @@ class Dataset:
             "bytes_on_disk": _du(self.url),
             "arrays": arrays,
             "attrs": self.attrs,
+            "chunk_manifest": self.meta.get("manifest") is not None,
         }
 
 
@@ -756,15 +1202,32 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
         Local path or fsspec URL.
     verify : {"metadata", "full"}, default "metadata"
         ``"metadata"`` checks the format version, every array's presence, shape and dtype, the
-        row counts, and each sparse ``indptr`` (monotone, ends at nnz).  Column indices and
-        finiteness are checked on every block read.  ``"full"`` also reads every block now.
+        row counts, each sparse ``indptr`` (monotone, ends at nnz), and, with one listing of
+        the store, that every chunk in the manifest exists with its recorded byte size.
+        Column indices, finiteness and the presence of the chunks read are checked on every
+        block read.  ``"full"`` also checks every chunk's CRC-32 and reads every block now.
 
     Raises
     ------
     StoreError
         Naming the store, the array, the rule and the value.
+
+    Warns
+    -----
+    OOCLowRankWarning
+        For a store written before chunk manifests existed (see :func:`rebuild_manifest`).
     """
-    url = str(url)
+    url = os.fspath(url) if isinstance(url, os.PathLike) else str(url)
+    try:
+        return _open_dataset(url, verify)
+    except Exception as e:
+        err = _access_error(url, e, "open the store")
+        if err is None:
+            raise
+        raise err from None
+
+
+def _open_dataset(url, verify):
     if not _exists(url):
         raise StoreError(
             url,
@@ -776,6 +1239,8 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
     try:
         g = zarr.open_group(url, mode="r")
     except Exception as e:  # zarr raises several types for a non-group / broken metadata
+        if _access_error(url, e, "open") is not None:
+            raise  # open_dataset names the credentials problem
         raise StoreError(
             url,
             None,
@@ -818,6 +1283,14 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
             "row_blocks must be 0, block_rows, 2*block_rows, ..., n_rows",
             f"n_rows={n}, block_rows={B}",
         )
+    if verify not in ("metadata", "full"):
+        raise ValueError(f"verify must be 'metadata' or 'full'; got {verify!r}")
+    for name, m in arrays.items():
+        if not isinstance(m, dict) or m.get("kind") not in _KINDS:
+            kind = m.get("kind") if isinstance(m, dict) else m
+            raise StoreError(url, name, f"kind must be one of {_KINDS}", kind)
+    # chunks first: a missing chunk must never be reported as bad values read as zeros
+    strict = _check_manifest(url, g, meta, checksums=verify == "full")
     for name, m in arrays.items():
         kind = m.get("kind")
         if kind not in _KINDS:
@@ -889,7 +1362,7 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
                 "must be non-decreasing",
                 f"indptr[{i}]={ip[i]} > indptr[{i + 1}]={ip[i + 1]}",
             )
-    ds = Dataset(url, meta)
+    ds = Dataset(url, meta, strict)
     if verify == "full":
         for h in ds._handles.values():
             for _ in h.iter_blocks():
@@ -897,6 +1370,50 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
     elif verify != "metadata":
         raise ValueError(f"verify must be 'metadata' or 'full'; got {verify!r}")
     return ds
+
+
+def rebuild_manifest(url) -> dict:
+    """Add a chunk manifest to a store written before manifests existed.
+
+    Such a store may lack chunks that were all zeros (the old writer skipped them); they are
+    written now, explicitly, as zeros, so the store then reads exactly as before and any later
+    deletion is detected.  Run it only on a store you trust to be complete; a chunk deleted
+    before this call cannot be told from an all-zero one and becomes zeros.
+
+    Returns
+    -------
+    dict
+        ``{array path: number of chunks written as zeros}``.
+    """
+    url = str(url)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OOCLowRankWarning)
+        ds = open_dataset(url)
+    paths = _array_paths(ds.meta["arrays"])
+    present = _list_files(url)
+    filled = {}
+    cfg = {"write_empty_chunks": True}
+    for ap in paths:
+        a = zarr.open_array(url, path=ap, mode="r+")
+        a = a.with_config(cfg) if hasattr(a, "with_config") else a
+        grid = _chunk_grid_keys(a.shape, a.chunks)
+        missing = [k for k in grid if f"{ap}/{k}" not in present]
+        for key in missing:
+            idx = [int(i) for i in key[2:].split("/")]
+            sl = tuple(
+                slice(i * c, min((i + 1) * c, n))
+                for i, c, n in zip(idx, a.chunks, a.shape, strict=True)
+            )
+            a[sl] = a[sl]  # the fill value, now stored
+        filled[ap] = len(missing)
+    manifest = _build_manifest(url, paths)
+    _write_file(url, MANIFEST_FILE, json.dumps(manifest).encode())
+    g = zarr.open_group(url, mode="r+")
+    meta = dict(g.attrs[_META_KEY])
+    meta["manifest"] = MANIFEST_FILE
+    g.attrs[_META_KEY] = meta
+    logger.info("chunk manifest written for %s; chunks written as zeros: %s", url, filled)
+    return filled
 
 
 def write_arrays(url, arrays: dict, *, block_rows=None, attrs=None, overwrite=False, kinds=None):

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 from conftest import data_file
+from sklearn.base import BaseEstimator
 
-from ooc_lowrank.cli import _extra_options, main
+from ooc_lowrank._persist import save_model
+from ooc_lowrank.cli import FIT_OPTIONS, METHODS, _extra_options, main
 from ooc_lowrank.storage import open_dataset
 
 
@@ -197,9 +202,10 @@ def test_fit_and_evaluate_glrl_via_cli(tmp_path, capsys):
     assert main(["evaluate", model, test, "--metrics", "mae,rmse", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert set(res) >= {"mae", "rmse"} and 0 <= res["mae"] <= res["rmse"]
-    # unknown parameter: one-line error naming the valid ones
+    # unknown option: one-line error naming the close matches
     assert main(["fit", "glrl", train, model, "--rnak", "3"]) == 2
-    assert "unknown parameter --rnak" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown option --rnak" in err and "Did you mean --rank" in err
 
 
 def test_fit_with_eval_store_prints_history(tmp_path, capsys):
@@ -215,5 +221,216 @@ def test_fit_with_eval_store_prints_history(tmp_path, capsys):
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration")]
     assert [int(ln.split()[1].rstrip(":")) for ln in lines] == [0, 2, 4]
     assert all("p@1" in ln for ln in lines)
+    # GreedyLowRank.fit has no eval_set: --eval-store is not one of glrl's options
     assert main(["fit", "glrl", tr, str(tmp_path / "g"), "--eval-store", va]) == 2
-    assert "--eval-store is for GIMC methods" in capsys.readouterr().err
+    assert "unknown option --eval-store for `ooc-lowrank fit glrl`" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# fit METHOD --help: generated from the estimator's signature and docstring
+# ---------------------------------------------------------------------------------------------
+
+
+def _help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
+    return capsys.readouterr().out
+
+
+def _option_block(text, flag):
+    """The help lines of option ``flag`` (from its line to the next option line)."""
+    lines = text.splitlines()
+    start = next(i for i, ln in enumerate(lines) if re.match(rf"\s+{re.escape(flag)}\b", ln))
+    block = [lines[start]]
+    for ln in lines[start + 1 :]:
+        if re.match(r"\s+-", ln) or not ln.startswith(" "):
+            break
+        block.append(ln)
+    return " ".join(" ".join(block).split())
+
+
+def _spelled(v):
+    return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_fit_method_help_lists_every_parameter_and_default(method, capsys):
+    target, fixed = METHODS[method]
+    mod, attr = target.split(":")
+    cls = getattr(importlib.import_module(mod), attr)
+    out = _help(["fit", method, "--help"], capsys)
+    sig = inspect.signature(cls.__init__).parameters
+    names = [n for n in sig if n not in ("self", "callback")]
+    assert len(names) >= 10
+    for name in names:
+        block = _option_block(out, "--" + name.replace("_", "-"))
+        value = _spelled(fixed.get(name, sig[name].default))
+        assert f": {value}]" in block, (name, block)
+        assert block.split("]", 1)[1].strip(), f"{name}: no help text"
+    fit_sig = inspect.signature(cls.fit).parameters
+    for kw, flag in FIT_OPTIONS.items():
+        if kw in fit_sig:
+            block = _option_block(out, flag)
+            assert f"default: {_spelled(fit_sig[kw].default)}]" in block
+        else:
+            assert flag not in out
+
+
+def test_fit_help_lists_the_methods(capsys):
+    out = _help(["fit", "--help"], capsys)
+    for method in METHODS:
+        assert re.search(rf"^\s+{method}\s", out, re.M), method
+
+
+class Toy(BaseEstimator):
+    """A toy estimator: what a new METHODS line gets for free.
+
+    Parameters
+    ----------
+    scale : float, default=1.0
+        Multiplier of the column means.
+    shift : {"none", "mean"}, default="none"
+        Shift applied first.
+    n_rounds : int or None, default=None
+        Rounds to run.
+    anything : default=None
+        An option whose type the docstring does not say.
+    weights : list of float, optional
+        Per-column weights.
+    flag : bool, default=False
+        A switch.
+    """
+
+    def __init__(
+        self, *, scale=1.0, shift="none", n_rounds=None, anything=None, weights=None, flag=False
+    ):
+        self.scale, self.shift, self.n_rounds, self.anything = scale, shift, n_rounds, anything
+        self.weights, self.flag = weights, flag
+
+    def fit(self, X, y=None, *, checkpoint=None, checkpoint_every=10, other=None):
+        """Fit.
+
+        Parameters
+        ----------
+        X : Dataset
+        checkpoint : str or None, default=None
+            Where to save the state.
+        checkpoint_every : int, default=10
+            Iterations between checkpoints.
+        other : int, optional
+            Not an allow-listed fit keyword: never an option.
+        """
+        Toy.seen = (self.get_params(), checkpoint, checkpoint_every)
+        raise RuntimeError("toy stops here")
+
+
+def test_one_methods_line_gives_typed_options_and_fit_keywords(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(METHODS, "toy", ("test_cli:Toy", {}))
+    out = _help(["fit", "toy", "--help"], capsys)
+    for flag in (
+        "--scale",
+        "--shift",
+        "--n-rounds",
+        "--weights",
+        "--flag",
+        "--no-flag",
+        "--checkpoint",
+        "--checkpoint-every",
+    ):
+        assert flag in out
+    assert "--other" not in out and "[default: 10] Iterations between checkpoints." in out
+    tr = str(tmp_path / "tr.zarr")
+    main(
+        ["generate", "multilabel", tr, "--rows", "50", "--n-features", "3", "--n-labels", "2", "-q"]
+    )
+    ck = str(tmp_path / "ck")
+    argv = [
+        "fit",
+        "toy",
+        tr,
+        str(tmp_path / "m"),
+        "--scale",
+        "3",
+        "--n-rounds",
+        "1e2",
+        "--weights",
+        "1,2.5",
+        "--flag",
+        "--checkpoint",
+        ck,
+        "--checkpoint-every",
+        "4",
+    ]
+    assert main(argv) == 2 and "toy stops here" in capsys.readouterr().err
+    params, got_ck, every = Toy.seen
+    assert params == {
+        "scale": 3.0,
+        "shift": "none",
+        "n_rounds": 100,
+        "anything": None,
+        "weights": (1.0, 2.5),
+        "flag": True,
+    }
+    assert (got_ck, every) == (ck, 4)
+    for extra, want in (
+        (["--no-flag"], False),
+        (["--flag", "false"], False),
+        (["--flag", "true"], True),
+        (["--shift", "none"], "none"),  # a string choice, not None
+        (["--n-rounds", "123456789012345678901"], 123456789012345678901),
+        (["--n-rounds", "none"], None),
+    ):
+        main(["fit", "toy", tr, str(tmp_path / "m"), *extra])
+        key = extra[0][2:].removeprefix("no-").replace("-", "_")
+        assert Toy.seen[0][key] == want and type(Toy.seen[0][key]) is type(want)
+    capsys.readouterr()
+    # typed conversion errors name the option, the rule, the value and the fix
+    for extra, frag in (
+        (["--n-rounds", "2.5"], "--n-rounds must be an integer; got '2.5'. Pass a whole number"),
+        (["--scale", "nan"], "--scale must be a finite number; got 'nan'"),
+        (["--scale", "inf"], "--scale must be a finite number; got 'inf'"),
+        (["--anything", "nan"], "--anything must be a finite number; got 'nan'"),
+        (["--flag", "maybe"], "--flag must be true or false; got 'maybe'"),
+        (["--weights", "1,x"], "--weights must be a finite number; got 'x'"),
+        (["--scael", "2"], "Did you mean --scale"),
+    ):
+        assert main(["fit", "toy", tr, str(tmp_path / "m"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert frag in err and err.count("\n") == 1, (extra, err)
+
+
+class ToyCV(BaseEstimator):
+    """A toy search: what `fit` prints for an estimator with ``best_params_``.
+
+    Parameters
+    ----------
+    cv : int, default=3
+        Number of folds.
+    """
+
+    def __init__(self, *, cv=3):
+        self.cv = cv
+
+    def fit(self, X, Y=None):
+        self.best_params_, self.best_score_ = {"alpha": 1.0, "cv": self.cv}, 0.5
+        return self
+
+    def format_cv_table(self):
+        return "alpha  mean\n1.0    0.5000"
+
+    def save(self, path, *, overwrite=True):
+        save_model(path, "ToyCV", self.get_params(), {}, overwrite=overwrite)
+
+
+def test_fit_prints_the_choice_of_a_search(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(METHODS, "toy-cv", ("test_cli:ToyCV", {}))
+    tr = str(tmp_path / "tr.zarr")
+    main(
+        ["generate", "multilabel", tr, "--rows", "20", "--n-features", "3", "--n-labels", "2", "-q"]
+    )
+    capsys.readouterr()
+    assert main(["fit", "toy-cv", tr, str(tmp_path / "m"), "--cv", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen by cross-validation: alpha=1.0, cv=2 (mean validation score 0.5000)" in out
+    assert "alpha  mean\n1.0    0.5000" in out

@@ -244,12 +244,13 @@ def test_mat_handwritten_cell_views(tmp_path):
     convert_mat(src, str(tmp_path / "hw.zarr"))
     ds, arr = read_all(tmp_path / "hw.zarr")
     dims = [240, 76, 216, 47, 64, 6]
-    assert ds.names == [f"X{i}" for i in range(6)] + ["Y"]
+    assert ds.names == [f"X{i}" for i in range(6)] + ["y"]
     for i, dv in enumerate(dims):
         assert ds[f"X{i}"].shape == (2000, dv) and ds[f"X{i}"].kind == "dense"
         np.testing.assert_array_equal(arr[f"X{i}"], m["X"][0, i])
-    np.testing.assert_array_equal(arr["Y"], m["Y"])  # single column: class ids, kept dense
-    assert np.array_equal(np.bincount(arr["Y"][:, 0].astype(int))[1:], [200] * 10)
+    # single column: class ids, kept dense, named "y" like every converter's class labels
+    np.testing.assert_array_equal(arr["y"], m["Y"])
+    assert np.array_equal(np.bincount(arr["y"][:, 0].astype(int))[1:], [200] * 10)
 
 
 def test_mat_orientation_options(tmp_path):

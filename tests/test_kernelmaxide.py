@@ -502,3 +502,24 @@ def test_n_trials_does_not_change_the_fit(toy):
     for f in fits[1:]:
         np.testing.assert_allclose(f.coef_, fits[0].coef_, rtol=1e-12, atol=1e-14)
     assert fits[2].n_passes_ <= fits[1].n_passes_
+
+
+def test_tampered_model_is_refused_at_load(tmp_path, toy):
+    import io
+    import os
+
+    from ooc_lowrank._persist import ModelFileError
+
+    t = toy
+    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=3, random_state=0).fit(t["X"], t["Yobs"])
+    path = str(tmp_path / "m")
+    est.save(path)
+    with np.load(os.path.join(path, "arrays.npz")) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["coef"] = arrays["coef"][:, :3]  # wrong number of labels
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    with open(os.path.join(path, "arrays.npz"), "wb") as f:
+        f.write(buf.getvalue())
+    with pytest.raises(ModelFileError, match="coef"):
+        ool.load(path)

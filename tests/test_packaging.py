@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -38,22 +39,24 @@ def test_wheel_layout_and_import(tmp_path):
     assert "ooc_lowrank/kernels/__init__.py" in names
     assert "ooc_lowrank/py.typed" in names
     assert not [n for n in names if n.startswith("kernels/")], "a top-level `kernels` leaked"
-    # install the wheel (no deps: they are in this environment) into a fresh venv and import it
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
-    py = venv / "bin" / "python"
+    # install the wheel alone into an empty target folder and import it from there, with this
+    # environment's dependencies (a --system-site-packages venv made from inside a venv would
+    # see the base interpreter's packages, not this environment's)
+    target = tmp_path / "site"
     p = subprocess.run(
-        [str(py), "-m", "pip", "install", "--no-deps", "-q", str(whl)],
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(whl)],
         capture_output=True,
         text=True,
     )
     assert p.returncode == 0, p.stderr
     code = (
         "import ooc_lowrank, ooc_lowrank.kernels._numba as k, importlib.util as u; "
-        "print(k.__file__); print(u.find_spec('kernels'))"
+        "print(ooc_lowrank.__file__); print(k.__file__); print(u.find_spec('kernels'))"
     )
-    p = subprocess.run([str(py), "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert p.returncode == 0, p.stderr
-    kfile, top = p.stdout.split()
-    assert str(venv) in kfile and str(REPO) not in kfile
+    pkg, kfile, top = p.stdout.split()
+    assert pkg.startswith(str(target)) and kfile.startswith(str(target)), (pkg, kfile)
+    assert str(REPO) not in kfile
     assert top == "None"

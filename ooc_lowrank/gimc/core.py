@@ -24,6 +24,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from ooc_lowrank import engine
+from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.gimc import _blocks
 
 logger = logging.getLogger("ooc_lowrank")
@@ -74,6 +75,21 @@ def objective(W, S_PP, S_AP, a2, alpha):
     return 0.5 * alpha * np.sum(W * W) + 0.5 * fit
 
 
+_SCALE_HINT = (
+    "Likely cause: the scale of X (e.g. one feature value of 1e300, whose square overflows "
+    "float64, or values so large that the kernel features lose all precision). Scale or "
+    "normalize X before fitting (e.g. sklearn.preprocessing.StandardScaler or MaxAbsScaler), "
+    "or fix the bad entries"
+)
+
+
+def _check_finite(what, where, *arrays):
+    """Stop the fit with :class:`NonFiniteError` when any of ``arrays`` holds NaN or inf."""
+    for a in arrays:
+        if not np.all(np.isfinite(a)):
+            raise NonFiniteError(f"GIMC: NaN or inf in {what} {where}. {_SCALE_HINT}")
+
+
 def _unpack_stats(res, n_trials):
     out = []
     for t in range(n_trials):
@@ -96,6 +112,7 @@ def fit_gimc(
     callback=None,
     monitor=None,
     client=None,
+    checkpoint=None,
 ):
     """Fit GIMC (or IMC when no part of ``spec`` learns) out of core.
 
@@ -123,6 +140,10 @@ def fit_gimc(
         Called with the current parameters after the initialization (iteration 0) and after
         every accepted step (validation scoring, see ``GIMC.fit(eval_set=...)``).  ``U`` and
         ``W`` are the fit's own arrays: read them, do not modify them.
+    checkpoint : ooc_lowrank._checkpoint.Checkpoint or None
+        Resume from its saved state if it has one (no init pass; iterations continue from the
+        saved one, bitwise as if never interrupted); save the state after every
+        ``checkpoint.every``-th iteration and when the fit stops.
 
     Returns
     -------
@@ -148,24 +169,59 @@ def fit_gimc(
         n_passes += 1
         return res
 
-    res = stats_pass(U, None, (0.0,), True)
-    a2 = float(res[-1])
-    S_PP, S_AP = _unpack_stats(res, 1)[0]
-    W = w_step(S_PP, S_AP, alpha)
-    f = objective(W, S_PP, S_AP, a2, alpha)
-    result = FitResult(U=U, W=W, objective=[f])
-    if callback is not None:
-        callback(0, time.perf_counter() - t0, f)
-    if monitor is not None:
-        monitor(0, U, W)
-    logger.info("GIMC init: objective %.6g", f)
-    if not spec.learns:
-        result.converged = True
-        result.n_passes = n_passes
-        return result
+    restored = checkpoint.load() if checkpoint is not None else None
+    if restored is not None:
+        st, arr = restored[0], restored[1]
+        U, W = np.array(arr["U"], dtype=np.float64), np.array(arr["W"], dtype=np.float64)
+        a2, f, eta_prev, n_passes = float(st["a2"]), float(st["f"]), st["eta_prev"], st["n_passes"]
+        result = FitResult(
+            U=U,
+            W=W,
+            objective=[float(v) for v in st["objective"]],
+            n_iter=int(st["n_iter"]),
+            converged=bool(st["converged"]),
+            step_sizes=[float(v) for v in st["step_sizes"]],
+        )
+        if result.converged:
+            result.n_passes = n_passes
+            return result
+    else:
+        res = stats_pass(U, None, (0.0,), True)
+        a2 = float(res[-1])
+        S_PP, S_AP = _unpack_stats(res, 1)[0]
+        _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
+        W = w_step(S_PP, S_AP, alpha)
+        f = objective(W, S_PP, S_AP, a2, alpha)
+        _check_finite("the objective or W", "at the initialization", f, W)
+        result = FitResult(U=U, W=W, objective=[f])
+        if callback is not None:
+            callback(0, time.perf_counter() - t0, f)
+        if monitor is not None:
+            monitor(0, U, W)
+        logger.info("GIMC init: objective %.6g", f)
+        if not spec.learns:
+            result.converged = True
+            result.n_passes = n_passes
+            return result
+        eta_prev = None
 
-    eta_prev = None
-    for it in range(1, max_iter + 1):
+    def save_checkpoint(it):
+        checkpoint.save(
+            it,
+            {
+                "a2": a2,
+                "f": f,
+                "eta_prev": eta_prev,
+                "n_passes": n_passes,
+                "objective": result.objective,
+                "step_sizes": result.step_sizes,
+                "n_iter": result.n_iter,
+                "converged": result.converged,
+            },
+            {"U": U, "W": W},
+        )
+
+    for it in range(result.n_iter + 1, max_iter + 1):
         WWt = None if 2 * W.shape[1] < W.shape[0] else (W @ W.T).astype(dt)
         Wt = np.ascontiguousarray(W.T).astype(dt)
         (gres,) = engine.compute(
@@ -176,7 +232,8 @@ def fit_gimc(
         n_passes += 1
         g = _blocks.finalize_grad(gres[0], gres[1], U, spec)
         gnorm2 = float(np.sum(g * g))
-        if not np.isfinite(gnorm2) or gnorm2 == 0.0:
+        _check_finite("the gradient with respect to U", f"at iteration {it}", gnorm2)
+        if gnorm2 == 0.0:
             logger.info("GIMC iteration %d: zero gradient, stopping", it)
             result.converged = True
             break
@@ -202,6 +259,7 @@ def fit_gimc(
         eta_prev = eta
         W = w_step(S_PP, S_AP, alpha)
         f_new = objective(W, S_PP, S_AP, a2, alpha)
+        _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
         result.objective.append(f_new)
         result.step_sizes.append(eta)
         result.n_iter = it
@@ -216,5 +274,9 @@ def fit_gimc(
             result.converged = True
             break
         f = f_new
+        if checkpoint is not None and checkpoint.due(it):
+            save_checkpoint(it)
     result.U, result.W, result.n_passes = U, W, n_passes
+    if checkpoint is not None:
+        save_checkpoint(result.n_iter)
     return result

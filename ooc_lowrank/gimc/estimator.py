@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 import numbers
+import os
 import time
 
 import numpy as np
@@ -20,9 +21,16 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine, metrics
-from ooc_lowrank._persist import save_model
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    check_value,
+    save_model,
+)
+from ooc_lowrank._validation import NonFiniteError, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks, core
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures, median_gamma, sample_rows
 
@@ -35,10 +43,124 @@ def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
 
 
+def _open_if_path(X):
+    """A store path or URL (str / os.PathLike) -> the opened Dataset; anything else unchanged."""
+    if isinstance(X, (str, os.PathLike)):
+        from ooc_lowrank.storage import open_dataset
+
+        return open_dataset(X)
+    return X
+
+
+#: label arrays of a store, in order of preference: multi-label 0/1 ``Y``, class labels ``y``
+LABEL_ARRAYS = ("Y", "y")
+
+
+def _dataset_labels(ds, required=True):
+    """The label array of a store dataset: ``Y`` if present, else ``y`` (class labels)."""
+    for name in LABEL_ARRAYS:
+        if name in ds.names:
+            return ds[name]
+    if not required:
+        return None
+    raise ValueError(
+        f"store {getattr(ds, 'url', '?')!r} has no label array: it has {list(ds.names)}; GIMC "
+        "needs 'Y' (0/1 label matrix) or 'y' (class labels, one column). Convert the data "
+        "with its labels, or pass the labels as Y="
+    )
+
+
+def _handle_where(h):
+    return f"store {getattr(h, 'url', '?')!r}, array {getattr(h, 'name', 'Y')!r}"
+
+
+def _scan_store_labels(h, class_column):
+    """One streaming pass over store labels: validate them, return the classes (class column).
+
+    ``class_column``: the values are class labels and must be integers (any values, as in
+    scikit-learn; a float dtype is the converters' storage type); returns the sorted classes
+    as int64.  Otherwise the values must be 0/1 (a multi-label matrix).  Errors name the store,
+    the array, the value and its row.
+    """
+    uniq = []
+    for s0, _, b in h.iter_blocks():
+        if class_column:
+            v = np.asarray(b).reshape(-1)
+            if v.dtype.kind == "f":
+                bad = v != np.floor(v)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ValueError(
+                        f"{_handle_where(h)}: class labels must be integers (one column of "
+                        f"class ids); row {s0 + i} holds {float(v[i])!r}. Store class ids, or "
+                        "0/1 label columns as a multi-label 'Y'"
+                    )
+            uniq.append(np.unique(v))
+            continue
+        data = b.data if sp.issparse(b) else np.asarray(b).reshape(-1)
+        bad = (data != 0) & (data != 1)
+        if bad.any():
+            k = int(np.argmax(bad))
+            if sp.issparse(b):
+                row = int(np.searchsorted(b.indptr, k, side="right") - 1)
+            else:
+                row = k // max(b.shape[1], 1)
+            raise ValueError(
+                f"{_handle_where(h)}: multi-label Y must hold only 0/1 labels; row {s0 + row} "
+                f"holds {float(data[k])!r}. Binarize it (e.g. Y > 0) and write the store again"
+            )
+    if class_column:
+        vals = np.unique(np.concatenate(uniq)) if uniq else np.zeros(0)
+        return vals.astype(np.int64)
+    return None
+
+
+def _class_names(ds, Y):
+    """``attrs["class_names"]`` of a store whose ``y`` holds ranks of named classes, else None."""
+    names = getattr(ds, "attrs", {}).get("class_names")
+    if names is None or getattr(Y, "name", None) != "y":
+        return None
+    return np.asarray(names)
+
+
+def _store_positions(classes, names):
+    """Where each of ``classes`` (sorted names) sits in a store's sorted ``names``: increasing
+    floats, integral for present classes, strictly between integers for absent ones."""
+    lookup = {str(c): i for i, c in enumerate(names)}
+    out, prev = [], -0.5
+    for c in classes:
+        i = lookup.get(str(c))
+        prev = float(i) if i is not None else float(np.nextafter(prev, np.inf))
+        out.append(prev)
+    return np.asarray(out)
+
+
+def _class_codes(YB, classes):
+    """Lazy ``(n, 1)`` int64 codes of class labels (``-1`` for a class not in ``classes``)."""
+    return engine.as_blocked(
+        engine.map_rows(
+            metrics.class_codes_block, YB, args=(np.asarray(classes),), n_cols=1, dtype=np.int64
+        ),
+        name="Y",
+    )
+
+
+def _dataset_arrays(X, Y):
+    """``(X, Y)``: a store path or ``Dataset`` gives ``ds["X"]`` and (when ``Y`` is None) its
+    label array (``Y``, else ``y``)."""
+    X = _open_if_path(X)
+    if _is_dataset(X):
+        if Y is None:
+            Y = _dataset_labels(X)
+        X = X["X"]
+    return X, Y
+
+
 def _split_eval_set(eval_set):
-    """``(X_val, Y_val)`` from a pair or a store dataset."""
+    """``(X_val, Y_val)`` from a pair or a store dataset (or its path)."""
+    eval_set = _open_if_path(eval_set)
     if _is_dataset(eval_set):
-        return eval_set["X"], (eval_set["Y"] if "Y" in eval_set.names else None)
+        return eval_set["X"], _dataset_labels(eval_set, required=False)
     if isinstance(eval_set, (tuple, list)) and len(eval_set) == 2:
         return eval_set[0], eval_set[1]
     raise param_error(
@@ -76,9 +198,40 @@ def _check_X_memory(X, name="X"):
             f"{name} must hold only finite values; found {float(bad)!r}. Remove or impute NaN/inf "
             "entries before fitting (e.g. sklearn.impute.SimpleImputer)"
         )
+    check_X_scale(X, name)
     if sp.issparse(X):
         X.sort_indices()
     return X
+
+
+def check_X_scale(X, name="X", where=""):
+    """Refuse feature values whose squares overflow a row's squared norm in X's dtype.
+
+    The RBF kernel and the median heuristic use ``||x||^2``; with ``|x_ij| > sqrt(max / d)``
+    (float64, d = 100: 1.3e153) that sum can overflow to inf and the fit would return NaN.
+    """
+    data = X.data if sp.issparse(X) else np.asarray(X)
+    if not data.size or data.dtype.kind != "f":
+        return
+    d = max(int(X.shape[1]), 1)
+    limit = float(np.sqrt(np.finfo(data.dtype).max / d))
+    hi, lo = float(data.max()), float(data.min())  # no temporary copy of X
+    if max(hi, -lo) <= limit:
+        return
+    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
+    j = int(np.argmax(flat) if hi >= -lo else np.argmin(flat))
+    bad = float(flat[j])
+    if sp.issparse(X):
+        row = int(np.searchsorted(X.indptr, j, side="right") - 1)
+        col = int(X.indices[j])
+    else:
+        row, col = (int(i) for i in np.unravel_index(j, data.shape))
+    raise ValueError(
+        f"{name} holds the feature value {bad:.3g} (row {row}, column {col}{where}); feature "
+        f"values must stay within +-{limit:.3g} so that a row's squared norm does not overflow "
+        f"{data.dtype} ({d} features). Scale or normalize {name} before fitting (e.g. "
+        "sklearn.preprocessing.StandardScaler or MaxAbsScaler), or fix the bad entry"
+    )
 
 
 class GIMC(ClassifierMixin, BaseEstimator):
@@ -301,23 +454,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 f"Y must have as many rows as X: Y has {nY} rows, X has {n_rows}. Pass the labels "
                 "of exactly the rows of X"
             )
-        if is_handle:  # store array
-            if Y.kind in ("csr", "coo"):
-                return engine.as_blocked(Y, name="Y"), int(Y.shape[1]), False, None, True
-            if Y.shape[1] == 1:  # class ids 0..C-1 (a small (n, 1) column, read once)
-                vals = np.unique(Y.read())
-                if not np.array_equal(vals, np.arange(vals.size)):
-                    raise ValueError(
-                        f"Y (class ids in a store) must hold the integers 0..C-1; got values "
-                        f"{vals[:5].tolist()}... Re-encode the classes as 0..C-1"
-                    )
-                return (
-                    engine.as_blocked(Y, name="Y"),
-                    int(vals.size),
-                    True,
-                    vals.astype(np.int64),
-                    False,
-                )
+        if is_handle:  # store array: validated in one streaming pass (labels are small)
+            if Y.kind == "dense" and Y.shape[1] == 1:  # class labels of any integer values
+                classes = _scan_store_labels(Y, class_column=True)
+                codes_B = _class_codes(engine.as_blocked(Y, name="Y"), classes.astype(Y.dtype))
+                return codes_B, int(classes.size), True, classes, False
+            _scan_store_labels(Y, class_column=False)
             return engine.as_blocked(Y, name="Y"), int(Y.shape[1]), False, None, True
         if isinstance(Y, (da.Array, engine.Blocked)):
             Bd = Y if isinstance(Y, engine.Blocked) else None
@@ -376,9 +518,16 @@ class GIMC(ClassifierMixin, BaseEstimator):
     def _init_parts(self, X, rng):
         """Initial U (d x m_total) and the feature spec."""
         S = sample_rows(X, 1000, rng)
+        check_X_scale(S, "X", " of the row sample used for the initialization")
         if self.normalize_rows:
             S = _blocks.l2_normalize_rows(S)
         gamma = median_gamma(S) if self.gamma is None else float(self.gamma)
+        if not (np.isfinite(gamma) and gamma > 0):
+            raise NonFiniteError(
+                f"gamma=None: the median heuristic gave the kernel width {gamma!r} on a sample "
+                "of X (squared distances overflowed or all rows are equal). Scale or normalize "
+                "X (e.g. sklearn.preprocessing.StandardScaler) or pass gamma= explicitly"
+            )
         kinds = ["fourier", "nystrom"] if self.features == "both" else [self.features]
         learn = bool(self.learn_features)
         Us, parts = [], []
@@ -402,7 +551,17 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 parts.append(("nystrom", t.components_.shape[1], gamma, t.normalization_, learn))
         return np.hstack(Us), _blocks.FeatureSpec.build(parts, row_norm=self.normalize_rows)
 
-    def fit(self, X, Y=None, *, eval_set=None, eval_every=5, eval_metrics=None):
+    def fit(
+        self,
+        X,
+        Y=None,
+        *,
+        eval_set=None,
+        eval_every=5,
+        eval_metrics=None,
+        checkpoint=None,
+        checkpoint_every=5,
+    ):
         """Fit on ``X`` (n_samples, n_features) and labels ``Y``.
 
         Parameters
@@ -423,25 +582,52 @@ class GIMC(ClassifierMixin, BaseEstimator):
         eval_metrics : list of str or comma-separated str, optional
             As in :meth:`evaluate` (default ``p@1,p@3,p@5`` multi-label, ``accuracy``
             multi-class).
+        checkpoint : str, os.PathLike or None
+            Directory (or fsspec URL) for the fit's small state (``U``, ``W``, step size,
+            counters, feature map, validation history; JSON + npz, written atomically).  If
+            it already holds a checkpoint of this fit (same parameters and data shape), the
+            fit resumes from it and ends with the same model as an uninterrupted fit; a
+            checkpoint of another fit is an error.  Kept after the fit: calling ``fit`` again
+            returns at once, or continues when ``max_iter`` was raised.
+        checkpoint_every : int, default=5
+            Save after every ``checkpoint_every``-th iteration (and when the fit stops).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         if eval_set is not None:
             check_scalar(eval_every, "eval_every", kind=numbers.Integral, low=1)
             if eval_metrics is not None:
                 metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
+        X = _open_if_path(X)
+        names = None
         if _is_dataset(X):
             ds = X
             X = ds["X"]
             if Y is None:
-                Y = ds["Y"]
+                Y = _dataset_labels(ds)
+                names = _class_names(ds, Y)
         XB, Xmem = self._prepare_X(X, reset=True)
         n = XB.shape[0]
+        if n == 0:
+            raise ValueError(
+                "X has 0 samples; GIMC needs at least one row to fit. Check the store or array"
+            )
         A, n_labels, codes, classes, multilabel = self._prepare_Y(Y, n)
+        if names is not None and classes is not None:  # ranks of named classes -> the names
+            if classes.min() < 0 or classes.max() >= names.size:
+                raise ValueError(
+                    f"{_handle_where(Y)}: class ranks must lie in [0, {names.size}) (the store's "
+                    f"class_names); got {int(classes.min())}..{int(classes.max())}. The store "
+                    "is corrupt; convert it again"
+                )
+            classes = names[classes]
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
+        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
+            _estimate.check_fits(_estimate.gimc_estimate(self, XB, AB, n_labels))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         monitor, history = None, {}
@@ -449,18 +635,32 @@ class GIMC(ClassifierMixin, BaseEstimator):
             probe = copy.copy(self)  # scores intermediate states; self is untouched until the end
             probe.spec_, probe.n_labels_, probe.multilabel_ = None, n_labels, multilabel
             probe.classes_ = classes if classes is not None else np.arange(n_labels)
-            Xv, Yv = _split_eval_set(eval_set)
+            eval_ds = _open_if_path(eval_set)
+            Xv, Yv = _split_eval_set(eval_ds)
             probe._check_eval_set(Xv, Yv)
 
             def score(it, U, W):
                 probe.components_, probe.coef_ = U, W
-                history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
+                if _is_dataset(eval_ds):  # its labels, with its class names if any
+                    history[it] = probe.evaluate(eval_ds, eval_metrics)
+                else:
+                    history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
 
             def monitor(it, U, W):
                 if it % int(eval_every) == 0:
                     score(it, U, W)
 
-        U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
+        ckpt = _checkpoint.open_checkpoint(checkpoint, checkpoint_every, self, X=XB, Y=AB)
+        restored = ckpt.load() if ckpt is not None else None
+        if restored is None:
+            U0, spec = self._init_parts(Xmem if not _is_lazy(Xmem) else XB, rng)
+        else:  # the saved feature map (gamma, Nystrom normalization) and history
+            U0 = restored[1]["U"]
+            spec = _spec_from_saved(restored[2]["parts"], restored[3], self.normalize_rows)
+            history.update({int(k): v for k, v in restored[2].get("eval_history", {}).items()})
+        if ckpt is not None:
+            ckpt.extra["parts"], ckpt.extra_arrays = _spec_to_saved(spec)
+            ckpt.extra["eval_history"] = history
         if eval_set is not None:
             probe.spec_ = spec
         kept = engine.maybe_persist(XB, AB, budget=self.cache_bytes)
@@ -483,6 +683,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             n_trials=int(n_trials),
             callback=self.callback,
             monitor=monitor,
+            checkpoint=ckpt,
         )
         if eval_set is not None and res.n_iter not in history:  # the last iteration
             score(res.n_iter, res.U, res.W)
@@ -501,12 +702,71 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self.classes_ = classes if classes is not None else np.arange(n_labels)
         return self
 
+    def estimate(self, X, Y=None, *, client=None):
+        """Passes, per-worker memory and store size of ``fit(X, Y)``, before fitting.
+
+        Reads no data block (labels stored as class ids are read once to count the classes).
+
+        Returns
+        -------
+        dict
+            ``passes_per_iteration`` (``typical`` 2, ``max``), ``max_passes``,
+            ``store_bytes`` (inputs as stored), ``block_rows``, ``task_bytes`` (one block task:
+            its input blocks and what the block functions allocate), ``worker_bytes`` (needed
+            per worker: process, ``threads_per_worker`` tasks, reduction buffers, shipped
+            state, cached input share), ``worker_memory_limit`` and ``fits`` (None without a
+            distributed client), ``suggest`` (block_rows / n_components that fit) when it
+            does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
+        """
+        self._validate_params()
+        probe = copy.copy(self)  # _prepare_X(reset=True) sets n_features_in_
+        X, Y = _dataset_arrays(X, Y)
+        XB, _ = probe._prepare_X(X, reset=True)
+        A, n_labels, _, _, _ = probe._prepare_Y(Y, XB.shape[0])
+        AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
+        return _estimate.gimc_estimate(self, XB, AB, n_labels, client=client)
+
     # ------------------------------------------------------------------ prediction
 
     def _dtype_for(self, B):
         return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
+    def _check_model(self):
+        """Cheap consistency checks of the fitted attributes before any kernel runs (they may
+        have been modified in memory): types, float dtypes and shapes against ``spec_``."""
+        spec = self.spec_
+        want = {
+            "components_": (int(self.n_features_in_), spec.n_params),
+            "coef_": (spec.n_features, int(self.n_labels_)),
+        }
+        for name, shape in want.items():
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray):
+                raise TypeError(
+                    f"GIMC.{name} must be a NumPy array; got {type(a).__name__}. The fitted "
+                    "attributes were modified; refit or reload the model"
+                )
+            if a.dtype not in (np.float32, np.float64) or a.shape != shape:
+                raise ValueError(
+                    f"GIMC.{name} must be a float32/float64 array of shape {shape} (from "
+                    f"n_features_in_={self.n_features_in_}, n_labels_={self.n_labels_} and "
+                    f"the feature parts); got {a.dtype} of shape {a.shape}. The fitted "
+                    "attributes were modified; refit or reload the model"
+                )
+        for i, p in enumerate(spec.parts):
+            if p.M is not None and np.shape(p.M) != (p.m, p.m):
+                raise ValueError(
+                    f"GIMC.spec_.parts[{i}].M must have shape {(p.m, p.m)}; got "
+                    f"{np.shape(p.M)}. Refit or reload the model"
+                )
+        if np.shape(self.classes_) != (int(self.n_labels_),):
+            raise ValueError(
+                f"GIMC.classes_ must have shape ({self.n_labels_},) (n_labels_); got "
+                f"{np.shape(self.classes_)}. Refit or reload the model"
+            )
+
     def _args(self, dt):
+        self._check_model()
         return self.components_.astype(dt), self.spec_, np.ascontiguousarray(self.coef_, dtype=dt)
 
     def decision_function(self, X):
@@ -598,20 +858,44 @@ class GIMC(ClassifierMixin, BaseEstimator):
         if metrics_ is None:
             metrics_ = ["p@1", "p@3", "p@5"] if self.multilabel_ else ["accuracy"]
         parsed = metrics.parse_metrics(metrics_)
+        dataset = _open_if_path(dataset)
+        names = None
         if _is_dataset(dataset):
-            X, Y = dataset["X"], dataset["Y"]
+            X = dataset["X"]
+            if Y is None:
+                Y = _dataset_labels(dataset)
+                names = _class_names(dataset, Y)
         else:
             X = dataset
         B, _ = self._prepare_X(X, reset=False)
         if Y is None:
-            raise ValueError("evaluate needs labels: pass a dataset with 'Y' or Y=...")
+            raise ValueError("evaluate needs labels: pass a dataset with 'Y' or 'y', or Y=...")
         codes = False
-        if not self.multilabel_ and not (hasattr(Y, "read") or sp.issparse(Y)):
-            yv = np.asarray(Y).ravel()
-            pos = np.searchsorted(self.classes_, yv)
-            pos = np.clip(pos, 0, len(self.classes_) - 1)
-            Y = np.where(self.classes_[pos] == yv, pos, -1).reshape(-1, 1)
+        if self.multilabel_ and (np.ndim(Y) != 2 or Y.shape[1] != self.n_labels_):
+            raise ValueError(
+                f"Y must be a 0/1 label matrix with {self.n_labels_} columns (the labels of this "
+                f"multi-label model); got shape {getattr(Y, 'shape', np.shape(Y))}. Evaluate on "
+                "data with the same labels as in fit"
+            )
+        if not self.multilabel_:
+            # class labels (in memory, a store column or a Dask array) -> codes of classes_,
+            # block by block; a class unseen in fit gets -1 (always a miss)
             codes = True
+            if hasattr(Y, "read") or isinstance(Y, engine.Blocked) or _is_lazy(Y):
+                if getattr(Y, "ndim", 2) == 1:  # a 1-D Dask array of labels
+                    Y = Y[:, None]
+                YB = engine.as_blocked(Y, name="Y")
+                if YB.shape[1] != 1 or YB.kind != "dense":
+                    raise ValueError(
+                        f"Y must hold one class label per row for this multi-class model; got "
+                        f"shape {YB.shape} ({YB.kind}). Pass the class column (e.g. store "
+                        "array 'y')"
+                    )
+                classes = self.classes_ if names is None else _store_positions(self.classes_, names)
+                Y = _class_codes(YB, classes)
+            else:
+                Y = Y.toarray() if sp.issparse(Y) else Y
+                Y = metrics.class_codes_block(np.asarray(Y).ravel(), self.classes_)
         YB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         dt = self._dtype_for(B)
         U, spec, W = self._args(dt)
@@ -626,6 +910,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
         dense arrays ``labels`` and ``scores`` of shape (n_samples, top_k)."""
         from ooc_lowrank.storage import DatasetWriter
 
+        dataset = _open_if_path(dataset)
+        check_is_fitted(self, "coef_")
+        check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one label")
         X = dataset["X"] if _is_dataset(dataset) else dataset
         B, _ = self._prepare_X(X, reset=False)
         k = min(int(top_k), self.n_labels_)
@@ -636,16 +923,22 @@ class GIMC(ClassifierMixin, BaseEstimator):
         )
         (out,) = engine.compute(arr)
         br = int(getattr(dataset, "block_rows", 0) or 65536)
-        with DatasetWriter(
-            out_url, block_rows=br, overwrite=overwrite, attrs={"top_k": k, "model": "GIMC"}
-        ) as w:
-            w.add_dense("labels", n_cols=k, dtype="int64")
+        # multi-class: labels in the classes' own values when they are numbers (int64 or
+        # float64); other classes (strings) are written as indices into attrs["classes"]
+        attrs = {"top_k": k, "model": "GIMC"}
+        kind = "i" if self.multilabel_ else self.classes_.dtype.kind
+        lab_dtype = {"i": "int64", "u": "int64", "b": "int64", "f": "float64"}.get(kind)
+        if lab_dtype is None:
+            lab_dtype = "int64"
+            attrs["classes"] = [str(c) for c in self.classes_]
+        with DatasetWriter(out_url, block_rows=br, overwrite=overwrite, attrs=attrs) as w:
+            w.add_dense("labels", n_cols=k, dtype=lab_dtype)
             w.add_dense("scores", n_cols=k, dtype="float32")
             for s in range(0, out.shape[0], br):
                 blk = out[s : s + br]
                 lab = blk[:, :k].astype(np.int64)
-                if not self.multilabel_ and np.issubdtype(self.classes_.dtype, np.integer):
-                    lab = self.classes_[lab].astype(np.int64)
+                if not self.multilabel_ and "classes" not in attrs:
+                    lab = self.classes_[lab].astype(lab_dtype)
                 w.append(labels=lab, scores=blk[:, k:].astype(np.float32))
         return out_url
 
@@ -655,11 +948,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
         """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``."""
         check_is_fitted(self, "coef_")
         arrays = {"components": self.components_, "coef": self.coef_, "objective": self.objective_}
-        parts = []
-        for i, p in enumerate(self.spec_.parts):
-            parts.append([p.kind, p.m, p.gamma, p.M is not None, p.learn])
-            if p.M is not None:
-                arrays[f"M{i}"] = p.M
+        parts, m_arrays = _spec_to_saved(self.spec_)
+        arrays.update(m_arrays)
         extra = {
             "parts": parts,
             "n_features_in": self.n_features_in_,
@@ -679,25 +969,71 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
-        est = cls(**params)
+        """The estimator of a loaded model; every JSON value and array is checked first
+        (type, dtype, shape against the metadata and each other, finiteness)."""
+        est = build_checked(cls, check_params(cls, params), cls._validate_params)
+        r = ModelReader(arrays, extra)
+        raw_parts = r.value("parts", "list")
+        if not raw_parts:
+            raise ModelFileError("model.json", "extra.parts", "must list at least one part", "[]")
         parts = []
-        for i, (kind, m, gamma, has_M, learn) in enumerate(extra["parts"]):
-            parts.append(
-                (kind, int(m), float(gamma), arrays[f"M{i}"] if has_M else None, bool(learn))
-            )
-        est.spec_ = _blocks.FeatureSpec.build(parts, row_norm=bool(params.get("normalize_rows")))
-        est.components_ = arrays["components"]
-        est.coef_ = arrays["coef"]
-        est.objective_ = arrays["objective"]
+        for i, item in enumerate(raw_parts):
+            key = f"extra.parts[{i}]"
+            if not (isinstance(item, list) and len(item) == 5):
+                raise ModelFileError(
+                    "model.json", key, "must be [kind, m, gamma, has_M, learn]", repr(item)
+                )
+            kind, m, gamma, has_M, learn = item
+            check_value(kind, f"{key} kind", "str", choices=("fourier", "nystrom"))
+            check_value(m, f"{key} m", "int", low=1)
+            check_value(gamma, f"{key} gamma", "float")
+            if gamma <= 0:
+                raise ModelFileError("model.json", f"{key} gamma", "must be > 0", repr(gamma))
+            check_value(has_M, f"{key} has_M", "bool")
+            check_value(learn, f"{key} learn", "bool")
+            M = r.array(f"M{i}", (m, m), meaning=f"m x m of part {i}") if has_M else None
+            parts.append((kind, m, float(gamma), M, learn))
+        est.spec_ = _blocks.FeatureSpec.build(parts, row_norm=bool(est.normalize_rows))
+        d = r.value("n_features_in", "int", low=1)
+        n_labels = r.value("n_labels", "int", low=1)
+        est.n_features_in_, est.n_labels_ = d, n_labels
+        est.multilabel_ = r.value("multilabel", "bool")
+        est.components_ = r.array(
+            "components",
+            (d, est.spec_.n_params),
+            meaning="n_features_in x the sum of the parts' m, from model.json",
+        )
+        est.coef_ = r.array(
+            "coef",
+            (est.spec_.n_features, n_labels),
+            meaning="the parts' feature count x n_labels, from model.json",
+        )
+        est.objective_ = r.array("objective", (None,))
         est.gamma_ = [p.gamma for p in est.spec_.parts]
-        est.n_features_in_ = int(extra["n_features_in"])
-        est.n_labels_ = int(extra["n_labels"])
-        est.multilabel_ = bool(extra["multilabel"])
-        est.n_iter_ = int(extra["n_iter"])
-        est.n_passes_ = int(extra["n_passes"])
-        est.n_trials_ = int(extra.get("n_trials", 2))  # models saved before n_trials_ existed
-        est.eval_history_ = {int(k): v for k, v in extra.get("eval_history", {}).items()}
-        est.classes_ = arrays["classes"] if "classes" in arrays else np.asarray(extra["classes"])
+        est.n_iter_ = r.value("n_iter", "int", low=0)
+        est.n_passes_ = r.value("n_passes", "int", low=0)
+        est.n_trials_ = r.value("n_trials", "int", low=1, default=2)  # older models lack it
+        history = r.value("eval_history", "dict", default={})
+        try:
+            est.eval_history_ = {int(k): v for k, v in history.items()}
+        except ValueError:
+            raise ModelFileError(
+                "model.json", "extra.eval_history", "must map iteration numbers to metrics"
+            ) from None
+        if "classes" in arrays:
+            est.classes_ = r.array("classes", (n_labels,), kind="label", meaning="n_labels")
+        else:
+            classes = r.value("classes", "list")
+            if len(classes) != n_labels or not all(isinstance(c, str) for c in classes):
+                raise ModelFileError(
+                    "model.json",
+                    "extra.classes",
+                    f"must list n_labels={n_labels} class names",
+                    f"{len(classes)} entries",
+                )
+            est.classes_ = np.asarray(classes)
+        r.finish()
+        est._check_model()
         return est
 
     def __sklearn_tags__(self):
@@ -705,6 +1041,24 @@ class GIMC(ClassifierMixin, BaseEstimator):
         tags.input_tags.sparse = True
         tags.classifier_tags.multi_label = False
         return tags
+
+
+def _spec_to_saved(spec):
+    """``(parts, arrays)``: the feature map as JSON rows and its ``M{i}`` arrays."""
+    parts, arrays = [], {}
+    for i, p in enumerate(spec.parts):
+        parts.append([p.kind, p.m, p.gamma, p.M is not None, p.learn])
+        if p.M is not None:
+            arrays[f"M{i}"] = p.M
+    return parts, arrays
+
+
+def _spec_from_saved(parts, arrays, row_norm):
+    """Inverse of :func:`_spec_to_saved`."""
+    out = []
+    for i, (kind, m, gamma, has_M, learn) in enumerate(parts):
+        out.append((kind, int(m), float(gamma), arrays[f"M{i}"] if has_M else None, bool(learn)))
+    return _blocks.FeatureSpec.build(out, row_norm=bool(row_norm))
 
 
 def _eval_block(Xb, Yb, U, spec, W, K, parsed, codes):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
+from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.losses import get_loss
 
@@ -194,6 +195,7 @@ def greedy_pursuit(
     max_iter=None,
     init_factors=None,
     grad_cache=None,
+    checkpoint=None,
 ):
     """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
 
@@ -228,6 +230,10 @@ def greedy_pursuit(
         then reads the cache, O(1) per entry instead of O(t).  The gradient of a step is fixed
         while its power method runs, so the result is the same; the cache is rebuilt every
         step.  Cached passes are counted in ``n_cache_passes``, not ``n_passes``.
+    checkpoint : ooc_lowrank._checkpoint.Checkpoint, optional
+        Resume from its saved state if it has one (the iterate, the RNG state, the current
+        gradient pass, histories and counters: the continuation is bitwise the uninterrupted
+        fit); save after every ``checkpoint.every``-th greedy step and when the fit stops.
 
     Returns
     -------
@@ -278,18 +284,61 @@ def greedy_pursuit(
     n_start = theta.size  # terms of X_0: the economic refit does not rescale them
     res = GreedyResult(U, V, theta)
     t0 = time.perf_counter()
-    first = power_pass(U, V, theta, np.ones(m), np.ones(n))
-    res.objective.append(float(first[2][0]))
-    snapshots = [(0, theta.copy())]
-    best_score = np.inf
-    if validation is not None:
-        best_score = float(validation(U, V, theta))
-        res.validation.append(best_score)
-    best_obj = res.objective[0]
-    res.best_iter = 0
-    since_best = 0
-    t = 0
-    while used < rank and (max_iter is None or t < max_iter):
+    restored = checkpoint.load() if checkpoint is not None else None
+    stopped = False
+    if restored is None:
+        first = power_pass(U, V, theta, np.ones(m), np.ones(n))
+        res.objective.append(float(first[2][0]))
+        _check_finite(res.objective[0], (U, V, theta), "at the starting point")
+        snapshots = [(0, theta.copy())]
+        best_score = np.inf
+        if validation is not None:
+            best_score = float(validation(U, V, theta))
+            res.validation.append(best_score)
+        best_obj = res.objective[0]
+        res.best_iter = 0
+        since_best = 0
+        t = 0
+    else:
+        st, arr = restored[0], restored[1]
+        U, V, theta = arr["U"].copy(), arr["V"].copy(), arr["theta"].copy()
+        first = (arr["first_gv"].copy(), arr["first_gtu"].copy(), arr["first_stats"].copy())
+        cuts = np.cumsum([0] + st["snap_lens"])
+        snapshots = [
+            (k, arr["snap_theta"][cuts[i] : cuts[i + 1]].copy())
+            for i, k in enumerate(st["snap_ks"])
+        ]
+        rng.bit_generator.state = st["rng"]
+        used, n_start, t, stopped = st["used"], st["n_start"], st["t"], st["stopped"]
+        best_score, best_obj, since_best = st["best_score"], st["best_obj"], st["since_best"]
+        res.best_iter, run.n, res.n_cache_passes = st["best_iter"], st["n_passes"], st["n_cache"]
+        for key in ("objective", "validation", "inner_counts", "step_sizes", "times"):
+            setattr(res, key, list(st[key]))
+
+    def save_checkpoint():
+        state = {
+            "used": used,
+            "n_start": n_start,
+            "t": t,
+            "stopped": stopped,
+            "best_score": best_score,
+            "best_obj": best_obj,
+            "since_best": since_best,
+            "best_iter": res.best_iter,
+            "n_passes": run.n,
+            "n_cache": res.n_cache_passes,
+            "rng": rng.bit_generator.state,
+            "snap_ks": [k for k, _ in snapshots],
+            "snap_lens": [th.size for _, th in snapshots],
+        }
+        for key in ("objective", "validation", "inner_counts", "step_sizes", "times"):
+            state[key] = getattr(res, key)
+        arrays = {"U": U, "V": V, "theta": theta}
+        arrays["snap_theta"] = np.concatenate([th for _, th in snapshots])
+        arrays.update(first_gv=first[0], first_gtu=first[1], first_stats=first[2])
+        checkpoint.save(t, state, arrays)
+
+    while not stopped and used < rank and (max_iter is None or t < max_iter):
         t_step = time.perf_counter()
         t += 1
         K = _gram(U, V)
@@ -303,6 +352,7 @@ def greedy_pursuit(
             )
             if s <= 1e-300:
                 log("GLRL step %d: gradient vanished on the observed entries; stopping", t)
+                stopped = True
                 break
             # (u, s, v) is the top triplet of +grad; the descent direction is u (-v)^T
             v = -v
@@ -359,6 +409,7 @@ def greedy_pursuit(
         obj = float(first[2][0])
         if l2 > 0:
             obj += 0.5 * l2 * theta @ _gram(U, V) @ theta
+        _check_finite(obj, (U, V, theta), f"after greedy step {t}")
         res.objective.append(obj)
         snapshots.append((U.shape[1], theta.copy()))
         elapsed = time.perf_counter() - t0
@@ -384,12 +435,35 @@ def greedy_pursuit(
             callback(t, elapsed, obj)
         if validation is not None and n_iter_no_change and since_best >= n_iter_no_change:
             log("GLRL: validation score did not improve for %d steps; stopping", since_best)
+            stopped = True
             break
+        if checkpoint is not None and checkpoint.due(t):
+            save_checkpoint()
+    if checkpoint is not None:
+        save_checkpoint()
     res.n_iter = t
     k, th = snapshots[res.best_iter]
     res.U, res.V, res.theta = U[:, :k].copy(), V[:, :k].copy(), th
     res.n_passes = run.n
     return res
+
+
+def _check_finite(obj, factors, where):
+    """Stop with :class:`NonFiniteError` when the objective or a factor is NaN / inf."""
+    bad = "the training objective" if not np.isfinite(obj) else None
+    if bad is None:
+        for name, a in zip(("U", "V", "theta"), factors, strict=True):
+            if not np.isfinite(a).all():
+                bad = f"the factor {name}"
+                break
+    if bad is None:
+        return
+    raise NonFiniteError(
+        f"GreedyLowRank: {bad} is not finite (objective {obj!r}) {where}. Likely cause: the "
+        "scale of the observed values (e.g. one value of 1e300, whose square overflows "
+        "float64) or a too large step_size. Scale the values (e.g. divide them by their "
+        "largest absolute value), fix the bad entries, or lower step_size"
+    )
 
 
 def bias_init(reduce, shape, mean, *, reg=10.0, n_sweeps=5, irls_eps=0.0):

@@ -18,8 +18,16 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from ooc_lowrank import engine
-from ooc_lowrank._persist import load_model, save_model
+from ooc_lowrank import _checkpoint, engine
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    from_saved,
+    load_model,
+    save_model,
+)
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.core import REFITS, SCHEDULES, bias_init, greedy_pursuit
@@ -408,7 +416,7 @@ class GreedyLowRank(BaseEstimator):
         return score
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, shape=None):
+    def fit(self, X, y=None, *, shape=None, checkpoint=None, checkpoint_every=5):
         """Fit on observed entries.
 
         Parameters
@@ -419,12 +427,22 @@ class GreedyLowRank(BaseEstimator):
             Ignored (the values are part of ``X``).
         shape : (int, int), optional
             ``(n_rows, n_cols)``; required for array input.
+        checkpoint : str, os.PathLike or None
+            Directory (or fsspec URL) for the fit's small state (factors, RNG state, current
+            gradient pass, histories; JSON + npz, written atomically).  If it already holds a
+            checkpoint of this fit (same parameters and data), the fit resumes from it and
+            ends with the same model as an uninterrupted fit; a checkpoint of another fit is
+            an error.  Kept after the fit (a new call returns at once, or continues when
+            ``max_iter`` was raised).
+        checkpoint_every : int, default=5
+            Save after every ``checkpoint_every``-th greedy step (and when the fit stops).
 
         Returns
         -------
         self
         """
         lo, refit = self._check_params()
+        _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         B, shp = self._blocked(X, shape)
         nnz, mean = self._check_data(B, shp, lo)
         scorer = self._validation_scorer(lo, shp)
@@ -432,7 +450,13 @@ class GreedyLowRank(BaseEstimator):
             (B,) = engine.maybe_persist(B, budget=self.cache_bytes)
         reduce = _make_reduce(B, self.cache_bytes)
         init_factors, init_passes = None, 0
-        if self.init in ("bias", "bias-l1"):
+        ckpt = _checkpoint.open_checkpoint(
+            checkpoint, checkpoint_every, self, extra={"mean": mean}, X=B
+        )
+        restored = ckpt.load() if ckpt is not None else None
+        if restored is not None:  # the start is part of the saved state
+            init_passes = int(restored[2].get("init_passes", 0))
+        elif self.init in ("bias", "bias-l1"):
             init_factors, init_passes = bias_init(
                 reduce,
                 shp,
@@ -441,6 +465,8 @@ class GreedyLowRank(BaseEstimator):
                 n_sweeps=int(self.bias_sweeps),
                 irls_eps=1e-2 if self.init == "bias-l1" else 0.0,
             )
+        if ckpt is not None:
+            ckpt.extra["init_passes"] = init_passes
 
         res = greedy_pursuit(
             reduce,
@@ -466,6 +492,7 @@ class GreedyLowRank(BaseEstimator):
             max_iter=self.max_iter,
             init_factors=init_factors,
             grad_cache=reduce.gradient_cache,
+            checkpoint=ckpt,
         )
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
@@ -488,6 +515,33 @@ class GreedyLowRank(BaseEstimator):
             from sklearn.exceptions import NotFittedError
 
             raise NotFittedError("This GreedyLowRank instance is not fitted yet; call fit first")
+        self._check_factors()
+
+    def _check_factors(self):
+        """Cheap shape checks before any Numba kernel indexes the factors (the fitted
+        attributes may have been modified in memory): ``U_`` (n_rows, k), ``V_`` (n_cols, k),
+        ``theta_`` (k,), float32/float64, ``n_rows, n_cols = shape_``."""
+        try:
+            m, n = (int(s) for s in self.shape_)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"GreedyLowRank.shape_ must be a pair of integers; got {self.shape_!r}. "
+                "Refit or reload the model"
+            ) from None
+        k = np.shape(self.theta_)[0] if np.ndim(self.theta_) == 1 else None
+        for name, want in (("theta_", (k,)), ("U_", (m, k)), ("V_", (n, k))):
+            a = getattr(self, name)
+            if not isinstance(a, np.ndarray):
+                raise TypeError(
+                    f"GreedyLowRank.{name} must be a NumPy array; got {type(a).__name__}. The "
+                    "fitted attributes were modified; refit or reload the model"
+                )
+            if a.dtype not in (np.float32, np.float64) or a.shape != want or k is None:
+                raise ValueError(
+                    f"GreedyLowRank.{name} must be a float32/float64 array of shape {want} "
+                    f"(shape_={self.shape_}, k = len(theta_)); got {a.dtype} of shape "
+                    f"{a.shape}. The fitted attributes were modified; refit or reload the model"
+                )
 
     def _check_index(self, a, lim, name):
         a = np.asarray(a)
@@ -607,25 +661,40 @@ class GreedyLowRank(BaseEstimator):
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
+        """The estimator of a loaded model; every JSON value and array is checked first
+        (type, dtype, shape against ``shape`` and each other, finiteness)."""
         params = {
             k: (tuple(v) if isinstance(v, list) else v)
-            for k, v in params.items()
-            if k in cls._get_param_names()
+            for k, v in check_params(cls, params, ignore_unknown=True).items()
         }
-        est = cls(**params)
-        est.U_, est.V_, est.theta_ = arrays["U"], arrays["V"], arrays["theta"]
-        est.objective_path_ = arrays["objective_path"]
-        est.validation_path_ = arrays["validation_path"]
-        est.inner_counts_ = arrays["inner_counts"]
-        est.step_sizes_ = arrays["step_sizes"]
-        est.step_times_ = arrays["step_times"]
-        est.shape_ = tuple(int(s) for s in extra["shape"])
-        est.n_components_ = int(est.theta_.size)
-        est.n_iter_ = int(extra["n_iter"])
-        est.best_iter_ = int(extra["best_iter"])
-        est.n_passes_ = int(extra["n_passes"])
-        est.n_cache_passes_ = int(extra.get("n_cache_passes", 0))
-        est.n_observed_ = int(extra["n_observed"])
+        est = build_checked(cls, params, cls._check_params)
+        r = ModelReader(arrays, extra)
+        shape = r.value("shape", "list")
+        if len(shape) != 2 or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape
+        ):
+            raise ModelFileError(
+                "model.json", "extra.shape", "must be [n_rows, n_cols] with both >= 1", shape
+            )
+        m, n = shape
+        est.U_ = r.array("U", (m, None), meaning="n_rows of extra.shape x k")
+        k = est.U_.shape[1]
+        est.V_ = r.array("V", (n, k), meaning="n_cols of extra.shape x k, the columns of 'U'")
+        est.theta_ = r.array("theta", (k,), meaning="k, the columns of 'U' and 'V'")
+        est.objective_path_ = r.array("objective_path", (None,))
+        est.validation_path_ = r.array("validation_path", (None,), finite=False)
+        est.inner_counts_ = r.array("inner_counts", (None,), kind="int")
+        est.step_sizes_ = r.array("step_sizes", (None,))
+        est.step_times_ = r.array("step_times", (None,))
+        est.shape_ = (m, n)
+        est.n_components_ = int(k)
+        est.n_iter_ = r.value("n_iter", "int", low=0)
+        est.best_iter_ = r.value("best_iter", "int", low=0)
+        est.n_passes_ = r.value("n_passes", "int", low=0)
+        est.n_cache_passes_ = r.value("n_cache_passes", "int", low=0, default=0)
+        est.n_observed_ = r.value("n_observed", "int", low=0)
+        r.finish()
+        est._check_fitted()
         return est
 
     @classmethod
@@ -634,7 +703,7 @@ class GreedyLowRank(BaseEstimator):
         name, params, arrays, extra = load_model(path)
         if name != "GreedyLowRank":
             raise ValueError(f"model {path!r} holds a {name!r}, not a GreedyLowRank")
-        return cls._from_saved(params, arrays, extra)
+        return from_saved(cls, path, params, arrays, extra)
 
 
 __all__ = ["GreedyLowRank", "LOSSES", "METRICS"]

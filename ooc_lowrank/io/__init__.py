@@ -13,9 +13,11 @@ format          arrays written                options (besides block_rows, dtype
 ``svmlight``    X csr; y (n,1) or Y csr 0/1   zero_based ("auto"), multilabel ("auto"),
                                               n_features, n_labels
 ``xc``          X csr; Y csr 0/1              zero_based (True), n_features, n_labels
-``arff``        X dense|csr; Y csr 0/1        xml (Mulan label file) or n_labels
+``arff``        X dense|csr; Y csr 0/1, or    xml (Mulan label file) or n_labels
+                y (n,1) for one nominal class
 ``mat``         as selected (X0..Xk for       variables, orientation, labels
-                cell arrays); Y csr 0/1
+                cell arrays); Y csr 0/1;
+                one-column class ids as y
 ``dense_text``  X dense; y (n,1)              label_column (-1), delimiter, comments,
                                               skip_rows
 ``movielens``   obs coo (users x items)       shape=(rows, cols), one_based (True), bucket_nnz,

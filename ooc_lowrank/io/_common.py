@@ -393,6 +393,15 @@ def write_blocks(
             done += n_rows_of(b)
             if progress is not None:
                 progress(done)
+        if done == 0:  # a 0-row store opens but nothing can be fitted or scored on it
+            files = attrs.get("source_files") or []
+            raise ConversionError(
+                ", ".join(str(f) for f in files) or None,
+                None,
+                "no rows found in the source (empty file, or only comments/blank lines)",
+                None,
+                "check the file; a dataset needs at least one row",
+            )
         if expected_rows is not None and done != expected_rows:  # pragma: no cover - parser bug
             raise RuntimeError(f"converter wrote {done} rows, expected {expected_rows}")
     logger.info("converted %d rows to %s", done, dest)

@@ -15,7 +15,12 @@ Output arrays:
 * ``"X"``: the feature attributes, csr ``(n_samples, n_features)`` for sparse ARFF files, dense
   ``(n_samples, n_features)`` for dense ones (decided by the first data row);
 * ``"Y"``: the label attributes as csr 0/1 ``(n_samples, n_labels)`` (float32), columns in the
-  order of the XML file.
+  order of the XML file;
+* or, when the only label attribute is nominal with categories other than ``{0,1}`` (a
+  single-label class, e.g. ``@attribute class {sky,grass,path}`` with ``n_labels=1``): ``"y"``
+  dense ``(n_samples, 1)`` float64 holding numeric categories as written, or, for named
+  categories, the rank of the name in sorted order, the names in the attribute
+  ``class_names`` (GIMC then predicts the names).
 
 Attributes ``feature_names`` and ``label_names`` are stored with the dataset.
 
@@ -218,6 +223,22 @@ class _Layout:
         self.all_numeric = all(
             m is None or sorted(_num_items(m)) == [(0.0, 0.0), (1.0, 1.0)] for m in header.nominal
         )
+        # one nominal label attribute with categories other than {0, 1}: single-label classes,
+        # written as "y" (n, 1).  Numeric categories keep their values; named ones become the
+        # rank of the name in sorted order, the names going to attrs["class_names"].
+        self.class_names = None
+        lab_nom = header.nominal[lab_attr[0]] if len(lab_attr) == 1 else None
+        self.single_class = lab_nom is not None and sorted(_num_items(lab_nom)) != [
+            (0.0, 0.0),
+            (1.0, 1.0),
+        ]
+        if self.single_class and any(np.isnan(k) for k, _ in _num_items(lab_nom)):
+            names_sorted = sorted(lab_nom)
+            rank = {c: float(i) for i, c in enumerate(names_sorted)}
+            self.class_names = names_sorted
+            self.nominal = list(header.nominal)
+            self.nominal[lab_attr[0]] = rank
+            self.all_numeric = False
 
 
 def _num_items(m):
@@ -375,6 +396,12 @@ def _blocks(path, f, first_lineno, layout: _Layout, sparse: bool, dtype, chunk_b
         )
         rows = np.repeat(np.arange(len(texts)), np.diff(ptr))
         is_lab = layout.lab_col[ind] >= 0
+        X = _features(layout, rows, ind, val, ~is_lab, len(texts), sparse, dtype)
+        if layout.single_class:  # one class label per row (omitted in a sparse row: 0)
+            y = np.zeros((len(texts), 1))
+            y[rows[is_lab], 0] = val[is_lab]
+            yield {"X": X, "y": y}
+            continue
         # labels: 0/1 only; store the ones
         lv = val[is_lab]
         if lv.size and not np.isin(lv, (0.0, 1.0)).all():
@@ -393,17 +420,20 @@ def _blocks(path, f, first_lineno, layout: _Layout, sparse: bool, dtype, chunk_b
         lptr = np.zeros(len(texts) + 1, np.int64)
         np.cumsum(np.bincount(lrows, minlength=len(texts)), out=lptr[1:])
         Y = csr_from_parts(lptr, lcols[order], np.ones(lcols.size), layout.L, np.float32)
-        fm = ~is_lab
-        if sparse:
-            frows, fcols, fval = rows[fm], layout.feat_col[ind[fm]], val[fm]
-            order = np.lexsort((fcols, frows))
-            fptr = np.zeros(len(texts) + 1, np.int64)
-            np.cumsum(np.bincount(frows, minlength=len(texts)), out=fptr[1:])
-            X = csr_from_parts(fptr, fcols[order], fval[order], layout.d, dtype)
-        else:
-            X = np.zeros((len(texts), layout.d), dtype=dtype)
-            X[rows[fm], layout.feat_col[ind[fm]]] = val[fm]
         yield {"X": X, "Y": Y}
+
+
+def _features(layout: _Layout, rows, ind, val, fm, n, sparse, dtype):
+    """The feature block (csr or dense) of a chunk's parsed attributes ``fm``."""
+    if sparse:
+        frows, fcols, fval = rows[fm], layout.feat_col[ind[fm]], val[fm]
+        order = np.lexsort((fcols, frows))
+        fptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(frows, minlength=n), out=fptr[1:])
+        return csr_from_parts(fptr, fcols[order], fval[order], layout.d, dtype)
+    X = np.zeros((n, layout.d), dtype=dtype)
+    X[rows[fm], layout.feat_col[ind[fm]]] = val[fm]
+    return X
 
 
 def _first_row_is_sparse(path) -> bool:
@@ -476,13 +506,18 @@ def convert_arff(
             )
     layout = _Layout(srcs[0], headers[0], label_names, n_labels)
     sparse = _first_row_is_sparse(srcs[0])
-    specs = [("X", "csr" if sparse else "dense", layout.d, dt), ("Y", "csr", layout.L, np.float32)]
+    labels = (
+        ("y", "dense", 1, np.float64) if layout.single_class else ("Y", "csr", layout.L, np.float32)
+    )
+    specs = [("X", "csr" if sparse else "dense", layout.d, dt), labels]
     attrs = {
         "source_format": "arff",
         "source_files": [os.path.basename(p) for p in srcs],
         "label_names": layout.label_names,
         "feature_names": layout.feature_names,
     }
+    if layout.class_names is not None:
+        attrs["class_names"] = layout.class_names
 
     def blocks():
         for p in srcs:

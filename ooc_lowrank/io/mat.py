@@ -17,7 +17,8 @@ Defaults: ``X`` and, if present, ``Y``.
   labels x instances); ``"rows"``/``"columns"`` or ``"Y=columns"`` force it per array.
 * Label matrices: destination arrays named ``Y...`` with two or more columns (option ``labels``)
   must hold only {0, 1} or only {-1, +1} (yahoo's targets); they are stored as csr 0/1 float32.
-  A single-column ``Y`` (class ids, as mfeat's ``Y``) is stored dense ``(n_samples, 1)``.
+  A single-column ``Y`` (class ids, as mfeat's ``Y``) is stored dense ``(n_samples, 1)``
+  under the name ``y``, the class-label name every converter and estimator uses.
 * Cell arrays of views (mfeat-handwritten's ``X`` is a 1 x 6 cell) become ``X0 ... X5``.
 * Other arrays: sparse -> csr, dense -> dense; values cast to ``dtype`` (default float64).
 """
@@ -269,6 +270,11 @@ def convert_mat(
                 a.shape,
                 "check variables= and orientation=",
             )
+
+    # one column of class ids is named "y", as every converter and the estimators name it
+    one_col = "Y" in arrays and arrays["Y"].shape[1] == 1 and "y" not in arrays
+    if one_col and (label_set is None or "Y" not in label_set):
+        arrays["y"], sources["y"] = arrays.pop("Y"), sources.pop("Y")
 
     specs = []
     attrs = {

@@ -12,6 +12,11 @@ source x target nodes), entries sorted by row (within a row: file order), 0-base
 value = rating or sign.  Duplicate ``(row, col)`` pairs are kept as written.  Columns after the
 third (timestamps) are ignored.
 
+Without ``shape=``, the matrix is as large as the largest ids, which must be plausible: each
+dimension (largest id + 1) at most ``max(2**20, 100 x number of entries)`` and below
+``2**31 - 1``.  A larger id raises :class:`ConversionError` naming the file, the line and the
+id; pass ``shape=`` (CLI ``--shape ROWS,COLS``) when such ids are intended.
+
 Sorting by row in bounded memory is an external bucket sort:
 
 1. a validating scan counts the entries of every row (memory: one int64 per row);
@@ -29,8 +34,6 @@ entry on disk and are removed afterwards.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 
 import numpy as np
 
@@ -55,6 +58,12 @@ __all__ = ["convert_movielens", "convert_snap"]
 
 #: Default number of entries per sort bucket (24 bytes each on disk and in memory).
 DEFAULT_BUCKET_NNZ = 1 << 21
+#: Without ``shape=``, a dimension inferred from the largest id may be at most
+#: ``max(ID_FLOOR, ID_FACTOR x entries)`` and below ``2**31 - 1``: a larger id is almost
+#: always a typo (4e9 would ask for 30 GiB of row counters, 1e8 write an 800 MB index).
+ID_FLOOR = 1 << 20
+ID_FACTOR = 100
+_ID_HARD = 2**31 - 1
 _REC = np.dtype([("row", "<i8"), ("col", "<i8"), ("val", "<f8")])
 
 
@@ -123,6 +132,24 @@ def _parse(path, nums, texts, offset, signs):
     return r.astype(np.int64) - offset, c.astype(np.int64) - offset, v.copy()
 
 
+def _implausible_id(what, mx, where, offset, nnz, bound):
+    path, line = where
+    rule = (
+        f"{what} id {mx + offset} is beyond 2**31 - 1"
+        if bound is None
+        else f"{what} id {mx + offset} is implausibly large for {nnz} entries without shape= "
+        f"(an inferred dimension may be at most max(2**20, {ID_FACTOR} x entries) = {bound})"
+    )
+    raise ConversionError(
+        path,
+        line,
+        rule,
+        mx + offset,
+        "fix the id on this line if it is a typo; if the ids are right, pass the matrix size "
+        "explicitly: shape=(rows, cols) (CLI: --shape ROWS,COLS)",
+    )
+
+
 def _chunks(srcs, chunk_bytes, offset, signs, comment):
     for path in srcs:
         with open_text(path) as f:
@@ -155,8 +182,12 @@ def _convert(
     chunk_bytes = as_opt_int(chunk_bytes, "chunk_bytes", 1) or DEFAULT_CHUNK_BYTES
     bucket_nnz = as_opt_int(bucket_nnz, "bucket_nnz", 1) or DEFAULT_BUCKET_NNZ
 
-    # pass 1: validate, count entries per row, find the largest ids
+    # pass 1: validate, count entries per row, find the largest ids.  Without shape=, the
+    # per-row counters grow only up to the plausible bound of the entries seen so far; rows
+    # beyond it are counted sparsely until the final bound is known (no 30 GiB allocation
+    # for one typo'd id before it can be reported).
     counts = np.zeros(shape[0] if shape else 1024, dtype=np.int64)
+    overflow = []
     max_r = max_c = -1
     where_r = where_c = None
     nnz = 0
@@ -169,6 +200,23 @@ def _convert(
             max_r, where_r = int(r[ir]), (path, nums[ir])
         if c[ic] > max_c:
             max_c, where_c = int(c[ic]), (path, nums[ic])
+        if not shape:
+            for what, mx, where in (("row", max_r, where_r), ("column", max_c, where_c)):
+                if mx >= _ID_HARD:
+                    _implausible_id(what, mx, where, offset, nnz, None)
+            cap = max(ID_FLOOR, ID_FACTOR * nnz)
+            big = r >= cap
+            if big.any():
+                overflow.append(np.unique(r[big], return_counts=True))
+                r = r[~big]
+                if r.size == 0:
+                    continue
+            max_small = int(r.max())
+            if max_small >= counts.size:
+                new = min(max(max_small + 1, 2 * counts.size), cap)
+                counts = np.concatenate([counts, np.zeros(new - counts.size, np.int64)])
+            counts += np.bincount(r, minlength=counts.size)
+            continue
         if shape and max_r >= shape[0]:
             raise ConversionError(
                 *where_r,
@@ -188,6 +236,11 @@ def _convert(
                 [counts, np.zeros(max(max_r + 1, 2 * counts.size) - counts.size, np.int64)]
             )
         counts += np.bincount(r, minlength=counts.size)
+    if not shape:
+        bound = max(ID_FLOOR, ID_FACTOR * nnz)
+        for what, mx, where in (("row", max_r, where_r), ("column", max_c, where_c)):
+            if mx + 1 > bound:
+                _implausible_id(what, mx, where, offset, nnz, bound)
     if shape:
         n_rows, n_cols = shape
     elif square:
@@ -197,6 +250,8 @@ def _convert(
     if n_rows > counts.size:
         counts = np.concatenate([counts, np.zeros(n_rows - counts.size, np.int64)])
     counts = counts[:n_rows]
+    for rows_u, cnt in overflow:
+        np.add.at(counts, rows_u, cnt)
     if nnz == 0 and not shape:
         raise ConversionError(
             srcs[0],
@@ -222,8 +277,11 @@ def _convert(
         "one_based": bool(offset),
         "shape": [int(n_rows), int(n_cols)],
     }
-    tmp = tempfile.mkdtemp(prefix="ooc_lowrank_sort_", dir=tmpdir)
-    try:
+    from ooc_lowrank.storage import scratch_dir  # storage layer; imported lazily
+
+    # the spill folder goes away on success, errors and SIGTERM; after a SIGKILL the next
+    # conversion removes it (its name carries the pid)
+    with scratch_dir("ooc_lowrank_sort_", tmpdir) as tmp:
         # pass 2: spill every entry to its bucket file
         files = [os.path.join(tmp, f"bucket{b:06d}.bin") for b in range(starts.size - 1)]
         for _, _, (r, c, v) in _chunks(srcs, chunk_bytes, offset, signs, comment):
@@ -261,8 +319,6 @@ def _convert(
             overwrite=overwrite,
             progress=progress,
         )
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 _DOC_COMMON = """

@@ -23,7 +23,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine, metrics
-from ooc_lowrank._persist import save_model
+from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
 from ooc_lowrank._validation import OOCLowRankWarning, check_scalar, param_error
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
 from ooc_lowrank.kernelmaxide import _blocks, core
@@ -297,21 +297,33 @@ class _MaxideBase(BaseEstimator):
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
-        est = cls(**params)
-        U = arrays["U"]
-        if extra["kind"] == "nystrom":
-            est.gamma_ = float(extra["gamma"])
-            est.fmap_ = _blocks.FeatureMap("nystrom", U, arrays["M"], est.gamma_)
+        """The estimator of a loaded model; every JSON value and array is checked first (type,
+        dtype, shape against the metadata and each other, finiteness)."""
+        est = build_checked(
+            cls, check_params(cls, params, ignore_unknown=True), cls._validate_params
+        )
+        r = ModelReader(arrays, extra)
+        kind = r.value("kind", "str", choices=("nystrom", "linear"))
+        d = r.value("n_features_in", "int", low=1)
+        m = r.value("n_labels", "int", low=1)
+        U = r.array("U", (d, None), meaning="n_features_in x r")
+        k = U.shape[1]
+        est.coef_ = r.array("coef", (k, m), meaning="r (the columns of 'U') x n_labels")
+        est.objective_ = r.array("objective", (None,))
+        if kind == "nystrom":
+            est.gamma_ = r.value("gamma", "float", low=0.0)
+            M = r.array("M", (k, k), meaning="r x r, r the columns of 'U'")
+            est.fmap_ = _blocks.FeatureMap("nystrom", U, M, est.gamma_)
             est.landmarks_ = np.ascontiguousarray(U.T)
-            est.normalization_ = arrays["M"]
+            est.normalization_ = M
         else:
             est.fmap_ = _blocks.FeatureMap("linear", U)
             est.projection_ = U
-        est.coef_ = arrays["coef"]
-        est.objective_ = arrays["objective"]
-        for k in ("n_features_in", "n_labels", "n_iter", "n_passes", "rank", "n_ut"):
-            setattr(est, k + "_", int(extra[k]))
-        est.converged_ = bool(extra["converged"])
+        est.n_features_in_, est.n_labels_ = d, m
+        for key in ("n_iter", "n_passes", "rank", "n_ut"):
+            setattr(est, key + "_", r.value(key, "int", low=0))
+        est.converged_ = r.value("converged", "bool")
+        r.finish()
         return est
 
     def __sklearn_tags__(self):
