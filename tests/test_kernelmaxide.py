@@ -523,3 +523,17 @@ def test_tampered_model_is_refused_at_load(tmp_path, toy):
         f.write(buf.getvalue())
     with pytest.raises(ModelFileError, match="coef"):
         ool.load(path)
+
+
+@pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
+def test_sparse_X_equals_dense(rng, cls):
+    X = rng.standard_normal((80, 6))
+    X[X < 0.3] = 0
+    Yo = mask_labels((rng.random((80, 5)) < 0.3).astype(float), 40, random_state=0)
+    kw = dict(n_landmarks=20, random_state=0) if cls is KernelMaxide else {}
+    a = cls(max_iter=10, **kw).fit(X, Yo)
+    b = cls(max_iter=10, **kw).fit(sp.csr_matrix(X), Yo)
+    np.testing.assert_allclose(b.coef_, a.coef_, atol=1e-12 * np.abs(a.coef_).max())
+    np.testing.assert_allclose(
+        b.decision_function(sp.csr_matrix(X)), a.decision_function(X), atol=1e-12
+    )
