@@ -123,7 +123,7 @@ def apg(
     gamma_ls=2.0,
     L0=1.0,
     n_trials=2,
-    max_doublings=60,
+    max_doublings=200,
     callback=None,
     on_iterate=None,
 ):
@@ -140,7 +140,8 @@ def apg(
         ``E(0) = 1/2 ||Y_Omega||^2``.
     n_trials : int
         Line-search trials ``L, 2L, ...`` evaluated per pass (the accepted ``L`` is the same as
-        trying them one at a time).
+        trying them one at a time).  A pass that rejects all of them doubles the next batch
+        (up to 32), so growing ``L`` from ``L0 = 1`` to ``L_f`` takes O(log log L_f) passes.
     callback : callable, optional
         ``callback(iteration, elapsed_seconds, objective)`` after every iteration.
     on_iterate : callable, optional
@@ -167,8 +168,9 @@ def apg(
         g = R @ P
         accepted = None
         doublings = 0
+        t = int(n_trials)
         while accepted is None:
-            Ls = L * gamma_ls ** np.arange(n_trials)
+            Ls = L * gamma_ls ** np.arange(t)
             cands = [svt(Z - g / Lj, lam / Lj) for Lj in Ls]
             Es = passes.losses(np.stack([R.T @ c for c, _ in cands]))
             for j, Lj in enumerate(Ls):
@@ -179,7 +181,8 @@ def apg(
                     break
             if accepted is None:
                 L = float(Ls[-1] * gamma_ls)
-                doublings += n_trials
+                doublings += t
+                t = min(2 * t, 32)  # far from L_f (L0 = 1): widen the next batch
                 if doublings > max_doublings:
                     raise FloatingPointError(
                         f"line search did not find a step after {doublings} doublings of L "
