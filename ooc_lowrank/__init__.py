@@ -41,6 +41,10 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from . import mvm
 
         return getattr(mvm, name)
+    if name in ("KernelMaxide", "Maxide"):
+        from . import kernelmaxide
+
+        return getattr(kernelmaxide, name)
     if name == "estimate_memory":
         from ._estimate import estimate_memory
 

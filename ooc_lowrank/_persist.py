@@ -35,6 +35,8 @@ _REGISTRY: dict[str, str] = {
     "GreedyLowRank": "ooc_lowrank.glrl:GreedyLowRank",
     "MultiViewMachineRegressor": "ooc_lowrank.mvm:MultiViewMachineRegressor",
     "MultiViewMachineClassifier": "ooc_lowrank.mvm:MultiViewMachineClassifier",
+    "KernelMaxide": "ooc_lowrank.kernelmaxide:KernelMaxide",
+    "Maxide": "ooc_lowrank.kernelmaxide:Maxide",
 }
 
 

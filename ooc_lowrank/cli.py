@@ -58,6 +58,9 @@ METHODS = {
     "imc-rff": ("ooc_lowrank.gimc:GIMC", {"features": "fourier", "learn_features": False}),
     "imc-nys": ("ooc_lowrank.gimc:GIMC", {"features": "nystrom", "learn_features": False}),
     "glrl": ("ooc_lowrank.glrl:GreedyLowRank", {}),
+    "kernelmaxide": ("ooc_lowrank.kernelmaxide:KernelMaxide", {}),
+    "kernelmaxide-f": ("ooc_lowrank.kernelmaxide:KernelMaxide", {"n_landmarks": None}),
+    "maxide": ("ooc_lowrank.kernelmaxide:Maxide", {}),
     "mvm": ("ooc_lowrank.mvm:MultiViewMachineRegressor", {}),
     "mvm-classifier": ("ooc_lowrank.mvm:MultiViewMachineClassifier", {}),
 }

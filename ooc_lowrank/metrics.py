@@ -27,6 +27,8 @@ __all__ = [
     "ndcg_at_k",
     "parse_metrics",
     "precision_at_k",
+    "ranking_loss",
+    "ranking_loss_block",
     "topk_from_scores",
 ]
 
@@ -190,3 +192,51 @@ def accuracy(y, scores_or_labels):
     if p.ndim == 2:
         p = np.argmax(p, axis=1)
     return float(np.mean(p == np.asarray(y).reshape(-1)))
+
+
+def _positive_csr(Y):
+    """CSR of the positive entries (value > 0) of a label block; explicit -1 / 0 are dropped."""
+    Y = sp.csr_matrix(Y) if sp.issparse(Y) else sp.csr_matrix(np.asarray(Y))
+    if Y.nnz and not (Y.data > 0).all():
+        Y = sp.csr_matrix(Y.multiply(Y > 0))
+    Y.sum_duplicates()
+    return Y
+
+
+def ranking_loss_block(Y, scores):
+    """Ranking-loss *sums* of one block: ``[sum_i RL_i, #rows counted]`` (SPEC 4.6).
+
+    ``RL_i`` is the fraction of (positive, negative) label pairs of row ``i`` with
+    ``f_pos <= f_neg`` (ties count as errors).  Positives are the entries ``> 0`` of ``Y``;
+    every other label (0, missing, explicit -1) is a negative.  Rows without a positive or
+    without a negative are not counted.  The block's ``(n_b, n_labels)`` scores are the only
+    dense matrix needed; the engine adds the two sums over blocks.
+
+    Parameters
+    ----------
+    Y : csr_matrix or ndarray of shape (n_b, n_labels)
+    scores : ndarray of shape (n_b, n_labels)
+
+    Returns
+    -------
+    ndarray of shape (2,), float64
+    """
+    from ooc_lowrank.kernels.kernelmaxide import ranking_loss_rows
+
+    P = _positive_csr(Y)
+    S = np.asarray(scores)
+    if S.shape != P.shape:
+        raise ValueError(f"scores must have the shape of Y {P.shape}; got {S.shape}")
+    if S.dtype not in (np.float32, np.float64):
+        S = S.astype(np.float64)
+    rl = ranking_loss_rows(S, P.indptr, P.indices)
+    ok = rl >= 0
+    return np.array([rl[ok].sum(), ok.sum()], dtype=np.float64)
+
+
+def ranking_loss(Y, scores):
+    """Ranking loss (SPEC 4.6, ties count as errors) of ``scores`` against labels ``Y`` (both
+    (n_samples, n_labels); positives are entries ``> 0``), averaged over the rows with at least
+    one positive and one negative label (``nan`` if there is none)."""
+    s, c = ranking_loss_block(Y, scores)
+    return float(s / c) if c else float("nan")

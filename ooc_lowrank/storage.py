@@ -228,7 +228,9 @@ def _remove_stale(loc: str) -> None:
         return
     # killed between the two renames of _commit: the .old folder is the only copy of the
     # previous store; keep it for the user to rename back
-    for n in os.listdir(parent):
+    if not os.path.isdir(parent or "."):
+        return  # a new folder: nothing can be stale in it
+    for n in os.listdir(parent or "."):
         if n.startswith(f".{base}.old-"):
             logger.warning("%s holds the previous store of %s; rename it back", n, p)
 

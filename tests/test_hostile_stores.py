@@ -618,3 +618,12 @@ def test_arff_named_classes_fit_and_predict_names(tmp_path, rng):
     mem = est.evaluate(ds["X"].read(), ["accuracy"], Y=names)
     assert est.evaluate(ds, ["accuracy"]) == pytest.approx(mem) and mem["accuracy"] > 0.5
     assert est.eval_history_[est.n_iter_] == pytest.approx(mem)
+
+
+def test_write_into_a_folder_that_does_not_exist_yet(tmp_path):
+    # the stale-temp sweep must not list a parent folder that the writer is about to create
+    from ooc_lowrank.storage import write_arrays
+
+    dest = tmp_path / "new" / "deeper" / "d.zarr"
+    ds = write_arrays(str(dest), {"X": np.ones((4, 2))})
+    assert ds.n_rows == 4

@@ -1,0 +1,157 @@
+"""KernelMaxide / Maxide block functions: one row block of ``X`` and of the observed labels in,
+small numpy out (SPEC 4.3-4.5; derivation in docs/kernelmaxide.md).
+
+The feature map ``F`` (n x r) is either the Nystrom factor ``F = K(X, landmarks) M`` with
+``M = (K_rr^+)^(1/2)`` (computed by the GIMC Nystrom block, ``gimc._blocks.features_block``),
+or Maxide's linear basis ``A = X P`` with ``P = V_k Sigma_k^-1``.  Only rows with at least one
+observed label (the set UT) enter training, so every training block function computes ``F``
+for those rows only.  When ``kind is None`` (:data:`CACHED`) the first input already *is* ``F``
+(cached, zero rows outside UT).
+
+All functions are pure: inputs (read-only store / Dask chunks) are never modified.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from ooc_lowrank import metrics
+from ooc_lowrank.gimc import _blocks as gimc_blocks
+
+
+@dataclass(frozen=True)
+class FeatureMap:
+    """``kind="nystrom"``: ``U`` landmarks as columns (d x r), ``M`` the normalization
+    ``(K_rr^+)^(1/2)`` (r x r), ``gamma`` the RBF width.  ``kind="linear"``: ``U`` the
+    projection ``P`` (d x k).  Block functions receive :meth:`args` (top-level arrays, so the
+    engine ships them once per graph, not once per task)."""
+
+    kind: str
+    U: np.ndarray
+    M: np.ndarray | None = None
+    gamma: float = 0.0
+
+    @property
+    def n_features(self) -> int:
+        return int(self.U.shape[1])
+
+    def args(self):
+        return (self.kind, self.U, self.M, self.gamma)
+
+
+#: ``args`` of a cached F (the first input already holds F).
+CACHED = (None, None, None, 0.0)
+
+
+def features(Xb, kind, U, M, gamma):
+    """``F`` of one block, shape (n_b, r), in ``Xb``'s float dtype (float64 for integers)."""
+    dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    if Xb.dtype != dt:
+        Xb = Xb.astype(dt)
+    U = U.astype(dt, copy=False)
+    if kind == "linear":
+        return np.ascontiguousarray(Xb @ U)
+    spec = gimc_blocks.FeatureSpec.build([("nystrom", U.shape[1], gamma, M, False)])
+    return gimc_blocks.features_block(Xb, U, spec)
+
+
+def _ut(Xb, Yb, kind, U, M, gamma):
+    """``(F_u, Y_u)``: features and observed labels of the block's rows with an observation."""
+    Yb = sp.csr_matrix(Yb)
+    if kind is None:  # cached F: rows outside UT are zero and have no residual; no copy
+        return np.asarray(Xb), Yb
+    rows = np.flatnonzero(np.diff(Yb.indptr))
+    return features(Xb[rows], kind, U, M, gamma), Yb[rows]
+
+
+def _residual(F, Yu, W):
+    """``R_Omega(F W - Y)`` as CSR on ``Yu``'s pattern (float64)."""
+    pred = F @ W.astype(F.dtype, copy=False)
+    r = np.repeat(np.arange(Yu.shape[0]), np.diff(Yu.indptr))
+    data = pred[r, Yu.indices].astype(np.float64) - Yu.data
+    return sp.csr_matrix((data, Yu.indices, Yu.indptr), shape=Yu.shape)
+
+
+def label_stats_block(Yb):
+    """``(bad, per_label, n_ut)``: stored values other than +-1, observed entries per label and
+    rows with an observation, for one block of observed labels."""
+    Yb = sp.csr_matrix(Yb)
+    d = Yb.data
+    bad = np.count_nonzero((d != 1.0) & (d != -1.0))
+    per = np.bincount(Yb.indices, minlength=Yb.shape[1]).astype(np.float64)
+    return np.array([bad, np.count_nonzero(np.diff(Yb.indptr))], dtype=np.float64), per
+
+
+def ut_rows_block(Yb):
+    """1 for the rows of the block with an observed label, else 0: (n_b, 1) int8."""
+    return (np.diff(sp.csr_matrix(Yb).indptr) > 0).astype(np.int8)[:, None]
+
+
+def xtx_block(Xb):
+    """``X_b^T X_b`` (d x d, float64) for Maxide's left singular vectors."""
+    if sp.issparse(Xb):
+        X64 = sp.csr_matrix(Xb, dtype=np.float64)
+        return np.asarray((X64.T @ X64).toarray())
+    X64 = np.asarray(Xb, dtype=np.float64)
+    return X64.T @ X64
+
+
+def gram_block(Xb, Yb, kind, U, M, gamma):
+    """``(F_u^T F_u, n_observed)``: the r x r Gram of the UT rows and the observed count."""
+    F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
+    F64 = F.astype(np.float64, copy=False)
+    return F64.T @ F64, np.array([Yu.nnz], dtype=np.float64)
+
+
+def grad_block(Xb, Yb, kind, U, M, gamma, W):
+    """``(E_b, F_u^T R_b)`` at the prediction weights ``W`` (r x m): the block's share of
+    ``E = 1/2 ||R_Omega(F W - Y)||^2`` and of ``P = F^T R_Omega(F W - Y)`` (r x m)."""
+    F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
+    R = _residual(F, Yu, W)
+    P = np.asarray((R.T @ F.astype(np.float64, copy=False)).T)
+    return np.array([0.5 * np.dot(R.data, R.data)]), P
+
+
+def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
+    """``E_b`` for each trial weight matrix ``Ws[t]`` (t, r, m): one vector of t sums."""
+    F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
+    out = np.empty(Ws.shape[0], dtype=np.float64)
+    for t in range(Ws.shape[0]):
+        d = _residual(F, Yu, Ws[t]).data
+        out[t] = 0.5 * np.dot(d, d)
+    return out
+
+
+def features_rows_block(row_start, Xb, ut, kind, U, M, gamma):
+    """``F`` for the cache: the block's UT rows computed, the other rows zero."""
+    rows = np.flatnonzero(ut[row_start : row_start + Xb.shape[0]])
+    dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+    out = np.zeros((Xb.shape[0], U.shape[1]), dtype=dt)
+    if rows.size:
+        out[rows] = features(Xb[rows], kind, U, M, gamma)
+    return out
+
+
+def scores_block(Xb, kind, U, M, gamma, W):
+    """Decision values ``F_b W`` (n_b, m)."""
+    F = features(Xb, kind, U, M, gamma)
+    return F @ W.astype(F.dtype, copy=False)
+
+
+def topk_block(Xb, kind, U, M, gamma, W, k):
+    """Top-k label indices per row, best first (ties: lower index), as float64 (n_b, k)."""
+    return metrics.topk_from_scores(scores_block(Xb, kind, U, M, gamma, W), k).astype(np.float64)
+
+
+def eval_block(Xb, Yb, kind, U, M, gamma, W, parsed, K, want_rl):
+    """Metric sums of one block: P@k / nDCG@k sums (order of ``parsed``) then the ranking-loss
+    ``[sum, count]``; the (n_b, m) score block is transient."""
+    S = scores_block(Xb, kind, U, M, gamma, W)
+    top = metrics.topk_from_scores(S, K) if parsed else np.zeros((S.shape[0], 0), np.int64)
+    Yp = metrics._positive_csr(Yb)
+    head = metrics.metric_sums_block(Yp, top, parsed) if parsed else np.zeros(0)
+    rl = metrics.ranking_loss_block(Yp, S) if want_rl else np.zeros(2)
+    return np.concatenate([head, rl])

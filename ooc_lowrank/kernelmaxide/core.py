@@ -1,0 +1,206 @@
+"""KernelMaxide / Maxide: the corrected Algorithm 1 (SPEC 4.4) in the factored span form.
+
+Problem (SPEC KM-6 with the Nystrom kernel ``K~ = F F^T``, F of shape n x r):
+
+    min_C  lam ||C||_*  +  1/2 || R_Omega(F F_UT^T C - Y) ||_F^2 ,   C of shape n_UT x m.
+
+Span form (docs/kernelmaxide.md): every APG iterate is ``C = F_UT T``.  With ``G = F_UT^T F_UT
+= R^T R`` (R of shape r' x r, from the eigendecomposition of G) the map ``C -> Chat = R T``
+preserves inner products, Frobenius distances and singular values, so the APG runs on the
+r' x m matrix ``Chat`` exactly as on ``C``:
+
+* predictions ``K~ C = F (R^T Chat)``: the *weights* ``W = R^T Chat`` (r x m) are all a pass
+  needs;
+* gradient ``K~_{all,UT}^T R_Omega = F_UT (F^T R_Omega)`` becomes ``R P`` with ``P = F^T
+  R_Omega`` (r x m, one reduction);
+* the SVT of ``Z - grad/L`` is the SVT of the r' x m matrix ``Zhat - R P / L`` (its Gram is the
+  m x m matrix ``Q^T G Q`` of the brief, but the SVD of the r' x m matrix is better
+  conditioned).
+
+Maxide (SPEC KM-1) is the same iteration with ``F = A`` (orthonormal columns) and ``R = I``:
+``Chat`` *is* W.
+
+Passes per iteration: one gradient pass at ``Z`` (``E(Z)`` and ``P``), then one pass per group
+of ``n_trials`` line-search trials (``E`` of each candidate).  The accepted trial's ``E`` is
+the objective's smooth part, so no other pass is needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ooc_lowrank import engine
+from ooc_lowrank.kernelmaxide import _blocks
+
+logger = logging.getLogger("ooc_lowrank")
+
+__all__ = ["APGResult", "Passes", "apg", "next_theta", "span_root", "svt"]
+
+
+class Passes:
+    """The engine passes of one fit over aligned ``X`` (or cached ``F``) and observed ``Y``.
+
+    ``fmap=None`` means ``XB`` already holds ``F`` (cached, zero rows outside UT).
+    ``client``: the engine's scheduler policy applies when None.
+    """
+
+    def __init__(self, XB, YB, fmap, client=None):
+        self.XB, self.YB, self.fmap, self.client = XB, YB, fmap, client
+        self.fargs = _blocks.CACHED if fmap is None else fmap.args()
+        self.count = 0
+
+    def _run(self, fn, args):
+        self.count += 1
+        return engine.map_reduce(fn, self.XB, self.YB, args=(*self.fargs, *args), client=self.client)
+
+    def gram(self):
+        """``(G, n_observed)`` with ``G = F_UT^T F_UT`` (r x r)."""
+        G, nobs = self._run(_blocks.gram_block, ())
+        return G, float(nobs[0])
+
+    def grad(self, W):
+        """``(E, P)`` at weights ``W``: ``E = 1/2||R_Omega(F W - Y)||^2``, ``P = F^T R_Omega``."""
+        E, P = self._run(_blocks.grad_block, (np.ascontiguousarray(W),))
+        return float(E[0]), P
+
+    def losses(self, Ws):
+        """``E`` at each weight matrix of ``Ws`` (t, r, m), in one pass."""
+        return np.atleast_1d(self._run(_blocks.loss_block, (np.ascontiguousarray(Ws),)))
+
+
+def span_root(G, rtol=1e-13):
+    """``R`` (r' x r) with ``R^T R = G`` up to the eigenvalues ``<= rtol * max`` dropped."""
+    G = 0.5 * (G + G.T)
+    ev, V = np.linalg.eigh(G)
+    top = max(float(ev[-1]), 0.0) if ev.size else 0.0
+    keep = ev > rtol * top
+    if not keep.any():
+        return np.zeros((0, G.shape[0]))
+    return np.sqrt(ev[keep])[:, None] * V[:, keep].T
+
+
+def svt(B, tau):
+    """Singular value thresholding ``D_tau(B) = U max(S - tau, 0) V^T`` and its nuclear norm."""
+    if B.size == 0:
+        return B.copy(), 0.0
+    U, s, Vt = np.linalg.svd(B, full_matrices=False)
+    sh = np.maximum(s - tau, 0.0)
+    k = int(np.count_nonzero(sh))
+    return (U[:, :k] * sh[:k]) @ Vt[:k], float(sh.sum())
+
+
+def next_theta(th):
+    """Tseng's ``theta_{k+1} = (sqrt(theta^4 + 4 theta^2) - theta^2) / 2`` (= 1 / t_{k+1} of
+    FISTA; ``(1 - theta_{k+1}) / theta_{k+1}^2 = 1 / theta_k^2``)."""
+    return (np.sqrt(th**4 + 4 * th**2) - th**2) / 2
+
+
+@dataclass
+class APGResult:
+    Chat: np.ndarray
+    W: np.ndarray
+    n_iter: int
+    objective: np.ndarray
+    L: float
+    n_passes: int
+    converged: bool
+    history: list = field(default_factory=list)
+
+
+def apg(
+    passes,
+    R,
+    lam,
+    n_labels,
+    E0,
+    *,
+    max_iter=100,
+    tol=1e-5,
+    gamma_ls=2.0,
+    L0=1.0,
+    n_trials=2,
+    max_doublings=200,
+    callback=None,
+    on_iterate=None,
+):
+    """Corrected Algorithm 1 (SPEC 4.4) on ``Chat`` (r' x m); ``W = R^T Chat``.
+
+    Parameters
+    ----------
+    passes : Passes
+    R : ndarray of shape (r', r)
+        ``R^T R = F_UT^T F_UT`` (KernelMaxide) or the identity (Maxide).
+    lam : float
+    n_labels : int
+    E0 : float
+        ``E(0) = 1/2 ||Y_Omega||^2``.
+    n_trials : int
+        Line-search trials ``L, 2L, ...`` evaluated per pass (the accepted ``L`` is the same as
+        trying them one at a time).  A pass that rejects all of them doubles the next batch
+        (up to 32), so growing ``L`` from ``L0 = 1`` to ``L_f`` takes O(log log L_f) passes.
+    callback : callable, optional
+        ``callback(iteration, elapsed_seconds, objective)`` after every iteration.
+    on_iterate : callable, optional
+        ``on_iterate(iteration, Chat)`` (tests compare iterates).
+
+    Returns
+    -------
+    APGResult
+    """
+    rp = R.shape[0]
+    C_prev = np.zeros((rp, n_labels))
+    C = C_prev.copy()
+    th_prev = th = 1.0
+    L = float(L0)
+    F_old = float(E0)
+    objs = [F_old]
+    t0 = time.perf_counter()
+    converged = False
+    k = 0
+    for k in range(1, max_iter + 1):
+        beta = th * (1.0 / th_prev - 1.0)
+        Z = C + beta * (C - C_prev)
+        EZ, P = passes.grad(R.T @ Z)
+        g = R @ P
+        accepted = None
+        doublings = 0
+        t = int(n_trials)
+        while accepted is None:
+            Ls = L * gamma_ls ** np.arange(t)
+            cands = [svt(Z - g / Lj, lam / Lj) for Lj in Ls]
+            Es = passes.losses(np.stack([R.T @ c for c, _ in cands]))
+            for j, Lj in enumerate(Ls):
+                D = cands[j][0] - Z
+                H = float(np.sum(D * g) + 0.5 * Lj * np.sum(D * D))
+                if Es[j] - EZ <= H + 1e-12 * abs(EZ):
+                    accepted = (cands[j][0], cands[j][1], float(Es[j]), float(Lj))
+                    break
+            if accepted is None:
+                L = float(Ls[-1] * gamma_ls)
+                doublings += t
+                t = min(2 * t, 32)  # far from L_f (L0 = 1): widen the next batch
+                if doublings > max_doublings:
+                    raise FloatingPointError(
+                        f"line search did not find a step after {doublings} doublings of L "
+                        f"(L={L:.3g}); the data may hold inf/NaN or be badly scaled"
+                    )
+        C_new, nuc, E_new, L = accepted
+        C_prev, C = C, C_new
+        th_prev, th = th, next_theta(th)
+        F_new = lam * nuc + E_new
+        objs.append(F_new)
+        if on_iterate is not None:
+            on_iterate(k, C)
+        elapsed = time.perf_counter() - t0
+        logger.info("maxide iter %d: objective %.6g, L %.3g, %.2f s", k, F_new, L, elapsed)
+        if callback is not None:
+            callback(k, elapsed, F_new)
+        if abs(F_new - F_old) < tol * F_new:
+            converged = True
+            break
+        F_old = F_new
+    return APGResult(C, R.T @ C, k, np.array(objs), L, passes.count, converged)

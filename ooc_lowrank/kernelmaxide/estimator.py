@@ -1,0 +1,512 @@
+"""scikit-learn estimators :class:`KernelMaxide` and :class:`Maxide` (SPEC 4).
+
+Both learn an ``(n_samples, n_labels)`` score matrix from features ``X`` and *observed* labels
+(``+1`` / ``-1`` stored, missing not stored; see :mod:`ooc_lowrank.kernelmaxide.masking`),
+through the APG of :mod:`ooc_lowrank.kernelmaxide.core`.  The fitted model is a feature map
+(landmarks + Nystrom normalization, or Maxide's projection) and an ``(r, n_labels)`` weight
+matrix ``coef_``; scores of any rows are ``F(x) coef_``, computed block by block.
+
+Transductive use (the paper's): put the test rows in ``X`` with no observed label, then score
+them with :meth:`decision_function`.  Inductive use: score new rows the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ooc_lowrank import engine, metrics
+from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
+from ooc_lowrank._validation import OOCLowRankWarning, check_scalar, param_error
+from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
+from ooc_lowrank.kernelmaxide import _blocks, core
+from ooc_lowrank.kernelmaxide.masking import check_observed_labels
+
+__all__ = ["KernelMaxide", "Maxide"]
+
+logger = logging.getLogger("ooc_lowrank")
+
+_SAMPLE = 1000
+
+
+def _is_dataset(obj):
+    return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
+
+
+def _is_lazy(X):
+    import dask.array as da
+
+    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
+
+
+def _float_dtype(B):
+    return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+
+
+class _MaxideBase(BaseEstimator):
+    """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
+
+    # -- to override ------------------------------------------------------------------------
+    def _validate_method_params(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _make_feature_map(self, XB, X, rng):  # pragma: no cover - abstract
+        """Return ``fmap`` (and set fitted feature attributes)."""
+        raise NotImplementedError
+
+    def _root(self, passes):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- shared -----------------------------------------------------------------------------
+    def _validate_params(self):
+        check_scalar(
+            self.lam,
+            "lam",
+            low=0.0,
+            low_inclusive=False,
+            fix="Use a positive trace-norm weight, e.g. lam=1.0 (the paper's grid is 2^-10..2^10)",
+        )
+        check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
+        check_scalar(self.tol, "tol", low=0.0)
+        if self.n_trials is not None:
+            check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1)
+        if self.cache_bytes is not None:
+            check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
+        if self.callback is not None and not callable(self.callback):
+            raise param_error("callback", "must be callable or None", self.callback, exc=TypeError)
+        self._validate_method_params()
+
+    def _budget(self):
+        return engine.DEFAULT_CACHE_BYTES if self.cache_bytes is None else int(self.cache_bytes)
+
+    def _inputs(self, X, Y):
+        if _is_dataset(X):
+            ds = X
+            X = ds["X"]
+            if Y is None:
+                if "Y_obs" not in ds:
+                    raise ValueError(
+                        f"store {ds.url!r} has no 'Y_obs' (observed labels, +1/-1 CSR); pass Y= "
+                        "or make one with ooc_lowrank.kernelmaxide.mask_labels_store"
+                    )
+                Y = ds["Y_obs"]
+        if Y is None:
+            raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
+        if not _is_lazy(Y):
+            Y = check_observed_labels(Y, name="Y")
+        return X, Y
+
+    def _check_labels(self, YB):
+        """One cheap pass over the observed labels: bad values, rows in UT, entries per label."""
+        stats, per = engine.map_reduce(_blocks.label_stats_block, YB)
+        if stats[0] > 0:
+            raise ValueError(
+                f"Y must store only observed labels +1 or -1; found {int(stats[0])} other "
+                "stored values. Missing entries are not stored; observed negatives are -1"
+            )
+        if stats[1] == 0:
+            raise ValueError(
+                "Y has no observed label at all (no stored entry); observe at least one label of "
+                "one row, e.g. with ooc_lowrank.kernelmaxide.mask_labels(Y01, omega=20)"
+            )
+        empty = np.flatnonzero(per == 0)
+        if empty.size:
+            warnings.warn(
+                f"{empty.size} label(s) have no observed entry (first: {empty[:5].tolist()}); "
+                "their scores come only from the low-rank coupling with the other labels",
+                OOCLowRankWarning,
+                stacklevel=3,
+            )
+        return int(stats[1]), float(per.sum())
+
+    def fit(self, X, Y=None):
+        """Fit on features ``X`` (n_samples, n_features) and observed labels ``Y``.
+
+        Parameters
+        ----------
+        X : ndarray, scipy.sparse matrix, dask array, store array or store Dataset
+            All instances (training and, transductively, test rows without observed labels).
+            A store ``Dataset`` with ``Y=None`` uses ``ds["X"]`` and ``ds["Y_obs"]``.
+        Y : sparse matrix of shape (n_samples, n_labels), dask array or store array
+            Observed labels: stored ``+1`` / ``-1``, missing entries not stored.
+
+        Returns
+        -------
+        self
+        """
+        self._validate_params()
+        X, Y = self._inputs(X, Y)
+        XB = engine.as_blocked(X, name="X")
+        YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        n_ut, nobs = self._check_labels(YB)
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        self.n_features_in_ = int(XB.shape[1])
+        self.n_labels_ = int(YB.shape[1])
+        fmap = self._make_feature_map(XB, X, rng)
+        r = fmap.n_features
+        dt = _float_dtype(XB)
+        f_bytes = XB.shape[0] * r * dt.itemsize
+        if f_bytes <= self._budget():
+            if YB.in_memory:
+                ut = (np.diff(sp.csr_matrix(YB.source).indptr) > 0).astype(np.int8)
+            else:
+                (ut,) = engine.compute(engine.map_rows(_blocks.ut_rows_block, YB, n_cols=1, dtype=np.int8))
+                ut = np.asarray(ut).ravel()
+            FB = engine.map_rows_persisted(
+                _blocks.features_rows_block, XB, args=(ut, *fmap.args()), n_cols=r, offset=True
+            )
+            logger.info("caching F (%.1f MB) in memory", f_bytes / 2**20)
+            passes = core.Passes(FB, YB, None)
+            n_setup = 1
+            n_trials = 1  # resident F: a pass is one product, extra candidates are not free
+        else:
+            logger.info("recomputing F from X every pass (%.1f MB > budget)", f_bytes / 2**20)
+            passes = core.Passes(XB, YB, fmap)
+            n_setup = 0
+            n_trials = 2  # streamed: a pass recomputes the kernel blocks, a candidate is cheap
+        R = self._root(passes)
+        res = core.apg(
+            passes,
+            R,
+            float(self.lam),
+            self.n_labels_,
+            0.5 * nobs,
+            max_iter=int(self.max_iter),
+            tol=float(self.tol),
+            n_trials=int(self.n_trials or n_trials),
+            callback=self.callback,
+        )
+        self.fmap_ = fmap
+        self.coef_ = np.asarray(res.W, dtype=np.float64)
+        self.objective_ = res.objective
+        self.n_iter_ = int(res.n_iter)
+        self.n_passes_ = int(res.n_passes) + n_setup + 1  # + the label check
+        self.converged_ = bool(res.converged)
+        self.rank_ = int(np.linalg.matrix_rank(res.Chat)) if res.Chat.size else 0
+        self.n_ut_ = n_ut
+        return self
+
+    # -- prediction -----------------------------------------------------------------------
+    def _prepare_X(self, X):
+        check_is_fitted(self, "coef_")
+        if _is_dataset(X):
+            X = X["X"]
+        B = engine.as_blocked(X, name="X")
+        if B.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {B.shape[1]} features, but {type(self).__name__} was fitted with "
+                f"{self.n_features_in_}; pass data with the same columns as in fit"
+            )
+        return X, B
+
+    def decision_function(self, X):
+        """Scores ``F(X) coef_`` of shape (n_samples, n_labels); lazy for lazy input."""
+        X, B = self._prepare_X(X)
+        arr = engine.map_rows(
+            _blocks.scores_block,
+            B,
+            args=(*self.fmap_.args(), self.coef_),
+            n_cols=self.n_labels_,
+            dtype=_float_dtype(B),
+        )
+        if _is_lazy(X):
+            return arr
+        (out,) = engine.compute(arr)
+        return out
+
+    def predict_topk(self, X, k=5):
+        """Top-``k`` label indices per row, best first, int64 (n_samples, k); lazy for lazy
+        input.  Scores are formed one block at a time."""
+        check_scalar(k, "k", kind=numbers.Integral, low=1)
+        X, B = self._prepare_X(X)
+        k = min(int(k), self.n_labels_)
+        arr = engine.map_rows(
+            _blocks.topk_block, B, args=(*self.fmap_.args(), self.coef_, k), n_cols=k, dtype=np.float64
+        ).astype(np.int64)
+        if _is_lazy(X):
+            return arr
+        (out,) = engine.compute(arr)
+        return out
+
+    def evaluate(self, dataset, metrics_=None, *, Y=None):
+        """Metrics over a dataset (arrays ``X`` and full 0/1 labels ``Y``) in one pass.
+
+        Parameters
+        ----------
+        dataset : store Dataset or X
+        metrics_ : list of str or comma-separated str, default "ranking_loss,p@1,p@3,p@5"
+            ``ranking_loss`` (SPEC 4.6; over rows with a positive and a negative label) and
+            any of :func:`ooc_lowrank.metrics.parse_metrics` (over all rows).
+        Y : labels when ``dataset`` is X; positives are entries > 0.
+
+        Returns
+        -------
+        dict
+        """
+        if metrics_ is None:
+            metrics_ = "ranking_loss,p@1,p@3,p@5"
+        names = [m.strip() for m in metrics_.split(",")] if isinstance(metrics_, str) else list(metrics_)
+        want_rl = any(m.lower() in ("ranking_loss", "rl") for m in names)
+        parsed = metrics.parse_metrics([m for m in names if m.lower() not in ("ranking_loss", "rl")])
+        if _is_dataset(dataset) and Y is None:
+            Y = dataset["Y"]
+        if Y is None:
+            raise ValueError("evaluate needs labels: pass a dataset with 'Y' or Y=...")
+        X, B = self._prepare_X(dataset)
+        YB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        K = min(metrics.max_k(parsed), self.n_labels_)
+        sums = np.asarray(
+            engine.map_reduce(
+                _blocks.eval_block, B, YB, args=(*self.fmap_.args(), self.coef_, parsed, K, want_rl)
+            )
+        ).ravel()
+        out = metrics.finalize(sums[: len(parsed)], B.shape[0], parsed)
+        if want_rl:
+            s, c = sums[len(parsed) :]
+            out = {"ranking_loss": float(s / c) if c else float("nan"), **out}
+        return out
+
+    # -- persistence ----------------------------------------------------------------------
+    def save(self, path, *, overwrite=True):
+        """Save to a directory (JSON + npz, loaded without pickle): ``ooc_lowrank.load(path)``."""
+        check_is_fitted(self, "coef_")
+        arrays = {"U": self.fmap_.U, "coef": self.coef_, "objective": self.objective_}
+        extra = {
+            "kind": self.fmap_.kind,
+            "n_features_in": self.n_features_in_,
+            "n_labels": self.n_labels_,
+            "n_iter": self.n_iter_,
+            "n_passes": self.n_passes_,
+            "converged": self.converged_,
+            "rank": self.rank_,
+            "n_ut": self.n_ut_,
+        }
+        if self.fmap_.kind == "nystrom":
+            arrays["M"] = self.fmap_.M
+            extra["gamma"] = self.gamma_
+        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
+
+    @classmethod
+    def _from_saved(cls, params, arrays, extra):
+        """The estimator of a loaded model; every JSON value and array is checked first (type,
+        dtype, shape against the metadata and each other, finiteness)."""
+        est = build_checked(
+            cls, check_params(cls, params, ignore_unknown=True), cls._validate_params
+        )
+        r = ModelReader(arrays, extra)
+        kind = r.value("kind", "str", choices=("nystrom", "linear"))
+        d = r.value("n_features_in", "int", low=1)
+        m = r.value("n_labels", "int", low=1)
+        U = r.array("U", (d, None), meaning="n_features_in x r")
+        k = U.shape[1]
+        est.coef_ = r.array("coef", (k, m), meaning="r (the columns of 'U') x n_labels")
+        est.objective_ = r.array("objective", (None,))
+        if kind == "nystrom":
+            est.gamma_ = r.value("gamma", "float", low=0.0)
+            M = r.array("M", (k, k), meaning="r x r, r the columns of 'U'")
+            est.fmap_ = _blocks.FeatureMap("nystrom", U, M, est.gamma_)
+            est.landmarks_ = np.ascontiguousarray(U.T)
+            est.normalization_ = M
+        else:
+            est.fmap_ = _blocks.FeatureMap("linear", U)
+            est.projection_ = U
+        est.n_features_in_, est.n_labels_ = d, m
+        for key in ("n_iter", "n_passes", "rank", "n_ut"):
+            setattr(est, key + "_", r.value(key, "int", low=0))
+        est.converged_ = r.value("converged", "bool")
+        r.finish()
+        return est
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
+
+class KernelMaxide(_MaxideBase):
+    """KernelMaxide (Xu & Zhou 2018; SPEC 4): multi-label learning with missing labels by a
+    trace-norm regularized kernel model, Nystrom-approximated and out of core.
+
+    Solves ``min_C lam ||C||_* + 1/2 ||R_Omega(K~_{all,UT} C - Y)||_F^2`` with the corrected APG
+    (Algorithm 1), in the factored span form ``C = F_UT T`` (state r' x n_labels).
+
+    Parameters
+    ----------
+    n_landmarks : int or None, default=1000
+        Nystrom landmarks drawn uniformly from all rows of ``X`` (KernelMaxide-n).  ``None``:
+        every row (KernelMaxide-f, the exact kernel); refused with a memory estimate when the
+        n x n kernel does not fit ``cache_bytes``.
+    gamma : float or None, default=None
+        RBF width, ``k(x, x') = exp(-gamma ||x - x'||^2)`` (the paper's ``sigma``:
+        ``gamma = 1 / (2 sigma^2)``).  ``None``: median heuristic on a row sample.
+    lam : float, default=1.0
+        Trace-norm weight ``lambda``.
+    max_iter : int, default=100
+    tol : float, default=1e-5
+        Stop when ``|F_k - F_{k-1}| < tol * F_k`` (the Maxide code's rule).
+    n_trials : int or None, default=None
+        Line-search trials ``L, 2L, ...`` evaluated per pass (the result does not depend on
+        it).  ``None``: 1 when ``F`` is cached (a pass is one product), 2 when it is streamed
+        (a pass recomputes the kernel blocks, so an extra candidate is cheap).
+    cache_bytes : int or None
+        Keep ``F`` (n x r) in memory when it fits this budget (default
+        ``engine.DEFAULT_CACHE_BYTES``); otherwise recompute its blocks from ``X`` every pass.
+    random_state : int, RandomState or None
+    callback : callable or None
+        ``callback(iteration, elapsed_seconds, objective)`` after each APG iteration.
+
+    Attributes
+    ----------
+    landmarks_ : ndarray of shape (r, n_features)
+    normalization_ : ndarray of shape (r, r)
+        ``(K_rr^+)^(1/2)``; ``F = K(X, landmarks) normalization_``.
+    gamma_ : float
+    coef_ : ndarray of shape (r, n_labels)
+        Scores are ``F(X) coef_``.
+    objective_ : ndarray of shape (n_iter_ + 1,)
+    n_iter_, n_passes_, converged_, rank_, n_ut_, n_features_in_, n_labels_
+    """
+
+    def __init__(
+        self,
+        *,
+        n_landmarks=1000,
+        gamma=None,
+        lam=1.0,
+        max_iter=100,
+        tol=1e-5,
+        n_trials=None,
+        cache_bytes=None,
+        random_state=None,
+        callback=None,
+    ):
+        self.n_landmarks = n_landmarks
+        self.gamma = gamma
+        self.lam = lam
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_trials = n_trials
+        self.cache_bytes = cache_bytes
+        self.random_state = random_state
+        self.callback = callback
+
+    def _validate_method_params(self):
+        if self.n_landmarks is not None:
+            check_scalar(
+                self.n_landmarks,
+                "n_landmarks",
+                kind=numbers.Integral,
+                low=1,
+                fix="Use e.g. n_landmarks=1000, or None for every row (exact kernel)",
+            )
+        _check_gamma(self.gamma)
+
+    def _make_feature_map(self, XB, X, rng):
+        n, d = XB.shape
+        if self.n_landmarks is None:
+            need = 4 * n * n * 8 + n * d * 8
+            if need > self._budget():
+                raise MemoryError(
+                    f"n_landmarks=None (exact kernel) needs about {need / 2**30:.2f} GiB for "
+                    f"n={n} rows (the n x n kernel, its eigendecomposition and F), more than "
+                    f"cache_bytes={self._budget()} bytes; use n_landmarks=1000 (Nystrom) or "
+                    "raise cache_bytes"
+                )
+            r = n
+        else:
+            r = int(self.n_landmarks)
+            if r > n:
+                raise param_error(
+                    "n_landmarks",
+                    f"must be <= the number of rows of X ({n})",
+                    r,
+                    f"Use n_landmarks <= {n}, or None for every row",
+                )
+        src = XB.source if XB.in_memory else X
+        self.gamma_ = (
+            median_gamma(sample_rows(src, _SAMPLE, rng)) if self.gamma is None else float(self.gamma)
+        )
+        L = sample_rows(src, r, rng)
+        L = L.toarray() if sp.issparse(L) else np.asarray(L)
+        self.landmarks_ = np.ascontiguousarray(L, dtype=np.float64)
+        U = np.ascontiguousarray(self.landmarks_.T)
+        self.normalization_ = nystrom_normalization(U, self.gamma_)
+        return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
+
+    def _root(self, passes):
+        G, _ = passes.gram()
+        return core.span_root(G)
+
+
+class Maxide(_MaxideBase):
+    """Maxide (SPEC 4.2, the linear baseline): ``min_W lam ||W||_* + 1/2 ||R_Omega(A W - Y)||^2``
+    with ``A`` the top left singular vectors of ``X`` (computed out of core from the d x d
+    Gram ``X^T X``: ``A = X V_k Sigma_k^-1``), solved by the same APG.
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        ``k``; ``None``: the numerical rank of ``X`` (singular values above 1e-6 of the largest).
+    lam, max_iter, tol, n_trials, cache_bytes, callback
+        As in :class:`KernelMaxide`.
+    random_state : ignored (kept for a uniform interface)
+
+    Attributes
+    ----------
+    projection_ : ndarray of shape (n_features, k)
+        ``V_k Sigma_k^-1``: ``A = X projection_``.
+    singular_values_ : ndarray of shape (k,)
+    coef_ : ndarray of shape (k, n_labels)
+    """
+
+    def __init__(
+        self,
+        *,
+        n_components=None,
+        lam=1.0,
+        max_iter=100,
+        tol=1e-5,
+        n_trials=None,
+        cache_bytes=None,
+        random_state=None,
+        callback=None,
+    ):
+        self.n_components = n_components
+        self.lam = lam
+        self.max_iter = max_iter
+        self.tol = tol
+        self.n_trials = n_trials
+        self.cache_bytes = cache_bytes
+        self.random_state = random_state
+        self.callback = callback
+
+    def _validate_method_params(self):
+        if self.n_components is not None:
+            check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
+
+    def _make_feature_map(self, XB, X, rng):
+        XtX = np.asarray(engine.map_reduce(_blocks.xtx_block, XB))
+        ev, V = np.linalg.eigh(0.5 * (XtX + XtX.T))
+        ev, V = ev[::-1], V[:, ::-1]
+        top = max(float(ev[0]), 0.0) if ev.size else 0.0
+        k = int(np.count_nonzero(ev > 1e-12 * top)) if top > 0 else 0
+        if k == 0:
+            raise ValueError("X is all zeros: Maxide needs features with a nonzero column space")
+        if self.n_components is not None:
+            k = min(k, int(self.n_components))
+        s = np.sqrt(ev[:k])
+        self.singular_values_ = s
+        self.projection_ = np.ascontiguousarray(V[:, :k] / s)
+        return _blocks.FeatureMap("linear", self.projection_)
+
+    def _root(self, passes):
+        return np.eye(self.projection_.shape[1])

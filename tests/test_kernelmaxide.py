@@ -1,0 +1,539 @@
+"""KernelMaxide / Maxide: missing-label representation, masking, ranking loss, the factored APG
+against the direct one (tests/naive_kernelmaxide.py), estimators, chunk invariance, bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import naive_kernelmaxide as naive
+from ooc_lowrank import metrics
+from ooc_lowrank.kernelmaxide import check_observed_labels, mask_labels, mask_labels_store
+from ooc_lowrank.kernels.kernelmaxide import ranking_loss_rows
+
+
+def _labels(rng, n, L, p=0.3):
+    Y = (rng.random((n, L)) < p).astype(np.float64)
+    Y[0] = 0.0  # a row without positives
+    Y[1] = 1.0  # a row without negatives
+    return sp.csr_matrix(Y)
+
+
+# ------------------------------------------------------------------ observed-label representation
+
+
+def test_check_observed_accepts_pm1_and_keeps_missing_unstored():
+    Y = sp.csr_matrix(np.array([[1.0, -1.0, 0.0], [0.0, 0.0, -1.0]]))
+    out = check_observed_labels(Y)
+    assert out.nnz == 3 and set(out.data) == {1.0, -1.0}
+
+
+@pytest.mark.parametrize(
+    "Y, msg",
+    [
+        (sp.csr_matrix(np.array([[1.0, 2.0]])), r"\+1 .*-1.*found 2\.0"),
+        (sp.csr_matrix(np.array([[1.0, 0.5]])), "found 0.5"),
+        (np.array([[1.0, 0.0]]), "dense and holds 0"),
+    ],
+)
+def test_check_observed_rejects(Y, msg):
+    with pytest.raises(ValueError, match=msg):
+        check_observed_labels(Y, name="Y")
+
+
+def test_check_observed_explicit_zero_is_rejected():
+    Y = sp.csr_matrix((np.array([1.0, 0.0]), np.array([0, 1]), np.array([0, 2])), shape=(1, 2))
+    with pytest.raises(ValueError, match="found 0.0"):
+        check_observed_labels(Y)
+
+
+# ------------------------------------------------------------------ masking protocol
+
+
+@pytest.mark.parametrize("block_rows", [None, 7, 50])
+def test_mask_labels_counts_per_label(rng, block_rows):
+    n, L, omega = 120, 6, 20
+    Y = _labels(rng, n, L)
+    train = np.ones(n, bool)
+    train[rng.choice(n, 12, replace=False)] = False
+    obs = mask_labels(Y, omega, train=train, random_state=0, block_rows=block_rows)
+    assert obs.shape == Y.shape
+    assert set(np.unique(obs.data)) <= {-1.0, 1.0}
+    D, Yd = obs.toarray(), Y.toarray()
+    assert not D[~train].any(), "test rows must have no observed label"
+    for j in range(L):
+        npos = int((Yd[train, j] > 0).sum())
+        nneg = int(train.sum()) - npos
+        kp = max(1, int(np.floor(npos * omega / 100 + 0.5))) if npos else 0
+        kn = max(1, int(np.floor(nneg * omega / 100 + 0.5))) if nneg else 0
+        assert (D[:, j] == 1).sum() == kp
+        assert (D[:, j] == -1).sum() == kn
+        # observed values agree with the truth
+        assert np.all(Yd[D[:, j] == 1, j] == 1) and np.all(Yd[D[:, j] == -1, j] == 0)
+
+
+def test_mask_labels_seeded_and_varies_with_seed(rng):
+    Y = _labels(rng, 80, 5)
+    a = mask_labels(Y, 30, random_state=3)
+    b = mask_labels(Y, 30, random_state=3)
+    c = mask_labels(Y, 30, random_state=4)
+    assert (a != b).nnz == 0
+    assert (a != c).nnz > 0
+
+
+def test_mask_labels_is_uniform(rng):
+    """Each training positive is observed with probability ~omega (over seeds)."""
+    Y = sp.csr_matrix(np.ones((40, 1)))
+    hits = np.zeros(40)
+    for s in range(300):
+        hits += mask_labels(Y, 25, random_state=s, block_rows=9).toarray()[:, 0] > 0
+    assert np.all(np.abs(hits / 300 - 0.25) < 0.12)
+
+
+def test_mask_labels_bad_omega(rng):
+    Y = _labels(rng, 10, 3)
+    for bad in (0, -5, 101):
+        with pytest.raises(ValueError, match="omega"):
+            mask_labels(Y, bad)
+
+
+def test_mask_labels_store_roundtrip(tmp_path, rng):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    n, L = 90, 4
+    X = rng.standard_normal((n, 3)).astype(np.float32)
+    Y = _labels(rng, n, L).astype(np.float32)
+    src = str(tmp_path / "src.zarr")
+    write_arrays(src, {"X": X, "Y": Y}, block_rows=25)
+    dest = mask_labels_store(src, str(tmp_path / "m.zarr"), 20, test_fraction=0.1, random_state=0)
+    ds = open_dataset(dest)
+    obs = ds["Y_obs"].read(0, n)
+    train = ds["train"].read(0, n)[:, 0].astype(bool)
+    assert (~train).sum() == 9
+    assert not obs.toarray()[~train].any()
+    np.testing.assert_array_equal(ds["X"].read(0, n), X)
+    check_observed_labels(obs)
+    # the same draw as the in-memory path with the store's blocks
+    ref = mask_labels(Y, 20, train=train, random_state=ds.attrs["mask_seed"], block_rows=25)
+    assert (sp.csr_matrix(obs, dtype=np.float64) != ref).nnz == 0
+
+
+# ------------------------------------------------------------------ ranking loss
+
+
+def test_ranking_loss_spec_toy():
+    S = np.array([[0.9, 0.2, 0.5, 0.1], [0.3, 0.8, 0.6, 0.7]])
+    Y = np.array([[1, 0, 1, 0], [1, 1, 0, 0]])
+    assert metrics.ranking_loss(Y, S) == pytest.approx(0.25, abs=1e-15)
+
+
+def test_ranking_loss_ties_are_errors():
+    S = np.array([[1.0, 1.0, 0.0]])
+    Y = np.array([[1, 0, 0]])
+    assert metrics.ranking_loss(Y, S) == pytest.approx(0.5)  # tie with one of two negatives
+    assert metrics.ranking_loss(Y, np.zeros((1, 3))) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_ranking_loss_kernel_vs_brute_force(rng, dtype):
+    n, L = 200, 9
+    Y = _labels(rng, n, L)
+    S = rng.integers(0, 4, size=(n, L)).astype(dtype)  # many ties
+    S[::3] = rng.standard_normal((S[::3].shape[0], L))
+    got = ranking_loss_rows(S, Y.indptr, Y.indices)
+    want = naive.ranking_loss_rows(S, Y)
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert got[0] == -1 and got[1] == -1
+
+
+def test_ranking_loss_block_sums_and_explicit_negatives(rng):
+    Y = _labels(rng, 50, 5)
+    S = rng.standard_normal((50, 5))
+    Ypm = Y.copy()
+    Ypm.data[:] = 1.0
+    Ypm = Ypm - sp.csr_matrix(Y.toarray() == 0, dtype=np.float64)  # explicit -1 for negatives
+    parts = [metrics.ranking_loss_block(Y[s : s + 13], S[s : s + 13]) for s in range(0, 50, 13)]
+    tot = np.sum(parts, axis=0)
+    assert tot[0] / tot[1] == pytest.approx(naive.ranking_loss(Y, S), abs=1e-14)
+    assert metrics.ranking_loss(Ypm, S) == pytest.approx(naive.ranking_loss(Y, S), abs=1e-14)
+
+
+def test_ranking_loss_shape_mismatch():
+    with pytest.raises(ValueError, match="shape"):
+        metrics.ranking_loss(np.eye(3), np.zeros((3, 2)))
+
+
+# ------------------------------------------------------------------ the factored APG (SPEC 4.2-4.4)
+
+from ooc_lowrank import engine  # noqa: E402
+from ooc_lowrank.gimc.features import nystrom_normalization  # noqa: E402
+from ooc_lowrank.kernelmaxide import _blocks, core  # noqa: E402
+
+
+@pytest.fixture
+def toy(rng):
+    """60 x 5 features, 6 labels, rows 48.. are test rows (no observed label)."""
+    n, d, m = 60, 5, 6
+    X = rng.standard_normal((n, d))
+    Ytrue = (X @ rng.standard_normal((d, m)) + 0.3 > 0).astype(float)
+    train = np.arange(n) < 48
+    Yobs = mask_labels(Ytrue, 40, train=train, random_state=0)
+    gamma = 0.3
+    land = X[rng.choice(n, 20, replace=False)]
+    U = np.ascontiguousarray(land.T)
+    fmap = _blocks.FeatureMap("nystrom", U, nystrom_normalization(U, gamma), gamma)
+    F = naive.rbf(X, land, gamma) @ fmap.M
+    UT = np.flatnonzero(np.diff(Yobs.indptr))
+    return dict(X=X, Ytrue=Ytrue, train=train, Yobs=Yobs, gamma=gamma, land=land, fmap=fmap, F=F, UT=UT)
+
+
+def _passes(t, bounds=None, cached=False):
+    XB = engine.as_blocked(t["X"])
+    if bounds is not None:
+        XB = XB.rechunk(bounds)
+    YB = engine.align(XB, engine.as_blocked(t["Yobs"]))
+    if cached:
+        ut = (np.diff(t["Yobs"].indptr) > 0).astype(np.int8)
+        FB = engine.map_rows_persisted(
+            _blocks.features_rows_block, XB, args=(ut, *t["fmap"].args()), n_cols=20, offset=True
+        )
+        return core.Passes(FB, YB, None)
+    return core.Passes(XB, YB, t["fmap"])
+
+
+@pytest.mark.parametrize(
+    "bounds, cached, max_iter",
+    [
+        (None, False, 100),
+        ([0, 30, 60], False, 20),
+        ([0, 7, 8, 41, 60], False, 20),
+        ([0, 13, 60], True, 20),
+    ],
+)
+def test_factored_span_form_equals_direct(toy, bounds, cached, max_iter):
+    """Same iterates as the direct n_UT x m APG with an explicit K_{all,UT} (to 1e-10)."""
+    t = toy
+    F, UT = t["F"], t["UT"]
+    K = F @ F[UT].T
+    lam = 0.5
+    C_direct, iterates, objs = naive.apg_direct(K, t["Yobs"], lam, max_iter=max_iter)
+    p = _passes(t, bounds, cached)
+    G, nobs = p.gram()
+    np.testing.assert_allclose(G, F[UT].T @ F[UT], rtol=1e-12, atol=1e-12)
+    assert nobs == t["Yobs"].nnz
+    R = core.span_root(G)
+    got = []
+    res = core.apg(
+        p, R, lam, 6, 0.5 * nobs, max_iter=max_iter, on_iterate=lambda k, C: got.append(C.copy())
+    )
+    assert len(got) == len(iterates) >= 20
+    Rp = np.linalg.pinv(R)
+    for Ch, Cd in zip(got, iterates, strict=True):
+        np.testing.assert_allclose(F[UT] @ Rp @ Ch, Cd, atol=1e-10 * np.abs(Cd).max())
+    np.testing.assert_allclose(res.objective, objs, rtol=1e-10)
+    np.testing.assert_allclose(F @ res.W, K @ C_direct, atol=1e-10 * np.abs(K @ C_direct).max())
+    # passes: 1 gram + per iteration one gradient pass and >= 1 trial pass
+    assert res.n_passes >= 1 + 2 * res.n_iter
+
+
+def test_gradient_pass_vs_finite_differences(toy, rng):
+    t = toy
+    F, UT = t["F"], t["UT"]
+    K = F @ F[UT].T
+    Y = t["Yobs"].toarray()
+    obs = Y != 0
+    C = 0.1 * rng.standard_normal((UT.size, 6))
+    E, P = _passes(t, [0, 25, 60]).grad(F[UT].T @ C)
+    Efun = lambda c: 0.5 * np.sum((obs * (K @ c - Y)) ** 2)  # noqa: E731
+    assert E == pytest.approx(Efun(C), rel=1e-12)
+    fd = np.zeros_like(C)
+    h = 1e-6
+    for i in range(C.shape[0]):
+        for j in range(C.shape[1]):
+            e = np.zeros_like(C)
+            e[i, j] = h
+            fd[i, j] = (Efun(C + e) - Efun(C - e)) / (2 * h)
+    np.testing.assert_allclose(F[UT] @ P, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+
+
+def test_svt_is_the_prox(rng):
+    B = rng.standard_normal((8, 5))
+    lam, L = 0.7, 3.0
+    P, nuc = core.svt(B, lam / L)
+    assert nuc == pytest.approx(np.linalg.norm(P, "nuc"), rel=1e-12)
+    obj = lambda C: lam * np.linalg.norm(C, "nuc") + 0.5 * L * np.sum((C - B) ** 2)  # noqa: E731
+    worst = min(obj(P + 1e-3 * rng.standard_normal(P.shape)) - obj(P) for _ in range(200))
+    assert worst > 0
+    np.testing.assert_allclose(P, naive.svt(B, lam / L), atol=1e-13)
+
+
+def test_tseng_theta_is_fista():
+    th, tk = 1.0, 1.0
+    for _ in range(50):
+        new = core.next_theta(th)
+        tk = (1 + np.sqrt(1 + 4 * tk * tk)) / 2
+        assert abs(new - 1 / tk) < 1e-12
+        assert abs((1 - new) / new**2 - 1 / th**2) < 1e-8 / th**2
+        th = new
+
+
+def test_apg_objective_close_to_long_reference_run(toy):
+    t = toy
+    F, UT = t["F"], t["UT"]
+    K = F @ F[UT].T
+    lam = 0.05
+    p = _passes(t)
+    G, nobs = p.gram()
+    res = core.apg(p, core.span_root(G), lam, 6, 0.5 * nobs, max_iter=1000, tol=1e-5)
+    _, _, ref = naive.apg_direct(K, t["Yobs"], lam, max_iter=5000, tol=0.0)
+    assert res.converged
+    assert abs(res.objective[-1] - ref[-1]) / ref[-1] < 1e-2
+    assert res.objective[-1] >= ref[-1] - 1e-9
+
+
+def test_factored_nystrom_kernel_equals_explicit(toy):
+    t = toy
+    X, land, g = t["X"], t["land"], t["gamma"]
+    F = _blocks.features(X, *t["fmap"].args())
+    Knr, Krr = naive.rbf(X, land, g), naive.rbf(land, land, g)
+    Ktil = Knr @ np.linalg.pinv(Krr, rcond=1e-12) @ Knr.T
+    np.testing.assert_allclose(F @ F.T, Ktil, atol=1e-8 * np.abs(Ktil).max())
+    np.testing.assert_allclose(F, t["F"], atol=1e-12)
+
+
+# ------------------------------------------------------------------ estimators
+
+import dask  # noqa: E402
+import dask.array as da  # noqa: E402
+
+import ooc_lowrank as ool  # noqa: E402
+from ooc_lowrank import OOCLowRankWarning  # noqa: E402
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide  # noqa: E402
+
+
+def test_kernelmaxide_f_equals_exact_kernel_solution(toy):
+    """n_landmarks=None (every row): the fit is the exact-kernel direct APG's solution."""
+    t = toy
+    X, g, UT = t["X"], t["gamma"], t["UT"]
+    est = KernelMaxide(n_landmarks=None, gamma=g, lam=0.5, max_iter=100, random_state=0)
+    est.fit(X, t["Yobs"])
+    Kex = naive.rbf(X, X, g)[:, UT]
+    C, its, objs = naive.apg_direct(Kex, t["Yobs"], 0.5, max_iter=100)
+    want = Kex @ C
+    np.testing.assert_allclose(est.decision_function(X), want, atol=1e-6 * np.abs(want).max())
+    assert est.n_iter_ == len(its)
+    np.testing.assert_allclose(est.objective_, objs, rtol=1e-6)
+
+
+def test_maxide_equals_direct_twin_and_basis_is_left_singular(toy):
+    t = toy
+    X = t["X"]
+    est = Maxide(lam=0.5, max_iter=100).fit(X, t["Yobs"])
+    A = X @ est.projection_
+    np.testing.assert_allclose(A.T @ A, np.eye(A.shape[1]), atol=1e-10)
+    U, s = naive.left_singular(X, X.shape[1])
+    np.testing.assert_allclose(np.abs(U.T @ A), np.eye(5), atol=1e-8)  # same vectors up to sign
+    np.testing.assert_allclose(est.singular_values_, s, rtol=1e-10)
+    W, _, objs = naive.apg_direct(A, t["Yobs"], 0.5, max_iter=100)
+    np.testing.assert_allclose(est.coef_, W, atol=1e-10 * np.abs(W).max())
+    np.testing.assert_allclose(est.objective_, objs, rtol=1e-10)
+
+
+def _dask(X, chunks):
+    return da.from_array(X, chunks=(chunks, X.shape[1]))
+
+
+@pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
+def test_chunk_invariance_and_cache_paths(toy, cls):
+    t = toy
+    kw = dict(lam=0.5, max_iter=12, random_state=0)
+    if cls is KernelMaxide:
+        kw.update(n_landmarks=20, gamma=t["gamma"])
+    ref = cls(**kw).fit(t["X"], t["Yobs"])
+    for chunks, cache in [((30, 30), None), ((7, 1, 52), None), ((25, 35), 0)]:
+        est = cls(**kw, cache_bytes=cache).fit(_dask(t["X"], chunks), t["Yobs"])
+        np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(est.objective_, ref.objective_, rtol=1e-12)
+
+
+def test_store_input_equals_memory(tmp_path, toy):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    t = toy
+    url = str(tmp_path / "d.zarr")
+    write_arrays(
+        url,
+        {"X": t["X"], "Y": sp.csr_matrix(t["Ytrue"]), "Y_obs": t["Yobs"]},
+        block_rows=16,
+    )
+    ds = open_dataset(url)
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=10, random_state=0)
+    a = KernelMaxide(**kw).fit(ds)
+    b = KernelMaxide(**kw, cache_bytes=0).fit(ds)  # streamed: F recomputed from the store
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10, atol=1e-12)
+    S = a.decision_function(ds["X"])
+    assert isinstance(S, da.Array)
+    res = a.evaluate(ds, "ranking_loss,p@1")
+    Sm = S.compute()
+    assert res["ranking_loss"] == pytest.approx(metrics.ranking_loss(t["Ytrue"], Sm), abs=1e-12)
+    assert res["p@1"] == pytest.approx(metrics.precision_at_k(t["Ytrue"], Sm, 1), abs=1e-12)
+
+
+def test_float32_path(toy):
+    t = toy
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=20, random_state=0)
+    a = KernelMaxide(**kw).fit(t["X"], t["Yobs"])
+    b = KernelMaxide(**kw).fit(t["X"].astype(np.float32), t["Yobs"])
+    Sb = b.decision_function(t["X"].astype(np.float32))
+    assert Sb.dtype == np.float32
+    Sa = a.decision_function(t["X"])
+    np.testing.assert_allclose(Sb, Sa, atol=1e-3 * np.abs(Sa).max())
+
+
+def test_predict_topk_save_load_callback(tmp_path, toy):
+    t = toy
+    seen = []
+    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0, callback=lambda *a: seen.append(a))
+    est.fit(t["X"], t["Yobs"])
+    assert [s[0] for s in seen] == list(range(1, est.n_iter_ + 1))
+    assert seen[-1][2] == pytest.approx(est.objective_[-1])
+    S = est.decision_function(t["X"])
+    top = est.predict_topk(t["X"], 3)
+    np.testing.assert_array_equal(top, metrics.topk_from_scores(S, 3))
+    assert isinstance(est.predict_topk(_dask(t["X"], (30, 30)), 3), da.Array)
+    for e in (est, Maxide(lam=0.5, max_iter=5).fit(t["X"], t["Yobs"])):
+        e.save(str(tmp_path / type(e).__name__))
+        back = ool.load(str(tmp_path / type(e).__name__))
+        assert type(back) is type(e)
+        np.testing.assert_array_equal(back.decision_function(t["X"]), e.decision_function(t["X"]))
+
+
+def test_label_without_observation_warns_and_fits(toy):
+    t = toy
+    Y = t["Yobs"].tolil()
+    Y[:, 2] = 0
+    Y = sp.csr_matrix(Y)
+    Y.eliminate_zeros()
+    with pytest.warns(OOCLowRankWarning, match=r"1 label\(s\) have no observed entry \(first: \[2\]\)"):
+        est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0).fit(t["X"], Y)
+    assert np.isfinite(est.coef_).all()
+
+
+@pytest.mark.parametrize(
+    "params, data, exc, msg",
+    [
+        ({"lam": 0}, None, ValueError, "lam must be > 0"),
+        ({"lam": -1.0}, None, ValueError, "lam must be > 0"),
+        ({"n_landmarks": 61}, None, ValueError, r"n_landmarks must be <= the number of rows of X \(60\)"),
+        ({"n_landmarks": 0}, None, ValueError, "n_landmarks must be >= 1"),
+        ({"gamma": -1.0}, None, ValueError, "gamma must be > 0"),
+        ({"n_landmarks": None, "cache_bytes": 1000}, None, MemoryError, "n_landmarks=None .* needs about"),
+        ({}, "bad_values", ValueError, r"found 2\.0"),
+        ({}, "empty", ValueError, "no observed label at all"),
+        ({}, "rows", ValueError, "Y must have as many rows as X"),
+        ({}, "nan", ValueError, "X must hold only finite values"),
+        ({}, "dense01", ValueError, "dense and holds 0"),
+    ],
+)
+def test_bad_input_fails_before_work(toy, params, data, exc, msg, monkeypatch):
+    t = toy
+    X, Y = t["X"], t["Yobs"]
+    if data == "bad_values":
+        Y = Y.copy()
+        Y.data[0] = 2.0
+    elif data == "empty":
+        Y = sp.csr_matrix(Y.shape)
+    elif data == "rows":
+        Y = Y[:50]
+    elif data == "nan":
+        X = X.copy()
+        X[3, 1] = np.nan
+    elif data == "dense01":
+        Y = t["Ytrue"]
+    calls = []
+    monkeypatch.setattr(core, "apg", lambda *a, **k: calls.append(1))
+    with pytest.raises(exc, match=msg):
+        KernelMaxide(**{"n_landmarks": 20, **params}).fit(X, Y)
+    assert not calls
+
+
+def test_store_labels_bad_values_found_by_the_check_pass(tmp_path, toy):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    t = toy
+    Y = t["Yobs"].copy()
+    Y.data[5] = 3.0
+    ds = write_arrays(str(tmp_path / "b.zarr"), {"X": t["X"], "Y_obs": Y}, block_rows=16)
+    with pytest.raises(ValueError, match="found 1 other stored values"):
+        KernelMaxide(n_landmarks=20).fit(open_dataset(ds.url))
+
+
+@pytest.mark.slow
+def test_local_cluster_fit_equals_threaded(toy, cluster_client):
+    t = toy
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=8, random_state=0)
+    ref = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
+    with dask.config.set(scheduler=cluster_client):
+        est = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
+    np.testing.assert_allclose(est.coef_, ref.coef_, rtol=1e-12, atol=1e-14)
+
+
+def test_prediction_is_lazy_and_fit_computes_once_per_pass(toy, counting_scheduler):
+    t = toy
+    Xd = _dask(t["X"], (30, 30))
+    est = KernelMaxide(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=4, random_state=0)
+    est.fit(Xd, t["Yobs"])
+    # n_passes_ = label check + persist F + gram + per iteration (grad + >= 1 trial pass);
+    # one more compute reads the landmark rows
+    assert counting_scheduler.count == est.n_passes_ + 1
+    assert est.n_passes_ >= 3 + 2 * est.n_iter_
+    before = counting_scheduler.count
+    S = est.decision_function(Xd)
+    top = est.predict_topk(Xd, 2)
+    assert counting_scheduler.count == before
+    assert S.shape == (60, 6) and top.shape == (60, 2)
+
+
+def test_n_trials_does_not_change_the_fit(toy):
+    t = toy
+    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=15, random_state=0)
+    fits = [KernelMaxide(**kw, n_trials=k).fit(t["X"], t["Yobs"]) for k in (None, 1, 3)]
+    for f in fits[1:]:
+        np.testing.assert_allclose(f.coef_, fits[0].coef_, rtol=1e-12, atol=1e-14)
+    assert fits[2].n_passes_ <= fits[1].n_passes_
+
+
+def test_tampered_model_is_refused_at_load(tmp_path, toy):
+    import io
+    import os
+
+    from ooc_lowrank._persist import ModelFileError
+
+    t = toy
+    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=3, random_state=0).fit(t["X"], t["Yobs"])
+    path = str(tmp_path / "m")
+    est.save(path)
+    with np.load(os.path.join(path, "arrays.npz")) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["coef"] = arrays["coef"][:, :3]  # wrong number of labels
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    with open(os.path.join(path, "arrays.npz"), "wb") as f:
+        f.write(buf.getvalue())
+    with pytest.raises(ModelFileError, match="coef"):
+        ool.load(path)
+
+
+@pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
+def test_sparse_X_equals_dense(rng, cls):
+    X = rng.standard_normal((80, 6))
+    X[X < 0.3] = 0
+    Yo = mask_labels((rng.random((80, 5)) < 0.3).astype(float), 40, random_state=0)
+    kw = dict(n_landmarks=20, random_state=0) if cls is KernelMaxide else {}
+    a = cls(max_iter=10, **kw).fit(X, Yo)
+    b = cls(max_iter=10, **kw).fit(sp.csr_matrix(X), Yo)
+    np.testing.assert_allclose(b.coef_, a.coef_, atol=1e-12 * np.abs(a.coef_).max())
+    np.testing.assert_allclose(
+        b.decision_function(sp.csr_matrix(X)), a.decision_function(X), atol=1e-12
+    )
