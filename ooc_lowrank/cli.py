@@ -669,6 +669,23 @@ def _report_store(dest, args, seconds):
         print(f"wrote {dest}: {arrs} in {seconds:.1f} s")
 
 
+def cmd_mask_labels(args, extra):
+    from .kernelmaxide.masking import mask_labels_store
+
+    check_output(args.dest, "DEST", "store", overwrite=args.overwrite, inputs=[args.src])
+    mask_labels_store(
+        args.src,
+        args.dest,
+        args.omega,
+        test_fraction=args.test_fraction,
+        random_state=args.seed,
+        labels=args.labels,
+        overwrite=args.overwrite,
+    )
+    if not args.quiet:
+        print(f"wrote {args.dest}: Y_obs with {args.omega}% of each label's positives and negatives")
+
+
 def cmd_info(args, extra):
     from .storage import open_dataset
 
@@ -978,6 +995,24 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
     )
     r.add_argument("--overwrite", action="store_true", help="replace an existing store at OUT")
     r.set_defaults(func=cmd_predict)
+
+    ml = sp(
+        "mask-labels",
+        help="hide labels as in the missing-label protocol (KernelMaxide)",
+        description="Write DEST: the arrays of SRC plus Y_obs (observed labels: +1 / -1, the "
+        "rest missing) and train (1 for training rows). For each label, OMEGA%% of the training "
+        "positives and OMEGA%% of its training negatives stay observed.",
+    )
+    ml.add_argument("src", metavar="SRC")
+    ml.add_argument("dest", metavar="DEST")
+    ml.add_argument("--omega", type=float, required=True, help="percent observed, in (0, 100]")
+    ml.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    ml.add_argument(
+        "--test-fraction", type=float, default=0.0, help="rows held out as test (no labels)"
+    )
+    ml.add_argument("--labels", default="Y", help="label array of SRC (default Y)")
+    ml.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
+    ml.set_defaults(func=cmd_mask_labels)
 
     d = sp("demo", help="the main job (GIMC-LFF vs IMC-RFF)")
     d.add_argument("--rows", type=int, default=None)

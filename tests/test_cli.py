@@ -434,3 +434,24 @@ def test_fit_prints_the_choice_of_a_search(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "chosen by cross-validation: alpha=1.0, cv=2 (mean validation score 0.5000)" in out
     assert "alpha  mean\n1.0    0.5000" in out
+
+
+def test_mask_labels_then_kernelmaxide_fit_and_ranking_loss(tmp_path, capsys):
+    from ooc_lowrank.cli import main
+    from ooc_lowrank.storage import open_dataset
+
+    g, m, model = (str(tmp_path / n) for n in ("g.zarr", "m.zarr", "km.model"))
+    assert main(["generate", "multilabel", g, "--rows", "300", "--seed", "1", "--n-features",
+                 "6", "--n-labels", "5", "-q"]) in (0, None)  # fmt: skip
+    assert main(["mask-labels", g, m, "--omega", "20", "--seed", "0", "-q"]) in (0, None)
+    ds = open_dataset(m)
+    Yo = ds["Y_obs"].read()
+    assert set(np.unique(Yo.data)) <= {-1.0, 1.0} and 0 < Yo.nnz < 300 * 5
+    assert main(["fit", "kernelmaxide", m, model, "--n-landmarks", "30", "-q"]) in (0, None)
+    capsys.readouterr()
+    assert main(["evaluate", model, m, "--metrics", "ranking_loss", "--json"]) in (0, None)
+    out = json.loads(capsys.readouterr().out)
+    assert 0.0 <= out["ranking_loss"] < 0.5
+    # the source is never overwritten
+    assert main(["mask-labels", g, g, "--omega", "20"]) == 2
+    assert open_dataset(g).names == ["X", "Y"] or "Y_obs" not in open_dataset(g).names
