@@ -375,7 +375,10 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     def _init_parts(self, X, rng):
         """Initial U (d x m_total) and the feature spec."""
-        S = sample_rows(X, 1000, rng)
+        return self._init_from_sample(sample_rows(X, 1000, rng), rng)
+
+    def _init_from_sample(self, S, rng):
+        """:meth:`_init_parts` after the row sample ``S`` was drawn (GIMCCV draws it per fold)."""
         if self.normalize_rows:
             S = _blocks.l2_normalize_rows(S)
         gamma = median_gamma(S) if self.gamma is None else float(self.gamma)
@@ -653,6 +656,10 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     def save(self, path, *, overwrite=True):
         """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``."""
+        save_model(path, "GIMC", *self._state(), overwrite=overwrite)
+
+    def _state(self):
+        """``(params, arrays, extra)`` as saved; :meth:`_from_saved` reads them back."""
         check_is_fitted(self, "coef_")
         arrays = {"components": self.components_, "coef": self.coef_, "objective": self.objective_}
         parts = []
@@ -675,7 +682,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         else:
             extra["classes"] = [str(c) for c in self.classes_]
         params = {k: v for k, v in self.get_params().items() if k != "callback"}
-        save_model(path, "GIMC", params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
