@@ -167,3 +167,56 @@ def test_bad_grid_is_a_clear_error_before_any_work(rng, kw, exc, words):
     with dask.config.set(scheduler=counting), pytest.raises(exc, match=words):
         GIMCCV(**params).fit(X, Y)
     assert not calls
+
+
+def test_imc_grid_costs_two_passes_and_lnys_store_equals_memory(rng, tmp_path):
+    X, Y = _ml_data(rng, n=150, d=6, L=9)
+    imc = GIMCCV(cv=3, learn_features=False, refit=False, **SMALL).fit(X, Y)
+    assert imc.n_passes_ == 2  # per-fold statistics, then every (gamma, alpha, fold) scored
+    with ool.DatasetWriter(str(tmp_path / "d.zarr"), block_rows=40) as w:
+        w.add_dense("X", n_cols=X.shape[1], dtype="float64")
+        w.add_csr("Y", n_cols=Y.shape[1], dtype="float64")
+        w.append(X=X, Y=Y)
+    ds = ool.open_dataset(str(tmp_path / "d.zarr"))
+    kw = dict(SMALL, features="nystrom", cv=3, refit=False, max_iter=2)
+    a = GIMCCV(**kw).fit(ds)  # landmarks read from the store's fold rows
+    b = GIMCCV(**kw).fit(X, Y)
+    np.testing.assert_allclose(_splits(a), _splits(b), atol=1e-12)
+
+
+def test_cv_table(rng):
+    X, Y = _ml_data(rng, n=150, d=6, L=9)
+    cv = GIMCCV(cv=3, refit=False, **SMALL).fit(X, Y)
+    rows = cv.cv_table()
+    assert len(rows) == 4 and rows[0]["rank"] == 1
+    assert rows[0]["mean_test_score"] == cv.best_score_
+    assert [r["mean_test_score"] for r in rows] == sorted(
+        (r["mean_test_score"] for r in rows), reverse=True
+    )
+    text = cv.format_cv_table()
+    assert "gamma_scale" in text and str(cv.best_params_["max_iter"]) in text
+
+
+def test_benchmark_body_tiny(tmp_path):
+    from benchmarks import gimc_cv
+
+    out = gimc_cv.main(
+        [
+            "--tiny",
+            "--folds",
+            "2",
+            "--m",
+            "8",
+            "--gamma-scales",
+            "0.5",
+            "1",
+            "--alphas",
+            "1",
+            "--max-iter",
+            "3",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
+    )
+    assert out["separate_fits"]["max_abs_diff_vs_cv_results"] < 1e-5
+    assert out["ratio_separate_over_gimccv"]["passes"] > 1

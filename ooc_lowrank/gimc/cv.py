@@ -718,6 +718,43 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         self.best_score_ = float(mean[self.best_index_])
         self.n_splits_ = K
 
+    # ------------------------------------------------------------------ summary
+
+    def cv_table(self):
+        """One row per (gamma, alpha) at its best iteration count, best first: dicts with the
+        parameters, ``mean_test_score``, ``std_test_score`` and ``rank`` (of the row)."""
+        check_is_fitted(self, "cv_results_")
+        res = self.cv_results_
+        best = {}
+        for i, p in enumerate(res["params"]):
+            key = (p["gamma"], p["alpha"])
+            if key not in best or res["mean_test_score"][i] > res["mean_test_score"][best[key]]:
+                best[key] = i
+        order = sorted(best.values(), key=lambda i: (-res["mean_test_score"][i], i))
+        return [
+            dict(
+                res["params"][i],
+                mean_test_score=float(res["mean_test_score"][i]),
+                std_test_score=float(res["std_test_score"][i]),
+                rank=r + 1,
+            )
+            for r, i in enumerate(order)
+        ]
+
+    def format_cv_table(self):
+        """:meth:`cv_table` as aligned text (what ``ooc-lowrank fit ... --cv K`` prints)."""
+        rows = self.cv_table()
+        keys = [k for k in rows[0] if k not in ("mean_test_score", "std_test_score", "rank")]
+        head = ["rank", *keys, f"mean {self.scoring}", "std"]
+        lines = [head]
+        for r in rows:
+            lines.append(
+                [str(r["rank"]), *(f"{r[k]:.6g}" for k in keys)]
+                + [f"{r['mean_test_score']:.4f}", f"{r['std_test_score']:.4f}"]
+            )
+        w = [max(len(line[j]) for line in lines) for j in range(len(head))]
+        return "\n".join("  ".join(c.rjust(w[j]) for j, c in enumerate(line)) for line in lines)
+
     # ------------------------------------------------------------------ delegation
 
     def _best(self):
