@@ -220,3 +220,20 @@ def test_benchmark_body_tiny(tmp_path):
     )
     assert out["separate_fits"]["max_abs_diff_vs_cv_results"] < 1e-5
     assert out["ratio_separate_over_gimccv"]["passes"] > 1
+
+
+@pytest.mark.parametrize("learn", [True, False])
+def test_shared_initial_statistics_equal_separate_fits(rng, monkeypatch, learn):
+    # > 1000 training rows per fold: every fold draws the same Fourier U0, so one pass returns
+    # per-fold statistics and fold k trains on (total - own)
+    from ooc_lowrank.gimc import cv as cvmod
+
+    calls = []
+    real = cvmod._own_stats
+    monkeypatch.setattr(cvmod, "_own_stats", lambda *a: calls.append(1) or real(*a))
+    X, Y = _ml_data(rng, n=1600, d=5, L=6)
+    kw = dict(SMALL, max_iter=2, learn_features=learn, cv=3, refit=False)
+    cv = GIMCCV(**kw).fit(X, Y)
+    assert len(calls) == 2  # one per gamma
+    fold = kfold_ids(X.shape[0], 3, SMALL["random_state"])
+    np.testing.assert_allclose(_splits(cv), _separate(cv, X, Y, fold, "p@1"), atol=1e-12)

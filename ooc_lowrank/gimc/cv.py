@@ -544,12 +544,14 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         ]
         self.n_passes_ = 0
         batches = self._batches(fits, inits, K, n_labels, n_trials, learn)
-        for i, batch in enumerate(batches):
-            logger.info("GIMCCV batch %d/%d: %d fits", i + 1, len(batches), len(batch))
-            self._run(batch, inits, learn)
+        try:
+            for i, batch in enumerate(batches):
+                logger.info("GIMCCV batch %d/%d: %d fits", i + 1, len(batches), len(batch))
+                self._run(batch, inits, learn)
+        finally:
+            del self._ctx  # the (possibly persisted) data
         self.n_batches_ = len(batches)
         self.cv_time_ = time.perf_counter() - t0
-        del self._ctx
         self._results(fits, gammas, scales, alphas, max_iter, fold, K)
         self.multilabel_, self.n_labels_ = multilabel, n_labels
         if self.refit:
