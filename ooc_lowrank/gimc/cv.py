@@ -794,7 +794,7 @@ def _train_stats(fits):
 def _on_scores(fits):
     def handle(res):
         for f, sums in zip(fits, res, strict=True):
-            f.history[f.it] = np.asarray(sums)
+            f.history[f.it] = np.array(sums)  # a copy: a view would pin the pass result
             f.state = None
 
     return handle
@@ -802,7 +802,7 @@ def _on_scores(fits):
 
 def _on_grad(f):
     def handle(res):
-        f.history[f.it] = np.asarray(res[2])
+        f.history[f.it] = np.array(res[2])  # a copy: a view would pin the pass result
         g = _blocks.finalize_grad(res[0], res[1], f.U, f.spec)
         gnorm2 = float(np.sum(g * g))
         if not np.isfinite(gnorm2) or gnorm2 == 0.0:
