@@ -33,6 +33,10 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .gimc import GIMC
 
         return GIMC
+    if name == "GIMCCV":
+        from .gimc import GIMCCV
+
+        return GIMCCV
     if name == "GreedyLowRank":
         from .glrl import GreedyLowRank
 

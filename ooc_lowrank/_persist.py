@@ -32,6 +32,7 @@ MODEL_FORMAT_VERSION = 1
 #: estimator class name -> "module:attr", filled by the estimator modules via `register`.
 _REGISTRY: dict[str, str] = {
     "GIMC": "ooc_lowrank.gimc:GIMC",
+    "GIMCCV": "ooc_lowrank.gimc:GIMCCV",
     "GreedyLowRank": "ooc_lowrank.glrl:GreedyLowRank",
     "MultiViewMachineRegressor": "ooc_lowrank.mvm:MultiViewMachineRegressor",
     "MultiViewMachineClassifier": "ooc_lowrank.mvm:MultiViewMachineClassifier",

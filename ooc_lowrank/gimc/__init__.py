@@ -12,7 +12,7 @@ The estimators are imported lazily: Dask workers unpickle block functions from
 
 from __future__ import annotations
 
-__all__ = ["GIMC", "FourierFeatures", "NystromFeatures"]
+__all__ = ["GIMC", "GIMCCV", "FourierFeatures", "NystromFeatures"]
 
 
 def __getattr__(name):
@@ -20,6 +20,10 @@ def __getattr__(name):
         from ooc_lowrank.gimc.estimator import GIMC
 
         return GIMC
+    if name == "GIMCCV":  # K-fold cross-validation of gamma x alpha x iterations
+        from ooc_lowrank.gimc.cv import GIMCCV
+
+        return GIMCCV
     if name in ("FourierFeatures", "NystromFeatures"):
         from ooc_lowrank.gimc import features
 

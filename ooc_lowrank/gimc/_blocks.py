@@ -317,7 +317,12 @@ def topk_block(Xb, U, spec, W, k):
 
     The (n_b, L) score block is transient and processed in row slices of bounded size.
     """
-    Phi = features_block(Xb, U, spec)
+    return topk_from_phi(features_block(Xb, U, spec), W, k)
+
+
+def topk_from_phi(Phi, W, k):
+    """:func:`topk_block` from the block's features ``Phi`` (n_b, D): several ``W`` can share
+    one ``Phi`` (GIMCCV scores every alpha of a fold from the same features)."""
     n, L = Phi.shape[0], W.shape[1]
     out = np.empty((n, 2 * k), dtype=np.float64)
     step = max(1, int(2**22 // max(L, 1)))

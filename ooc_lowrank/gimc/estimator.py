@@ -1016,6 +1016,10 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     def save(self, path, *, overwrite=True):
         """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``."""
+        save_model(path, "GIMC", *self._state(), overwrite=overwrite)
+
+    def _state(self):
+        """``(params, arrays, extra)`` as saved; :meth:`_from_saved` reads them back."""
         check_is_fitted(self, "coef_")
         arrays = {"components": self.components_, "coef": self.coef_, "objective": self.objective_}
         parts, m_arrays = _spec_to_saved(self.spec_)
@@ -1036,7 +1040,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         else:
             extra["classes"] = [str(c) for c in self.classes_]
         params = {k: v for k, v in self.get_params().items() if k != "callback"}
-        save_model(path, "GIMC", params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
