@@ -251,6 +251,8 @@ def _option_block(text, flag):
 
 
 def _spelled(v):
+    if isinstance(v, (tuple, list)):
+        return ",".join(_spelled(x) for x in v)  # the CLI spelling of a sequence
     return "none" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 

@@ -126,7 +126,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
     ----------
     features : {"fourier", "nystrom", "both"}, default="fourier"
     n_components : int, default=500
-    gamma_scales : sequence of float or None, default=(0.125, 0.25, 0.5)
+    gamma_scales : sequence of float or None, default=(0.0625, 0.125, 0.25)
         Kernel widths as multiples of the median heuristic (``1 / median ||x_i - x_j||^2`` on
         1000 training rows, after row normalization if ``normalize_rows``).
     gammas : sequence of float or None, default=None
@@ -181,7 +181,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         *,
         features="fourier",
         n_components=500,
-        gamma_scales=(0.125, 0.25, 0.5),
+        gamma_scales=(0.0625, 0.125, 0.25),
         gammas=None,
         alphas=(0.3, 1.0, 3.0, 10.0),
         learn_features=True,
