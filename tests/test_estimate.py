@@ -240,8 +240,11 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     km.fit(X, Yo)
     assert e["passes_init"] == 3 and e["min_passes"] == 3 + 2 * 6
     assert e["min_passes"] <= km.n_passes_ <= e["min_passes"] + 12  # L grows from 1 early
-    e_m = Maxide(n_components=3, max_iter=4).estimate(X, Yo)
+    mx = Maxide(n_components=3, max_iter=4, tol=0.0)
+    e_m = mx.estimate(X, Yo)
+    mx.fit(X, Yo)
     assert e_m["n_components"] == 3 and e_m["method"] == "Maxide"
+    assert e_m["min_passes"] == 3 + 2 * 4 <= mx.n_passes_  # the X^T X pass counted
     # GreedyLowRank: at most max per greedy step
     rows, cols = np.nonzero(rng.random((60, 50)) < 0.3)
     obs = (rows, cols, rng.standard_normal(rows.size))

@@ -53,6 +53,9 @@ def _float_dtype(B):
 class _MaxideBase(BaseEstimator):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
 
+    #: passes over X that make the feature map (not through ``core.Passes``)
+    _feature_passes = 0
+
     # -- to override ------------------------------------------------------------------------
     def _validate_method_params(self):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -229,7 +232,8 @@ class _MaxideBase(BaseEstimator):
         self.coef_ = np.asarray(res.W, dtype=np.float64)
         self.objective_ = res.objective
         self.n_iter_ = int(res.n_iter)
-        self.n_passes_ = int(res.n_passes) + n_setup + 1  # + the label check
+        # + the label check and the passes of the feature map (Maxide's X^T X)
+        self.n_passes_ = int(res.n_passes) + n_setup + 1 + self._feature_passes
         self.converged_ = bool(res.converged)
         self.rank_ = int(np.linalg.matrix_rank(res.Chat)) if res.Chat.size else 0
         self.n_ut_ = n_ut
@@ -545,6 +549,8 @@ class Maxide(_MaxideBase):
         self.cache_bytes = cache_bytes
         self.random_state = random_state
         self.callback = callback
+
+    _feature_passes = 1  # X^T X
 
     def _validate_method_params(self):
         if self.n_components is not None:
