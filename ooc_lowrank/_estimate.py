@@ -228,6 +228,28 @@ def check_fits(estimate):
     if estimate.get("fits") is not False:
         return
     e, sug = estimate, estimate["suggest"]
+    if "detail" in e:  # GreedyLowRank, KernelMaxide / Maxide, multi-view machines
+        fixes = []
+        if sug["block_rows"]:
+            fixes.append(
+                f"smaller row blocks (block_rows <= {sug['block_rows']}; for a store, convert "
+                f"it again with --block-rows {sug['block_rows']})"
+            )
+        name = e["suggest_param"]
+        if sug.get(name):
+            fixes.append(f"a smaller {name} (<= {sug[name]})")
+        fixes.append("workers with more memory or fewer threads each")
+        raise WorkerMemoryError(
+            f"{e['method']} would need about {_gib(e['worker_bytes'])} per worker, more than "
+            f"{WORKER_PAUSE_FRACTION:.0%} of the workers' memory_limit "
+            f"{_gib(e['worker_memory_limit'])} ({e['detail']}, threads_per_worker="
+            f"{e['threads_per_worker']}: {_gib(e['task_bytes'])} per task, "
+            f"{_gib(e['reduce_bytes_per_worker'])} of reduction buffers, "
+            f"{_gib(e['state_bytes_per_worker'])} of shipped state, "
+            f"{_gib(e['cache_bytes_per_worker'])} of cached input). Use "
+            + "; or ".join(fixes)
+            + f". Nothing was computed; {e['method']}(...).estimate(...) shows the numbers"
+        )
     fixes = []
     if sug["block_rows"]:
         fixes.append(
@@ -253,6 +275,275 @@ def estimate_memory(estimator, X, Y=None, **kwargs):
     """``estimator.estimate(X, Y)``: passes, per-worker memory and store size before a fit."""
     if not hasattr(estimator, "estimate"):
         raise TypeError(
-            f"estimator must have an estimate() method (GIMC); got {type(estimator).__name__}"
+            "estimator must have an estimate() method (GIMC, GreedyLowRank, KernelMaxide, "
+            f"Maxide, MultiViewMachine*); got {type(estimator).__name__}"
         )
     return estimator.estimate(X, Y, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------
+# GreedyLowRank, KernelMaxide / Maxide, multi-view machines: the same accounting (process base,
+# ``threads_per_worker`` block tasks, float64 reduction buffers, shipped state, cached input
+# share) with each method's block functions.
+# ---------------------------------------------------------------------------------------------
+
+
+def _worker_total(n_workers, threads, task, reduce_bytes, state, cached):
+    return int(
+        (WORKER_BASE_BYTES if n_workers else 0)
+        + (threads or 1) * task
+        + reduce_bytes
+        + state
+        + cached
+    )
+
+
+def _reduce_per_worker(n_blocks, out_floats, n_workers):
+    """Bytes of float64 reduction buffers of ``out_floats`` floats one worker holds at once."""
+    out64 = int(out_floats) * 8
+    chains = engine._n_chains(n_blocks, out_floats) if out64 >= engine.CHAIN_BYTES else 1
+    return int(out64 * math.ceil(chains / max(n_workers or 1, 1)))
+
+
+def _memory_fields(task, reduce_b, state, cached, cluster, total):
+    """The per-worker memory entries of an estimate dict (``cluster`` from :func:`_cluster`)."""
+    n_workers, threads, limit = cluster
+    return {
+        "task_bytes": int(task),
+        "reduce_bytes_per_worker": int(reduce_b),
+        "state_bytes_per_worker": int(state),
+        "cache_bytes_per_worker": int(cached),
+        "n_workers": n_workers,
+        "threads_per_worker": threads,
+        "worker_memory_limit": limit,
+        "worker_bytes": int(total),
+    }
+
+
+def _finish(out, worker_bytes, limit, rows_max, size_name, size):
+    """Common tail: the verdict and, when it does not fit, what would.  ``worker_bytes(rows,
+    size)`` is the model with other block rows / another size parameter."""
+    out["fits"] = None if not limit else bool(out["worker_bytes"] <= WORKER_PAUSE_FRACTION * limit)
+    if out["fits"] is False:
+        cap = WORKER_PAUSE_FRACTION * limit
+        out["suggest"] = {
+            "block_rows": _largest(lambda r: worker_bytes(r, size) <= cap, rows_max - 1),
+            size_name: _largest(lambda k: worker_bytes(rows_max, k) <= cap, size - 1)
+            if size
+            else 0,
+        }
+        out["suggest_param"] = size_name
+    return out
+
+
+def glrl_task_bytes(nnz, n, m_rows, n_cols, rank, *, cached=False):
+    """Bytes one GreedyLowRank block task allocates, ``{"power", "grad_cache", "refit"}``
+    (block functions only, not their input block): the power pass returns ``G v``
+    (``m_rows``) and ``G^T u`` (``n_cols``) float64 vectors; building the gradient cache
+    (``cached``) keeps a float64 gradient per observed entry of the block; the refit passes
+    return ``rank`` floats.  Measured: the power pass allocates 1.0-1.02 of the model."""
+    power = 8 * (int(m_rows) + int(n_cols) + 3)
+    grad = 8 * int(nnz) + 8 * (int(n) + 1) if cached else 0
+    return {"power": int(power), "grad_cache": int(grad), "refit": int(8 * (int(rank) + 1))}
+
+
+def glrl_estimate(est, B, shape, *, client=None):
+    """The estimate dict of :meth:`GreedyLowRank.estimate` for the blocked observations ``B``."""
+    m_rows, n_cols = (int(s) for s in shape)
+    rank = int(est.rank)
+    store_bytes = _input_bytes(B)
+    n_workers, threads, limit = _cluster(client)
+    budget = engine.DEFAULT_CACHE_BYTES if est.cache_bytes is None else int(est.cache_bytes)
+    if limit and n_workers:
+        budget = min(budget, int(0.5 * limit * n_workers))
+    resident = B.in_memory or store_bytes <= budget
+    grad_cache = int(est.power_iter) > 2 and 8 * int(B.nnz or 0) <= budget
+    rows_max, _ = _max_block(B)
+
+    def worker_bytes(rows, k):
+        xb, n = _block_bytes(B, rows)
+        _, nnz = _max_block(B) if rows is None else (n, None)
+        nnz = int(math.ceil((B.nnz or 0) * n / max(B.shape[0], 1))) if nnz is None else nnz
+        t = glrl_task_bytes(nnz, n, m_rows, n_cols, k, cached=grad_cache)
+        task = xb + max(t.values())
+        reduce_b = _reduce_per_worker(B.n_blocks, m_rows + n_cols + 3, n_workers)
+        state = 8 * (m_rows + n_cols) * (k + 2)  # U, V (rank columns) and u, v
+        cache = (store_bytes + (8 * int(B.nnz or 0) if grad_cache else 0)) if resident else 0
+        cached = cache / max(n_workers or 1, 1) if n_workers else 0
+        total = _worker_total(n_workers, threads, task, reduce_b, state, cached)
+        return total, t, task, reduce_b, state, cached
+
+    total, t, task, reduce_b, state, cached = worker_bytes(None, rank)
+    refit = 0 if est.refit == "none" else int(est.lbfgs_iter) + 1
+    inner = int(est.max_inner) if hasattr(est, "max_inner") and est.max_inner else 1
+    per = int(est.power_iter) + 1 + refit + inner + 1
+    steps = rank if est.max_iter is None else min(rank, int(est.max_iter))
+    out = {
+        "method": "GreedyLowRank",
+        "n_rows": m_rows,
+        "n_cols": n_cols,
+        "n_observed": int(B.nnz or 0),
+        "rank": rank,
+        "dtype": str(np.dtype(B.dtype)),
+        "block_rows": rows_max,
+        "n_blocks": int(B.n_blocks),
+        "store_bytes": int(store_bytes),
+        "resident": bool(resident),
+        "gradient_cache": bool(grad_cache),
+        "passes_init": 1,
+        "passes_per_iteration": {"typical": int(est.power_iter) + 2, "max": per},
+        "max_passes": 1 + steps * per,
+        "read_bytes_per_pass": 0 if resident else int(store_bytes),
+        "task_alloc_bytes": t,
+        **_memory_fields(task, reduce_b, state, int(cached), (n_workers, threads, limit), total),
+        "detail": f"rank={rank}, n_rows={m_rows}, n_cols={n_cols}",
+    }
+    return _finish(out, lambda r, k: worker_bytes(r, k)[0], limit, rows_max, "rank", rank)
+
+
+def maxide_task_bytes(n, d, r, L, nnz_y, itemsize, *, streamed, n_trials, x_bytes=None):
+    """Bytes one KernelMaxide / Maxide block task allocates, ``{"features", "grad", "loss"}``
+    (block functions only, not their inputs), for a block of ``n`` rows all with an observed
+    label (the worst case), ``nnz_y`` observed labels, ``r`` features, ``L`` labels.
+
+    * features (streamed ``F`` only): the rows of ``X`` with an observation (``x_bytes``), the
+      kernel block and ``F`` (``2 n r s``), and the ``r`` landmark norms;
+    * gradient: predictions ``F W`` (``n L s``), the residual's row ids, values and CSR copy
+      (``~3 nnz 8``), ``F`` as float64 when ``s`` is 4, ``P`` and its transpose (``2 r L 8``);
+    * loss (per trial, sequentially): predictions and the residual.
+    """
+    s = int(itemsize)
+    feat = ((x_bytes or 0) + 2 * n * r * s + r * s) if streamed else 0
+    resid = (28 + s) * int(nnz_y) + 16 * (n + 1)
+    grad = n * L * s + resid + (n * r * 8 if s != 8 else 0) + 2 * r * L * 8
+    loss = n * L * s + resid + 8 * int(n_trials)
+    return {"features": int(feat), "grad": int(grad), "loss": int(loss)}
+
+
+def maxide_estimate(est, XB, YB, *, client=None):
+    """The estimate dict of ``KernelMaxide(...).estimate`` / ``Maxide(...).estimate``."""
+    n_rows, d = (int(x) for x in XB.shape)
+    L = int(YB.shape[1])
+    nystrom = hasattr(est, "n_landmarks")
+    if nystrom:
+        r = n_rows if est.n_landmarks is None else min(int(est.n_landmarks), n_rows)
+        size_name = "n_landmarks"
+    else:
+        r = d if est.n_components is None else min(int(est.n_components), d)
+        size_name = "n_components"
+    s = np.dtype(XB.dtype).itemsize if np.dtype(XB.dtype).kind == "f" else 8
+    store_bytes = _input_bytes(XB) + _input_bytes(YB)
+    n_workers, threads, limit = _cluster(client)
+    budget = engine.DEFAULT_CACHE_BYTES if est.cache_bytes is None else int(est.cache_bytes)
+    rows_max, _ = _max_block(XB)
+
+    def worker_bytes(rows, r_):
+        streamed = n_rows * r_ * s > budget
+        n_trials = int(est.n_trials or (2 if streamed else 1))
+        xb, n = _block_bytes(XB, rows)
+        yb, _ = _block_bytes(YB, rows)
+        nnz_y = int(math.ceil((YB.nnz or 0) * n / max(n_rows, 1)))
+        t = maxide_task_bytes(n, d, r_, L, nnz_y, s, streamed=streamed, n_trials=n_trials,
+                              x_bytes=xb)
+        inp = (xb if streamed else n * r_ * s) + yb
+        task = inp + t["features"] + max(t["grad"], t["loss"])
+        reduce_b = _reduce_per_worker(XB.n_blocks, max(r_ * L, r_ * r_) + 1, n_workers)
+        state = 8 * (d * r_ + (r_ * r_ if nystrom else 0) + n_trials * r_ * L)
+        cache = (0 if streamed else n_rows * r_ * s) + _input_bytes(YB)
+        cached = cache / max(n_workers or 1, 1) if n_workers else 0
+        total = _worker_total(n_workers, threads, task, reduce_b, state, cached)
+        return total, t, task, reduce_b, state, cached, streamed, n_trials
+
+    total, t, task, reduce_b, state, cached, streamed, n_trials = worker_bytes(None, r)
+    iters = int(est.max_iter)
+    out = {
+        "method": type(est).__name__,
+        "n_rows": n_rows,
+        "n_features": d,
+        "n_labels": L,
+        size_name: r,
+        "n_observed": int(YB.nnz or 0),
+        "dtype": str(np.dtype(XB.dtype)),
+        "block_rows": rows_max,
+        "n_blocks": int(XB.n_blocks),
+        "store_bytes": int(store_bytes),
+        "f_cached": not streamed,
+        "n_trials": n_trials,
+        # label check, (F cache), Gram or X^T X
+        "passes_init": 2 + (0 if streamed else 1),
+        # a gradient pass and one line-search pass (more while L grows from 1)
+        "passes_per_iteration": {"typical": 2},
+        "min_passes": 2 + (0 if streamed else 1) + 2 * iters,
+        "read_bytes_per_pass": int(store_bytes) if streamed else int(_input_bytes(YB)),
+        "task_alloc_bytes": t,
+        **_memory_fields(task, reduce_b, state, int(cached), (n_workers, threads, limit), total),
+        "detail": f"{size_name}={r}, n_labels={L}, block_rows={rows_max}, F "
+        + ("streamed" if streamed else "cached"),
+    }
+    return _finish(out, lambda rw, k: worker_bytes(rw, k)[0], limit, rows_max, size_name, r)
+
+
+def mvm_task_bytes(n, nnz, n_params, n_factors, dense=False):
+    """Bytes one multi-view machine loss/gradient block task allocates (not its inputs): the
+    views joined into one float64 CSR matrix (``hstack`` and its temporaries: ``2 (12 nnz +
+    8 (n + 1))``; dense views are first converted to CSR, about ``14 nnz`` more), the signed
+    target (``8 n``), the gradient (``8 n_params n_factors``).  Measured: 0.9-1.0 of the
+    model."""
+    csr = 12 * int(nnz) + 8 * (int(n) + 1)
+    conv = 14 * int(nnz) if dense else 0
+    return int(2 * csr + conv + 8 * int(n) + 8 * int(n_params) * int(n_factors))
+
+
+def mvm_estimate(est, views, yb, *, client=None):
+    """The estimate dict of ``MultiViewMachine*(...).estimate`` for blocked ``views``, ``yb``."""
+    n_rows = int(views[0].shape[0])
+    widths = [int(v.shape[1]) for v in views]
+    if len(views) == 1 and est.view_sizes is not None:
+        widths = [int(w) for w in est.view_sizes]
+    P = sum(widths) + len(widths)
+    k = int(est.n_factors)
+    store_bytes = sum(_input_bytes(v) for v in views) + _input_bytes(yb)
+    n_workers, threads, limit = _cluster(client)
+    rows_max, _ = _max_block(views[0])
+    sgd = est.solver == "sgd"
+
+    def worker_bytes(rows, k_):
+        inp, nnz, n = 0, 0, rows_max if rows is None else int(rows)
+        for v in (*views, yb):
+            b, n = _block_bytes(v, rows)
+            inp += b
+        for v in views:
+            bn, bnnz = _max_block(v)
+            dens = (bnnz / max(bn, 1)) if bnnz is not None else v.shape[1]
+            nnz += int(math.ceil(dens * n))
+        t = mvm_task_bytes(n, nnz, P, k_, dense=any(v.kind == "dense" for v in views))
+        task = inp + t
+        reduce_b = 0 if sgd else _reduce_per_worker(views[0].n_blocks, P * k_ + 2, n_workers)
+        state = 0 if sgd else 8 * (P * k_ + P)
+        total = _worker_total(n_workers, threads, task, reduce_b, state, 0)
+        return total, t, task, reduce_b, state
+
+    total, t, task, reduce_b, state = worker_bytes(None, k)
+    iters = int(est.n_epochs if sgd else est.max_iter)
+    out = {
+        "method": type(est).__name__,
+        "solver": est.solver,
+        "n_rows": n_rows,
+        "view_sizes": widths,
+        "n_factors": k,
+        "n_params": P * k + 1,
+        "block_rows": rows_max,
+        "n_blocks": int(views[0].n_blocks),
+        "store_bytes": int(store_bytes),
+        "passes_init": 1,
+        # SGD: one pass per epoch; L-BFGS: one per evaluation, up to 20 in a line search
+        "passes_per_iteration": {"typical": 1, "max": 1 if sgd else 20},
+        "max_passes": 1 + iters * (1 if sgd else 20),
+        "read_bytes_per_pass": int(store_bytes),
+        "task_alloc_bytes": {"loss_grad": int(t)},
+        **_memory_fields(task, reduce_b, state, 0, (n_workers, threads, limit), total),
+        # SGD runs in the calling process: the factors, AdaGrad's sums, two blocks
+        "client_bytes": int(16 * P * k + 2 * task) if sgd else int(24 * (P * k + 1)),
+        "detail": f"n_factors={k}, {P} factor rows, block_rows={rows_max}",
+    }
+    return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_factors", k)

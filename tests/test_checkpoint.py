@@ -1,4 +1,6 @@
-"""Checkpoint and resume (``fit(..., checkpoint=PATH, checkpoint_every=N)``) for GIMC and GLRL.
+"""Checkpoint and resume (``fit(..., checkpoint=PATH, checkpoint_every=N)``) for GIMC, GLRL,
+KernelMaxide / Maxide and the multi-view machines (SGD bitwise; L-BFGS restarts from the
+saved iterate).
 
 An interrupted fit (an exception in a callback, or SIGKILL of a subprocess) resumed from its
 checkpoint ends with exactly the model of an uninterrupted fit; a checkpoint of another fit is
@@ -23,6 +25,8 @@ import scipy.sparse as sp
 from ooc_lowrank._checkpoint import CheckpointMismatchError
 from ooc_lowrank.gimc import GIMC
 from ooc_lowrank.glrl import GreedyLowRank
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels
+from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -205,6 +209,141 @@ def test_glrl_checkpoint_of_other_data_is_refused(tmp_path):
         GreedyLowRank(rank=3).fit((rows, cols, vals + 1.0), shape=shape, checkpoint=ck)
 
 
+# ---------------------------------------------------------------------------- KernelMaxide
+
+
+def _maxide_data(seed=0, n=80, d=5, L=6):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((n, d))
+    Y = sp.csr_matrix((r.random((n, L)) < 0.3).astype(float))
+    return X, mask_labels(Y, omega=50, random_state=seed)
+
+
+def _same_maxide(a, b):
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    np.testing.assert_array_equal(a.objective_, b.objective_)
+    np.testing.assert_array_equal(a.fmap_.U, b.fmap_.U)
+    assert (a.n_iter_, a.n_passes_, a.rank_, a.converged_) == (
+        b.n_iter_, b.n_passes_, b.rank_, b.converged_
+    )
+
+
+MAXIDE_CASES = [
+    (KernelMaxide, dict(n_landmarks=20)),
+    (KernelMaxide, dict(n_landmarks=20, cache_bytes=0)),  # F streamed, 2 trials per pass
+    (Maxide, dict(n_components=4)),
+]
+
+
+@pytest.mark.parametrize("cls, case", MAXIDE_CASES, ids=["km-cached", "km-streamed", "maxide"])
+def test_maxide_resume_after_crash_equals_uninterrupted(cls, case, tmp_path):
+    X, Yo = _maxide_data()
+    kw = dict(case, lam=0.1, max_iter=8, tol=0.0, random_state=1)
+    ref = cls(**kw).fit(X, Yo)
+    assert ref.n_iter_ == 8
+    ck = tmp_path / "c"
+    with pytest.raises(Crash):
+        cls(**kw, callback=_crash_at(3)).fit(X, Yo, checkpoint=ck, checkpoint_every=2)
+    assert json.loads((ck / "state.json").read_text())["iteration"] == 2
+    seen = []
+    res = cls(**kw, callback=lambda it, e, f: seen.append(it)).fit(
+        X, Yo, checkpoint=ck, checkpoint_every=2
+    )
+    assert seen == [3, 4, 5, 6, 7, 8]  # no feature map, no Gram pass: iterations continue
+    _same_maxide(res, ref)
+    if cls is KernelMaxide:
+        np.testing.assert_array_equal(res.normalization_, ref.normalization_)
+        assert res.gamma_ == ref.gamma_
+    else:
+        np.testing.assert_array_equal(res.singular_values_, ref.singular_values_)
+
+
+def test_maxide_finished_checkpoint_extends_and_refuses_other_fit(tmp_path):
+    X, Yo = _maxide_data(seed=2)
+    kw = dict(n_landmarks=15, lam=0.1, tol=0.0, random_state=0)
+    ck = tmp_path / "c"
+    KernelMaxide(**kw, max_iter=4).fit(X, Yo, checkpoint=ck)
+    seen = []
+    res = KernelMaxide(**kw, max_iter=7, callback=lambda it, e, f: seen.append(it)).fit(
+        X, Yo, checkpoint=ck
+    )
+    assert seen == [5, 6, 7]
+    _same_maxide(res, KernelMaxide(**kw, max_iter=7).fit(X, Yo))
+    with pytest.raises(CheckpointMismatchError, match=r"params\.lam is"):
+        KernelMaxide(**dict(kw, lam=0.2), max_iter=7).fit(X, Yo, checkpoint=ck)
+
+
+# ---------------------------------------------------------------------------- MVM
+
+
+def _mvm_data(seed=0, n=300, task="regression"):
+    r = np.random.default_rng(seed)
+    V = [r.standard_normal((n, 4)), r.standard_normal((n, 3))]
+    y = V[0][:, 0] * V[1][:, 1] + 0.1 * r.standard_normal(n)
+    if task == "classification":
+        y = np.where(y > 0, "yes", "no")
+    return V, y
+
+
+def _same_mvm(a, b):
+    np.testing.assert_array_equal(a.coef_, b.coef_)
+    for k in ("objective_path_", "validation_path_"):
+        np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+    assert (a.intercept_, a.n_iter_, a.best_iter_, a.n_passes_) == (
+        b.intercept_, b.n_iter_, b.best_iter_, b.n_passes_
+    )
+
+
+MVM_CASES = [
+    (MultiViewMachineRegressor, dict(), False),
+    (MultiViewMachineRegressor, dict(reg="l1"), True),  # eval_set: best epoch, patience
+    (MultiViewMachineClassifier, dict(loss="hinge"), False),
+]
+
+
+@pytest.mark.parametrize("cls, case, val", MVM_CASES, ids=["reg", "reg-l1-val", "clf-hinge"])
+def test_mvm_sgd_resume_after_crash_equals_uninterrupted(cls, case, val, tmp_path):
+    task = "classification" if cls is MultiViewMachineClassifier else "regression"
+    V, y = _mvm_data(task=task)
+    fit_kw = {"eval_set": _mvm_data(seed=1, n=60, task=task)} if val else {}
+    kw = dict(case, n_factors=3, solver="sgd", n_epochs=7, block_rows=64, random_state=2,
+              n_iter_no_change=2)
+    ref = cls(**kw).fit(V, y, **fit_kw)
+    ck = tmp_path / "c"
+    with pytest.raises(Crash):
+        cls(**kw, callback=_crash_at(3)).fit(V, y, checkpoint=ck, checkpoint_every=1, **fit_kw)
+    assert json.loads((ck / "state.json").read_text())["iteration"] == 2
+    res = cls(**kw).fit(V, y, checkpoint=ck, checkpoint_every=1, **fit_kw)
+    _same_mvm(res, ref)
+    # finished: raising n_epochs continues the same fit (unless patience stopped it)
+    more = cls(**dict(kw, n_epochs=9)).fit(V, y, checkpoint=ck, **fit_kw)
+    _same_mvm(more, cls(**dict(kw, n_epochs=9)).fit(V, y, **fit_kw))
+
+
+def test_mvm_lbfgs_resume_restarts_from_the_saved_iterate(tmp_path):
+    """L-BFGS resumes from the saved iterate with a fresh curvature history: the iterations
+    before the crash are the uninterrupted ones bitwise, the rest reach the same quality."""
+    V, y = _mvm_data()
+    kw = dict(n_factors=3, solver="lbfgs", max_iter=12, random_state=2)
+    ref = MultiViewMachineRegressor(**kw).fit(V, y)
+    assert ref.n_iter_ == 12
+    ck = tmp_path / "c"
+    with pytest.raises(Crash):
+        MultiViewMachineRegressor(**kw, callback=_crash_at(3)).fit(
+            V, y, checkpoint=ck, checkpoint_every=1
+        )
+    seen = []
+    res = MultiViewMachineRegressor(**kw, callback=lambda it, e, f: seen.append(it)).fit(
+        V, y, checkpoint=ck, checkpoint_every=1
+    )
+    assert seen == list(range(3, 13)) and res.n_iter_ == 12
+    np.testing.assert_array_equal(res.objective_path_[:2], ref.objective_path_[:2])
+    assert res.objective_path_[-1] == pytest.approx(ref.objective_path_[-1], rel=0.05)
+    assert np.all(np.diff(res.objective_path_) <= 1e-12)  # still a descent method
+    with pytest.raises(CheckpointMismatchError, match=r"params\.solver is"):
+        MultiViewMachineRegressor(**dict(kw, solver="sgd")).fit(V, y, checkpoint=ck)
+
+
 # ---------------------------------------------------------------------------- SIGKILL
 
 _CHILD = textwrap.dedent(
@@ -232,12 +371,20 @@ def make_estimator(which):
         X, Y = _gimc_data(seed=7, n=150)
         kw = dict(features="fourier", n_components=8, max_iter=10, tol=0.0, random_state=5)
         return GIMC(**kw), X, kw, {"Y": Y}
+    if which == "kernelmaxide":
+        X, Yo = _maxide_data(seed=7)
+        kw = dict(n_landmarks=20, lam=0.1, max_iter=8, tol=0.0, random_state=5)
+        return KernelMaxide(**kw), X, kw, {"Y": Yo}
+    if which == "mvm-sgd":
+        V, y = _mvm_data(seed=7)
+        kw = dict(n_factors=3, solver="sgd", n_epochs=7, block_rows=64, random_state=5)
+        return MultiViewMachineRegressor(**kw), V, kw, {"y": y}
     X, shape = _glrl_data(seed=8)
     kw = dict(loss="square", rank=9, power_iter=5, random_state=2, init="mean")
     return GreedyLowRank(**kw), X, kw, {"shape": shape}
 
 
-@pytest.mark.parametrize("which", ["gimc", "glrl"])
+@pytest.mark.parametrize("which", ["gimc", "glrl", "kernelmaxide", "mvm-sgd"])
 def test_fit_killed_with_sigkill_resumes_to_the_identical_model(which, tmp_path):
     ck, marker = tmp_path / "ckpt", tmp_path / "at-iteration-5"
     code = _CHILD.format(
@@ -261,4 +408,5 @@ def test_fit_killed_with_sigkill_resumes_to_the_identical_model(which, tmp_path)
     est, X, _, fit_kw = make_estimator(which)
     ref = make_estimator(which)[0].fit(X, **fit_kw)
     resumed = est.fit(X, **fit_kw, checkpoint=ck, checkpoint_every=2)
-    (_same_gimc if which == "gimc" else _same_glrl)(resumed, ref)
+    same = {"gimc": _same_gimc, "glrl": _same_glrl, "kernelmaxide": _same_maxide}
+    same.get(which, _same_mvm)(resumed, ref)

@@ -1,5 +1,6 @@
-"""Estimates before a fit: ``GIMC(...).estimate(X, Y)`` / ``estimate_memory`` and the refusal
-of a fit whose passes cannot fit a worker's ``memory_limit``.
+"""Estimates before a fit: ``GIMC(...).estimate(X, Y)`` (and GreedyLowRank, KernelMaxide /
+Maxide, the multi-view machines) / ``estimate_memory`` and the refusal of a fit whose passes
+cannot fit a worker's ``memory_limit``.
 
 The memory model is compared with what the real block functions allocate (``tracemalloc``
 sees every NumPy / SciPy buffer, including the syrk output): the model adds every array a
@@ -13,6 +14,7 @@ side) and never understate by more than 10%.
 
 from __future__ import annotations
 
+import functools
 import tracemalloc
 
 import dask
@@ -23,6 +25,14 @@ import scipy.sparse as sp
 from ooc_lowrank import engine
 from ooc_lowrank._estimate import WorkerMemoryError, estimate_memory
 from ooc_lowrank.gimc import GIMC, _blocks
+from ooc_lowrank.gimc.features import nystrom_normalization
+from ooc_lowrank.glrl import GreedyLowRank
+from ooc_lowrank.glrl import _blocks as glrl_blocks
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels
+from ooc_lowrank.kernelmaxide import _blocks as km_blocks
+from ooc_lowrank.mvm import MultiViewMachineRegressor
+from ooc_lowrank.mvm import _blocks as mvm_blocks
+from ooc_lowrank.mvm.core import LOSS_CODES, _Layout
 from ooc_lowrank.storage import _du, write_arrays
 
 
@@ -144,4 +154,155 @@ def test_block_rows_suggestion_for_wide_blocks(cluster_client):
         assert 0 < r < 200_000
         assert GIMC(n_components=100).estimate(*inputs(r))["fits"] is True
         assert GIMC(n_components=100).estimate(*inputs(int(r * 1.2)))["fits"] is False
+    assert engine.active_client() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# GreedyLowRank, KernelMaxide / Maxide, multi-view machines
+# ---------------------------------------------------------------------------------------------
+
+KM_CASES = [  # (n, d, L, r, dtype, F streamed)
+    (3000, 20, 40, 100, np.float64, True),
+    (3000, 20, 40, 100, np.float64, False),
+    (2000, 30, 200, 64, np.float32, True),
+    (2000, 30, 200, 64, np.float32, False),
+]
+
+
+@pytest.mark.parametrize("case", KM_CASES, ids=["64-streamed", "64-cached", "32-streamed",
+                                                 "32-cached"])
+def test_kernelmaxide_block_memory_model_matches_measured_allocations(case, rng):
+    """Measured peak / model of the gradient and line-search block tasks: 0.59-0.92 over these
+    cases (the model counts every temporary as alive at once); allowed [0.55, 1.1]."""
+    n, d, L, r, dt, streamed = case
+    X = rng.standard_normal((n, d)).astype(dt)
+    Yo = sp.csr_matrix(mask_labels(sp.csr_matrix((rng.random((n, L)) < 0.3).astype(float)),
+                                   omega=50, random_state=0))
+    km = KernelMaxide(n_landmarks=r, gamma=0.1, cache_bytes=0 if streamed else None)
+    e = km.estimate(X, Yo)
+    assert e["f_cached"] is (not streamed) and e["n_blocks"] == 1
+    U = np.ascontiguousarray(X[:r].T.astype(np.float64))
+    M = nystrom_normalization(U, 0.1)
+    if streamed:
+        Xin, args = X, ("nystrom", U, M, 0.1)
+    else:
+        Xin, args = km_blocks.features(X, "nystrom", U, M, 0.1), km_blocks.CACHED
+    W = rng.standard_normal((r, L))
+    t = e["task_alloc_bytes"]
+    grad = _peak(km_blocks.grad_block, Xin, Yo, *args, W)
+    loss = _peak(km_blocks.loss_block, Xin, Yo, *args, W[None])
+    for name, got in (("grad", grad), ("loss", loss)):
+        model = t[name] + t["features"]
+        assert 0.55 <= got / model <= 1.1, (name, got, model, got / model)
+
+
+@pytest.mark.parametrize("density", [None, 0.1], ids=["dense", "csr"])
+def test_mvm_block_memory_model_matches_measured_allocations(density, rng):
+    """Measured / model of the loss-gradient block task: 0.91-0.95; allowed [0.75, 1.1]."""
+    V = [rng.standard_normal((4000, 30)), rng.standard_normal((4000, 20))]
+    if density:
+        V = [sp.csr_matrix(np.where(rng.random(v.shape) < density, v, 0.0)) for v in V]
+    y = rng.standard_normal(4000)
+    e = MultiViewMachineRegressor(n_factors=16, block_rows=4000, solver="lbfgs").estimate(V, y)
+    assert e["n_blocks"] == 1 and e["n_params"] == 52 * 16 + 1
+    lay = _Layout([30, 20])
+    fn = functools.partial(mvm_blocks.loss_grad, **lay.kw(2), loss=LOSS_CODES["square"],
+                           task="regression")
+    theta = 0.1 * rng.standard_normal((52, 16))
+    got = _peak(fn, V[0], V[1], y[:, None], theta, lay.col_view, np.array(0.0))
+    model = e["task_alloc_bytes"]["loss_grad"]
+    assert 0.75 <= got / model <= 1.1, (got, model, got / model)
+
+
+@pytest.mark.parametrize("shape, density", [((3000, 2000), 0.01), ((20000, 500), 0.005)])
+def test_glrl_block_memory_model_matches_measured_allocations(shape, density, rng):
+    """The power pass allocates its two full-length vectors: measured / model 1.0-1.02."""
+    rows, cols = np.nonzero(rng.random(shape) < density)
+    vals = rng.standard_normal(rows.size)
+    e = GreedyLowRank(rank=5).estimate((rows, cols, vals), shape=shape)
+    assert e["n_observed"] == rows.size and e["state_bytes_per_worker"] == 8 * sum(shape) * 7
+    B = sp.csr_matrix((vals, (rows, cols)), shape=shape)
+    U, V = rng.standard_normal((shape[0], 5)), rng.standard_normal((shape[1], 5))
+    u, v = rng.standard_normal(shape[0]), rng.standard_normal(shape[1])
+    got = _peak(glrl_blocks.power_block, 0, B, U, V, np.ones(5), 0, 1.0, u, v)
+    model = e["task_alloc_bytes"]["power"]
+    assert 0.9 <= got / model <= 1.1, (got, model, got / model)
+
+
+def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
+    # KernelMaxide: label check, F cache, Gram, then >= 2 passes per APG iteration
+    X = rng.standard_normal((200, 5))
+    Yo = mask_labels(sp.csr_matrix((rng.random((200, 6)) < 0.3).astype(float)), omega=50,
+                     random_state=0)
+    km = KernelMaxide(n_landmarks=30, max_iter=6, tol=0.0, random_state=0)
+    e = km.estimate(X, Yo)
+    assert not hasattr(km, "coef_")
+    km.fit(X, Yo)
+    assert e["passes_init"] == 3 and e["min_passes"] == 3 + 2 * 6
+    assert e["min_passes"] <= km.n_passes_ <= e["min_passes"] + 12  # L grows from 1 early
+    mx = Maxide(n_components=3, max_iter=4, tol=0.0)
+    e_m = mx.estimate(X, Yo)
+    mx.fit(X, Yo)
+    assert e_m["n_components"] == 3 and e_m["method"] == "Maxide"
+    assert e_m["min_passes"] == 3 + 2 * 4 <= mx.n_passes_  # the X^T X pass counted
+    # GreedyLowRank: at most max per greedy step
+    rows, cols = np.nonzero(rng.random((60, 50)) < 0.3)
+    obs = (rows, cols, rng.standard_normal(rows.size))
+    g = GreedyLowRank(rank=4, power_iter=5, random_state=0)
+    eg = g.estimate(obs, shape=(60, 50))
+    g.fit(obs, shape=(60, 50))
+    assert g.n_passes_ <= eg["max_passes"], (g.n_passes_, eg)
+    # MVM SGD: exactly one pass per epoch after the target pass; store size as written
+    V = [rng.standard_normal((300, 4)), rng.standard_normal((300, 3))]
+    y = rng.standard_normal(300)
+    url = str(tmp_path / "mv.zarr")
+    write_arrays(url, {"X0": V[0], "X1": V[1], "y": y[:, None]}, block_rows=100)
+    mv = MultiViewMachineRegressor(n_factors=3, n_epochs=4, random_state=0)
+    em = mv.estimate(url)
+    mv.fit(url)
+    assert em["n_blocks"] == 3 and em["view_sizes"] == [4, 3]
+    assert em["max_passes"] == mv.n_passes_ == 5
+    on_disk = _du(url)
+    assert em["store_bytes"] <= on_disk <= em["store_bytes"] * 1.02 + 64 * 1024, (on_disk, em)
+    assert em["fits"] is None and em["worker_memory_limit"] is None
+
+
+def _lazy(rows, width, n=800_000, y_cols=3):
+    import dask.array as da
+
+    X = da.zeros((n, width), chunks=(rows, width), dtype=np.float32)
+    Y = da.zeros((n, y_cols), chunks=(rows, y_cols), dtype=np.float32)
+    return X, Y
+
+
+def test_other_methods_refuse_a_fit_that_cannot_fit_a_worker(cluster_client):
+    """1.6 GB row blocks (lazy Dask inputs, never computed): estimate says so with a
+    block_rows that fits, fit refuses before any pass; GreedyLowRank refuses a rank whose
+    factors cannot be shipped."""
+    with dask.config.set(scheduler=cluster_client):
+        for est, make in (
+            (KernelMaxide(n_landmarks=100, cache_bytes=0), lambda r: _lazy(r, 2000)),
+            (MultiViewMachineRegressor(n_factors=4, solver="lbfgs"),
+             lambda r: (lambda X, y: ([X], y))(*_lazy(r, 2000, y_cols=1))),
+        ):
+            e = est.estimate(*make(200_000))
+            assert e["fits"] is False and e["worker_memory_limit"] == 2 * 2**30, e
+            r = e["suggest"]["block_rows"]
+            assert 0 < r < 200_000
+            assert est.estimate(*make(r))["fits"] is True
+            assert est.estimate(*make(int(r * 1.2)))["fits"] is False
+            with pytest.raises(WorkerMemoryError, match=f"block_rows <= {r}"):
+                est.fit(*make(200_000))
+            assert not hasattr(est, "coef_")
+        rows = np.array([0, 1, 2])
+        obs, shape = (rows, rows, np.ones(3)), (1_000_000, 1_000_000)
+        big = GreedyLowRank(rank=200)  # U and V: 3.2 GB of shipped factors
+        e = big.estimate(obs, shape=shape)
+        k = e["suggest"]["rank"]
+        assert e["fits"] is False and 0 < k < 200
+        assert GreedyLowRank(rank=k).estimate(obs, shape=shape)["fits"] is True
+        with pytest.raises(WorkerMemoryError, match=rf"a smaller rank \(<= {k}\)") as err:
+            big.fit(obs, shape=shape)
+        assert "rank=200" in str(err.value) and "memory_limit 2.00 GiB" in str(err.value)
+        assert not hasattr(big, "U_")
     assert engine.active_client() is None

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from ooc_lowrank import _checkpoint, engine
+from ooc_lowrank import _checkpoint, _estimate, engine
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -457,6 +457,8 @@ class GreedyLowRank(BaseEstimator):
         lo, refit = self._check_params()
         _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         B, shp = self._blocked(X, shape)
+        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
+            _estimate.check_fits(_estimate.glrl_estimate(self, B, shp))
         nnz, mean, (not_pm1, not_01, negative) = self._check_data(B, shp, lo)
         init = resolve_init(
             self.init,
@@ -530,6 +532,21 @@ class GreedyLowRank(BaseEstimator):
         self.n_cache_passes_ = int(res.n_cache_passes)
         self.n_observed_ = nnz
         return self
+
+    def estimate(self, X, y=None, *, shape=None, client=None):
+        """Passes, per-worker memory and store size of ``fit(X, shape=shape)``, before fitting.
+
+        Reads no data block.  Returns a dict: ``passes_per_iteration`` (``typical``: the power
+        passes and the gradient, ``max``: with the refit and step passes), ``max_passes``,
+        ``store_bytes``, ``block_rows``, ``task_bytes`` (one block task: its block and the
+        ``G v`` / ``G^T u`` vectors), ``worker_bytes`` (process, tasks, reduction buffers,
+        factors, cached share), ``worker_memory_limit`` and ``fits`` (None without a
+        distributed client), ``suggest`` when it does not fit.  See
+        :mod:`ooc_lowrank._estimate`.
+        """
+        self._check_params()
+        B, shp = self._blocked(X, shape)
+        return _estimate.glrl_estimate(self, B, shp, client=client)
 
     # ------------------------------------------------------------------ predict
     def _check_fitted(self):

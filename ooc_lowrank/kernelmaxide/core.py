@@ -126,6 +126,7 @@ def apg(
     max_doublings=200,
     callback=None,
     on_iterate=None,
+    checkpoint=None,
 ):
     """Corrected Algorithm 1 (SPEC 4.4) on ``Chat`` (r' x m); ``W = R^T Chat``.
 
@@ -146,6 +147,11 @@ def apg(
         ``callback(iteration, elapsed_seconds, objective)`` after every iteration.
     on_iterate : callable, optional
         ``on_iterate(iteration, Chat)`` (tests compare iterates).
+    checkpoint : ooc_lowrank._checkpoint.Checkpoint, optional
+        Resume from its saved state (``Chat``, the previous iterate, ``theta``, ``L``, the
+        objective path and the pass count; iterations continue from the saved one, bitwise as
+        if never interrupted); save after every ``checkpoint.every``-th iteration and when the
+        fit stops.  ``R`` is saved with the state (the caller may reuse it on resume).
 
     Returns
     -------
@@ -161,7 +167,34 @@ def apg(
     t0 = time.perf_counter()
     converged = False
     k = 0
-    for k in range(1, max_iter + 1):
+    restored = checkpoint.load() if checkpoint is not None else None
+    if restored is not None:
+        st, arr = restored[0], restored[1]
+        C, C_prev = np.array(arr["C"], dtype=np.float64), np.array(arr["C_prev"], dtype=np.float64)
+        objs = [float(v) for v in arr["objective"]]
+        th_prev, th, L = float(st["th_prev"]), float(st["th"]), float(st["L"])
+        k, converged = int(st["n_iter"]), bool(st["converged"])
+        F_old = objs[-1]
+        passes.count = int(st["n_passes"])
+        if converged:
+            return APGResult(C, R.T @ C, k, np.array(objs), L, passes.count, converged)
+
+    def save_checkpoint(it):
+        checkpoint.save(
+            it,
+            {
+                "th_prev": th_prev,
+                "th": th,
+                "L": L,
+                "n_iter": it,
+                "converged": converged,
+                "n_passes": passes.count,
+            },
+            {"C": C, "C_prev": C_prev, "R": R, "objective": np.array(objs)},
+        )
+
+    start = k
+    for k in range(start + 1, max_iter + 1):
         beta = th * (1.0 / th_prev - 1.0)
         Z = C + beta * (C - C_prev)
         EZ, P = passes.grad(R.T @ Z)
@@ -203,4 +236,8 @@ def apg(
             converged = True
             break
         F_old = F_new
+        if checkpoint is not None and checkpoint.due(k):
+            save_checkpoint(k)
+    if checkpoint is not None:
+        save_checkpoint(k)
     return APGResult(C, R.T @ C, k, np.array(objs), L, passes.count, converged)

@@ -22,7 +22,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine, metrics
+from ooc_lowrank import _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
 from ooc_lowrank._validation import OOCLowRankWarning, check_scalar, param_error
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
@@ -52,6 +52,9 @@ def _float_dtype(B):
 
 class _MaxideBase(BaseEstimator):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
+
+    #: passes over X that make the feature map (not through ``core.Passes``)
+    _feature_passes = 0
 
     # -- to override ------------------------------------------------------------------------
     def _validate_method_params(self):  # pragma: no cover - abstract
@@ -126,7 +129,28 @@ class _MaxideBase(BaseEstimator):
             )
         return int(stats[1]), float(per.sum())
 
-    def fit(self, X, Y=None):
+    def _saved_feature_map(self, fmap):
+        """``(extra, extra_arrays)`` of a checkpoint: the fitted feature map."""
+        arrays = {"fmap_U": fmap.U}
+        if fmap.kind == "nystrom":
+            arrays["fmap_M"] = fmap.M
+            return {"kind": fmap.kind, "gamma": float(fmap.gamma)}, arrays
+        arrays["singular_values"] = self.singular_values_
+        return {"kind": fmap.kind}, arrays
+
+    def _restore_feature_map(self, extra, arrays):
+        """The feature map (and its fitted attributes) saved by :meth:`_saved_feature_map`."""
+        U = np.ascontiguousarray(arrays["fmap_U"], dtype=np.float64)
+        if extra.get("kind") == "nystrom":
+            self.gamma_ = float(extra["gamma"])
+            self.landmarks_ = np.ascontiguousarray(U.T)
+            self.normalization_ = np.asarray(arrays["fmap_M"], dtype=np.float64)
+            return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
+        self.projection_ = U
+        self.singular_values_ = np.asarray(arrays["singular_values"], dtype=np.float64)
+        return _blocks.FeatureMap("linear", U)
+
+    def fit(self, X, Y=None, *, checkpoint=None, checkpoint_every=5):
         """Fit on features ``X`` (n_samples, n_features) and observed labels ``Y``.
 
         Parameters
@@ -136,21 +160,40 @@ class _MaxideBase(BaseEstimator):
             A store ``Dataset`` with ``Y=None`` uses ``ds["X"]`` and ``ds["Y_obs"]``.
         Y : sparse matrix of shape (n_samples, n_labels), dask array or store array
             Observed labels: stored ``+1`` / ``-1``, missing entries not stored.
+        checkpoint : str, os.PathLike or None
+            Directory (or fsspec URL) for the fit's small state (the APG iterates, ``theta``,
+            ``L``, the objective path, the feature map and the span root; JSON + npz, written
+            atomically).  If it already holds a checkpoint of this fit (same parameters and
+            data), the fit resumes from it and ends with the same model as an uninterrupted
+            fit, bitwise; a checkpoint of another fit is an error.  Kept after the fit:
+            calling ``fit`` again returns at once, or continues when ``max_iter`` was raised.
+        checkpoint_every : int, default=5
+            Save after every ``checkpoint_every``-th APG iteration (and when the fit stops).
 
         Returns
         -------
         self
         """
         self._validate_params()
+        _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         X, Y = self._inputs(X, Y)
         XB = engine.as_blocked(X, name="X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
+            _estimate.check_fits(_estimate.maxide_estimate(self, XB, YB))
         n_ut, nobs = self._check_labels(YB)
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         self.n_features_in_ = int(XB.shape[1])
         self.n_labels_ = int(YB.shape[1])
-        fmap = self._make_feature_map(XB, X, rng)
+        ckpt = _checkpoint.open_checkpoint(checkpoint, checkpoint_every, self, X=XB, Y=YB)
+        restored = ckpt.load() if ckpt is not None else None
+        if restored is None:
+            fmap = self._make_feature_map(XB, X, rng)
+        else:  # the saved feature map: no sampling, no X^T X pass
+            fmap = self._restore_feature_map(restored[2], restored[3])
+        if ckpt is not None:
+            ckpt.extra, ckpt.extra_arrays = self._saved_feature_map(fmap)
         r = fmap.n_features
         dt = _float_dtype(XB)
         f_bytes = XB.shape[0] * r * dt.itemsize
@@ -172,7 +215,7 @@ class _MaxideBase(BaseEstimator):
             passes = core.Passes(XB, YB, fmap)
             n_setup = 0
             n_trials = 2  # streamed: a pass recomputes the kernel blocks, a candidate is cheap
-        R = self._root(passes)
+        R = self._root(passes) if restored is None else np.asarray(restored[1]["R"], np.float64)
         res = core.apg(
             passes,
             R,
@@ -183,16 +226,34 @@ class _MaxideBase(BaseEstimator):
             tol=float(self.tol),
             n_trials=int(self.n_trials or n_trials),
             callback=self.callback,
+            checkpoint=ckpt,
         )
         self.fmap_ = fmap
         self.coef_ = np.asarray(res.W, dtype=np.float64)
         self.objective_ = res.objective
         self.n_iter_ = int(res.n_iter)
-        self.n_passes_ = int(res.n_passes) + n_setup + 1  # + the label check
+        # + the label check and the passes of the feature map (Maxide's X^T X)
+        self.n_passes_ = int(res.n_passes) + n_setup + 1 + self._feature_passes
         self.converged_ = bool(res.converged)
         self.rank_ = int(np.linalg.matrix_rank(res.Chat)) if res.Chat.size else 0
         self.n_ut_ = n_ut
         return self
+
+    def estimate(self, X, Y=None, *, client=None):
+        """Passes, per-worker memory and store size of ``fit(X, Y)``, before fitting.
+
+        Reads no data block.  Returns a dict: ``passes_init``, ``passes_per_iteration``
+        (``typical`` 2: a gradient pass and a line-search pass), ``min_passes``,
+        ``store_bytes``, ``f_cached`` (whether ``F`` fits ``cache_bytes``), ``task_bytes``
+        (one block task), ``worker_bytes``, ``worker_memory_limit`` and ``fits`` (None without
+        a distributed client), ``suggest`` when it does not fit.  See
+        :mod:`ooc_lowrank._estimate`.
+        """
+        self._validate_params()
+        X, Y = self._inputs(X, Y)
+        XB = engine.as_blocked(X, name="X")
+        YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        return _estimate.maxide_estimate(self, XB, YB, client=client)
 
     # -- prediction -----------------------------------------------------------------------
     def _prepare_X(self, X):
@@ -488,6 +549,8 @@ class Maxide(_MaxideBase):
         self.cache_bytes = cache_bytes
         self.random_state = random_state
         self.callback = callback
+
+    _feature_passes = 1  # X^T X
 
     def _validate_method_params(self):
         if self.n_components is not None:

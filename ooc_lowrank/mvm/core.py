@@ -77,6 +77,27 @@ class _Monitor:
         self.path, self.val_path = [], []
         self.t0 = time.perf_counter()
 
+    def state(self):
+        """``(json_state, arrays)`` of the monitor for a checkpoint."""
+        arrays = {
+            "path": np.asarray(self.path, float),
+            "val_path": np.asarray(self.val_path, float),
+            "best": np.array([self.best]),
+        }
+        st = {"best_iter": self.best_iter, "bad": self.bad, "best_b0": None}
+        if self.best_theta is not None:
+            arrays["best_theta"] = self.best_theta[0]
+            st["best_b0"] = self.best_theta[1]
+        return st, arrays
+
+    def restore(self, st, arrays):
+        self.path = [float(v) for v in arrays["path"]]
+        self.val_path = [float(v) for v in arrays["val_path"]]
+        self.best = float(arrays["best"][0])
+        self.best_iter, self.bad = int(st["best_iter"]), int(st["bad"])
+        if st["best_b0"] is not None:
+            self.best_theta = (np.array(arrays["best_theta"]), float(st["best_b0"]))
+
     def __call__(self, it, objective, theta):
         """``theta`` is the state ``(factors, intercept)``."""
         """Record; return True when training should stop (no improvement for ``patience``)."""
@@ -100,9 +121,26 @@ class _Monitor:
         return stop
 
 
+def _save(checkpoint, it, monitor, state, arrays):
+    mst, marr = monitor.state()
+    marr = {"m_" + k: v for k, v in marr.items()}
+    checkpoint.save(it, {**state, "monitor": mst}, {**arrays, **marr})
+
+
+def _restore_monitor(monitor, st, arr):
+    monitor.restore(st["monitor"], {k[2:]: v for k, v in arr.items() if k.startswith("m_")})
+
+
 def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, max_iter, tol,
-              monitor):
+              monitor, checkpoint=None):
     """Batch L-BFGS-B over engine passes on ``(theta, intercept)``.
+
+    ``checkpoint``: save the iterate (and the counters and monitor) after every
+    ``checkpoint.every``-th iteration and at the end; resume from a saved one by starting
+    L-BFGS-B again at the saved iterate with the remaining iterations.  The restart drops
+    L-BFGS's curvature pairs (SciPy keeps them inside the solver), so a resumed fit is not
+    bitwise the uninterrupted one: its first iterations after the restart take steepest-descent
+    like steps, and it converges to a solution of the same quality, not the same bits.
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
     shape = theta0.shape
@@ -130,27 +168,50 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
         return obj, g
 
     it = [0]
+    x0 = np.concatenate([theta0.ravel(), [b0]])
+    restored = checkpoint.load() if checkpoint is not None else None
+    if restored is not None:
+        st, arr = restored[0], restored[1]
+        x0 = np.array(arr["x"], dtype=np.float64)
+        it[0], passes[0] = int(st["n_iter"]), int(st["n_passes"])
+        _restore_monitor(monitor, st, arr)
+        if st["done"] or it[0] >= int(max_iter):
+            return x0[:size].reshape(shape), float(x0[size]), it[0], passes[0]
+
+    def save(x, done):
+        _save(checkpoint, it[0], monitor, {"n_iter": it[0], "n_passes": passes[0], "done": done},
+              {"x": x})
 
     def cb(intermediate_result):
         it[0] += 1
         x = intermediate_result.x
-        if monitor(it[0], intermediate_result.fun, (x[:size].reshape(shape), float(x[size]))):
+        stop = monitor(it[0], intermediate_result.fun, (x[:size].reshape(shape), float(x[size])))
+        if checkpoint is not None and (stop or checkpoint.due(it[0])):
+            save(np.array(x), stop)
+        if stop:
             raise StopIteration
 
     res = scipy.optimize.minimize(
         fun,
-        np.concatenate([theta0.ravel(), [b0]]),
+        x0,
         jac=True,
         method="L-BFGS-B",
         callback=cb,
-        options={"maxiter": int(max_iter), "gtol": tol, "ftol": tol * 1e-3},
+        options={"maxiter": int(max_iter) - it[0], "gtol": tol, "ftol": tol * 1e-3},
     )
+    if checkpoint is not None:  # done: stopped before the iteration cap (converged or patience)
+        save(res.x, it[0] < int(max_iter))
     return res.x[:size].reshape(shape), float(res.x[size]), it[0], passes[0]
 
 
 def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_epochs,
-            learning_rate, rng, monitor):
+            learning_rate, rng, monitor, checkpoint=None):
     """AdaGrad SGD, one streaming pass per epoch.
+
+    ``checkpoint``: save the factors, AdaGrad's accumulators, the intercept (and its
+    accumulator), the state of ``rng`` (a ``RandomState``) and the monitor after every
+    ``checkpoint.every``-th epoch and at the end; resume from a saved one bitwise as if never
+    interrupted.
 
     Returns ``(theta, b0, n_epochs_run, n_passes)``."""
     theta = np.array(theta0, dtype=np.float64, order="C")
@@ -166,9 +227,30 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
         got = engine.compute(*blocks)
         return _blocks.joined_csr(got[:-1]), _blocks.signed_target(got[-1], task)
 
-    epoch = 0
+    epoch, start, stopped = 0, 0, False
+    restored = checkpoint.load() if checkpoint is not None else None
+    if restored is not None:
+        st, arr = restored[0], restored[1]
+        theta = np.array(arr["theta"], dtype=np.float64, order="C")
+        accum = np.array(arr["accum"], dtype=np.float64, order="C")
+        bias = np.array(arr["bias"], dtype=np.float64)
+        rs = st["rng"]
+        rng.set_state((rs[0], np.asarray(arr["rng_keys"], dtype=np.uint32), int(rs[1]),
+                       int(rs[2]), float(rs[3])))
+        _restore_monitor(monitor, st, arr)
+        epoch = start = int(st["epoch"])
+        stopped = bool(st["stopped"])
+
+    def save(stop):
+        name, keys, pos, has_gauss, cached = rng.get_state()
+        _save(checkpoint, epoch, monitor,
+              {"epoch": epoch, "stopped": stop, "rng": [name, pos, has_gauss, cached]},
+              {"theta": theta, "accum": accum, "bias": bias, "rng_keys": keys})
+
+    if stopped:
+        return theta, float(bias[0]), epoch, epoch
     with ThreadPoolExecutor(max_workers=1) as pool:
-        for epoch in range(1, int(n_epochs) + 1):
+        for epoch in range(start + 1, int(n_epochs) + 1):
             order = rng.permutation(nb)
             total = 0.0
             fut = pool.submit(read, int(order[0]))
@@ -190,6 +272,11 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
                     f"learning_rate (now {learning_rate}), scale the features, or use "
                     "solver='lbfgs'"
                 )
-            if monitor(epoch, obj, (theta, float(bias[0]))):
+            stopped = monitor(epoch, obj, (theta, float(bias[0])))
+            if stopped:
                 break
+            if checkpoint is not None and checkpoint.due(epoch):
+                save(False)
+    if checkpoint is not None:
+        save(stopped)
     return theta, float(bias[0]), epoch, epoch

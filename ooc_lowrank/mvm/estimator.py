@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils import check_random_state
 
-from ooc_lowrank import engine
+from ooc_lowrank import _checkpoint, _estimate, engine
 from ooc_lowrank._persist import load_model, save_model
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.mvm import _blocks
@@ -209,7 +209,7 @@ class _BaseMVM(BaseEstimator):
         return y
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, eval_set=None):
+    def fit(self, X, y=None, *, eval_set=None, checkpoint=None, checkpoint_every=5):
         """Fit the factors.
 
         Parameters
@@ -222,15 +222,35 @@ class _BaseMVM(BaseEstimator):
             Validation data: its mean loss after each iteration (L-BFGS) or epoch (SGD) is
             recorded in ``validation_path_``; the best iterate is kept and the fit stops after
             ``n_iter_no_change`` iterations without improvement.
+        checkpoint : str, os.PathLike or None
+            Directory (or fsspec URL) for the fit's small state (JSON + npz, written
+            atomically): SGD saves the factors, AdaGrad's accumulators, the intercept, the
+            random generator's state and the validation record, and a resumed SGD fit ends
+            with the same model as an uninterrupted one, bitwise.  L-BFGS saves its iterate;
+            a resumed L-BFGS fit restarts L-BFGS-B from it (its curvature history is lost), so
+            it reaches a model of the same quality but not the same bits.  A checkpoint of
+            another fit (parameters or data) is an error.  Kept after the fit: calling ``fit``
+            again returns at once, or continues when ``n_epochs`` / ``max_iter`` was raised.
+        checkpoint_every : int, default=5
+            Save after every ``checkpoint_every``-th epoch (SGD) or iteration (L-BFGS), and
+            when the fit stops.
 
         Returns
         -------
         self
         """
         loss = self._check_params()
+        _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         views, sizes, ds = self._views(X)
         yb = self._target(y, ds, views[0])
+        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
+            _estimate.check_fits(_estimate.mvm_estimate(self, views, yb))
         n, offset = self._target_summary(yb)
+        ckpt = _checkpoint.open_checkpoint(
+            checkpoint, checkpoint_every, self, **{f"X{p}": v for p, v in enumerate(views)}, y=yb
+        )
+        if ckpt is not None:  # more epochs extend a fit (as max_iter does)
+            ckpt.fingerprint["params"].pop("n_epochs", None)
         layout = _Layout(sizes)
         rng = check_random_state(self.random_state)
         theta0 = rng.normal(0.0, self.init_std, size=(layout.n_feat + layout.n_views, self.n_factors))
@@ -242,7 +262,7 @@ class _BaseMVM(BaseEstimator):
             patience = 5 if self.solver == "sgd" else 30
         monitor = _Monitor(score, patience, self.callback, self.verbose)
         common = dict(loss=loss, task=self._task, reg=self.reg, reg_weight=float(self.reg_weight),
-                      n=n, monitor=monitor)
+                      n=n, monitor=monitor, checkpoint=ckpt)
         if self.solver == "lbfgs":
             theta, b0, n_iter, n_passes = fit_lbfgs(
                 views, yb, theta0, offset, layout, max_iter=self.max_iter, tol=float(self.tol),
@@ -268,6 +288,21 @@ class _BaseMVM(BaseEstimator):
         self.objective_path_ = np.asarray(monitor.path, float)
         self.validation_path_ = np.asarray(monitor.val_path, float)
         return self
+
+    def estimate(self, X, y=None, *, client=None):
+        """Passes, per-worker memory and store size of ``fit(X, y)``, before fitting.
+
+        Reads no data block.  Returns a dict: ``passes_per_iteration`` (SGD: one per epoch;
+        L-BFGS: one per evaluation, ``max`` 20 in a line search), ``max_passes``,
+        ``store_bytes``, ``task_bytes`` (one block task: its blocks, the joined CSR and the
+        gradient), ``worker_bytes``, ``client_bytes`` (SGD runs in the calling process),
+        ``worker_memory_limit`` and ``fits`` (None without a distributed client),
+        ``suggest`` when it does not fit.  See :mod:`ooc_lowrank._estimate`.
+        """
+        self._check_params()
+        views, _, ds = self._views(X)
+        yb = self._target(y, ds, views[0])
+        return _estimate.mvm_estimate(self, views, yb, client=client)
 
     def _target_summary(self, yb):
         """One pass: row count and target offset; classification labels checked."""
@@ -598,10 +633,12 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
         self._pending_classes = classes
         return np.where(y == classes[1], 1.0, -1.0)
 
-    def fit(self, X, y=None, *, eval_set=None):
+    def fit(self, X, y=None, *, eval_set=None, checkpoint=None, checkpoint_every=5):
         self._fitting_y = True
         try:
-            return super().fit(X, y, eval_set=eval_set)
+            return super().fit(
+                X, y, eval_set=eval_set, checkpoint=checkpoint, checkpoint_every=checkpoint_every
+            )
         finally:
             del self._fitting_y
 
