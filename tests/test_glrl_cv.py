@@ -31,6 +31,7 @@ KW = dict(
     cv=3,
     power_iter=5,
     random_state=3,
+    select_iter=True,
 )
 
 
@@ -64,9 +65,9 @@ def test_cv_results_equal_separate_fits(data, fitted):
     for i, p in enumerate(res["params"]):
         for k in range(3):
             tr, va = fold != k, fold == k
-            est = GreedyLowRank(
-                **base, **p, validation=(rows[va], cols[va], vals[va])
-            ).fit((rows[tr], cols[tr], vals[tr]), shape=SHAPE)
+            est = GreedyLowRank(**base, **p, validation=(rows[va], cols[va], vals[va])).fit(
+                (rows[tr], cols[tr], vals[tr]), shape=SHAPE
+            )
             mae = est.evaluate((rows[va], cols[va], vals[va]), ["mae"], shape=SHAPE)["mae"]
             assert res[f"split{k}_test_score"][i] == pytest.approx(mae, rel=1e-9, abs=1e-12)
             assert res[f"split{k}_best_iter"][i] == est.best_iter_
@@ -131,20 +132,23 @@ def test_save_load(fitted, data, tmp_path):
     back = ooc_lowrank.load(str(tmp_path / "m"))
     assert isinstance(back, GreedyLowRankCV)
     assert back.best_params_ == fitted.best_params_
-    np.testing.assert_array_equal(back.cv_results_["mean_test_score"],
-                                  fitted.cv_results_["mean_test_score"])
+    np.testing.assert_array_equal(
+        back.cv_results_["mean_test_score"], fitted.cv_results_["mean_test_score"]
+    )
     np.testing.assert_array_equal(back.predict(rows, cols), fitted.predict(rows, cols))
     assert back.format_cv_table() == fitted.format_cv_table()
 
 
 def test_smooth_loss_grid_and_scoring(data):
     rows, cols, vals = data
-    est = GreedyLowRankCV(loss="square", rank=4, bias_regs=[1.0, 5.0], cv=2, power_iter=5,
-                          random_state=0, refit=False).fit((rows, cols, vals), shape=SHAPE)
+    est = GreedyLowRankCV(
+        loss="square", rank=4, bias_regs=[1.0, 5.0], cv=2, power_iter=5, random_state=0, refit=False
+    ).fit((rows, cols, vals), shape=SHAPE)
     assert est.scoring_ == "rmse"
     assert [p["bias_reg"] for p in est.cv_results_["params"]] == [1.0, 5.0]
     assert est.cv_results_["params"][0]["l2"] == 0.0
     assert not hasattr(est, "best_estimator_")
+    assert set(est.best_params_) == {"l2", "bias_reg"}  # select_iter=False: the whole budget
     with pytest.raises(AttributeError, match="refit=False"):
         est.predict(rows, cols)
 
