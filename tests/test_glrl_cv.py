@@ -179,3 +179,20 @@ def test_bad_grid_is_a_clear_error_before_any_work(kw, match):
     est = GreedyLowRankCV(**{"loss": "l1", **kw})
     with pytest.raises((ValueError, TypeError), match=match):
         est.fit(_Boom((1, 2, 3)), shape=SHAPE)
+
+
+def test_damaged_saved_model_is_a_model_file_error(fitted, tmp_path):
+    import json
+
+    from ooc_lowrank._persist import ModelFileError
+
+    fitted.save(tmp_path / "m")
+    doc = json.loads((tmp_path / "m" / "model.json").read_text())
+    doc["extra"]["params_list"] = doc["extra"]["params_list"][:2]
+    (tmp_path / "m" / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="params_list"):
+        ooc_lowrank.load(str(tmp_path / "m"))
+    del doc["extra"]["n_splits"]
+    (tmp_path / "m" / "model.json").write_text(json.dumps(doc))
+    with pytest.raises(ModelFileError, match="malformed"):
+        ooc_lowrank.load(str(tmp_path / "m"))
