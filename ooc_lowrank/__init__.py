@@ -41,6 +41,10 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .glrl import GreedyLowRank
 
         return GreedyLowRank
+    if name == "GreedyLowRankCV":
+        from .glrl import GreedyLowRankCV
+
+        return GreedyLowRankCV
     if name in ("MultiViewMachineRegressor", "MultiViewMachineClassifier"):
         from . import mvm
 

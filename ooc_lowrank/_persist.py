@@ -34,6 +34,7 @@ _REGISTRY: dict[str, str] = {
     "GIMC": "ooc_lowrank.gimc:GIMC",
     "GIMCCV": "ooc_lowrank.gimc:GIMCCV",
     "GreedyLowRank": "ooc_lowrank.glrl:GreedyLowRank",
+    "GreedyLowRankCV": "ooc_lowrank.glrl:GreedyLowRankCV",
     "MultiViewMachineRegressor": "ooc_lowrank.mvm:MultiViewMachineRegressor",
     "MultiViewMachineClassifier": "ooc_lowrank.mvm:MultiViewMachineClassifier",
     "KernelMaxide": "ooc_lowrank.kernelmaxide:KernelMaxide",

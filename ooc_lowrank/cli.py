@@ -61,6 +61,7 @@ METHODS = {
     "gimc-lnys-cv": ("ooc_lowrank.gimc:GIMCCV", {"features": "nystrom", "learn_features": True}),
     "imc-rff-cv": ("ooc_lowrank.gimc:GIMCCV", {"features": "fourier", "learn_features": False}),
     "glrl": ("ooc_lowrank.glrl:GreedyLowRank", {}),
+    "glrl-cv": ("ooc_lowrank.glrl:GreedyLowRankCV", {}),
     "kernelmaxide": ("ooc_lowrank.kernelmaxide:KernelMaxide", {}),
     "kernelmaxide-f": ("ooc_lowrank.kernelmaxide:KernelMaxide", {"n_landmarks": None}),
     "maxide": ("ooc_lowrank.kernelmaxide:Maxide", {}),

@@ -5,6 +5,7 @@
 * :mod:`._blocks` - block functions (one block of observed entries -> small sums)
 * :mod:`.core`    - the functional algorithm (:func:`greedy_pursuit`, :func:`top_triplet`)
 * :mod:`.estimator` - :class:`GreedyLowRank` (sklearn style, save/load, evaluate)
+* :mod:`.cv` - :class:`GreedyLowRankCV` (K-fold CV over the observed entries)
 
 Names are imported lazily so that Dask workers unpickling :mod:`._blocks` functions do not
 import scikit-learn.
@@ -15,6 +16,7 @@ from __future__ import annotations
 __all__ = [
     "LOSSES",
     "GreedyLowRank",
+    "GreedyLowRankCV",
     "GreedyResult",
     "get_loss",
     "greedy_pursuit",
@@ -28,6 +30,7 @@ _WHERE = {
     "top_triplet": "core",
     "resolve_init": "core",
     "GreedyLowRank": "estimator",
+    "GreedyLowRankCV": "cv",
     "LOSSES": "losses",
     "get_loss": "losses",
 }

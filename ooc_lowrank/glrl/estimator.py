@@ -676,6 +676,12 @@ class GreedyLowRank(BaseEstimator):
     # ------------------------------------------------------------------ persistence
     def save(self, path, *, overwrite=True):
         """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+        params, arrays, extra = self._state()
+        save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
+
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them (and
+        :meth:`_from_saved` reads them; :class:`GreedyLowRankCV` embeds them)."""
         self._check_fitted()
         params = {k: v for k, v in self.get_params().items() if k not in _NOT_SAVED}
         arrays = {
@@ -697,7 +703,7 @@ class GreedyLowRank(BaseEstimator):
             "n_observed": self.n_observed_,
             "init": self.init_,
         }
-        save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
