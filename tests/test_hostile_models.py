@@ -1282,3 +1282,18 @@ def test_predict_to_store_refuses_top_k_zero(tmp_path):
     with pytest.raises(ValueError, match="top_k must be >= 1; got 0"):
         est.predict_to_store(X, str(tmp_path / "p.zarr"), top_k=0)
     assert not (tmp_path / "p.zarr").exists()
+
+
+def test_nystrom_store_with_a_huge_value_outside_the_init_sample_is_an_error(tmp_path):
+    # the init check sees only 1000 sampled rows; every block's squared norms are checked too
+    from ooc_lowrank import GIMC
+    from ooc_lowrank._validation import NonFiniteError
+    from ooc_lowrank.storage import write_arrays
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((6000, 5))
+    X[3001, 2] = 1e300
+    Y = sp.csr_matrix((rng.random((6000, 3)) < 0.3).astype(np.float32))
+    ds = write_arrays(str(tmp_path / "h.zarr"), {"X": X, "Y": Y}, block_rows=1000)
+    with pytest.raises(NonFiniteError, match="squared norm"):
+        GIMC(features="nystrom", n_components=8, max_iter=1, random_state=0).fit(ds)

@@ -114,9 +114,23 @@ def _dot(Xb, U):
 
 
 def _row_sq(Xb, dtype):
+    """Squared row norms; an overflow (a feature value near sqrt(max)) is an error here, in
+    every block, not only in the rows sampled at initialization: the RBF kernel of such a row
+    would silently be exp(-inf) = 0."""
     if sp.issparse(Xb):
-        return np.asarray(Xb.multiply(Xb).sum(axis=1), dtype=dtype).ravel()
-    return np.einsum("ij,ij->i", Xb, Xb).astype(dtype, copy=False)
+        out = np.asarray(Xb.multiply(Xb).sum(axis=1), dtype=dtype).ravel()
+    else:
+        out = np.einsum("ij,ij->i", Xb, Xb).astype(dtype, copy=False)
+    if not np.isfinite(out).all():
+        from ooc_lowrank._validation import NonFiniteError
+
+        i = int(np.argmin(np.isfinite(out)))
+        raise NonFiniteError(
+            f"X: the squared norm of row {i} of a block overflows {np.dtype(dtype)} (a feature "
+            "value too large, e.g. 1e300). Scale or normalize X before fitting (e.g. "
+            "sklearn.preprocessing.MaxAbsScaler), or fix the bad entry"
+        )
+    return out
 
 
 def label_block(Ab, n_labels, codes, dtype):
