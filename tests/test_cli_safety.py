@@ -122,7 +122,7 @@ ROWS = [
     Row("param-estimator-check-names-the-option", ["fit", "glrl", "{rtr}", "{tmp}/new", "--init",
         "bais"], 2, "--init must be one of"),
     Row("param-method-typo-close-match", ["fit", "glr", "{rtr}", "{tmp}/new"],
-        2, "Did you mean glrl?", no_work=True),
+        2, "Did you mean glrl", no_work=True),
     Row("param-missing-positional-one-line", ["fit", "gimc-lff", "{tr}"],
         2, "ooc-lowrank fit gimc-lff: the following arguments are required: MODEL", no_work=True),
     Row("param-fit-keyword-method-lacks", ["fit", "glrl", "{rtr}", "{tmp}/new", "--eval-store",
