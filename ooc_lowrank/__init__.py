@@ -33,6 +33,10 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .gimc import GIMC
 
         return GIMC
+    if name == "InductiveMatrixCompletion":
+        from .imc import InductiveMatrixCompletion
+
+        return InductiveMatrixCompletion
     if name == "GreedyLowRank":
         from .glrl import GreedyLowRank
 

@@ -1,0 +1,277 @@
+"""Two-sided IMC / GIMC-LFF (SPEC 1.5, 5.1) against the NumPy twins in naive_imc.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import naive_imc as nv
+from ooc_lowrank.imc import InductiveMatrixCompletion, core
+
+
+def _data(seed, n1=23, n2=17, d1=5, d2=4, frac=0.4, csr=False):
+    rng = np.random.default_rng(seed)
+    X1 = rng.standard_normal((n1, d1))
+    X2 = rng.standard_normal((n2, d2))
+    mask = rng.random((n1, n2)) < frac
+    r, c = np.nonzero(mask)
+    v = rng.standard_normal(r.size)
+    if csr:
+        X1[rng.random(X1.shape) < 0.5] = 0.0
+        X1 = sp.csr_matrix(X1)
+    return X1, X2, (r, c, v)
+
+
+def _problem(seed, row_map, col_map, block_rows=None, lam=0.3, learn=True, csr=False, m=4):
+    X1, X2, trip = _data(seed, csr=csr)
+    est = InductiveMatrixCompletion(
+        row_map=row_map, col_map=col_map, n_features_map=m, learn_features=learn,
+        block_rows=block_rows, gamma=0.3,
+    )
+    obs, shape, Br, Bc = est._prepare(trip, X1, X2, (X1.shape[0], X2.shape[0]))
+    rng = np.random.default_rng(seed + 1)
+    rows, cols = est._side(row_map, Br, rng), est._side(col_map, Bc, rng)
+    return core.Problem(obs, rows, cols, lam), X1, X2, trip
+
+
+def _naive_phi(side, X):
+    if side.spec is None:
+        return nv.phi(X, None, "identity")
+    p = side.spec.parts[0]
+    if p.kind == "nystrom" and p.M is not None:
+        return nv.phi(X, side.U, "nystrom", p.gamma) @ p.M
+    return nv.phi(X, side.U, p.kind, p.gamma)
+
+
+def _fd(f, x, h=1e-6):
+    g = np.zeros_like(x)
+    for idx in np.ndindex(x.shape):
+        e = np.zeros_like(x)
+        e[idx] = h
+        g[idx] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+def _rel(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+MAPS = [("identity", "identity"), ("fourier", "fourier"), ("nystrom", "identity")]
+
+
+@pytest.mark.parametrize("block_rows", [None, 6])
+@pytest.mark.parametrize("row_map,col_map", MAPS)
+def test_gradients_and_hvp_match_naive_and_fd(row_map, col_map, block_rows):
+    prob, X1, X2, (r, c, v) = _problem(0, row_map, col_map, block_rows)
+    PhiU, PhiV = _naive_phi(prob.rows, X1), _naive_phi(prob.cols, X2)
+    rng = np.random.default_rng(5)
+    k = 3
+    W = rng.standard_normal((PhiU.shape[1], k)) * 0.5
+    H = rng.standard_normal((PhiV.shape[1], k)) * 0.5
+    P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
+    np.testing.assert_allclose(P, PhiU @ W, rtol=1e-10, atol=1e-12)
+    gW, gH, _, _ = nv.grads(PhiU, PhiV, W, H, r, c, v, prob.lam)
+    assert _rel(prob.grad_W(W, P, Q), gW) < 1e-10
+    assert _rel(prob.grad_H(H, P, Q), gH) < 1e-10
+
+    def f(W_, H_):
+        return nv.objective(PhiU, PhiV, W_, H_, r, c, v, prob.lam)
+
+    assert _rel(gW, _fd(lambda w: f(w, H), W)) < 1e-6
+    assert _rel(gH, _fd(lambda h: f(W, h), H)) < 1e-6
+    # Hessian-vector products against finite differences of the gradient
+    D = rng.standard_normal(W.shape)
+    eps = 1e-5
+    fdW = (
+        nv.grads(PhiU, PhiV, W + eps * D, H, r, c, v, prob.lam)[0]
+        - nv.grads(PhiU, PhiV, W - eps * D, H, r, c, v, prob.lam)[0]
+    ) / (2 * eps)
+    assert _rel(prob.hvp_W(D, Q), fdW) < 1e-7
+    E = rng.standard_normal(H.shape)
+    fdH = (
+        nv.grads(PhiU, PhiV, W, H + eps * E, r, c, v, prob.lam)[1]
+        - nv.grads(PhiU, PhiV, W, H - eps * E, r, c, v, prob.lam)[1]
+    ) / (2 * eps)
+    assert _rel(prob.hvp_H(E, P), fdH) < 1e-7
+
+
+@pytest.mark.parametrize("row_map,col_map", [("fourier", "nystrom"), ("nystrom", "fourier")])
+def test_feature_gradients_match_fd(row_map, col_map):
+    """GIMC-LFF / LNYS U and V gradients (SPEC 1.5.3) on 2 uneven row blocks."""
+    prob, X1, X2, (r, c, v) = _problem(1, row_map, col_map, block_rows=13)
+    rng = np.random.default_rng(2)
+    k = 2
+    W = rng.standard_normal((prob.rows.n_features, k)) * 0.5
+    H = rng.standard_normal((prob.cols.n_features, k)) * 0.5
+    P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
+    RQ, _ = prob.omega_rows(P, Q, True)
+    RtP, _ = prob.omega_cols(P, Q, True)
+    gU = prob.feature_grad(prob.rows, RQ, W)
+    gV = prob.feature_grad(prob.cols, RtP, H)
+    pr, pc = prob.rows.spec.parts[0], prob.cols.spec.parts[0]
+
+    def f(U_, V_):
+        PhiU = nv.phi(X1, U_, pr.kind, pr.gamma)
+        PhiV = nv.phi(X2, V_, pc.kind, pc.gamma)
+        return nv.objective(PhiU, PhiV, W, H, r, c, v, prob.lam)
+
+    U0, V0 = prob.rows.U, prob.cols.U
+    assert _rel(gU, _fd(lambda u: f(u, V0), U0)) < 1e-6
+    assert _rel(gV, _fd(lambda w: f(U0, w), V0)) < 1e-6
+
+
+def test_cg_solution_is_stationary():
+    prob, X1, X2, _ = _problem(3, "fourier", "identity", block_rows=8, learn=False)
+    rng = np.random.default_rng(0)
+    W = rng.standard_normal((prob.rows.n_features, 2))
+    H = rng.standard_normal((prob.cols.n_features, 2))
+    P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
+    g0 = prob.grad_W(W, P, Q)
+    W2, it = core.cg(W, -g0, lambda D: prob.hvp_W(D, Q), 1e-12, 500)
+    g = prob.grad_W(W2, prob.project(prob.rows, W2), Q)
+    assert np.linalg.norm(g) < 1e-8 * np.linalg.norm(g0)
+    assert it >= 2
+
+
+def _lowrank(seed, n1=60, n2=50, d1=8, d2=7, k=3, frac=0.25):
+    rng = np.random.default_rng(seed)
+    X1 = rng.standard_normal((n1, d1))
+    X2 = rng.standard_normal((n2, d2))
+    A = X1 @ rng.standard_normal((d1, k)) @ rng.standard_normal((k, d2)) @ X2.T
+    r, c = np.nonzero(rng.random((n1, n2)) < frac)
+    return X1, X2, A, (r, c, A[r, c])
+
+
+def test_recovers_low_rank_matrix_from_a_fraction_of_entries():
+    X1, X2, A, trip = _lowrank(0)
+    est = InductiveMatrixCompletion(n_components=3, lam=1e-4, max_iter=40, random_state=0)
+    est.fit(trip, X_row=X1, X_col=X2, shape=A.shape)
+    B = est.row_factors_ @ est.col_factors_.T
+    assert np.linalg.norm(B - A) / np.linalg.norm(A) < 1e-3
+    assert len(trip[0]) < 0.3 * A.size
+    # predict and top_k agree with the dense product
+    rows = np.array([0, 5, 59])
+    np.testing.assert_allclose(est.predict(rows, np.array([1, 2, 49])), B[rows, [1, 2, 49]])
+    idx, val = est.top_k(rows, 4)
+    np.testing.assert_array_equal(idx, np.argsort(-B[rows], axis=1, kind="stable")[:, :4])
+    np.testing.assert_allclose(val, np.take_along_axis(B[rows], idx, axis=1))
+    # the inductive embedding of the training rows is the fitted P
+    np.testing.assert_allclose(est.transform_rows(X1), est.row_factors_, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("learn", [False, True])
+def test_objective_non_increasing(learn):
+    X1, X2, A, trip = _lowrank(1, n1=30, n2=25)
+    est = InductiveMatrixCompletion(
+        n_components=3, lam=0.5, row_map="fourier", col_map="fourier", n_features_map=10,
+        learn_features=learn, max_iter=6, cg_iter=5, tol=0.0, random_state=0,
+    )
+    est.fit(trip, X_row=X1, X_col=X2, shape=A.shape)
+    f = est.objective_
+    assert f.size == 7
+    assert np.all(np.diff(f) <= 1e-12 * f[0])
+    if learn:
+        assert np.any(est.step_sizes_ > 0)
+
+
+def test_chunk_invariance():
+    X1, X2, (r, c, v) = _data(4, csr=True)
+    kw = dict(
+        n_components=2, lam=0.3, row_map="identity", col_map="fourier", n_features_map=5,
+        learn_features=True, max_iter=3, cg_iter=4, tol=0.0, random_state=3,
+    )
+    shape = (X1.shape[0], X2.shape[0])
+    a = InductiveMatrixCompletion(**kw).fit((r, c, v), X_row=X1, X_col=X2, shape=shape)
+    b = InductiveMatrixCompletion(block_rows=7, **kw)
+    b.fit((r, c, v), X_row=X1, X_col=X2, shape=shape)
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-9)
+    np.testing.assert_allclose(a.row_factors_, b.row_factors_, rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(a.col_params_, b.col_params_, rtol=1e-9, atol=1e-12)
+
+
+def _store(tmp_path, trip, shape, block_rows):
+    """A coo observation store of ``(rows, cols, values)``."""
+    from ooc_lowrank.storage import DatasetWriter, open_dataset
+
+    r, c, v = trip
+    M = sp.csr_matrix((v, (r, c)), shape=shape)
+    with DatasetWriter(str(tmp_path / "o.zarr"), block_rows=block_rows) as w:
+        w.add_coo("obs", n_cols=shape[1], dtype="float64")
+        for s in range(0, shape[0], block_rows):
+            w.append(obs=M[s : s + block_rows])
+    return open_dataset(str(tmp_path / "o.zarr"))
+
+
+@pytest.fixture
+def no_fit(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("fit work started before validation")
+
+    monkeypatch.setattr(core, "fit_imc", boom)
+    monkeypatch.setattr(core, "init_factors", boom)
+
+
+def test_bad_input_errors_before_work(no_fit):
+    X1, X2, (r, c, v) = _data(5)
+    shape = (X1.shape[0], X2.shape[0])
+    est = InductiveMatrixCompletion()
+    bad_c = c.copy()
+    bad_c[0] = shape[1]
+    with pytest.raises(ValueError, match=r"cols must lie in \[0, 17\)"):
+        est.fit((r, bad_c, v), X_row=X1, X_col=X2, shape=shape)
+    with pytest.raises(ValueError, match="X_row must have one row per row.*23 rows.*has 22"):
+        est.fit((r, c, v), X_row=X1[:-1], X_col=X2, shape=shape)
+    with pytest.raises(ValueError, match="X_col must have one row per column"):
+        est.fit((r, c, v), X_row=X1, X_col=X2[:-2], shape=shape)
+    with pytest.raises(ValueError, match="at least one observed entry"):
+        est.fit((r[:0], c[:0], v[:0]), X_row=X1, X_col=X2, shape=shape)
+    with pytest.raises(ValueError, match="row_map must be one of"):
+        InductiveMatrixCompletion(row_map="rbf").fit((r, c, v), X_row=X1, X_col=X2, shape=shape)
+    vv = v.copy()
+    vv[3] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        est.fit((r, c, vv), X_row=X1, X_col=X2, shape=shape)
+
+
+def test_store_observations_column_range_checked(tmp_path, no_fit):
+    """A coo store whose shape disagrees with X_col is refused before work."""
+    X1, X2, (r, c, v) = _data(6)
+    n1, n2 = X1.shape[0], X2.shape[0]
+    ds = _store(tmp_path, (r, c, v), (n1, n2), 8)
+    with pytest.raises(ValueError, match="X_col must have one row per column.*17 columns"):
+        InductiveMatrixCompletion().fit(ds, X_row=X1, X_col=X2[:5])
+    with pytest.raises(ValueError, match="X_row must have one row per row"):
+        InductiveMatrixCompletion().fit(ds, X_row=X2, X_col=X2)
+
+
+def test_store_fit_equals_in_memory_fit(tmp_path):
+    X1, X2, (r, c, v) = _data(7)
+    n1, n2 = X1.shape[0], X2.shape[0]
+    ds = _store(tmp_path, (r, c, v), (n1, n2), 10)
+    kw = dict(n_components=2, lam=0.2, max_iter=3, tol=0.0, random_state=0)
+    a = InductiveMatrixCompletion(**kw).fit(ds, X_row=X1, X_col=X2)
+    b = InductiveMatrixCompletion(**kw).fit((r, c, v), X_row=X1, X_col=X2, shape=(n1, n2))
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-9)
+
+
+def test_never_forms_dense_n1_by_n2(monkeypatch):
+    """Block functions never see an (n1, n2) dense array: the largest argument any Omega block
+    function receives is (n2, k)."""
+    from ooc_lowrank.imc import _blocks
+
+    seen = []
+    orig = _blocks.entry_values
+
+    def spy(Ob, Pb, Q, residual):
+        seen.append((Ob.shape, np.shape(Pb), np.shape(Q)))
+        return orig(Ob, Pb, Q, residual)
+
+    monkeypatch.setattr(_blocks, "entry_values", spy)
+    X1, X2, trip = _data(8)
+    InductiveMatrixCompletion(n_components=2, max_iter=1, block_rows=6).fit(
+        trip, X_row=X1, X_col=X2, shape=(X1.shape[0], X2.shape[0])
+    )
+    assert seen
+    assert all(p[0] <= 6 and q == (X2.shape[0], 2) for _, p, q in seen)
+
