@@ -33,10 +33,10 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .gimc import GIMC
 
         return GIMC
-    if name == "InductiveMatrixCompletion":
-        from .imc import InductiveMatrixCompletion
+    if name in ("InductiveMatrixCompletion", "GIMCClustering"):
+        from . import imc
 
-        return InductiveMatrixCompletion
+        return getattr(imc, name)
     if name == "GreedyLowRank":
         from .glrl import GreedyLowRank
 

@@ -275,3 +275,91 @@ def test_never_forms_dense_n1_by_n2(monkeypatch):
     assert seen
     assert all(p[0] <= 6 and q == (X2.shape[0], 2) for _, p, q in seen)
 
+
+
+# ------------------------------------------------------------------------------------------
+# clustering (Algorithm 2)
+# ------------------------------------------------------------------------------------------
+
+
+def test_clustering_error_matches_pairwise_definition():
+    from ooc_lowrank.imc.clustering import clustering_error
+
+    rng = np.random.default_rng(0)
+    for _ in range(5):
+        t = rng.integers(0, 4, 37)
+        p = rng.integers(0, 3, 37) * 10 - 5  # arbitrary label values
+        assert abs(clustering_error(p, t) - nv.pair_error(p, t)) < 1e-14
+    t = np.array([0, 0, 1, 1, 2])
+    assert clustering_error(np.array([2, 2, 0, 0, 1]), t) == 0.0
+    assert abs(clustering_error(np.array([0, 0, 0, 1, 2]), t) - 0.3) < 1e-15
+
+
+def test_constraint_sampler_is_seeded_and_labels_pairs():
+    from ooc_lowrank.imc.clustering import sample_constraints
+
+    y = np.random.default_rng(1).integers(0, 3, 50)
+    r, c, v = sample_constraints(y, 200, random_state=4)
+    r2, c2, v2 = sample_constraints(y, 200, random_state=4)
+    assert r.size == 200 and np.array_equal(r, r2) and np.array_equal(c, c2)
+    assert np.all(r < c)
+    np.testing.assert_array_equal(v, (y[r] == y[c]).astype(float))
+    rs, cs, vs = sample_constraints(y, 200, random_state=4, symmetrize=True)
+    assert rs.size == 400 and np.array_equal(rs[200:], c) and np.array_equal(vs[200:], v)
+
+
+@pytest.mark.parametrize("method", ["exact", "svds"])
+def test_readout_matches_dense_svd(method):
+    from ooc_lowrank.imc.clustering import leading_subspace
+
+    rng = np.random.default_rng(2)
+    P, Q = rng.standard_normal((40, 3)), rng.standard_normal((40, 3))
+    T = leading_subspace(P, Q, 3, method)
+    U, _, _ = np.linalg.svd(P @ Q.T if method == "exact" else P)
+    proj = U[:, :3] @ U[:, :3].T
+    assert np.linalg.norm(T @ T.T - proj) < 1e-10
+    np.testing.assert_allclose(T.T @ T, np.eye(3), atol=1e-12)
+
+
+def _blobs(seed, n=90, k=3, d=4):
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(k), n // k)
+    X = rng.standard_normal((n, d)) * 0.6 + 3.0 * rng.standard_normal((k, d))[y]
+    return X, y
+
+
+@pytest.mark.parametrize("features", ["identity", "fourier"])
+def test_clustering_recovers_blobs_from_constraints(features):
+    from ooc_lowrank.imc.clustering import GIMCClustering, clustering_error, sample_constraints
+
+    X, y = _blobs(3)
+    cons = sample_constraints(y, 10 * X.shape[0], random_state=0)
+    m = GIMCClustering(
+        n_clusters=3, lam=0.5, features=features, n_features_map=30, max_iter=5, n_init=3,
+        random_state=0,
+    ).fit(X, constraints=cons)
+    assert m.labels_.shape == (90,)
+    assert clustering_error(m.labels_, y) < 0.05
+    assert np.all(np.diff(m.imc_.objective_) <= 1e-12 * m.imc_.objective_[0])
+
+
+def test_clustering_bad_input_errors_before_work(no_fit):
+    from ooc_lowrank.imc.clustering import GIMCClustering, sample_constraints
+
+    X, y = _blobs(4, n=30)
+    r, c, v = sample_constraints(y, 60, random_state=0)
+    g = GIMCClustering(n_clusters=3)
+    bad = r.copy()
+    bad[0] = 30
+    with pytest.raises(ValueError, match=r"rows must lie in \[0, 30\)"):
+        g.fit(X, constraints=(bad, c, v))
+    vv = v.copy()
+    vv[1] = 0.5
+    with pytest.raises(ValueError, match="0 \\(different cluster\\) or 1 \\(same cluster\\)"):
+        g.fit(X, constraints=(r, c, vv))
+    with pytest.raises(ValueError, match="n_clusters"):
+        GIMCClustering(n_clusters=1).fit(X, constraints=(r, c, v))
+    with pytest.raises(ValueError, match="at least one observed entry"):
+        g.fit(X, constraints=(r[:0], c[:0], v[:0]))
+    with pytest.raises(TypeError, match="constraints must be a \\(rows, cols, values\\)"):
+        g.fit(X, constraints=np.zeros((3, 3)))
