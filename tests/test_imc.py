@@ -363,3 +363,20 @@ def test_clustering_bad_input_errors_before_work(no_fit):
         g.fit(X, constraints=(r[:0], c[:0], v[:0]))
     with pytest.raises(TypeError, match="constraints must be a \\(rows, cols, values\\)"):
         g.fit(X, constraints=np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("row_map,col_map", [("identity", "nystrom"), ("fourier", "identity")])
+def test_save_load_round_trip(tmp_path, row_map, col_map):
+    import ooc_lowrank
+
+    X1, X2, trip = _data(10)
+    est = InductiveMatrixCompletion(
+        n_components=2, row_map=row_map, col_map=col_map, n_features_map=6, max_iter=2,
+        random_state=0,
+    ).fit(trip, X_row=X1, X_col=X2, shape=(X1.shape[0], X2.shape[0]))
+    est.save(tmp_path / "m")
+    back = ooc_lowrank.load(tmp_path / "m")
+    rows = np.arange(5)
+    np.testing.assert_array_equal(back.predict(rows, rows), est.predict(rows, rows))
+    np.testing.assert_allclose(back.transform_cols(X2), est.transform_cols(X2), rtol=1e-12)
+    np.testing.assert_allclose(back.transform_rows(X1), est.row_factors_, rtol=1e-9, atol=1e-12)

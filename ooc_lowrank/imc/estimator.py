@@ -18,6 +18,15 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    from_saved,
+    load_model,
+    save_model,
+)
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.gimc import _blocks as _gb
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures
@@ -338,6 +347,82 @@ class InductiveMatrixCompletion(BaseEstimator):
         """``phi_V(X) H`` (n, k) for (new) column features."""
         check_is_fitted(self, "W_")
         return self._embed(X, self.col_params_, self._col_spec, self.H_)
+
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path, *, overwrite=True):
+        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+        check_is_fitted(self, "W_")
+        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        arrays = {
+            "W": self.W_,
+            "H": self.H_,
+            "row_factors": self.row_factors_,
+            "col_factors": self.col_factors_,
+            "objective": self.objective_,
+            "cg_iterations": self.cg_iterations_,
+            "step_sizes": self.step_sizes_,
+        }
+        extra = {
+            "shape": list(self.shape_),
+            "n_iter": self.n_iter_,
+            "n_passes": self.n_passes_,
+            "converged": bool(self.converged_),
+        }
+        for side, U, spec in (
+            ("row", self.row_params_, self._row_spec),
+            ("col", self.col_params_, self._col_spec),
+        ):
+            if spec is not None:
+                arrays[f"{side}_params"] = U
+                extra[f"{side}_gamma"] = spec.parts[0].gamma
+                if spec.parts[0].M is not None:
+                    arrays[f"{side}_normalization"] = spec.parts[0].M
+        save_model(path, "InductiveMatrixCompletion", params, arrays, extra, overwrite=overwrite)
+
+    @classmethod
+    def _from_saved(cls, params, arrays, extra):
+        """The estimator of a loaded model; every value and array checked first."""
+        params = check_params(cls, params, ignore_unknown=True)
+        est = build_checked(cls, params, cls._check_params)
+        r = ModelReader(arrays, extra)
+        shape = r.value("shape", "list")
+        if len(shape) != 2 or not all(isinstance(s, int) and s >= 1 for s in shape):
+            raise ModelFileError("model.json", "extra.shape", "must be [n1, n2], both >= 1", shape)
+        k = int(est.n_components)
+        for side, kind in (("row", est.row_map), ("col", est.col_map)):
+            U, spec = None, None
+            if kind != "identity":
+                U = r.array(f"{side}_params", (None, None))
+                m = U.shape[1]
+                M = None
+                if kind == "nystrom" and not est.learn_features:
+                    M = r.array(f"{side}_normalization", (m, m))
+                gamma = r.value(f"{side}_gamma", "float")
+                spec = _gb.FeatureSpec.build([(kind, m, gamma, M, bool(est.learn_features))])
+            setattr(est, f"{side}_params_", U)
+            setattr(est, f"_{side}_spec", spec)
+        est.W_ = r.array("W", (None, k), meaning="row features x n_components")
+        est.H_ = r.array("H", (None, k), meaning="column features x n_components")
+        est.row_factors_ = r.array("row_factors", (shape[0], k))
+        est.col_factors_ = r.array("col_factors", (shape[1], k))
+        est.objective_ = r.array("objective", (None,))
+        est.cg_iterations_ = r.array("cg_iterations", (None, 2), kind="int")
+        est.step_sizes_ = r.array("step_sizes", (None, 2))
+        est.n_iter_ = r.value("n_iter", "int", low=0)
+        est.n_passes_ = r.value("n_passes", "int", low=0)
+        est.converged_ = r.value("converged", "bool")
+        est.shape_ = tuple(shape)
+        r.finish()
+        return est
+
+    @classmethod
+    def load(cls, path):
+        """Load a model saved by :meth:`save`."""
+        name, params, arrays, extra = load_model(path)
+        if name != "InductiveMatrixCompletion":
+            raise ValueError(f"model {path!r} holds a {name!r}, not an InductiveMatrixCompletion")
+        return from_saved(cls, path, params, arrays, extra)
 
 
 __all__ = ["InductiveMatrixCompletion", "FEATURE_MAPS"]
