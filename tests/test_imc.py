@@ -411,3 +411,21 @@ def test_local_cluster_fit_equals_threaded_fit(cluster_client):
         b = InductiveMatrixCompletion(**kw).fit(trip, X_row=X1, X_col=X2, shape=shape)
     np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-10)
     np.testing.assert_allclose(b.row_factors_, a.row_factors_, rtol=1e-8, atol=1e-10)
+
+
+def test_dask_feature_inputs_equal_numpy():
+    import dask.array as da
+
+    X1, X2, trip = _data(13)
+    kw = dict(
+        n_components=2, row_map="identity", col_map="fourier", n_features_map=4, max_iter=2,
+        tol=0.0, gamma=0.5, random_state=0,
+    )
+    shape = (X1.shape[0], X2.shape[0])
+    a = InductiveMatrixCompletion(**kw).fit(trip, X_row=X1, X_col=X2, shape=shape)
+    b = InductiveMatrixCompletion(**kw).fit(
+        trip, X_row=da.from_array(X1, chunks=(5, -1)), X_col=da.from_array(X2, chunks=(6, -1)),
+        shape=shape,
+    )
+    np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-10)
+    np.testing.assert_allclose(b.col_factors_, a.col_factors_, rtol=1e-8, atol=1e-10)
