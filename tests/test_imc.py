@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 import naive_imc as nv
 from ooc_lowrank.imc import InductiveMatrixCompletion, core
+from ooc_lowrank.imc.estimator import transposed
 
 
 def _data(seed, n1=23, n2=17, d1=5, d2=4, frac=0.4, csr=False):
@@ -23,7 +24,9 @@ def _data(seed, n1=23, n2=17, d1=5, d2=4, frac=0.4, csr=False):
     return X1, X2, (r, c, v)
 
 
-def _problem(seed, row_map, col_map, block_rows=None, lam=0.3, learn=True, csr=False, m=4):
+def _problem(
+    seed, row_map, col_map, block_rows=None, lam=0.3, learn=True, csr=False, m=4, fuse=True
+):
     X1, X2, trip = _data(seed, csr=csr)
     est = InductiveMatrixCompletion(
         row_map=row_map, col_map=col_map, n_features_map=m, learn_features=learn,
@@ -32,7 +35,8 @@ def _problem(seed, row_map, col_map, block_rows=None, lam=0.3, learn=True, csr=F
     obs, shape, Br, Bc = est._prepare(trip, X1, X2, (X1.shape[0], X2.shape[0]))
     rng = np.random.default_rng(seed + 1)
     rows, cols = est._side(row_map, Br, rng), est._side(col_map, Bc, rng)
-    return core.Problem(obs, rows, cols, lam), X1, X2, trip
+    obs_t = transposed(obs, block_rows) if fuse else None
+    return core.Problem(obs, rows, cols, lam, obs_t), X1, X2, trip
 
 
 def _naive_phi(side, X):
@@ -60,10 +64,10 @@ def _rel(a, b):
 MAPS = [("identity", "identity"), ("fourier", "fourier"), ("nystrom", "identity")]
 
 
-@pytest.mark.parametrize("block_rows", [None, 6])
+@pytest.mark.parametrize("block_rows,fuse", [(None, True), (6, True), (6, False)])
 @pytest.mark.parametrize("row_map,col_map", MAPS)
-def test_gradients_and_hvp_match_naive_and_fd(row_map, col_map, block_rows):
-    prob, X1, X2, (r, c, v) = _problem(0, row_map, col_map, block_rows)
+def test_gradients_and_hvp_match_naive_and_fd(row_map, col_map, block_rows, fuse):
+    prob, X1, X2, (r, c, v) = _problem(0, row_map, col_map, block_rows, fuse=fuse)
     PhiU, PhiV = _naive_phi(prob.rows, X1), _naive_phi(prob.cols, X2)
     rng = np.random.default_rng(5)
     k = 3
@@ -256,8 +260,8 @@ def test_store_fit_equals_in_memory_fit(tmp_path):
 
 
 def test_never_forms_dense_n1_by_n2(monkeypatch):
-    """Block functions never see an (n1, n2) dense array: the largest argument any Omega block
-    function receives is (n2, k)."""
+    """Block functions never see an (n1, n2) dense array: Omega blocks have at most block_rows
+    rows and the largest factor any of them receives is (n, k)."""
     from ooc_lowrank.imc import _blocks
 
     seen = []
@@ -273,7 +277,9 @@ def test_never_forms_dense_n1_by_n2(monkeypatch):
         trip, X_row=X1, X_col=X2, shape=(X1.shape[0], X2.shape[0])
     )
     assert seen
-    assert all(p[0] <= 6 and q == (X2.shape[0], 2) for _, p, q in seen)
+    n1, n2 = X1.shape[0], X2.shape[0]
+    small = {(n1, 2), (n2, 2)}
+    assert all(o[0] <= 6 and p[0] <= 6 and q in small for o, p, q in seen)
 
 
 

@@ -126,3 +126,21 @@ def omega_loss_block(Ob, Pb, Q):
     r = b - s
     return np.array([0.5 * r @ r, b @ s, b @ b, s @ s, float(s.size)])
 
+
+
+# ----------------------------------------------------------------------------------------
+# fused X + Omega blocks (the observations' rows are the side's rows)
+# ----------------------------------------------------------------------------------------
+
+
+def fused_block(Xb, Ob, U, spec, Delta, Q, residual):
+    """One block of a side whose rows index the observations' rows: ``Phi_b^T (E_b Q)`` (D, k)
+    and ``sum E_b^2 / 2`` with ``E_ij = (Phi_b Delta)_i^T q_j`` (minus ``S_ij`` if
+    ``residual``).  ``Delta = W`` and ``residual=True`` give the W-gradient's data term; a
+    direction and ``residual=False`` the Hessian-vector product, in one pass instead of three.
+    """
+    Phi = phi_block(Xb, U, spec)
+    T = np.asarray(Phi @ Delta.astype(Phi.dtype, copy=False), dtype=np.float64)
+    EQ = omega_rows_block(Ob, T, Q, residual)
+    out = Phi.T @ np.asarray(EQ[:, :-1], dtype=Phi.dtype)
+    return np.ascontiguousarray(np.asarray(out, dtype=np.float64)), np.array(EQ[:, -1].sum())

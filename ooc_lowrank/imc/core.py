@@ -92,9 +92,22 @@ def map_rows_compute(fn, *inputs, args, n_cols):
 class Problem:
     """The data of one fit (observations and both sides) and its passes, counted."""
 
-    def __init__(self, obs, rows: Side, cols: Side, lam: float):
+    def __init__(self, obs, rows: Side, cols: Side, lam: float, obs_t=None):
         self.obs, self.rows, self.cols, self.lam = obs, rows, cols, float(lam)
+        self.obs_t = obs_t  # the observations sorted by column (n2, n1), when available
         self.n_passes = 0
+
+    def fused(self, side: Side, obs, Delta, other, residual):
+        """``(Phi^T (E other), sum E^2 / 2)`` in one pass over ``side.X`` and ``obs`` (row-aligned):
+        ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``)."""
+        self.n_passes += 1
+        out, loss = engine.map_reduce(
+            _blocks.fused_block,
+            side.X,
+            obs,
+            args=(side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual)),
+        )
+        return out, float(loss)
 
     # X-passes ------------------------------------------------------------------------
     def project(self, side: Side, Delta, U=None):
@@ -155,20 +168,24 @@ class Problem:
         return loss + 0.5 * self.lam * (float(np.sum(W * W)) + float(np.sum(H * H)))
 
     # gradients and Hessian-vector products (also used by the tests) -------------------
+    # The row side is always fused (one pass over X_row and the observations, which share
+    # rows); the column side is fused when the column-sorted observations ``obs_t`` exist, and
+    # otherwise takes three passes: ``S = Phi_V Delta``, the scattered ``M^T P``, ``Phi_V^T``.
     def grad_W(self, W, P, Q):
-        RQ, _ = self.omega_rows(P, Q, True)
-        return self.phit(self.rows, RQ) + self.lam * W
+        return self.fused(self.rows, self.obs, W, Q, True)[0] + self.lam * W
 
     def grad_H(self, H, P, Q):
+        if self.obs_t is not None:
+            return self.fused(self.cols, self.obs_t, H, P, True)[0] + self.lam * H
         RtP, _ = self.omega_cols(P, Q, True)
         return self.phit(self.cols, RtP) + self.lam * H
 
     def hvp_W(self, Delta, Q):
-        T = self.project(self.rows, Delta)
-        MQ, _ = self.omega_rows(T, Q, False)
-        return self.phit(self.rows, MQ) + self.lam * Delta
+        return self.fused(self.rows, self.obs, Delta, Q, False)[0] + self.lam * Delta
 
     def hvp_H(self, Delta, P):
+        if self.obs_t is not None:
+            return self.fused(self.cols, self.obs_t, Delta, P, False)[0] + self.lam * Delta
         S = self.project(self.cols, Delta)
         MtP, _ = self.omega_cols(P, S, False)
         return self.phit(self.cols, MtP) + self.lam * Delta

@@ -53,6 +53,15 @@ def observations(X, shape, block_rows=None, name="X"):
     return engine.as_blocked(csr, block_rows=block_rows, name=name), tuple(csr.shape)
 
 
+def transposed(B, block_rows=None):
+    """The observations sorted by column, ``(n2, n1)`` CSR blocks, when they are held in memory
+    (the column side's passes then fuse with its X-passes); None for store / Dask input, whose
+    column side takes three passes per product instead of a transposed copy of ``Omega``."""
+    if not B.in_memory:
+        return None
+    return engine.as_blocked(B.source.T.tocsr(), block_rows=block_rows, name="X")
+
+
 def check_observations(B, shape, name="X", zero_one=False):
     """One streaming pass of validation counts (GLRL's): errors before any fitting work."""
     c = engine.map_reduce(_glrl_blocks.check_block, B, args=(int(shape[1]), False), offset=True)
@@ -252,7 +261,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         rows = self._side(self.row_map, Br, rng)
         cols = self._side(self.col_map, Bc, rng)
-        prob = core.Problem(obs, rows, cols, self.lam)
+        prob = core.Problem(obs, rows, cols, self.lam, transposed(obs, self.block_rows))
         res = core.fit_imc(
             prob,
             int(self.n_components),
