@@ -435,3 +435,15 @@ def test_dask_feature_inputs_equal_numpy():
     )
     np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-10)
     np.testing.assert_allclose(b.col_factors_, a.col_factors_, rtol=1e-8, atol=1e-10)
+
+
+def test_select_lam_picks_lowest_validation_error_and_refits():
+    from ooc_lowrank.imc.clustering import GIMCClustering, sample_constraints, select_lam
+
+    X, y = _blobs(5, n=60)
+    cons = sample_constraints(y, 300, random_state=1)
+    base = GIMCClustering(n_clusters=3, features="identity", max_iter=3, n_init=2, random_state=0)
+    est, errors = select_lam(base, X, cons, lams=(0.1, 1e4), random_state=0)
+    assert set(errors) == {0.1, 1e4}
+    assert est.lam == min(errors, key=errors.get)
+    assert est.imc_.n_iter_ >= 1 and est.labels_.shape == (60,)

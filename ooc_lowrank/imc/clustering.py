@@ -147,6 +147,35 @@ def kmeans_blocks(T, k, *, n_init=10, n_epochs=5, block_rows=_KM_ROWS, random_st
     return labels.astype(np.int64), best, float(best_inertia)
 
 
+def select_lam(
+    estimator, X, constraints, *, lams=(0.1, 0.5, 1, 5, 10), holdout=0.2, random_state=None
+):
+    """The paper's model selection (SPEC 1.7): hold out ``holdout`` of the constraints, pick
+    ``lam`` by the constraint error on them, then refit on all constraints.
+
+    Returns
+    -------
+    estimator : the refitted clone (``lam`` set to the winner)
+    errors : dict lam -> validation constraint error
+    """
+    from sklearn.base import clone
+
+    r, c, v = (np.asarray(a) for a in constraints)
+    check_scalar(holdout, "holdout", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    rs = check_random_state(random_state)
+    perm = np.random.default_rng(rs.randint(2**31 - 1)).permutation(r.size)
+    n_val = max(1, int(round(holdout * r.size)))
+    va, tr = perm[:n_val], perm[n_val:]
+    if tr.size == 0:
+        raise param_error("constraints", "are too few to hold some out", r.size)
+    errors = {}
+    for lam in lams:
+        m = clone(estimator).set_params(lam=lam).fit(X, constraints=(r[tr], c[tr], v[tr]))
+        errors[lam] = constraint_error(m.labels_, r[va], c[va], v[va])
+    best = min(errors, key=errors.get)
+    return clone(estimator).set_params(lam=best).fit(X, constraints=(r, c, v)), errors
+
+
 class GIMCClustering(ClusterMixin, BaseEstimator):
     """Semi-supervised clustering with GIMC (Algorithm 2, SPEC 1.5.5).
 
@@ -267,4 +296,5 @@ __all__ = [
     "kmeans_blocks",
     "leading_subspace",
     "sample_constraints",
+    "select_lam",
 ]
