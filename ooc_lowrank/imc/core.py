@@ -10,7 +10,10 @@ Data are touched only through the engine, each pass one ``engine.compute``:
 * X-pass (map): ``Phi Delta`` (n, k) for a direction or the factors;
 * X-pass (reduce): ``Phi^T Z`` (D, k) or the feature-parameter gradient for ``df/dPhi = Z W^T``;
 * Omega-pass: ``R Q`` / ``M Q`` row-aligned (map), or ``R^T P`` / ``M^T P`` (reduce, (n2, k)),
-  or the loss alone.
+  or the loss alone;
+* fused pass (X-blocks and the Omega-blocks of the same rows together): ``Phi^T (E Q)`` for a
+  gradient or a Hessian-vector product in one pass.  The row side always fuses; the column side
+  fuses when the column-sorted observations are in memory, else takes three passes.
 
 One outer iteration: a W-step (CG on the Hessian operator ``Phi_U^T P_Omega(Phi_U Delta Q^T) Q +
 lam Delta``, warm-started at the current W), an H-step (the same with the sides swapped), then,
