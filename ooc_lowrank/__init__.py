@@ -37,6 +37,10 @@ def __getattr__(name):  # lazy access to the estimators (they import numba kerne
         from .gimc import GIMCCV
 
         return GIMCCV
+    if name in ("InductiveMatrixCompletion", "GIMCClustering"):
+        from . import imc
+
+        return getattr(imc, name)
     if name == "GreedyLowRank":
         from .glrl import GreedyLowRank
 

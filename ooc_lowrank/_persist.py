@@ -39,6 +39,7 @@ _REGISTRY: dict[str, str] = {
     "MultiViewMachineClassifier": "ooc_lowrank.mvm:MultiViewMachineClassifier",
     "KernelMaxide": "ooc_lowrank.kernelmaxide:KernelMaxide",
     "Maxide": "ooc_lowrank.kernelmaxide:Maxide",
+    "InductiveMatrixCompletion": "ooc_lowrank.imc:InductiveMatrixCompletion",
 }
 
 

@@ -285,6 +285,15 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     else:
         G = Phi @ WWt
         G -= np.asarray(A @ Wt)
+    return backprop_block(Xb, Phi, G, spec)
+
+
+def backprop_block(Xb, Phi, G, spec):
+    """Back-propagate ``G = df/dPhi`` (n_b, D) of one block to the feature parameters:
+    ``X_b^T Xi_b`` (d, m_total) and the LNYS column sums (m_total,), for :func:`finalize_grad`.
+
+    ``Xb`` is the block as the features saw it (row-normalized if the spec asks) and ``Phi``
+    its features; ``G`` is overwritten (the caller owns it)."""
     gX = np.zeros((Xb.shape[1], spec.n_params), dtype=np.float64)
     colsum = np.zeros(spec.n_params, dtype=np.float64)
     XT = Xb.T

@@ -1,0 +1,146 @@
+"""Two-sided IMC block functions: one row block in, small numpy out (SPEC 1.5.2, 1.5.6, 5.1).
+
+Two kinds of blocks:
+
+* **X-blocks** (rows of the row features ``X1`` or the column features ``X2``): the feature map
+  ``Phi`` of the block is ``Xb`` itself (``spec is None``, the identity map; dense or CSR kept
+  as is) or the GIMC feature map (:func:`ooc_lowrank.gimc._blocks.features_block`).
+* **Omega-blocks** (rows of the observation CSR: ``indices`` are the observed columns, ``data``
+  the observed values), aligned with a row-aligned factor block ``Pb`` (n_b, k); the column-side
+  factor ``Q`` (n2, k) is small state.  Entry predictions ``p_i^T q_j`` come from the GLRL
+  kernel :func:`ooc_lowrank.kernels.glrl.predict_block` (no (nnz, k) temporaries).
+
+``residual=True`` uses ``R_ij = p_i^T q_j - S_ij`` (gradients, objective); ``residual=False``
+uses ``M_ij = p_i^T q_j`` (the Hessian-vector product, where ``Pb`` or ``Q`` is the image
+``Phi Delta`` of a direction).  Nothing here modifies its inputs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from ooc_lowrank.gimc import _blocks as _gb
+from ooc_lowrank.kernels import glrl as _kg
+
+
+def _parts(Ob):
+    Ob = sp.csr_matrix(Ob)
+    return (
+        np.ascontiguousarray(Ob.indptr, dtype=np.int64),
+        np.ascontiguousarray(Ob.indices, dtype=np.int64),
+        np.asarray(Ob.data, dtype=np.float64),
+        Ob.shape,
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# X-blocks
+# ----------------------------------------------------------------------------------------
+
+
+def phi_block(Xb, U, spec):
+    """``Phi`` of one block: ``Xb`` (identity, ``spec is None``) or GIMC features (n_b, D)."""
+    if spec is None:
+        return Xb
+    return _gb.features_block(Xb, U, spec)
+
+
+def project_block(Xb, U, spec, Delta):
+    """``Phi_b Delta`` (n_b, k) in float64 (``P = Phi_U W`` when ``Delta = W``)."""
+    Phi = phi_block(Xb, U, spec)
+    return np.asarray(Phi @ Delta.astype(Phi.dtype, copy=False), dtype=np.float64)
+
+
+def phit_block(Xb, Zb, U, spec):
+    """``Phi_b^T Z_b`` (D, k): the X-pass that closes a gradient or a Hessian-vector product."""
+    Phi = phi_block(Xb, U, spec)
+    Z = np.asarray(Zb, dtype=Phi.dtype)
+    return np.ascontiguousarray(np.asarray(Phi.T @ Z, dtype=np.float64))
+
+
+def backprop_block(Xb, Zb, U, spec, Wt):
+    """Feature-parameter gradient pieces for ``df/dPhi_b = Z_b W^T`` (SPEC 1.5.3).
+
+    ``Z_b`` is ``(R Q)_b`` (row side) or ``(R^T P)_b`` (column side); returns ``X_b^T Xi_b``
+    (d, m_total) and the LNYS column sums, summed by the engine and finished by
+    :func:`ooc_lowrank.gimc._blocks.finalize_grad`.
+    """
+    Xp = _gb._prep(Xb, spec)
+    Phi = _gb.features_block(Xb, U, spec)
+    G = np.asarray(Zb, dtype=Phi.dtype) @ Wt.astype(Phi.dtype, copy=False)
+    return _gb.backprop_block(Xp, Phi, G, spec)
+
+
+# ----------------------------------------------------------------------------------------
+# Omega-blocks
+# ----------------------------------------------------------------------------------------
+
+
+def entry_values(Ob, Pb, Q, residual):
+    """``p_i^T q_j`` (minus ``S_ij`` if ``residual``) at the block's entries, storage order."""
+    indptr, cols, vals, _ = _parts(Ob)
+    k = Q.shape[1]
+    out = np.empty(cols.shape[0], dtype=np.float64)
+    _kg.predict_block(
+        indptr,
+        cols,
+        0,
+        np.ascontiguousarray(Pb, dtype=np.float64),
+        np.ascontiguousarray(Q, dtype=np.float64),
+        np.ones(k),
+        out,
+    )
+    if residual:
+        out -= vals
+    return out, indptr, cols
+
+
+def omega_rows_block(Ob, Pb, Q, residual):
+    """Row-aligned Omega-pass: ``[(E Q)_b, per-row sum of E^2 / 2]`` as (n_b, k + 1), with
+    ``E = R`` (residual) or ``E = M``; ``E Q`` is ``R Q`` (W-gradient) or ``M Q`` (W-step HVP)."""
+    e, indptr, cols = entry_values(Ob, Pb, Q, residual)
+    nb = indptr.shape[0] - 1
+    E = sp.csr_matrix((e, cols, indptr), shape=(nb, Q.shape[0]))
+    out = np.empty((nb, Q.shape[1] + 1), dtype=np.float64)
+    out[:, :-1] = E @ Q
+    rows = np.repeat(np.arange(nb), np.diff(indptr))
+    out[:, -1] = 0.5 * np.bincount(rows, weights=e * e, minlength=nb)
+    return out
+
+
+def omega_cols_block(Ob, Pb, Q, residual):
+    """Column-scattered Omega-pass: ``E_b^T P_b`` (n2, k) and ``sum E^2 / 2`` (reduced by the
+    engine); ``R^T P`` (H-gradient) or ``M^T P`` with ``Q = Phi_V Delta`` (H-step HVP)."""
+    e, indptr, cols = entry_values(Ob, Pb, Q, residual)
+    nb = indptr.shape[0] - 1
+    E = sp.csr_matrix((e, cols, indptr), shape=(nb, Q.shape[0]))
+    return np.asarray(E.T @ np.asarray(Pb, dtype=np.float64)), np.array(0.5 * float(e @ e))
+
+
+def omega_loss_block(Ob, Pb, Q):
+    """``[sum R^2 / 2, sum B S, sum B^2, sum S^2, nnz]`` with ``B_ij = p_i^T q_j`` (objective,
+    and the least-squares scale of a random initialization)."""
+    b, indptr, cols = entry_values(Ob, Pb, Q, False)
+    s = _parts(Ob)[2]
+    r = b - s
+    return np.array([0.5 * r @ r, b @ s, b @ b, s @ s, float(s.size)])
+
+
+
+# ----------------------------------------------------------------------------------------
+# fused X + Omega blocks (the observations' rows are the side's rows)
+# ----------------------------------------------------------------------------------------
+
+
+def fused_block(Xb, Ob, U, spec, Delta, Q, residual):
+    """One block of a side whose rows index the observations' rows: ``Phi_b^T (E_b Q)`` (D, k)
+    and ``sum E_b^2 / 2`` with ``E_ij = (Phi_b Delta)_i^T q_j`` (minus ``S_ij`` if
+    ``residual``).  ``Delta = W`` and ``residual=True`` give the W-gradient's data term; a
+    direction and ``residual=False`` the Hessian-vector product, in one pass instead of three.
+    """
+    Phi = phi_block(Xb, U, spec)
+    T = np.asarray(Phi @ Delta.astype(Phi.dtype, copy=False), dtype=np.float64)
+    EQ = omega_rows_block(Ob, T, Q, residual)
+    out = Phi.T @ np.asarray(EQ[:, :-1], dtype=Phi.dtype)
+    return np.ascontiguousarray(np.asarray(out, dtype=np.float64)), np.array(EQ[:, -1].sum())

@@ -1,0 +1,371 @@
+"""Functional core of two-sided IMC / GIMC-LFF (SPEC 1.5.1-1.5.3, 1.5.6, 5.1).
+
+Model: ``B = Phi_U(X1) W H^T Phi_V(X2)^T``, objective (GIMC-13)
+
+    f = 1/2 sum_{(i,j) in Omega} (p_i^T q_j - S_ij)^2 + lam/2 (||W||^2 + ||H||^2),
+
+with ``P = Phi_U W`` (n1, k) and ``Q = Phi_V H`` (n2, k) the only per-item state held in memory.
+Data are touched only through the engine, each pass one ``engine.compute``:
+
+* X-pass (map): ``Phi Delta`` (n, k) for a direction or the factors;
+* X-pass (reduce): ``Phi^T Z`` (D, k) or the feature-parameter gradient for ``df/dPhi = Z W^T``;
+* Omega-pass: ``R Q`` / ``M Q`` row-aligned (map), or ``R^T P`` / ``M^T P`` (reduce, (n2, k)),
+  or the loss alone;
+* fused pass (X-blocks and the Omega-blocks of the same rows together): ``Phi^T (E Q)`` for a
+  gradient or a Hessian-vector product in one pass.  The row side always fuses; the column side
+  fuses when the column-sorted observations are in memory, else takes three passes.
+
+One outer iteration: a W-step (CG on the Hessian operator ``Phi_U^T P_Omega(Phi_U Delta Q^T) Q +
+lam Delta``, warm-started at the current W), an H-step (the same with the sides swapped), then,
+with learned features, one Armijo step on U and one on V (SPEC 1.3, 5.3).  CG iterates decrease
+the convex quadratic monotonically and Armijo accepts descent steps only, so ``f`` is
+non-increasing.  All small algebra is float64.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ooc_lowrank import engine
+from ooc_lowrank._validation import NonFiniteError
+from ooc_lowrank.gimc import _blocks as _gb
+from ooc_lowrank.gimc.core import C1, MAX_TRIALS
+from ooc_lowrank.imc import _blocks
+
+logger = logging.getLogger("ooc_lowrank")
+
+
+@dataclass
+class Side:
+    """One side of the model: its row-blocked features, feature map and parameters."""
+
+    X: engine.Blocked  # (n, d)
+    spec: _gb.FeatureSpec | None  # None: identity map
+    U: np.ndarray | None  # (d, m_total) float64, None for the identity map
+
+    @property
+    def learns(self) -> bool:
+        return self.spec is not None and self.spec.learns
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1]) if self.spec is None else self.spec.n_features
+
+    def u_arg(self, U=None):
+        U = self.U if U is None else U
+        if U is None:
+            return None
+        dt = self.X.dtype if self.X.dtype in (np.float32, np.float64) else np.dtype(np.float64)
+        return U.astype(dt)
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit_imc` returns."""
+
+    W: np.ndarray  # (D1, k)
+    H: np.ndarray  # (D2, k)
+    U: np.ndarray | None
+    V: np.ndarray | None
+    P: np.ndarray  # (n1, k) = Phi_U W
+    Q: np.ndarray  # (n2, k) = Phi_V H
+    objective: list = field(default_factory=list)  # after every outer iteration (0 = init)
+    cg_iterations: list = field(default_factory=list)  # (W-step, H-step) per iteration
+    step_sizes: list = field(default_factory=list)  # (eta_U, eta_V) per iteration
+    n_iter: int = 0
+    n_passes: int = 0
+    converged: bool = False
+
+
+def map_rows_compute(fn, *inputs, args, n_cols):
+    """``engine.compute(engine.map_rows(...))`` as an ndarray, with the engine's fast path: when
+    every input is one in-memory block on the local scheduler, ``fn`` is called directly (no
+    graph; the same arithmetic), which small problems iterating thousands of passes need."""
+    blocked = [engine.as_blocked(x, name=f"input {i}") for i, x in enumerate(inputs)]
+    if engine._direct(blocked, None):
+        return np.asarray(fn(*[b.source for b in blocked], *args), dtype=np.float64)
+    (out,) = engine.compute(engine.map_rows(fn, *blocked, args=args, n_cols=n_cols))
+    return np.asarray(out, dtype=np.float64)
+
+
+class Problem:
+    """The data of one fit (observations and both sides) and its passes, counted."""
+
+    def __init__(self, obs, rows: Side, cols: Side, lam: float, obs_t=None):
+        self.obs, self.rows, self.cols, self.lam = obs, rows, cols, float(lam)
+        self.obs_t = obs_t  # the observations sorted by column (n2, n1), when available
+        self.n_passes = 0
+
+    def fused(self, side: Side, obs, Delta, other, residual):
+        """``(Phi^T (E other), sum E^2 / 2)`` in one pass over ``side.X`` and ``obs`` (row-aligned):
+        ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``)."""
+        self.n_passes += 1
+        out, loss = engine.map_reduce(
+            _blocks.fused_block,
+            side.X,
+            obs,
+            args=(side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual)),
+        )
+        return out, float(loss)
+
+    # X-passes ------------------------------------------------------------------------
+    def project(self, side: Side, Delta, U=None):
+        """``Phi(X) Delta`` (n, k) float64, one X-pass."""
+        self.n_passes += 1
+        Delta = np.ascontiguousarray(Delta, dtype=np.float64)
+        return map_rows_compute(
+            _blocks.project_block,
+            side.X,
+            args=(side.u_arg(U), side.spec, Delta),
+            n_cols=Delta.shape[1],
+        )
+
+    def phit(self, side: Side, Z):
+        """``Phi(X)^T Z`` (D, k), one X-pass."""
+        self.n_passes += 1
+        return engine.map_reduce(_blocks.phit_block, side.X, Z, args=(side.u_arg(), side.spec))
+
+    def feature_grad(self, side: Side, Z, F):
+        """Gradient w.r.t. the side's feature parameters for ``df/dPhi = Z F^T``, one X-pass."""
+        self.n_passes += 1
+        gX, colsum = engine.map_reduce(
+            _blocks.backprop_block,
+            side.X,
+            Z,
+            args=(side.u_arg(), side.spec, np.ascontiguousarray(F.T)),
+        )
+        return _gb.finalize_grad(gX, colsum, side.U, side.spec)
+
+    # Omega-passes --------------------------------------------------------------------
+    def omega_rows(self, P, Q, residual):
+        """``(E Q, sum E^2 / 2)`` with E = R (residual) or M, one Omega-pass."""
+        self.n_passes += 1
+        k = Q.shape[1]
+        out = map_rows_compute(
+            _blocks.omega_rows_block, self.obs, P, args=(Q, bool(residual)), n_cols=k + 1
+        )
+        return out[:, :k], float(out[:, k].sum())
+
+    def omega_cols(self, P, Q, residual):
+        """``(E^T P, sum E^2 / 2)``, one Omega-pass."""
+        self.n_passes += 1
+        EtP, loss = engine.map_reduce(
+            _blocks.omega_cols_block, self.obs, P, args=(Q, bool(residual))
+        )
+        return EtP, float(loss)
+
+    def omega_loss(self, P, Q):
+        """``[sum R^2 / 2, sum B S, sum B^2, sum S^2, nnz]``, one Omega-pass."""
+        self.n_passes += 1
+        return engine.map_reduce(_blocks.omega_loss_block, self.obs, P, args=(Q,))
+
+    def loss(self, P, Q):
+        """``sum R^2 / 2``, one Omega-pass."""
+        return float(self.omega_loss(P, Q)[0])
+
+    def objective(self, loss, W, H):
+        return loss + 0.5 * self.lam * (float(np.sum(W * W)) + float(np.sum(H * H)))
+
+    # gradients and Hessian-vector products (also used by the tests) -------------------
+    # The row side is always fused (one pass over X_row and the observations, which share
+    # rows); the column side is fused when the column-sorted observations ``obs_t`` exist, and
+    # otherwise takes three passes: ``S = Phi_V Delta``, the scattered ``M^T P``, ``Phi_V^T``.
+    def grad_W(self, W, P, Q):
+        return self.fused(self.rows, self.obs, W, Q, True)[0] + self.lam * W
+
+    def grad_H(self, H, P, Q):
+        if self.obs_t is not None:
+            return self.fused(self.cols, self.obs_t, H, P, True)[0] + self.lam * H
+        RtP, _ = self.omega_cols(P, Q, True)
+        return self.phit(self.cols, RtP) + self.lam * H
+
+    def hvp_W(self, Delta, Q):
+        return self.fused(self.rows, self.obs, Delta, Q, False)[0] + self.lam * Delta
+
+    def hvp_H(self, Delta, P):
+        if self.obs_t is not None:
+            return self.fused(self.cols, self.obs_t, Delta, P, False)[0] + self.lam * Delta
+        S = self.project(self.cols, Delta)
+        MtP, _ = self.omega_cols(P, S, False)
+        return self.phit(self.cols, MtP) + self.lam * Delta
+
+
+def cg(x, r, hvp, tol, max_iter):
+    """Conjugate gradient on ``H x = b`` from ``x`` with residual ``r = b - H x``.
+
+    Stops when ``||r|| <= tol ||r_0||`` or after ``max_iter`` products.  Returns ``x`` and the
+    number of iterations.  Each iterate lowers the quadratic (``H`` is positive definite).
+    """
+    x = np.array(x, dtype=np.float64)
+    r = np.array(r, dtype=np.float64)
+    r0 = float(np.sqrt(np.sum(r * r)))
+    if r0 == 0.0:
+        return x, 0
+    p = r.copy()
+    rs = r0 * r0
+    it = 0
+    for it in range(1, max_iter + 1):
+        Hp = hvp(p)
+        curv = float(np.sum(p * Hp))
+        if not curv > 0.0:  # numerically flat direction: nothing left to gain
+            return x, it
+        alpha = rs / curv
+        x += alpha * p
+        r -= alpha * Hp
+        rs_new = float(np.sum(r * r))
+        if np.sqrt(rs_new) <= tol * r0:
+            break
+        p = r + (rs_new / rs) * p
+        rs = rs_new
+    return x, it
+
+
+def _check_finite(what, when, *values):
+    for v in values:
+        if not np.all(np.isfinite(v)):
+            raise NonFiniteError(
+                f"{what} became non-finite {when}. Lower the regularization's inverse (raise "
+                "lam), scale the features, or check the observed values for extreme entries"
+            )
+
+
+def _feature_step(prob: Problem, side: Side, Z, F, f, eta_prev, objective_of):
+    """One Armijo step on ``side.U`` (SPEC 1.3, 5.3) for ``df/dPhi = Z F^T``.
+
+    ``objective_of(factor)`` gives ``f`` for the side's new factor ``Phi_new F`` (one
+    Omega-pass); each trial costs one X-pass plus that.  On acceptance ``side.U`` is updated and
+    ``(eta, f_new, new_factor)`` returned; None (U unchanged, logged) if no trial descends.
+    """
+    g = prob.feature_grad(side, Z, F)
+    gn2 = float(np.sum(g * g))
+    if gn2 == 0.0:
+        return None
+    scale = 0.1 * np.linalg.norm(side.U) / np.sqrt(gn2)
+    eta = scale if eta_prev is None else min(2.0 * eta_prev, scale)
+    for _ in range(MAX_TRIALS):
+        cand = side.U - eta * g
+        Fn = prob.project(side, F, cand)
+        f_new = objective_of(Fn)
+        if np.isfinite(f_new) and f_new <= f - C1 * eta * gn2:
+            side.U = cand
+            return eta, f_new, Fn
+        eta *= 0.5
+    logger.info("IMC: the feature line search found no descent step; parameters kept")
+    return None
+
+
+def init_factors(prob: Problem, k, rng):
+    """Random ``W, H ~ N(0, 1/D)`` scaled by the least-squares factor ``c`` minimizing
+    ``sum (c p_i^T q_j - S_ij)^2`` (one Omega-pass), so the first CG starts at the data scale."""
+    W = rng.standard_normal((prob.rows.n_features, k)) / np.sqrt(prob.rows.n_features)
+    H = rng.standard_normal((prob.cols.n_features, k)) / np.sqrt(prob.cols.n_features)
+    P = prob.project(prob.rows, W)
+    Q = prob.project(prob.cols, H)
+    _, bs, bb, _, _ = prob.omega_loss(P, Q)
+    c = bs / bb if bb > 0 else 1.0
+    if c == 0.0 or not np.isfinite(c):
+        c = 1.0
+    a = np.sqrt(abs(c))
+    return W * a * np.sign(c), H * a, P * a * np.sign(c), Q * a
+
+
+def fit_imc(
+    prob: Problem,
+    k,
+    *,
+    max_iter=20,
+    cg_iter=20,
+    cg_tol=1e-3,
+    tol=1e-6,
+    rng=None,
+    init=None,
+    callback=None,
+):
+    """Alternate W-step, H-step (CG) and, for learned sides, one Armijo step on U and V.
+
+    Parameters
+    ----------
+    prob : Problem
+    k : int
+        Rank.
+    max_iter : int
+        Outer iterations.
+    cg_iter, cg_tol : int, float
+        CG iterations per W- or H-step and its relative residual target.
+    tol : float
+        Stop when an outer iteration lowers ``f`` by less than ``tol * |f|``.
+    rng : numpy Generator
+    init : (W, H) or None
+        Starting factors (default: :func:`init_factors`).
+    callback : callable(iteration, elapsed, objective) or None
+
+    Returns
+    -------
+    FitResult
+    """
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(0) if rng is None else rng
+    if init is None:
+        W, H, P, Q = init_factors(prob, k, rng)
+    else:
+        W, H = (np.array(a, dtype=np.float64) for a in init)
+        P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
+    f = prob.objective(prob.loss(P, Q), W, H)
+    _check_finite("the objective", "at the initialization", f)
+    res = FitResult(W=W, H=H, U=prob.rows.U, V=prob.cols.U, P=P, Q=Q, objective=[f])
+    logger.info("IMC init: objective %.6g", f)
+    if callback is not None:
+        callback(0, time.perf_counter() - t0, f)
+    eta_u = eta_v = None
+    for it in range(1, max_iter + 1):
+        # W-step: r = b - H_W(W) = -grad_W
+        W, nw = cg(W, -prob.grad_W(W, P, Q), lambda D: prob.hvp_W(D, Q), cg_tol, cg_iter)
+        P = prob.project(prob.rows, W)
+        H, nh = cg(H, -prob.grad_H(H, P, Q), lambda D: prob.hvp_H(D, P), cg_tol, cg_iter)
+        Q = prob.project(prob.cols, H)
+        res.cg_iterations.append((nw, nh))
+        steps = [0.0, 0.0]
+        if prob.rows.learns or prob.cols.learns:
+            RQ, loss = prob.omega_rows(P, Q, True)
+            f_new = prob.objective(loss, W, H)
+            reg = prob.objective(0.0, W, H)
+            if prob.rows.learns:
+                out = _feature_step(
+                    prob, prob.rows, RQ, W, f_new, eta_u, lambda Pn: reg + prob.loss(Pn, Q)
+                )
+                if out is not None:
+                    eta_u, f_new, P = out
+                    steps[0] = eta_u
+            if prob.cols.learns:
+                RtP, _ = prob.omega_cols(P, Q, True)
+                out = _feature_step(
+                    prob, prob.cols, RtP, H, f_new, eta_v, lambda Qn: reg + prob.loss(P, Qn)
+                )
+                if out is not None:
+                    eta_v, f_new, Q = out
+                    steps[1] = eta_v
+        else:
+            f_new = prob.objective(prob.loss(P, Q), W, H)
+        _check_finite("the objective or the factors", f"after iteration {it}", f_new, W, H)
+        res.step_sizes.append(tuple(steps))
+        res.objective.append(f_new)
+        res.n_iter = it
+        elapsed = time.perf_counter() - t0
+        logger.info(
+            "IMC iteration %d: objective %.6g, CG %d/%d (%.1fs)", it, f_new, nw, nh, elapsed
+        )
+        if callback is not None:
+            callback(it, elapsed, f_new)
+        if f - f_new <= tol * max(abs(f), 1e-300):
+            f = f_new
+            res.converged = True
+            break
+        f = f_new
+    res.W, res.H, res.P, res.Q = W, H, P, Q
+    res.U, res.V = prob.rows.U, prob.cols.U
+    res.n_passes = prob.n_passes
+    return res

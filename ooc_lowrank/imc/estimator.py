@@ -1,0 +1,437 @@
+"""``InductiveMatrixCompletion``: two-sided IMC / GIMC-LFF as a scikit-learn style estimator.
+
+Observed entries of an ``n1 x n2`` matrix (an observation store with a ``coo`` array ``obs``, that
+array, a store path, ``(rows, cols, values)`` with ``shape=``, or a scipy.sparse matrix) plus row
+features ``X_row`` (n1, d1) and column features ``X_col`` (n2, d2), each dense or CSR, in memory,
+Dask or store arrays.  Model ``phi_U(X_row) W H^T phi_V(X_col)^T`` (SPEC 1.5.1), fitted by
+:func:`ooc_lowrank.imc.core.fit_imc`.  Only ``P = phi_U(X_row) W`` and ``Q = phi_V(X_col) H``
+(n x k) live in memory; no ``n1 x n2`` matrix is ever formed.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ooc_lowrank import engine
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    from_saved,
+    load_model,
+    save_model,
+)
+from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank.gimc import _blocks as _gb
+from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures
+from ooc_lowrank.glrl import _blocks as _glrl_blocks
+from ooc_lowrank.glrl.estimator import _obs_handle, _pairs_to_csr
+from ooc_lowrank.imc import _blocks, core
+from ooc_lowrank.kernels import glrl as _kg
+
+FEATURE_MAPS = ("identity", "fourier", "nystrom")
+_TOPK_ROWS = 4096
+
+
+def observations(X, shape, block_rows=None, name="X"):
+    """Row-blocked observations and the matrix shape: store ``coo`` input as it is, array input
+    as a row-sorted CSR (indices checked against ``shape`` here)."""
+    h = _obs_handle(X, name)
+    if h is not None:
+        if shape is not None and tuple(int(s) for s in shape) != tuple(h.shape):
+            raise param_error(
+                "shape", f"must match the store's shape {tuple(h.shape)}", shape, "Omit shape="
+            )
+        return engine.as_blocked(h, block_rows=block_rows, name=name), tuple(map(int, h.shape))
+    csr = _pairs_to_csr(X, shape, name)
+    return engine.as_blocked(csr, block_rows=block_rows, name=name), tuple(csr.shape)
+
+
+def transposed(B, block_rows=None):
+    """The observations sorted by column, ``(n2, n1)`` CSR blocks, when they are held in memory
+    (the column side's passes then fuse with its X-passes); None for store / Dask input, whose
+    column side takes three passes per product instead of a transposed copy of ``Omega``."""
+    if not B.in_memory:
+        return None
+    return engine.as_blocked(B.source.T.tocsr(), block_rows=block_rows, name="X")
+
+
+def check_observations(B, shape, name="X", zero_one=False):
+    """One streaming pass of validation counts (GLRL's): errors before any fitting work."""
+    c = engine.map_reduce(_glrl_blocks.check_block, B, args=(int(shape[1]), False), offset=True)
+    nnz, nonfinite, oor, not01 = int(c[0]), int(c[1]), int(c[3]), int(c[7])
+    if nnz == 0:
+        raise ValueError(
+            f"{name} must hold at least one observed entry; got an empty observation set. "
+            "Pass the observed (row, col, value) triplets"
+        )
+    if oor:
+        raise ValueError(
+            f"{name} column indices must lie in [0, {shape[1]}); {oor} do not. Use 0-based "
+            "indices and a shape that covers every index"
+        )
+    if nonfinite:
+        raise ValueError(f"{name} values must be finite; got {nonfinite} NaN/inf. Drop them")
+    if zero_one and not01:
+        raise ValueError(
+            f"{name} values must be 0 (different cluster) or 1 (same cluster); {not01} of "
+            f"{nnz} are not. Encode must-link as 1 and cannot-link as 0"
+        )
+    return nnz
+
+
+def _side_blocked(X, n_expected, what, name, block_rows):
+    if X is None:
+        raise param_error(name, "is required", None, f"Pass the {what} features (n, d)")
+    if getattr(X, "ndim", 2) != 2 or not hasattr(X, "shape"):
+        X = np.asarray(X)
+    if int(X.shape[0]) != int(n_expected):
+        raise ValueError(
+            f"{name} must have one row per {what} of the observed matrix: the observations "
+            f"have {n_expected} {what}s, {name} has {X.shape[0]} rows. Pass the features of "
+            f"every {what} in index order (or fix shape=)"
+        )
+    return engine.as_blocked(X, block_rows=block_rows, name=name)
+
+
+class InductiveMatrixCompletion(BaseEstimator):
+    """Two-sided inductive matrix completion with ALS + CG (LEML-style), optionally with learned
+    Fourier / Nystrom features on both sides (GIMC-LFF / GIMC-LNYS, SPEC 1.5).
+
+    Parameters
+    ----------
+    n_components : int, default=10
+        Rank ``k``.
+    lam : float, default=1.0
+        Regularization ``lam/2 (||W||^2 + ||H||^2)``.
+    row_map, col_map : {"identity", "fourier", "nystrom"}, default="identity"
+        Feature map of each side.
+    n_features_map : int, default=500
+        ``m``: Fourier projections (2m features) or Nystrom landmarks, per side.
+    gamma : float or None, default=None
+        RBF width for both non-identity maps; ``None``: median heuristic per side.
+    learn_features : bool, default=False
+        Learn ``U`` and ``V`` by one Armijo step per iteration (GIMC-LFF / LNYS).  Nystrom maps
+        then use raw kernel columns (``M = I``).
+    max_iter : int, default=20
+        Outer iterations (one W-step, one H-step, then U/V steps).
+    cg_iter : int, default=20
+        CG iterations per W- or H-step (warm-started).
+    cg_tol : float, default=1e-3
+        CG stops at residual ``cg_tol * ||r_0||``.
+    tol : float, default=1e-6
+        Relative objective decrease under which the fit stops.
+    block_rows : int or None
+        Rows per block for in-memory inputs (default: about 16 MB).
+    random_state : int, RandomState, Generator or None
+    callback : callable(iteration, elapsed, objective) or None
+
+    Attributes
+    ----------
+    W_ : ndarray of shape (D1, n_components)
+    H_ : ndarray of shape (D2, n_components)
+    row_params_, col_params_ : ndarray of shape (d, m) or None
+        Feature parameters ``U`` and ``V`` (None for the identity map).
+    row_factors_ : ndarray of shape (n1, n_components)
+        ``P = phi_U(X_row) W``.
+    col_factors_ : ndarray of shape (n2, n_components)
+        ``Q = phi_V(X_col) H``.
+    objective_ : ndarray of shape (n_iter_ + 1,)
+    cg_iterations_ : ndarray of shape (n_iter_, 2)
+    n_iter_, n_passes_ : int
+    shape_ : (int, int)
+    """
+
+    def __init__(
+        self,
+        *,
+        n_components=10,
+        lam=1.0,
+        row_map="identity",
+        col_map="identity",
+        n_features_map=500,
+        gamma=None,
+        learn_features=False,
+        max_iter=20,
+        cg_iter=20,
+        cg_tol=1e-3,
+        tol=1e-6,
+        block_rows=None,
+        random_state=None,
+        callback=None,
+    ):
+        self.n_components = n_components
+        self.lam = lam
+        self.row_map = row_map
+        self.col_map = col_map
+        self.n_features_map = n_features_map
+        self.gamma = gamma
+        self.learn_features = learn_features
+        self.max_iter = max_iter
+        self.cg_iter = cg_iter
+        self.cg_tol = cg_tol
+        self.tol = tol
+        self.block_rows = block_rows
+        self.random_state = random_state
+        self.callback = callback
+
+    # ------------------------------------------------------------------ validation
+    def _check_params(self):
+        check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
+        check_scalar(self.lam, "lam", low=0.0, fix="Use a non-negative regularization, e.g. 1.0")
+        for nm in ("row_map", "col_map"):
+            v = getattr(self, nm)
+            if v not in FEATURE_MAPS:
+                raise param_error(nm, f"must be one of {FEATURE_MAPS}", v)
+        check_scalar(self.n_features_map, "n_features_map", kind=numbers.Integral, low=1)
+        if self.gamma is not None:
+            check_scalar(self.gamma, "gamma", low=0.0, low_inclusive=False)
+        check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
+        check_scalar(self.cg_iter, "cg_iter", kind=numbers.Integral, low=1)
+        check_scalar(self.cg_tol, "cg_tol", low=0.0)
+        check_scalar(self.tol, "tol", low=0.0)
+        if self.block_rows is not None:
+            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
+
+    def _side(self, kind, X, rng):
+        """A :class:`core.Side` for feature map ``kind`` on blocked ``X``."""
+        if kind == "identity":
+            return core.Side(X, None, None)
+        learn = bool(self.learn_features)
+        src = X.source if X.source is not None else X.dask
+        seed = int(rng.integers(2**31 - 1))
+        if kind == "fourier":
+            t = FourierFeatures(
+                n_components=self.n_features_map, gamma=self.gamma, random_state=seed
+            ).fit(src)
+            spec = _gb.FeatureSpec.build(
+                [("fourier", t.components_.shape[1], t.gamma_, None, learn)]
+            )
+        else:
+            t = NystromFeatures(
+                n_components=self.n_features_map,
+                gamma=self.gamma,
+                normalize=not learn,
+                random_state=seed,
+            )
+            t.fit(src)
+            spec = _gb.FeatureSpec.build(
+                [("nystrom", t.components_.shape[1], t.gamma_, t.normalization_, learn)]
+            )
+        return core.Side(X, spec, np.array(t.components_, dtype=np.float64))
+
+    def _prepare(self, X, X_row, X_col, shape, zero_one=False):
+        self._check_params()
+        obs, shape = observations(X, shape, self.block_rows)
+        Br = _side_blocked(X_row, shape[0], "row", "X_row", self.block_rows)
+        Bc = _side_blocked(X_col, shape[1], "column", "X_col", self.block_rows)
+        check_observations(obs, shape, zero_one=zero_one)
+        return obs, shape, Br, Bc
+
+    # ------------------------------------------------------------------ fit
+    def fit(self, X, y=None, *, X_row=None, X_col=None, shape=None):
+        """Fit on observed entries with row features ``X_row`` and column features ``X_col``.
+
+        Parameters
+        ----------
+        X : Dataset, store path, coo ArrayHandle, (rows, cols, values) or scipy.sparse
+            Observed entries of the (n1, n2) matrix; indices 0-based.
+        y : None
+            Ignored.
+        X_row : array-like or CSR of shape (n1, d1)
+        X_col : array-like or CSR of shape (n2, d2)
+        shape : (int, int), optional
+            Required for ``(rows, cols, values)`` input.
+
+        Returns
+        -------
+        self
+        """
+        obs, shape, Br, Bc = self._prepare(X, X_row, X_col, shape)
+        return self._fit_prepared(obs, shape, Br, Bc)
+
+    def _fit_prepared(self, obs, shape, Br, Bc):
+        rs = check_random_state(self.random_state)
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        rows = self._side(self.row_map, Br, rng)
+        cols = self._side(self.col_map, Bc, rng)
+        prob = core.Problem(obs, rows, cols, self.lam, transposed(obs, self.block_rows))
+        res = core.fit_imc(
+            prob,
+            int(self.n_components),
+            max_iter=int(self.max_iter),
+            cg_iter=int(self.cg_iter),
+            cg_tol=float(self.cg_tol),
+            tol=float(self.tol),
+            rng=rng,
+            callback=self.callback,
+        )
+        self.W_, self.H_ = res.W, res.H
+        self.row_params_, self.col_params_ = res.U, res.V
+        self._row_spec, self._col_spec = rows.spec, cols.spec
+        self.row_factors_, self.col_factors_ = res.P, res.Q
+        self.objective_ = np.asarray(res.objective)
+        self.cg_iterations_ = np.asarray(res.cg_iterations, dtype=np.int64).reshape(-1, 2)
+        self.step_sizes_ = np.asarray(res.step_sizes, dtype=np.float64).reshape(-1, 2)
+        self.n_iter_, self.n_passes_, self.converged_ = res.n_iter, res.n_passes, res.converged
+        self.shape_ = tuple(shape)
+        return self
+
+    # ------------------------------------------------------------------ prediction
+    def _pairs(self, rows, cols=None):
+        check_is_fitted(self, "W_")
+        out = []
+        for nm, a, lim in (("rows", rows, self.shape_[0]), ("cols", cols, self.shape_[1])):
+            if a is None:
+                continue
+            a = np.asarray(a)
+            if a.ndim != 1 or a.dtype.kind not in "iu":
+                raise TypeError(f"{nm} must be a 1-D integer array; got {a.dtype} {a.shape}")
+            if a.size and (a.min() < 0 or a.max() >= lim):
+                bad = int(a.min() if a.min() < 0 else a.max())
+                raise ValueError(f"{nm} must lie in [0, {lim}); got {bad}. Use 0-based indices")
+            out.append(a.astype(np.int64))
+        return out
+
+    def predict(self, rows, cols):
+        """``p_i^T q_j`` at the pairs ``(rows[t], cols[t])``; ndarray of shape (n_pairs,)."""
+        rows, cols = self._pairs(rows, cols)
+        if rows.size != cols.size:
+            raise ValueError(
+                f"rows and cols must have the same length; got {rows.size} and {cols.size}"
+            )
+        out = np.empty(rows.size, dtype=np.float64)
+        k = self.row_factors_.shape[1]
+        _kg.predict_pairs(rows, cols, self.row_factors_, self.col_factors_, np.ones(k), out)
+        return out
+
+    def top_k(self, rows, k=10):
+        """The ``k`` best columns of each given row (descending), computed one row block at a
+        time (no (n_rows, n2) score matrix).
+
+        Returns
+        -------
+        indices : ndarray of shape (len(rows), k), int64
+        scores : ndarray of shape (len(rows), k)
+        """
+        (rows,) = self._pairs(rows)
+        check_scalar(k, "k", kind=numbers.Integral, low=1, high=self.shape_[1])
+        idx = np.empty((rows.size, k), dtype=np.int64)
+        val = np.empty((rows.size, k), dtype=np.float64)
+        r = self.row_factors_.shape[1]
+        for s in range(0, rows.size, _TOPK_ROWS):
+            sl = slice(s, s + _TOPK_ROWS)
+            _kg.top_k_rows(
+                rows[sl], self.row_factors_, self.col_factors_, np.ones(r), int(k), idx[sl], val[sl]
+            )
+        return idx, val
+
+    def _embed(self, X, params, spec, F):
+        B = engine.as_blocked(X, name="X")
+        side = core.Side(B, spec, params)
+        if int(B.shape[1]) != (F.shape[0] if spec is None else params.shape[0]):
+            raise ValueError(
+                f"X has {B.shape[1]} features; the model was fitted with a different count. "
+                "Pass features with the same columns as in fit"
+            )
+        (out,) = engine.compute(
+            engine.map_rows(
+                _blocks.project_block, B, args=(side.u_arg(), spec, F), n_cols=F.shape[1]
+            )
+        )
+        return np.asarray(out)
+
+    def transform_rows(self, X):
+        """``phi_U(X) W`` (n, k) for (new) row features: the inductive row embedding."""
+        check_is_fitted(self, "W_")
+        return self._embed(X, self.row_params_, self._row_spec, self.W_)
+
+    def transform_cols(self, X):
+        """``phi_V(X) H`` (n, k) for (new) column features."""
+        check_is_fitted(self, "W_")
+        return self._embed(X, self.col_params_, self._col_spec, self.H_)
+
+
+    # ------------------------------------------------------------------ persistence
+    def save(self, path, *, overwrite=True):
+        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+        check_is_fitted(self, "W_")
+        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        arrays = {
+            "W": self.W_,
+            "H": self.H_,
+            "row_factors": self.row_factors_,
+            "col_factors": self.col_factors_,
+            "objective": self.objective_,
+            "cg_iterations": self.cg_iterations_,
+            "step_sizes": self.step_sizes_,
+        }
+        extra = {
+            "shape": list(self.shape_),
+            "n_iter": self.n_iter_,
+            "n_passes": self.n_passes_,
+            "converged": bool(self.converged_),
+        }
+        for side, U, spec in (
+            ("row", self.row_params_, self._row_spec),
+            ("col", self.col_params_, self._col_spec),
+        ):
+            if spec is not None:
+                arrays[f"{side}_params"] = U
+                extra[f"{side}_gamma"] = spec.parts[0].gamma
+                if spec.parts[0].M is not None:
+                    arrays[f"{side}_normalization"] = spec.parts[0].M
+        save_model(path, "InductiveMatrixCompletion", params, arrays, extra, overwrite=overwrite)
+
+    @classmethod
+    def _from_saved(cls, params, arrays, extra):
+        """The estimator of a loaded model; every value and array checked first."""
+        params = check_params(cls, params, ignore_unknown=True)
+        est = build_checked(cls, params, cls._check_params)
+        r = ModelReader(arrays, extra)
+        shape = r.value("shape", "list")
+        if len(shape) != 2 or not all(isinstance(s, int) and s >= 1 for s in shape):
+            raise ModelFileError("model.json", "extra.shape", "must be [n1, n2], both >= 1", shape)
+        k = int(est.n_components)
+        for side, kind in (("row", est.row_map), ("col", est.col_map)):
+            U, spec = None, None
+            if kind != "identity":
+                U = r.array(f"{side}_params", (None, None))
+                m = U.shape[1]
+                M = None
+                if kind == "nystrom" and not est.learn_features:
+                    M = r.array(f"{side}_normalization", (m, m))
+                gamma = r.value(f"{side}_gamma", "float")
+                spec = _gb.FeatureSpec.build([(kind, m, gamma, M, bool(est.learn_features))])
+            setattr(est, f"{side}_params_", U)
+            setattr(est, f"_{side}_spec", spec)
+        est.W_ = r.array("W", (None, k), meaning="row features x n_components")
+        est.H_ = r.array("H", (None, k), meaning="column features x n_components")
+        est.row_factors_ = r.array("row_factors", (shape[0], k))
+        est.col_factors_ = r.array("col_factors", (shape[1], k))
+        est.objective_ = r.array("objective", (None,))
+        est.cg_iterations_ = r.array("cg_iterations", (None, 2), kind="int")
+        est.step_sizes_ = r.array("step_sizes", (None, 2))
+        est.n_iter_ = r.value("n_iter", "int", low=0)
+        est.n_passes_ = r.value("n_passes", "int", low=0)
+        est.converged_ = r.value("converged", "bool")
+        est.shape_ = tuple(shape)
+        r.finish()
+        return est
+
+    @classmethod
+    def load(cls, path):
+        """Load a model saved by :meth:`save`."""
+        name, params, arrays, extra = load_model(path)
+        if name != "InductiveMatrixCompletion":
+            raise ValueError(f"model {path!r} holds a {name!r}, not an InductiveMatrixCompletion")
+        return from_saved(cls, path, params, arrays, extra)
+
+
+__all__ = ["InductiveMatrixCompletion", "FEATURE_MAPS"]
