@@ -30,6 +30,7 @@ Measured in one run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shutil
@@ -172,6 +173,15 @@ def numpy_block_step(views, y, theta, accum, offs, n_feat, eta, reg_weight):
 # ---------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _clock(wall, cpu, key):
+    """Add the wall and this thread's CPU seconds of the block to ``wall[key]``, ``cpu[key]``."""
+    w, c = time.perf_counter(), time.thread_time()
+    yield
+    wall[key] = wall.get(key, 0.0) + time.perf_counter() - w
+    cpu[key] = cpu.get(key, 0.0) + time.thread_time() - c
+
+
 def bench_sgd(ds, k, numpy_rows, log, eta=0.05, reg_weight=3e-3):
     from ooc_lowrank.kernels import mvm as K
 
@@ -201,48 +211,50 @@ def bench_sgd(ds, k, numpy_rows, log, eta=0.05, reg_weight=3e-3):
     kernel(M0, y0, np.arange(10, dtype=np.int64), theta0.copy(), np.zeros_like(theta0),
            np.zeros(2))
     theta, accum, b0 = theta0.copy(), np.zeros_like(theta0), np.zeros(2)
-    t_kernel = t_block = 0.0
+    wall = {"kernel": 0.0, "block": 0.0}
+    cpu = {"kernel": 0.0, "block": 0.0}
     th_b, acc_b = theta0.copy(), np.zeros_like(theta0)
     t_all = time.perf_counter()
     nnz = 0
     for views, M, yb in blocks():
         order = rng.permutation(M.shape[0]).astype(np.int64)
-        t = time.perf_counter()
-        kernel(M, yb, order, theta, accum, b0)
-        t_kernel += time.perf_counter() - t
-        t = time.perf_counter()
-        numpy_block_step(views, yb, th_b, acc_b, offs, n_feat, eta, reg_weight)
-        t_block += time.perf_counter() - t
+        with _clock(wall, cpu, "kernel"):
+            kernel(M, yb, order, theta, accum, b0)
+        with _clock(wall, cpu, "block"):
+            numpy_block_step(views, yb, th_b, acc_b, offs, n_feat, eta, reg_weight)
         nnz += M.nnz
     t_all = time.perf_counter() - t_all
     # NumPy row-by-row on the first rows of the first block, against the kernel on the same rows
     m = min(numpy_rows, M0.shape[0])
     order = np.random.default_rng(1).permutation(M0.shape[0])[:m].astype(np.int64)
     th_k, acc_k, b_k = theta0.copy(), np.zeros_like(theta0), np.zeros(2)
-    t = time.perf_counter()
-    kernel(M0, y0, order, th_k, acc_k, b_k)
-    t_k_sub = time.perf_counter() - t
+    with _clock(wall, cpu, "kernel_sub"):
+        kernel(M0, y0, order, th_k, acc_k, b_k)
     th_n, acc_n, b_n = theta0.copy(), np.zeros_like(theta0), np.zeros(2)
-    t = time.perf_counter()
-    numpy_sgd_rows(M0, y0, order, th_n, acc_n, col_view, n_feat, n_views, eta, reg_weight, b_n)
-    t_np = time.perf_counter() - t
+    with _clock(wall, cpu, "rowwise"):
+        numpy_sgd_rows(M0, y0, order, th_n, acc_n, col_view, n_feat, n_views, eta, reg_weight,
+                       b_n)
     agree = float(np.abs(th_k - th_n).max())
     res = {
         "rows": n, "nnz": nnz, "n_factors": k, "view_dims": dims, "block_rows": B,
-        "kernel_seconds": t_kernel, "kernel_samples_per_s_per_core": n / t_kernel,
+        "seconds_wall": wall, "seconds_cpu": cpu,
+        # per core = per CPU-second of the (sequential) calling thread: robust to machine load
+        "kernel_samples_per_s_per_core": n / cpu["kernel"],
+        "kernel_samples_per_s_wall": n / wall["kernel"],
         "epoch_seconds_with_reading_and_peers": t_all,
-        "numpy_block_seconds": t_block, "numpy_block_samples_per_s": n / t_block,
-        "kernel_over_numpy_block": t_block / t_kernel,
-        "numpy_rowwise_rows": m, "numpy_rowwise_seconds": t_np,
-        "numpy_rowwise_samples_per_s": m / t_np,
-        "kernel_samples_per_s_same_rows": m / t_k_sub,
-        "kernel_over_numpy_rowwise": (m / t_k_sub) / (m / t_np),
+        "numpy_block_samples_per_s_per_core": n / cpu["block"],
+        "kernel_over_numpy_block": cpu["block"] / cpu["kernel"],
+        "numpy_rowwise_rows": m,
+        "numpy_rowwise_samples_per_s_per_core": m / cpu["rowwise"],
+        "kernel_samples_per_s_per_core_same_rows": m / cpu["kernel_sub"],
+        "kernel_over_numpy_rowwise": cpu["rowwise"] / cpu["kernel_sub"],
         "numpy_rowwise_max_abs_diff_vs_kernel": agree,
     }
     log(f"[sgd] kernel {res['kernel_samples_per_s_per_core']:.3g} samples/s/core over {n} rows "
-        f"({t_kernel:.1f}s); numpy per block {res['numpy_block_samples_per_s']:.3g}/s "
+        f"({cpu['kernel']:.1f} s CPU, {wall['kernel']:.1f} s wall); numpy per block "
+        f"{res['numpy_block_samples_per_s_per_core']:.3g}/s/core "
         f"(kernel x{res['kernel_over_numpy_block']:.2f}); numpy per row "
-        f"{res['numpy_rowwise_samples_per_s']:.3g}/s on {m} rows (kernel "
+        f"{res['numpy_rowwise_samples_per_s_per_core']:.3g}/s/core on {m} rows (kernel "
         f"x{res['kernel_over_numpy_rowwise']:.0f}; max |diff| {agree:.1e})")
     return res
 
@@ -251,10 +263,11 @@ def bench_estimator_epoch(ds, k, log):
     from ooc_lowrank.mvm import MultiViewMachineRegressor
 
     est = MultiViewMachineRegressor(n_factors=k, solver="sgd", n_epochs=1, random_state=0)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     est.fit(ds)
-    s = time.perf_counter() - t
-    res = {"seconds": s, "samples_per_s": ds.n_rows / s, "passes": est.n_passes_}
+    s, cs = time.perf_counter() - t, time.process_time() - c
+    res = {"seconds": s, "cpu_seconds": cs, "samples_per_s": ds.n_rows / s,
+           "samples_per_cpu_s": ds.n_rows / cs, "passes": est.n_passes_}
     log(f"[sgd estimator] 1 epoch end to end {s:.1f}s ({res['samples_per_s']:.3g} samples/s)")
     return res
 
@@ -275,10 +288,12 @@ def bench_lbfgs(ds, k, max_iter, limit, log, threads=1):
     engine.map_reduce = timed
     try:
         with rss.limited_worker(limit, threads=threads) as (client, peak):
+            c0 = sum(client.run(time.process_time).values())
             t = time.perf_counter()
             est = MultiViewMachineRegressor(n_factors=k, solver="lbfgs", max_iter=max_iter,
                                             random_state=0).fit(ds)
             total = time.perf_counter() - t
+            worker_cpu = sum(client.run(time.process_time).values()) - c0
     finally:
         engine.map_reduce = orig
     evals = calls[-(est.n_passes_ - 1):] if est.n_passes_ > 1 else calls
@@ -286,6 +301,8 @@ def bench_lbfgs(ds, k, max_iter, limit, log, threads=1):
         "max_iter": max_iter, "n_iter": est.n_iter_, "passes": est.n_passes_,
         "evaluations": len(evals), "seconds_per_evaluation": float(np.mean(evals)),
         "seconds_per_evaluation_all": evals, "seconds_fit_total": total,
+        "worker_cpu_seconds_fit": worker_cpu,
+        "worker_cpu_seconds_per_pass": worker_cpu / est.n_passes_,
         "worker_memory_limit": int(limit), "worker_threads": threads,
         "peak_worker_rss": peak["worker"], "peak_rss_over_limit": peak["worker"] / limit,
     }
