@@ -36,3 +36,45 @@ def test_bench_storage_small(tmp_path):
         assert r["seconds"] > 0 and r["peak_rss"] > 0
         if r["name"].startswith("read") and not r["name"].endswith("npy"):
             assert r["ratio"] > 0
+
+
+def test_bench_kernelmaxide_ooc_small(tmp_path):
+    # generate + mask a store, fit on a memory-limited LocalCluster worker, per-iteration record
+    from benchmarks import bench_kernelmaxide_ooc
+
+    out = tmp_path / "km.json"
+    res = bench_kernelmaxide_ooc.main(
+        ["--small", "--rows", "3000", "--max-iter", "3", "--quiet", "--out", str(out)]
+    )
+    assert json.loads(out.read_text())["benchmark"] == "kernelmaxide_ooc"
+    assert [i["iteration"] for i in res["iterations"]] == [1, 2, 3]
+    # an iteration is a gradient pass plus at least one line-search pass
+    assert all(i["passes"] >= 2 and i["seconds"] > 0 for i in res["iterations"])
+    assert res["setup"]["passes_kernelmaxide"] == 1  # the Gram pass G = F_UT^T F_UT
+    assert res["n_passes_fit"] == (
+        sum(i["passes"] for i in res["iterations"]) + 1 + res["setup"]["engine_passes_outside_apg"]
+    )
+    assert 0.25 < res["observed_entries"] / (3000 * 10) < 0.35  # 30 % observed
+    assert res["peak_worker_rss"] > 0
+
+
+def test_bench_mvm_ooc_small(tmp_path):
+    # sparse three-view store, the SGD kernel against its NumPy peers, L-BFGS on a limited worker
+    from benchmarks import bench_mvm_ooc
+
+    out = tmp_path / "mvm.json"
+    res = bench_mvm_ooc.main(
+        ["--small", "--rows", "3000", "--numpy-rows", "300", "--lbfgs-iter", "2", "--quiet",
+         "--out", str(out)]
+    )
+    assert json.loads(out.read_text())["benchmark"] == "mvm_ooc"
+    sgd = res["sgd"]
+    assert sgd["rows"] == 3000 and sgd["nnz"] == 3000 * (2 + 3 + 20)
+    # the row-by-row NumPy peer makes the kernel's updates
+    assert sgd["numpy_rowwise_max_abs_diff_vs_kernel"] < 1e-10
+    assert sgd["kernel_samples_per_s_per_core"] > 0
+    assert sgd["numpy_block_samples_per_s_per_core"] > 0
+    assert res["sgd_estimator"]["passes"] >= 2
+    lb = res["lbfgs"]
+    assert lb["evaluations"] == lb["passes"] - 1 >= 2 and lb["seconds_per_evaluation"] > 0
+    assert lb["peak_worker_rss"] > 0

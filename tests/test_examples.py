@@ -18,6 +18,7 @@ SMALL_ARGS = {
     "figure2.py": ["--small"],
     "movielens_glrl.py": [],
     "movielens_mvm.py": ["--max-rows", "3000"],
+    "yahoo_kernelmaxide.py": ["--max-rows", "300", "--landmarks", "40", "--max-iter", "10"],
 }
 OWN_WORKDIR = {"bibtex_end_to_end.py", "figure2.py"}
 
@@ -35,7 +36,11 @@ def test_example_runs_small(script, tmp_path, monkeypatch):
         _needs_bibtex()
     if script.name == "movielens_mvm.py" and not (DATA_DIR / "movielens-100k" / "u.user").exists():
         pytest.skip(f"dataset missing: {DATA_DIR / 'movielens-100k'} (set OOC_LOWRANK_DATA)")
+    if script.name == "yahoo_kernelmaxide.py" and not (DATA_DIR / "yahoo" / "arts.mat").exists():
+        pytest.skip(f"dataset missing: {DATA_DIR / 'yahoo'} (set OOC_LOWRANK_DATA)")
     args = list(SMALL_ARGS[script.name])
+    if script.name == "yahoo_kernelmaxide.py":
+        args += ["--out", str(tmp_path / "yahoo"), "--data", str(DATA_DIR / "yahoo")]
     if script.name == "movielens_mvm.py":
         args += ["--out", str(tmp_path / "mvm"), "--data", str(DATA_DIR / "movielens-100k")]
     if script.name in OWN_WORKDIR:
@@ -47,6 +52,12 @@ def test_example_runs_small(script, tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as e:
         runpy.run_path(str(script), run_name="__main__")
     assert e.value.code in (0, None)
+    if script.name == "yahoo_kernelmaxide.py":
+        res = json.loads((tmp_path / "yahoo" / "yahoo_kernelmaxide.json").read_text())["results"]
+        assert sorted(res) == ["KernelMaxide-f", "KernelMaxide-n", "Maxide"]
+        for rows in res.values():
+            assert [r["omega"] for r in rows] == [10, 20, 30, 40]
+            assert all(0 <= r["ranking_loss"] <= 1 for r in rows)
     if script.name == "figure2.py":
         assert json.loads((tmp_path / "f2.json").read_text())["m"] == [8, 16]
 
