@@ -22,6 +22,8 @@ format          arrays written                options (besides block_rows, dtype
                                               skip_rows
 ``movielens``   obs coo (users x items)       shape=(rows, cols), one_based (True), bucket_nnz,
                                               tmpdir
+``movielens_    X0 csr (user views), X1 csr  user_file, item_file, occupation_file (default:
+views``         (item), y (n,1)               beside the ratings), target ("rating"|"binary")
 ``snap``        obs coo (nodes x nodes)       shape, square (True), one_based (False),
                                               bucket_nnz, tmpdir
 ==============  ============================  ===================================================
@@ -41,6 +43,7 @@ from ._common import ConversionError
 from .arff import convert_arff, read_label_names
 from .dense_text import convert_dense_text
 from .mat import convert_mat
+from .multiview import convert_movielens_views
 from .ratings import convert_movielens, convert_snap
 from .svmlight import convert_svmlight
 from .xc import convert_xc
@@ -53,6 +56,7 @@ __all__ = [
     "convert_dense_text",
     "convert_mat",
     "convert_movielens",
+    "convert_movielens_views",
     "convert_snap",
     "convert_svmlight",
     "convert_xc",
@@ -69,6 +73,7 @@ FORMATS = {
     "mat": convert_mat,
     "dense_text": convert_dense_text,
     "movielens": convert_movielens,
+    "movielens_views": convert_movielens_views,
     "snap": convert_snap,
 }
 
