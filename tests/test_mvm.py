@@ -310,3 +310,27 @@ def test_classifier_label_rules(rng, tmp_path):
                       {"X0": X[0], "X1": X[1], "y": rng.integers(0, 3, (30, 1)).astype(float)})
     with pytest.raises(ValueError, match=r"\{-1, \+1\} or \{0, 1\}"):
         MultiViewMachineClassifier().fit(ds)
+
+
+def test_movielens_views_converter_folds_share_columns(tmp_path):
+    from conftest import DATA_DIR
+
+    from ooc_lowrank.io import ConversionError, convert
+
+    d = DATA_DIR / "movielens-100k"
+    if not (d / "u.user").exists():
+        pytest.skip(f"dataset missing: {d} (set OOC_LOWRANK_DATA)")
+    side = dict(user_file=str(d / "u.user"), item_file=str(d / "u.item"))
+    convert("movielens_views", str(d / "u1.test.gz"), str(tmp_path / "t.zarr"), **side)
+    convert("movielens_views", str(d / "u2.test.gz"), str(tmp_path / "t2.zarr"), **side)
+    from ooc_lowrank.storage import open_dataset
+
+    a, b = open_dataset(str(tmp_path / "t.zarr")), open_dataset(str(tmp_path / "t2.zarr"))
+    assert a["X0"].shape[1] == b["X0"].shape[1] == 943 + 7 + 2 + 21
+    assert a["X1"].shape[1] == b["X1"].shape[1] == 1682 + 19
+    row = a["X0"].read(0, 1)
+    assert row.nnz == 4  # id, age bucket, gender, occupation
+    bad = tmp_path / "bad.data"
+    bad.write_text("1\t1\t5\t0\n99999\t1\t3\t0\n")
+    with pytest.raises(ConversionError, match="line 2.*user id not in u.user"):
+        convert("movielens_views", str(bad), str(tmp_path / "b.zarr"), **side)

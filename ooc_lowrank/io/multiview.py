@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..storage import DatasetWriter
-from ._common import ConversionError, open_text
+from ._common import ConversionError, as_dtype, open_text
 
 AGE_EDGES = (18, 25, 35, 45, 50, 56)
 N_GENRES = 19
@@ -119,6 +119,7 @@ def convert_movielens_views(
     occupation_file=None,
     target="rating",
     block_rows=None,
+    dtype="float32",
     overwrite=False,
     progress=None,
 ):
@@ -135,6 +136,10 @@ def convert_movielens_views(
         Side files; default ``u.user``, ``u.item``, ``u.occupation`` beside the first source.
     target : {"rating", "binary"}
         ``y`` = the rating, or 1 if rating >= 4 else 0.
+    dtype : {"float32", "float64"}
+        dtype of the views (their values are 0/1); ``y`` is float64.
+    block_rows, overwrite, progress
+        As for every converter.
 
     Returns
     -------
@@ -155,8 +160,9 @@ def convert_movielens_views(
     with DatasetWriter(dest, block_rows=block_rows, overwrite=overwrite,
                        attrs={"source": "movielens_views", "target": target,
                               "view_names": ["user", "item"]}) as w:
-        w.add_csr("X0", n_cols=uids.size + uside.shape[1], dtype="float32")
-        w.add_csr("X1", n_cols=iids.size + iside.shape[1], dtype="float32")
+        vdt = as_dtype(dtype)
+        w.add_csr("X0", n_cols=uids.size + uside.shape[1], dtype=vdt)
+        w.add_csr("X1", n_cols=iids.size + iside.shape[1], dtype=vdt)
         w.add_dense("y", n_cols=1, dtype="float64")
         done = 0
         for src in srcs:
@@ -166,12 +172,12 @@ def convert_movielens_views(
                     if line.strip():
                         buf.append((lineno, line))
                     if len(buf) >= _CHUNK:
-                        done += _write_chunk(w, src, buf, uindex, iindex, uside, iside, target)
+                        done += _write_chunk(w, src, buf, uindex, iindex, uside, iside, target, vdt)
                         buf = []
                         if progress:
                             progress(done)
                 if buf:
-                    done += _write_chunk(w, src, buf, uindex, iindex, uside, iside, target)
+                    done += _write_chunk(w, src, buf, uindex, iindex, uside, iside, target, vdt)
                     if progress:
                         progress(done)
         if done == 0:
@@ -182,7 +188,7 @@ def convert_movielens_views(
     return open_dataset(dest)
 
 
-def _write_chunk(w, src, buf, uindex, iindex, uside, iside, target):
+def _write_chunk(w, src, buf, uindex, iindex, uside, iside, target, vdt):
     u = np.empty(len(buf), np.int64)
     it = np.empty(len(buf), np.int64)
     r = np.empty(len(buf))
@@ -204,5 +210,5 @@ def _write_chunk(w, src, buf, uindex, iindex, uside, iside, target):
     X0 = _one_hot_plus(u, uindex, uside, int((uindex >= 0).sum()))
     X1 = _one_hot_plus(it, iindex, iside, int((iindex >= 0).sum()))
     y = (r >= 4).astype(np.float64) if target == "binary" else r
-    w.append(X0=X0.astype(np.float32), X1=X1.astype(np.float32), y=y[:, None])
+    w.append(X0=X0.astype(vdt), X1=X1.astype(vdt), y=y[:, None])
     return len(buf)
