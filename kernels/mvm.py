@@ -82,6 +82,16 @@ def _loss_and_slope(yhat, y, loss):
 
 
 @njit
+def _reg_slope(th, reg, reg_weight, eps):
+    """``reg_weight * dOmega/dtheta`` (MVM-20: l2, MVM-21: smoothed l1; 0 for none)."""
+    if reg == 1:
+        return reg_weight * 2.0 * th
+    if reg == 2:
+        return reg_weight * th / math.sqrt(th * th + eps)
+    return 0.0
+
+
+@njit
 def predict_block(indptr, indices, data, theta, col_view, n_feat, n_views, b0):
     """Model output ``b0 + yhat`` (MVM-9 plus an intercept) for every row of a block;
     shape ``(n_rows,)``."""
@@ -165,11 +175,7 @@ def sgd_block(
             r = n_feat + p
             for f in range(k):
                 th = theta[r, f]
-                gr = dl * g[p, f]
-                if reg == 1:
-                    gr += reg_weight * 2.0 * th
-                elif reg == 2:
-                    gr += reg_weight * th / math.sqrt(th * th + eps)
+                gr = dl * g[p, f] + _reg_slope(th, reg, reg_weight, eps)
                 accum[r, f] += gr * gr
                 theta[r, f] = th - eta * gr / (math.sqrt(accum[r, f]) + 1e-12)
         for e in range(indptr[i], indptr[i + 1]):
@@ -178,11 +184,7 @@ def sgd_block(
             w = dl * data[e]
             for f in range(k):
                 th = theta[c, f]
-                gr = w * g[p, f]
-                if reg == 1:
-                    gr += reg_weight * 2.0 * th
-                elif reg == 2:
-                    gr += reg_weight * th / math.sqrt(th * th + eps)
+                gr = w * g[p, f] + _reg_slope(th, reg, reg_weight, eps)
                 if gr == 0.0:
                     continue
                 accum[c, f] += gr * gr

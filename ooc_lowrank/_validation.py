@@ -111,3 +111,10 @@ def check_csr_structure(indptr, indices, n_cols, name, where=""):
         if lo < 0 or hi >= n_cols:
             bad = lo if lo < 0 else hi
             raise ValueError(f"{name}: column index out of range [0, {n_cols}){where}; got {bad}")
+
+
+def format_table(lines):
+    """Rows of strings (the first one the header) as right-aligned text columns; the CV
+    searches' ``format_cv_table`` print through it."""
+    w = [max(len(line[j]) for line in lines) for j in range(len(lines[0]))]
+    return "\n".join("  ".join(c.rjust(w[j]) for j, c in enumerate(line)) for line in lines)

@@ -51,7 +51,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine, metrics
 from ooc_lowrank._persist import save_model
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_scalar, format_table, param_error
 from ooc_lowrank.gimc import _blocks, _cv_blocks, core
 from ooc_lowrank.gimc._cv_blocks import req_shapes
 from ooc_lowrank.gimc.estimator import GIMC, _is_dataset, _is_lazy
@@ -634,8 +634,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
                 [str(r["rank"]), *(f"{r[k]:.6g}" for k in keys)]
                 + [f"{r['mean_test_score']:.4f}", f"{r['std_test_score']:.4f}"]
             )
-        w = [max(len(line[j]) for line in lines) for j in range(len(head))]
-        return "\n".join("  ".join(c.rjust(w[j]) for j, c in enumerate(line)) for line in lines)
+        return format_table(lines)
 
     # ------------------------------------------------------------------ delegation
 

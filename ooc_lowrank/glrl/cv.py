@@ -34,7 +34,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank._persist import ModelFileError, save_model
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_scalar, format_table, param_error
 from ooc_lowrank.glrl.core import SCHEDULES
 from ooc_lowrank.glrl.estimator import GreedyLowRank, _obs_handle, _pairs_to_csr
 from ooc_lowrank.glrl.losses import get_loss
@@ -503,8 +503,7 @@ class GreedyLowRankCV(BaseEstimator):
                 + [f"{res['params'][i][key]}" for key in keys]
                 + [f"{res['mean_test_score'][i]:.4f}", f"{res['std_test_score'][i]:.4f}", f"{it:g}"]
             )
-        w = [max(len(line[j]) for line in lines) for j in range(len(head))]
-        return "\n".join("  ".join(c.rjust(w[j]) for j, c in enumerate(line)) for line in lines)
+        return format_table(lines)
 
     # ------------------------------------------------------------------ delegation
     def _best(self):
