@@ -104,3 +104,17 @@ def objective(K, Yobs, lam, C):
 def left_singular(X, k):
     U, s, _ = np.linalg.svd(dense(X), full_matrices=False)
     return U[:, :k], s[:k]
+
+
+def observed_residual(F, W, Yobs):
+    """Values of ``R_Omega(F W - Y)`` in ``Yobs``'s CSR order, by the dense product."""
+    Y = sp.csr_matrix(Yobs)
+    rows = np.repeat(np.arange(Y.shape[0]), np.diff(Y.indptr))
+    return (np.asarray(F, np.float64) @ np.asarray(W, np.float64))[rows, Y.indices] - Y.data
+
+
+def residual_t_f(F, Yobs, res):
+    """``F^T R`` with ``R`` the CSR of ``Yobs``'s pattern holding ``res``."""
+    Y = sp.csr_matrix(Yobs)
+    R = sp.csr_matrix((res, Y.indices, Y.indptr), shape=Y.shape)
+    return np.asarray(R.T @ np.asarray(F, np.float64)).T

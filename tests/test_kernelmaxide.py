@@ -10,7 +10,7 @@ import scipy.sparse as sp
 import naive_kernelmaxide as naive
 from ooc_lowrank import metrics
 from ooc_lowrank.kernelmaxide import check_observed_labels, mask_labels, mask_labels_store
-from ooc_lowrank.kernels.kernelmaxide import ranking_loss_rows
+from ooc_lowrank.kernels.kernelmaxide import observed_residual, ranking_loss_rows, residual_t_f
 
 
 def _labels(rng, n, L, p=0.3):
@@ -145,6 +145,25 @@ def test_ranking_loss_kernel_vs_brute_force(rng, dtype):
     want = naive.ranking_loss_rows(S, Y)
     np.testing.assert_allclose(got, want, atol=1e-12)
     assert got[0] == -1 and got[1] == -1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_observed_products_vs_dense_twins(rng, dtype):
+    """The pass kernels on the observed entries equal the dense products restricted to them
+    (rows without an observation, unsorted column indices, an empty trailing row)."""
+    n, r, m = 40, 13, 7
+    F = rng.standard_normal((n, r)).astype(dtype)
+    W = rng.standard_normal((r, m))
+    D = rng.random((n, m))
+    D[n - 1] = 1.0  # an empty trailing row
+    Y = sp.csr_matrix(np.where(D < 0.15, 1.0, np.where(D < 0.3, -1.0, 0.0)))
+    Y.indices[: Y.indptr[3]] = Y.indices[: Y.indptr[3]][::-1].copy()  # unsorted is allowed
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    res = observed_residual(F, W, Y.indptr, Y.indices, Y.data)
+    np.testing.assert_allclose(res, naive.observed_residual(F, W.astype(dtype), Y), rtol=tol, atol=tol)
+    P = residual_t_f(F, Y.indptr, Y.indices, res, m)
+    np.testing.assert_allclose(P, naive.residual_t_f(F, Y, res), rtol=tol, atol=tol)
+    assert P.shape == (r, m)
 
 
 def test_ranking_loss_block_sums_and_explicit_negatives(rng):

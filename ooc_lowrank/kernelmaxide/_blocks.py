@@ -19,14 +19,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ooc_lowrank import metrics
+from ooc_lowrank.kernels import kernelmaxide as kernels
 from ooc_lowrank.gimc import _blocks as gimc_blocks
 
 
 @dataclass(frozen=True)
 class FeatureMap:
     """``kind="nystrom"``: ``U`` landmarks as columns (d x r), ``M`` the normalization
-    ``(K_rr^+)^(1/2)`` (r x r), ``gamma`` the RBF width.  ``kind="linear"``: ``U`` the
-    projection ``P`` (d x k).  Block functions receive :meth:`args` (top-level arrays, so the
+    ``(K_rr^+)^(1/2)`` (r x r), ``gamma`` the RBF width.  ``kind="kernel"`` (KernelMaxide-f):
+    ``U`` the training rows with an observed label as columns, ``M=None``: ``F = K(X, X_UT)``,
+    the exact kernel columns.  ``kind="linear"``: ``U`` the projection ``P`` (d x k).  Block functions receive :meth:`args` (top-level arrays, so the
     engine ships them once per graph, not once per task)."""
 
     kind: str
@@ -68,11 +70,9 @@ def _ut(Xb, Yb, kind, U, M, gamma):
 
 
 def _residual(F, Yu, W):
-    """``R_Omega(F W - Y)`` as CSR on ``Yu``'s pattern (float64)."""
-    pred = F @ W.astype(F.dtype, copy=False)
-    r = np.repeat(np.arange(Yu.shape[0]), np.diff(Yu.indptr))
-    data = pred[r, Yu.indices].astype(np.float64) - Yu.data
-    return sp.csr_matrix((data, Yu.indices, Yu.indptr), shape=Yu.shape)
+    """The values of ``R_Omega(F W - Y)`` on ``Yu``'s CSR pattern (float64), computed at the
+    observed entries only (Numba kernel)."""
+    return kernels.observed_residual(F, W, Yu.indptr, Yu.indices, Yu.data)
 
 
 def label_stats_block(Yb):
@@ -111,8 +111,8 @@ def grad_block(Xb, Yb, kind, U, M, gamma, W):
     ``E = 1/2 ||R_Omega(F W - Y)||^2`` and of ``P = F^T R_Omega(F W - Y)`` (r x m)."""
     F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
     R = _residual(F, Yu, W)
-    P = np.asarray((R.T @ F.astype(np.float64, copy=False)).T)
-    return np.array([0.5 * np.dot(R.data, R.data)]), P
+    P = kernels.residual_t_f(F, Yu.indptr, Yu.indices, R, Yu.shape[1])
+    return np.array([0.5 * np.dot(R, R)]), P
 
 
 def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
@@ -120,7 +120,7 @@ def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
     F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
     out = np.empty(Ws.shape[0], dtype=np.float64)
     for t in range(Ws.shape[0]):
-        d = _residual(F, Yu, Ws[t]).data
+        d = _residual(F, Yu, Ws[t])
         out[t] = 0.5 * np.dot(d, d)
     return out
 

@@ -38,7 +38,7 @@ from ooc_lowrank.kernelmaxide import _blocks
 
 logger = logging.getLogger("ooc_lowrank")
 
-__all__ = ["APGResult", "Passes", "apg", "next_theta", "span_root", "svt"]
+__all__ = ["APGResult", "Identity", "Passes", "apg", "next_theta", "span_root", "svt"]
 
 
 class Passes:
@@ -70,6 +70,22 @@ class Passes:
     def losses(self, Ws):
         """``E`` at each weight matrix of ``Ws`` (t, r, m), in one pass."""
         return np.atleast_1d(self._run(_blocks.loss_block, (np.ascontiguousarray(Ws),)))
+
+
+class Identity:
+    """``R = I`` of size ``k`` without forming it (Maxide, and KernelMaxide-f whose features are
+    the exact kernel columns of the UT rows, so ``Chat = C``): ``R @ A`` and ``R.T @ A`` are
+    ``A`` itself."""
+
+    def __init__(self, k):
+        self.shape = (int(k), int(k))
+
+    @property
+    def T(self):
+        return self
+
+    def __matmul__(self, A):
+        return A
 
 
 def span_root(G, rtol=1e-13):
@@ -133,8 +149,8 @@ def apg(
     Parameters
     ----------
     passes : Passes
-    R : ndarray of shape (r', r)
-        ``R^T R = F_UT^T F_UT`` (KernelMaxide) or the identity (Maxide).
+    R : ndarray of shape (r', r) or Identity
+        ``R^T R = F_UT^T F_UT`` (KernelMaxide-n) or the identity (Maxide, KernelMaxide-f).
     lam : float
     n_labels : int
     E0 : float
@@ -151,7 +167,8 @@ def apg(
         Resume from its saved state (``Chat``, the previous iterate, ``theta``, ``L``, the
         objective path and the pass count; iterations continue from the saved one, bitwise as
         if never interrupted); save after every ``checkpoint.every``-th iteration and when the
-        fit stops.  ``R`` is saved with the state (the caller may reuse it on resume).
+        fit stops.  ``R`` is saved with the state when it is an array (the caller may reuse it
+        on resume).
 
     Returns
     -------
@@ -190,7 +207,8 @@ def apg(
                 "converged": converged,
                 "n_passes": passes.count,
             },
-            {"C": C, "C_prev": C_prev, "R": R, "objective": np.array(objs)},
+            {"C": C, "C_prev": C_prev, "objective": np.array(objs)}
+            | ({"R": R} if isinstance(R, np.ndarray) else {}),
         )
 
     start = k

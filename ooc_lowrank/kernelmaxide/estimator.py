@@ -46,6 +46,24 @@ def _is_lazy(X):
     return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
 
 
+def _ut_mask(YB):
+    """1 for the rows with an observed label, else 0 (int8, n_rows): no pass for in-memory Y."""
+    if YB.in_memory:
+        return (np.diff(sp.csr_matrix(YB.source).indptr) > 0).astype(np.int8)
+    (ut,) = engine.compute(engine.map_rows(_blocks.ut_rows_block, YB, n_cols=1, dtype=np.int8))
+    return np.asarray(ut).ravel()
+
+
+def _take_rows(XB, rows):
+    """Rows ``rows`` of ``X`` as a dense float64 array (one small compute for lazy input)."""
+    if XB.in_memory:
+        L = XB.source[rows]
+    else:
+        (L,) = engine.compute(XB.dask[rows])
+    L = L.toarray() if sp.issparse(L) else np.asarray(L)
+    return np.ascontiguousarray(L, dtype=np.float64)
+
+
 def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
@@ -60,11 +78,11 @@ class _MaxideBase(BaseEstimator):
     def _validate_method_params(self):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _make_feature_map(self, XB, X, rng):  # pragma: no cover - abstract
+    def _make_feature_map(self, XB, YB, X, rng):  # pragma: no cover - abstract
         """Return ``fmap`` (and set fitted feature attributes)."""
         raise NotImplementedError
 
-    def _root(self, passes):  # pragma: no cover - abstract
+    def _root(self, passes, fmap):  # pragma: no cover - abstract
         raise NotImplementedError
 
     # -- shared -----------------------------------------------------------------------------
@@ -132,8 +150,9 @@ class _MaxideBase(BaseEstimator):
     def _saved_feature_map(self, fmap):
         """``(extra, extra_arrays)`` of a checkpoint: the fitted feature map."""
         arrays = {"fmap_U": fmap.U}
-        if fmap.kind == "nystrom":
-            arrays["fmap_M"] = fmap.M
+        if fmap.kind in ("nystrom", "kernel"):
+            if fmap.M is not None:
+                arrays["fmap_M"] = fmap.M
             return {"kind": fmap.kind, "gamma": float(fmap.gamma)}, arrays
         arrays["singular_values"] = self.singular_values_
         return {"kind": fmap.kind}, arrays
@@ -141,11 +160,12 @@ class _MaxideBase(BaseEstimator):
     def _restore_feature_map(self, extra, arrays):
         """The feature map (and its fitted attributes) saved by :meth:`_saved_feature_map`."""
         U = np.ascontiguousarray(arrays["fmap_U"], dtype=np.float64)
-        if extra.get("kind") == "nystrom":
+        if extra.get("kind") in ("nystrom", "kernel"):
             self.gamma_ = float(extra["gamma"])
             self.landmarks_ = np.ascontiguousarray(U.T)
-            self.normalization_ = np.asarray(arrays["fmap_M"], dtype=np.float64)
-            return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
+            M = arrays["fmap_M"] if extra["kind"] == "nystrom" else None
+            self.normalization_ = None if M is None else np.asarray(M, dtype=np.float64)
+            return _blocks.FeatureMap(extra["kind"], U, self.normalization_, self.gamma_)
         self.projection_ = U
         self.singular_values_ = np.asarray(arrays["singular_values"], dtype=np.float64)
         return _blocks.FeatureMap("linear", U)
@@ -177,6 +197,14 @@ class _MaxideBase(BaseEstimator):
         self._validate_params()
         _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         X, Y = self._inputs(X, Y)
+        # The driver's linear algebra (eigendecompositions, the SVT of an r' x m matrix every
+        # trial) runs on one BLAS thread, like every pass on the threaded scheduler: OpenBLAS
+        # threads make these small LAPACK calls 10-700x slower on this 2-core machine
+        # (docs/kernelmaxide.md, section 8).
+        with engine._blas_controller().limit(limits=1, user_api="blas"):
+            return self._fit(X, Y, checkpoint, checkpoint_every)
+
+    def _fit(self, X, Y, checkpoint, checkpoint_every):
         XB = engine.as_blocked(X, name="X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
@@ -189,7 +217,7 @@ class _MaxideBase(BaseEstimator):
         ckpt = _checkpoint.open_checkpoint(checkpoint, checkpoint_every, self, X=XB, Y=YB)
         restored = ckpt.load() if ckpt is not None else None
         if restored is None:
-            fmap = self._make_feature_map(XB, X, rng)
+            fmap = self._make_feature_map(XB, YB, X, rng)
         else:  # the saved feature map: no sampling, no X^T X pass
             fmap = self._restore_feature_map(restored[2], restored[3])
         if ckpt is not None:
@@ -198,11 +226,11 @@ class _MaxideBase(BaseEstimator):
         dt = _float_dtype(XB)
         f_bytes = XB.shape[0] * r * dt.itemsize
         if f_bytes <= self._budget():
-            if YB.in_memory:
-                ut = (np.diff(sp.csr_matrix(YB.source).indptr) > 0).astype(np.int8)
-            else:
-                (ut,) = engine.compute(engine.map_rows(_blocks.ut_rows_block, YB, n_cols=1, dtype=np.int8))
-                ut = np.asarray(ut).ravel()
+            if XB.in_memory and YB.in_memory:
+                # in-memory data and F: one block, so the engine calls the block functions
+                # directly on the local scheduler (no graph per pass; the same code and sums)
+                XB, YB = XB.rechunk([0, XB.shape[0]]), YB.rechunk([0, XB.shape[0]])
+            ut = _ut_mask(YB)
             FB = engine.map_rows_persisted(
                 _blocks.features_rows_block, XB, args=(ut, *fmap.args()), n_cols=r, offset=True
             )
@@ -215,7 +243,10 @@ class _MaxideBase(BaseEstimator):
             passes = core.Passes(XB, YB, fmap)
             n_setup = 0
             n_trials = 2  # streamed: a pass recomputes the kernel blocks, a candidate is cheap
-        R = self._root(passes) if restored is None else np.asarray(restored[1]["R"], np.float64)
+        if restored is not None and "R" in restored[1]:
+            R = np.asarray(restored[1]["R"], np.float64)
+        else:
+            R = self._root(passes, fmap)
         res = core.apg(
             passes,
             R,
@@ -350,8 +381,9 @@ class _MaxideBase(BaseEstimator):
             "rank": self.rank_,
             "n_ut": self.n_ut_,
         }
-        if self.fmap_.kind == "nystrom":
-            arrays["M"] = self.fmap_.M
+        if self.fmap_.kind in ("nystrom", "kernel"):
+            if self.fmap_.M is not None:
+                arrays["M"] = self.fmap_.M
             extra["gamma"] = self.gamma_
         params = {k: v for k, v in self.get_params().items() if k != "callback"}
         save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
@@ -364,17 +396,17 @@ class _MaxideBase(BaseEstimator):
             cls, check_params(cls, params, ignore_unknown=True), cls._validate_params
         )
         r = ModelReader(arrays, extra)
-        kind = r.value("kind", "str", choices=("nystrom", "linear"))
+        kind = r.value("kind", "str", choices=("nystrom", "kernel", "linear"))
         d = r.value("n_features_in", "int", low=1)
         m = r.value("n_labels", "int", low=1)
         U = r.array("U", (d, None), meaning="n_features_in x r")
         k = U.shape[1]
         est.coef_ = r.array("coef", (k, m), meaning="r (the columns of 'U') x n_labels")
         est.objective_ = r.array("objective", (None,))
-        if kind == "nystrom":
+        if kind in ("nystrom", "kernel"):
             est.gamma_ = r.value("gamma", "float", low=0.0)
-            M = r.array("M", (k, k), meaning="r x r, r the columns of 'U'")
-            est.fmap_ = _blocks.FeatureMap("nystrom", U, M, est.gamma_)
+            M = r.array("M", (k, k), meaning="r x r, r the columns of 'U'") if kind == "nystrom" else None
+            est.fmap_ = _blocks.FeatureMap(kind, U, M, est.gamma_)
             est.landmarks_ = np.ascontiguousarray(U.T)
             est.normalization_ = M
         else:
@@ -428,8 +460,12 @@ class KernelMaxide(_MaxideBase):
     Attributes
     ----------
     landmarks_ : ndarray of shape (r, n_features)
-    normalization_ : ndarray of shape (r, r)
-        ``(K_rr^+)^(1/2)``; ``F = K(X, landmarks) normalization_``.
+        ``n_landmarks=None``: the rows with an observed label (``r = n_UT``).
+    normalization_ : ndarray of shape (r, r) or None
+        ``(K_rr^+)^(1/2)``; ``F = K(X, landmarks) normalization_``.  ``None`` for
+        ``n_landmarks=None``: ``F = K(X, X_UT)`` is the exact kernel, ``coef_`` is ``C`` of
+        SPEC 4.4 itself (no eigendecomposition; the same problem and iterates as the span form
+        with every row as a landmark, since ``K K^+ K = K``).
     gamma_ : float
     coef_ : ndarray of shape (r, n_labels)
         Scores are ``F(X) coef_``.
@@ -471,18 +507,25 @@ class KernelMaxide(_MaxideBase):
             )
         _check_gamma(self.gamma)
 
-    def _make_feature_map(self, XB, X, rng):
+    def _make_feature_map(self, XB, YB, X, rng):
         n, d = XB.shape
+        src = XB.source if XB.in_memory else X
         if self.n_landmarks is None:
-            need = 4 * n * n * 8 + n * d * 8
+            need = 2 * n * n * 8 + n * d * 8
             if need > self._budget():
                 raise MemoryError(
                     f"n_landmarks=None (exact kernel) needs about {need / 2**30:.2f} GiB for "
-                    f"n={n} rows (the n x n kernel, its eigendecomposition and F), more than "
+                    f"n={n} rows (the n x n_UT kernel F and its dot products), more than "
                     f"cache_bytes={self._budget()} bytes; use n_landmarks=1000 (Nystrom) or "
                     "raise cache_bytes"
                 )
-            r = n
+            # exact kernel: F = K(X, X_UT), R = I, Chat = C (no eigendecomposition)
+            self.gamma_ = (
+                median_gamma(sample_rows(src, _SAMPLE, rng)) if self.gamma is None else float(self.gamma)
+            )
+            self.landmarks_ = _take_rows(XB, np.flatnonzero(_ut_mask(YB)))
+            self.normalization_ = None
+            return _blocks.FeatureMap("kernel", np.ascontiguousarray(self.landmarks_.T), None, self.gamma_)
         else:
             r = int(self.n_landmarks)
             if r > n:
@@ -492,7 +535,6 @@ class KernelMaxide(_MaxideBase):
                     r,
                     f"Use n_landmarks <= {n}, or None for every row",
                 )
-        src = XB.source if XB.in_memory else X
         self.gamma_ = (
             median_gamma(sample_rows(src, _SAMPLE, rng)) if self.gamma is None else float(self.gamma)
         )
@@ -503,7 +545,9 @@ class KernelMaxide(_MaxideBase):
         self.normalization_ = nystrom_normalization(U, self.gamma_)
         return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
 
-    def _root(self, passes):
+    def _root(self, passes, fmap):
+        if fmap.kind == "kernel":
+            return core.Identity(fmap.n_features)
         G, _ = passes.gram()
         return core.span_root(G)
 
@@ -556,7 +600,7 @@ class Maxide(_MaxideBase):
         if self.n_components is not None:
             check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
 
-    def _make_feature_map(self, XB, X, rng):
+    def _make_feature_map(self, XB, YB, X, rng):
         XtX = np.asarray(engine.map_reduce(_blocks.xtx_block, XB))
         ev, V = np.linalg.eigh(0.5 * (XtX + XtX.T))
         ev, V = ev[::-1], V[:, ::-1]
@@ -571,5 +615,5 @@ class Maxide(_MaxideBase):
         self.projection_ = np.ascontiguousarray(V[:, :k] / s)
         return _blocks.FeatureMap("linear", self.projection_)
 
-    def _root(self, passes):
-        return np.eye(self.projection_.shape[1])
+    def _root(self, passes, fmap):
+        return core.Identity(self.projection_.shape[1])
