@@ -151,3 +151,37 @@ def residual_t_f(F, indptr, indices, res, n_labels):
     PT = np.zeros((int(n_labels), F.shape[1]), dtype=np.float64)
     _residual_t_f(F, ip, ix, np.ascontiguousarray(res, dtype=np.float64), PT)
     return PT.T
+
+
+@njit
+def _observed_ranking_loss_rows(S, indptr, indices, y, out):
+    for i in range(indptr.shape[0] - 1):
+        npos = 0
+        nneg = 0
+        err = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if y[p] > 0:
+                npos += 1
+                sp_ = S[i, indices[p]]
+                for q in range(indptr[i], indptr[i + 1]):
+                    if y[q] < 0 and sp_ <= S[i, indices[q]]:
+                        err += 1.0
+            elif y[p] < 0:
+                nneg += 1
+        out[i] = err / (npos * nneg) if npos > 0 and nneg > 0 else -1.0
+
+
+def observed_ranking_loss_rows(S, indptr, indices, y):
+    """Per-row ranking loss restricted to the observed (+1, -1) pairs of a CSR pattern.
+
+    For row ``i``: the fraction of (observed positive, observed negative) label pairs with
+    ``S[i, pos] <= S[i, neg]`` (ties are errors, as in SPEC 4.6); ``-1`` when the row has no
+    observed positive or no observed negative.  The score of held-out observed labels
+    (model selection on the observed training labels only).  ``O(k^2)`` per row for ``k``
+    observed entries of the row.
+    """
+    S = np.ascontiguousarray(S)
+    ip, ix = _csr_index(indptr, indices)
+    out = np.empty(ip.shape[0] - 1, dtype=np.float64)
+    _observed_ranking_loss_rows(S, ip, ix, np.ascontiguousarray(y, dtype=np.float64), out)
+    return out

@@ -64,7 +64,9 @@ METHODS = {
     "glrl-cv": ("ooc_lowrank.glrl:GreedyLowRankCV", {}),
     "kernelmaxide": ("ooc_lowrank.kernelmaxide:KernelMaxide", {}),
     "kernelmaxide-f": ("ooc_lowrank.kernelmaxide:KernelMaxide", {"n_landmarks": None}),
+    "kernelmaxide-cv": ("ooc_lowrank.kernelmaxide:KernelMaxideCV", {}),
     "maxide": ("ooc_lowrank.kernelmaxide:Maxide", {}),
+    "maxide-cv": ("ooc_lowrank.kernelmaxide:MaxideCV", {}),
     "mvm": ("ooc_lowrank.mvm:MultiViewMachineRegressor", {}),
     "mvm-classifier": ("ooc_lowrank.mvm:MultiViewMachineClassifier", {}),
 }

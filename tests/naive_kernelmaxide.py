@@ -118,3 +118,15 @@ def residual_t_f(F, Yobs, res):
     Y = sp.csr_matrix(Yobs)
     R = sp.csr_matrix((res, Y.indices, Y.indptr), shape=Y.shape)
     return np.asarray(R.T @ np.asarray(F, np.float64)).T
+
+
+def observed_ranking_loss_rows(S, Yobs):
+    """Ranking loss of each row over its observed (+1, -1) pairs only; -1 where undefined."""
+    Y = sp.csr_matrix(Yobs)
+    out = np.full(Y.shape[0], -1.0)
+    for i in range(Y.shape[0]):
+        c, v = Y.indices[Y.indptr[i] : Y.indptr[i + 1]], Y.data[Y.indptr[i] : Y.indptr[i + 1]]
+        pos, neg = S[i, c[v > 0]], S[i, c[v < 0]]
+        if pos.size and neg.size:
+            out[i] = np.mean(pos[:, None] <= neg[None, :])
+    return out

@@ -454,6 +454,14 @@ def test_mask_labels_then_kernelmaxide_fit_and_ranking_loss(tmp_path, capsys):
     assert main(["evaluate", model, m, "--metrics", "ranking_loss", "--json"]) in (0, None)
     out = json.loads(capsys.readouterr().out)
     assert 0.0 <= out["ranking_loss"] < 0.5
+    # the built-in selection on the observed labels, from the CLI: its choice and table
+    cvm = str(tmp_path / "kmcv.model")
+    assert main(["fit", "kernelmaxide-cv", m, cvm, "--n-landmarks", "30", "--gamma-scales",
+                 "1,4", "--lams", "0.5,8", "--max-iter", "20"]) in (0, None)  # fmt: skip
+    out = capsys.readouterr().out
+    assert "chosen by cross-validation: gamma=" in out and "mean ranking loss" in out
+    assert main(["evaluate", cvm, m, "--metrics", "ranking_loss", "--json"]) in (0, None)
+    assert 0.0 <= json.loads(capsys.readouterr().out)["ranking_loss"] < 0.5
     # the source is never overwritten
     assert main(["mask-labels", g, g, "--omega", "20"]) == 2
     assert open_dataset(g).names == ["X", "Y"] or "Y_obs" not in open_dataset(g).names

@@ -556,3 +556,78 @@ def test_sparse_X_equals_dense(rng, cls):
     np.testing.assert_allclose(
         b.decision_function(sp.csr_matrix(X)), a.decision_function(X), atol=1e-12
     )
+
+
+# ------------------------------------------------------------------ model selection (KernelMaxideCV)
+
+from ooc_lowrank.kernels.kernelmaxide import observed_ranking_loss_rows  # noqa: E402
+
+
+def test_observed_ranking_loss_kernel_vs_brute_force(rng):
+    n, m = 50, 8
+    S = rng.integers(0, 3, size=(n, m)).astype(float)  # ties
+    D = rng.random((n, m))
+    Y = sp.csr_matrix(np.where(D < 0.3, 1.0, np.where(D < 0.6, -1.0, 0.0)))
+    got = observed_ranking_loss_rows(S, Y.indptr, Y.indices, Y.data)
+    np.testing.assert_allclose(got, naive.observed_ranking_loss_rows(S, Y), atol=1e-15)
+    assert (got == -1).any() and (got > 0).any()
+
+
+def _lam_problem():
+    """Rank-2 labels of a linear model with 15 % of them flipped, half observed: a huge lam
+    shrinks every score to 0 (all held-out pairs tie, loss 1), a tiny one fits the flips."""
+    r = np.random.default_rng(5)
+    n, d, m = 200, 6, 8
+    X = r.standard_normal((n, d))
+    Y = (X @ r.standard_normal((d, 2)) @ r.standard_normal((2, m)) > 0).astype(float)
+    flip = r.random(Y.shape) < 0.15
+    Y[flip] = 1 - Y[flip]
+    return X, mask_labels(Y, 50, random_state=0)
+
+
+def test_kernelmaxide_cv_picks_the_clearly_best_lam():
+    from ooc_lowrank.kernelmaxide import KernelMaxideCV, MaxideCV
+    from ooc_lowrank.kernelmaxide.cv import split_observed
+
+    X, Yobs = _lam_problem()
+    kw = dict(n_landmarks=100, max_iter=100, random_state=0)
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0, 1e-3]).fit(X, Yobs)
+    res = cv.cv_results_
+    assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
+    assert res["mean_test_score"][0] == 1.0  # every score 0: all held-out pairs are ties
+    assert res["mean_test_score"][1] < res["mean_test_score"][2] - 0.05
+    best = cv.best_estimator_
+    assert best.lam == 3.0 and best.gamma == 1.0
+    # the score is the twin's over the hold-out the search used, the refit uses every label
+    Yfit, Yval = split_observed(Yobs, 0.25, 0)
+    est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
+    rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
+    assert res["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
+    full = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yobs)
+    np.testing.assert_array_equal(best.coef_, full.coef_)
+    assert "mean ranking loss" in cv.format_cv_table()
+    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
+    assert m.best_params_ == {"n_components": None, "lam": 1.0}
+
+
+@pytest.mark.parametrize(
+    "params, exc, msg",
+    [
+        ({"lams": []}, ValueError, "lams must not be empty"),
+        ({"lams": [1.0, -2.0]}, ValueError, r"lams must hold only finite numbers > 0 \(found -2.0\)"),
+        ({"lams": "1,2"}, TypeError, "lams must be a non-empty list"),
+        ({"lams": [1.0, 1.0]}, ValueError, "lams must not repeat a value"),
+        ({"gamma_scales": [0.0]}, ValueError, "gamma_scales must hold only finite numbers > 0"),
+        ({"gammas": [1.0]}, ValueError, "exactly one must be given"),
+        ({"validation_fraction": 1.0}, ValueError, "validation_fraction must be < 1"),
+        ({"n_splits": 0}, ValueError, "n_splits must be >= 1"),
+    ],
+)
+def test_kernelmaxide_cv_bad_grid_fails_before_work(toy, params, exc, msg, monkeypatch):
+    from ooc_lowrank.kernelmaxide import KernelMaxideCV
+
+    calls = []
+    monkeypatch.setattr(core, "apg", lambda *a, **k: calls.append(1))
+    with pytest.raises(exc, match=msg):
+        KernelMaxideCV(**params).fit(toy["X"], toy["Yobs"])
+    assert not calls

@@ -155,3 +155,18 @@ def eval_block(Xb, Yb, kind, U, M, gamma, W, parsed, K, want_rl):
     head = metrics.metric_sums_block(Yp, top, parsed) if parsed else np.zeros(0)
     rl = metrics.ranking_loss_block(Yp, S) if want_rl else np.zeros(2)
     return np.concatenate([head, rl])
+
+
+def observed_rl_block(Xb, Vb, kind, U, M, gamma, W):
+    """``[sum, count]`` of the per-row ranking loss over the observed (+1, -1) pairs of ``Vb``
+    (held-out observed labels); scores are computed for the rows with an entry only."""
+    Vb = sp.csr_matrix(Vb)
+    rows = np.flatnonzero(np.diff(Vb.indptr))
+    if not rows.size:
+        return np.zeros(2)
+    Vu = Vb[rows]
+    rl = kernels.observed_ranking_loss_rows(
+        scores_block(Xb[rows], kind, U, M, gamma, W), Vu.indptr, Vu.indices, Vu.data
+    )
+    ok = rl >= 0
+    return np.array([rl[ok].sum(), np.count_nonzero(ok)], dtype=np.float64)

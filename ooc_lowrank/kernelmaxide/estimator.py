@@ -366,6 +366,22 @@ class _MaxideBase(BaseEstimator):
             out = {"ranking_loss": float(s / c) if c else float("nan"), **out}
         return out
 
+    def observed_ranking_loss(self, X, Y):
+        """Mean over rows of the ranking loss among the *observed* entries of ``Y`` (+1 / -1
+        stored): the fraction of (observed positive, observed negative) pairs of a row scored
+        in the wrong order (ties are errors); rows without both are skipped (NaN if none).
+        The validation score of :class:`KernelMaxideCV` on held-out observed labels.  One
+        pass; scores only for the rows with a stored entry.
+        """
+        X, B = self._prepare_X(X)
+        if not _is_lazy(Y):
+            Y = check_observed_labels(Y, name="Y")
+        VB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        s, c = np.asarray(
+            engine.map_reduce(_blocks.observed_rl_block, B, VB, args=(*self.fmap_.args(), self.coef_))
+        ).ravel()
+        return float(s / c) if c else float("nan")
+
     # -- persistence ----------------------------------------------------------------------
     def save(self, path, *, overwrite=True):
         """Save to a directory (JSON + npz, loaded without pickle): ``ooc_lowrank.load(path)``."""
