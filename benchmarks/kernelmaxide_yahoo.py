@@ -1,14 +1,21 @@
-"""KernelMaxide-n / KernelMaxide-f / Maxide on a yahoo dataset, the paper's protocol (SPEC 4.6).
+"""KernelMaxide-f / KernelMaxide-n / Maxide / KernelBSVM on yahoo sets, the paper's protocol
+(SPEC 4.6).
 
-All 5000 instances (the .mat train and test parts together), a random 90/10 instance split,
-``omega`` % of each label's training positives and negatives observed (``mask_labels``), the
-test rows in ``X`` with no observed label (transductive).  Hyperparameters by hold-out
-validation on the *observed training labels only*: 25 % of the observed entries are held out,
-the score is the ranking loss restricted to the held-out (positive, negative) pairs of each row
-(ties are errors); the best setting is refit on all observed labels.  Ranking loss on the test
-rows, time per fit.
+All 5000 instances of each ``.mat`` (``ooc_lowrank.datasets.load_yahoo``), a random 90/10
+instance split, ``omega`` % of each label's training positives and negatives observed
+(``mask_labels``), the test rows in ``X`` with no observed label (transductive).
+Hyperparameters by the library's own selection on the *observed training labels only*
+(``KernelMaxideCV`` / ``MaxideCV``: a quarter of the observed entries held out, score = ranking
+loss over the held-out (+, -) pairs of each row, refit on all observed labels).  KernelMaxide-f
+uses KernelMaxide-n's choice (one exact-kernel fit per cell).  KernelBSVM: one scikit-learn RBF
+``SVC`` per label on that label's observed training rows, ``gamma`` from the same grid and
+``C`` from ``--svm-cs``, chosen on the same held-out observed labels, ``decision_function``
+scores.  Ranking loss on the test rows; seconds per final fit (and of the whole selection).
 
-    python benchmarks/kernelmaxide_yahoo.py arts --omega 20 --reps 1 --out results.json
+Cells run repetition-major (every dataset and omega of repetition 0, then repetition 1, ...)
+and the JSON is rewritten after every cell, so a run stopped early holds whole repetitions.
+
+    python benchmarks/kernelmaxide_yahoo.py arts business health --reps 10 --out res.json
 """
 
 from __future__ import annotations
@@ -19,119 +26,133 @@ import os
 import time
 
 import numpy as np
-import scipy.io as sio
-import scipy.sparse as sp
 
 from ooc_lowrank import metrics
-from ooc_lowrank.gimc.features import median_gamma
-from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels, split_rows
-
-DATA = os.environ.get(
-    "OOC_LOWRANK_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-)
+from ooc_lowrank.datasets import load_yahoo
+from ooc_lowrank.kernelmaxide import KernelMaxide, KernelMaxideCV, MaxideCV, mask_labels, split_rows
+from ooc_lowrank.kernelmaxide.cv import split_observed
+from ooc_lowrank.kernels.kernelmaxide import observed_ranking_loss_rows
 
 
-def load(name):
-    d = sio.loadmat(os.path.join(DATA, "yahoo", f"{name}.mat"))
-    X = np.vstack([d["train_data"], d["test_data"]]).astype(np.float64)
-    Y = (np.hstack([d["train_target"], d["test_target"]]).T > 0).astype(np.float64)
-    return X, Y
+def observed_rl(S, V):
+    rl = observed_ranking_loss_rows(S, V.indptr, V.indices, V.data)
+    return float(rl[rl >= 0].mean())
 
 
-def heldout_rl(S, V):
-    """Mean over rows of the ranking loss among the held-out observed entries ``V`` (+1/-1)."""
-    V = sp.csr_matrix(V)
-    tot, cnt = 0.0, 0
-    for i in range(V.shape[0]):
-        a, b = V.indptr[i], V.indptr[i + 1]
-        if b == a:
+def bsvm_scores(K, Yobs, C, rows_out):
+    """Scores (len(rows_out) x m) of one RBF SVC per label on its observed rows, from the
+    precomputed RBF kernel ``K`` of all rows (the same models as ``SVC(kernel="rbf")``; libsvm's
+    own kernel evaluation made prediction 10x slower than the fits).  A label whose observed
+    rows hold one class only scores 0.  Returns the scores and the seconds of the fits."""
+    from sklearn.svm import SVC
+
+    Yc = Yobs.tocsc()
+    S = np.zeros((len(rows_out), Yobs.shape[1]))
+    fit_s = 0.0
+    for j in range(Yobs.shape[1]):
+        rows = Yc.indices[Yc.indptr[j] : Yc.indptr[j + 1]]
+        y = Yc.data[Yc.indptr[j] : Yc.indptr[j + 1]]
+        if np.unique(y).size < 2:
             continue
-        c, v = V.indices[a:b], V.data[a:b]
-        pos, neg = S[i, c[v > 0]], S[i, c[v < 0]]
-        if pos.size and neg.size:
-            tot += np.mean(pos[:, None] <= neg[None, :])
-            cnt += 1
-    return tot / max(cnt, 1)
+        t = time.perf_counter()
+        mdl = SVC(C=C, kernel="precomputed").fit(K[np.ix_(rows, rows)], y)
+        fit_s += time.perf_counter() - t
+        S[:, j] = mdl.decision_function(K[np.ix_(rows_out, rows)])
+    return S, fit_s
 
 
-def split_observed(Yobs, frac, seed):
-    rng = np.random.default_rng(seed)
-    Y = sp.coo_matrix(Yobs)
-    hold = rng.random(Y.nnz) < frac
-    mk = lambda m: sp.csr_matrix((Y.data[m], (Y.row[m], Y.col[m])), shape=Y.shape)  # noqa: E731
-    return mk(~hold), mk(hold)
+def rbf(X, gamma):
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    return rbf_kernel(X, gamma=gamma)
 
 
-def fit_time(est, X, Y):
+def run_cell(name, X, Y, omega, rep, a):
+    n = X.shape[0]
+    train = split_rows(n, 0.1, rep)
+    Yobs = mask_labels(Y, omega, train=train, random_state=rep)
+    test = ~train
+    res = {"dataset": name, "omega": omega, "rep": rep, "n_obs": int(Yobs.nnz),
+           "load_before": os.getloadavg()[0]}  # fmt: skip
+
+    def rl(S):
+        return float(metrics.ranking_loss(Y[test], S))
+
     t = time.perf_counter()
-    est.fit(X, Y)
-    return time.perf_counter() - t
+    cv = KernelMaxideCV(n_landmarks=a.landmarks, gamma_scales=a.gamma_scales, lams=a.lams,
+                        max_iter=a.max_iter, random_state=rep).fit(X, Yobs)  # fmt: skip
+    best = cv.best_estimator_
+    res["kernelmaxide_n"] = dict(
+        rl=rl(best.decision_function(X[test])), gamma=best.gamma, lam=best.lam,
+        gamma_scale=best.gamma / cv.gamma_median_, time=cv.refit_time_,
+        select_time=time.perf_counter() - t, n_iter=best.n_iter_, val=cv.best_score_,
+    )  # fmt: skip
+    print(f"{name} omega={omega} rep={rep} KM-n: {res['kernelmaxide_n']}", flush=True)
+    if a.full:
+        t = time.perf_counter()
+        f = KernelMaxide(n_landmarks=None, gamma=best.gamma, lam=best.lam,
+                         max_iter=a.max_iter, random_state=rep).fit(X, Yobs)  # fmt: skip
+        res["kernelmaxide_f"] = dict(rl=rl(f.decision_function(X[test])), gamma=best.gamma,
+                                     lam=best.lam, time=time.perf_counter() - t, n_iter=f.n_iter_)  # fmt: skip
+        print(f"  KM-f: {res['kernelmaxide_f']}", flush=True)
+    t = time.perf_counter()
+    mcv = MaxideCV(n_components_grid=[k or None for k in a.maxide_k], lams=a.maxide_lams,
+                   max_iter=a.max_iter, random_state=rep).fit(X, Yobs)  # fmt: skip
+    mb = mcv.best_estimator_
+    res["maxide"] = dict(rl=rl(mb.decision_function(X[test])), k=mb.n_components, lam=mb.lam,
+                         time=mcv.refit_time_, select_time=time.perf_counter() - t,
+                         n_iter=mb.n_iter_, val=mcv.best_score_)  # fmt: skip
+    print(f"  Maxide: {res['maxide']}", flush=True)
+    if a.bsvm:
+        g0 = cv.gamma_median_  # the same gamma grid as KernelMaxide-n
+        t = time.perf_counter()
+        Yfit, Yval = split_observed(Yobs, 0.25, rep)  # the hold-out the CV classes used
+        vrows = np.flatnonzero(np.diff(Yval.indptr))
+        grid = []
+        for s in a.gamma_scales:
+            K = rbf(X, g0 * s)
+            for C in a.svm_cs:
+                S, _ = bsvm_scores(K, Yfit, C, vrows)
+                grid.append((observed_rl(S, Yval[vrows]), s, C))
+        v, s, C = min(grid)
+        tk = time.perf_counter()
+        K = rbf(X, g0 * s)
+        k_s = time.perf_counter() - tk
+        S, fit_s = bsvm_scores(K, Yobs, C, np.flatnonzero(test))
+        res["kernelbsvm"] = dict(rl=rl(S), gamma_scale=s, C=C, time=fit_s + k_s, kernel_time=k_s,
+                                 select_time=time.perf_counter() - t, val=v)  # fmt: skip
+        print(f"  KernelBSVM: {res['kernelbsvm']}", flush=True)
+    res["load_after"] = os.getloadavg()[0]
+    return res
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("dataset")
-    ap.add_argument("--omega", type=float, nargs="+", default=[20])
-    ap.add_argument("--reps", type=int, default=1)
-    ap.add_argument("--gamma-mult", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    ap.add_argument("datasets", nargs="+", help="yahoo set names or .mat paths")
+    ap.add_argument("--omega", type=float, nargs="+", default=[10, 20, 30, 40])
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--first-rep", type=int, default=0)
+    ap.add_argument("--landmarks", type=int, default=1000)
+    ap.add_argument("--max-iter", type=int, default=100)
+    ap.add_argument("--gamma-scales", type=float, nargs="+", default=[1.0, 2.0, 4.0])
     ap.add_argument("--lams", type=float, nargs="+", default=[0.5, 2.0, 8.0])
-    ap.add_argument("--maxide-lams", type=float, nargs="+", default=[2.0**k for k in range(-2, 8)])
-    ap.add_argument("--maxide-k", type=int, nargs="+", default=[25, 50, 100, 0], help="0 = all")
-    ap.add_argument("--full", action="store_true", help="also KernelMaxide-f at KM-n's choice")
-    ap.add_argument("--maxide-only", action="store_true")
+    ap.add_argument("--maxide-lams", type=float, nargs="+", default=[2.0**k for k in range(-2, 6)])
+    ap.add_argument("--maxide-k", type=int, nargs="+", default=[100, 0], help="0 = all")
+    ap.add_argument("--svm-cs", type=float, nargs="+", default=[1.0, 10.0])
+    ap.add_argument("--no-full", dest="full", action="store_false")
+    ap.add_argument("--no-bsvm", dest="bsvm", action="store_false")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    X, Y = load(a.dataset)
-    n = X.shape[0]
-    g0 = median_gamma(X[np.random.default_rng(0).choice(n, 1000, replace=False)])
+    data = {name: load_yahoo(name) for name in a.datasets}
     rows = []
-    for omega in a.omega:
-        for rep in range(a.reps):
-            train = split_rows(n, 0.1, rep)
-            Yobs = mask_labels(Y, omega, train=train, random_state=rep)
-            Yfit, Yval = split_observed(Yobs, 0.25, 1000 + rep)
-            res = {"dataset": a.dataset, "omega": omega, "rep": rep, "n_obs": int(Yobs.nnz)}
-            # KernelMaxide-n: hold-out grid
-            grid = []
-            for gm in [] if a.maxide_only else a.gamma_mult:
-                for lam in a.lams:
-                    est = KernelMaxide(n_landmarks=1000, gamma=g0 * gm, lam=lam, random_state=rep)
-                    t = fit_time(est, X, Yfit)
-                    v = heldout_rl(est.decision_function(X), Yval)
-                    grid.append((v, gm, lam, t))
-                    print(f"  KM-n gamma={gm}*g0 lam={lam}: val RL {v:.4f} ({t:.1f} s)", flush=True)
-            if grid:
-                v, gm, lam, _ = min(grid)
-                est = KernelMaxide(n_landmarks=1000, gamma=g0 * gm, lam=lam, random_state=rep)
-                t = fit_time(est, X, Yobs)
-                rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
-                res["kernelmaxide_n"] = dict(
-                    rl=rl, gamma_mult=gm, lam=lam, time=t, n_iter=est.n_iter_, val=v
-                )
-                print(f"KM-n omega={omega} rep={rep}: RL {rl:.4f} (gamma {gm}*g0, lam {lam}, {t:.1f} s)")
-            if a.full and grid:
-                est = KernelMaxide(n_landmarks=None, gamma=g0 * gm, lam=lam, random_state=rep)
-                t = fit_time(est, X, Yobs)
-                rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
-                res["kernelmaxide_f"] = dict(rl=rl, gamma_mult=gm, lam=lam, time=t, n_iter=est.n_iter_)
-                print(f"KM-f omega={omega} rep={rep}: RL {rl:.4f} ({t:.1f} s)", flush=True)
-            # Maxide: k (top left singular vectors) and lam on the same hold-out
-            grid = []
-            for k in a.maxide_k:
-                for lam in a.maxide_lams:
-                    est = Maxide(lam=lam, n_components=k or None)
-                    t = fit_time(est, X, Yfit)
-                    grid.append((heldout_rl(est.decision_function(X), Yval), k, lam, t))
-            v, k, lam, _ = min(grid)
-            est = Maxide(lam=lam, n_components=k or None)
-            t = fit_time(est, X, Yobs)
-            rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
-            res["maxide"] = dict(rl=rl, k=k, lam=lam, time=t, n_iter=est.n_iter_, val=v)
-            print(f"Maxide omega={omega} rep={rep}: RL {rl:.4f} (k {k}, lam {lam}, {t:.1f} s)", flush=True)
-            rows.append(res)
-    if a.out:
-        with open(a.out, "w") as f:
-            json.dump({"median_gamma": g0, "runs": rows}, f, indent=1)
+    for rep in range(a.first_rep, a.first_rep + a.reps):
+        for name in a.datasets:
+            X, Y = data[name]
+            for omega in a.omega:
+                rows.append(run_cell(name, X, Y, omega, rep, a))
+                if a.out:
+                    with open(a.out, "w") as f:
+                        json.dump({"args": vars(a), "runs": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ convert the files to a store instead (``ooc-lowrank convert movielens|snap``).
 * :func:`load_movielens` -- a MovieLens 100K file (``u.data``, ``u1.base`` ...; plain or gzip).
 * :func:`load_epinions` -- the Epinions signed network as the paper's rectangular
   42,470 x 40,700 truster x trustee matrix.
+* :func:`load_yahoo` -- a yahoo multi-label web-page set (Arts, Business, Health, ...; the
+  KernelMaxide paper's data) as dense features and 0/1 labels.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import os
 
 import numpy as np
 
-__all__ = ["MOVIELENS_100K_SHAPE", "load_epinions", "load_movielens"]
+__all__ = ["MOVIELENS_100K_SHAPE", "YAHOO_NAMES", "load_epinions", "load_movielens", "load_yahoo"]
+
+#: The yahoo sets by their usual names (``load_yahoo`` also takes a path or another name).
+YAHOO_NAMES = ("arts", "business", "health")
 
 #: (users, movies) of MovieLens 100K; pass it as ``shape=`` so every fold indexes one matrix.
 MOVIELENS_100K_SHAPE = (943, 1682)
@@ -112,3 +117,60 @@ def load_epinions(path, max_edges=None):
             "frac_positive": float(np.mean(s > 0)),
         },
     )
+
+
+def _data_root():
+    return os.environ.get(
+        "OOC_LOWRANK_DATA", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+    )
+
+
+def load_yahoo(path_or_name, *, dtype=np.float64):
+    """All instances of a yahoo ``.mat`` file (its ``train_*`` and ``test_*`` parts stacked, as
+    the KernelMaxide paper's protocol re-splits them) and their 0/1 labels.
+
+    Parameters
+    ----------
+    path_or_name : str or PathLike
+        A ``.mat`` path, or a set name (``"arts"``, ``"Business"``, ``"health"`` ...; any case)
+        looked up as ``$OOC_LOWRANK_DATA/yahoo/<Name>.mat`` (default data folder
+        ``../shared/data`` next to the repository).
+    dtype : float dtype, default=float64
+        Of ``X``.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, n_features)
+    Y : ndarray of shape (n_samples, n_labels), float64, entries 0 / 1
+    """
+    import scipy.io as sio
+
+    path = os.fspath(path_or_name)
+    if not (path.endswith(".mat") or os.path.sep in path):
+        folder = os.path.join(_data_root(), "yahoo")
+        hits = (
+            [f for f in os.listdir(folder) if f.lower() == f"{path.lower()}.mat"]
+            if os.path.isdir(folder)
+            else []
+        )
+        if not hits:
+            raise FileNotFoundError(
+                f"path_or_name {path_or_name!r}: no {path}.mat (any case) in {folder!r}; pass "
+                "the .mat path, or set OOC_LOWRANK_DATA to the folder holding yahoo/"
+            )
+        path = os.path.join(folder, hits[0])
+    d = sio.loadmat(path)
+    missing = [k for k in ("train_data", "test_data", "train_target", "test_target") if k not in d]
+    if missing:
+        raise ValueError(
+            f"path_or_name {path!r} must hold train_data, test_data, train_target and "
+            f"test_target (a yahoo .mat); missing {missing}"
+        )
+    X = np.vstack([d["train_data"], d["test_data"]]).astype(dtype)
+    Y = (np.hstack([d["train_target"], d["test_target"]]).T > 0).astype(np.float64)
+    if X.shape[0] != Y.shape[0]:
+        raise ValueError(
+            f"path_or_name {path!r}: {X.shape[0]} instances but labels for {Y.shape[0]}; the "
+            "targets must be labels x instances"
+        )
+    return X, Y
