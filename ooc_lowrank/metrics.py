@@ -35,9 +35,18 @@ __all__ = [
 _PAT = re.compile(r"^(p|precision|ndcg|n)@(\d+)$")
 
 
+#: ``top_k`` that :func:`max_k` asks for when the ranking loss needs every label's rank.
+FULL_RANKING = 2**31 - 1
+
+
 def parse_metrics(metrics):
     """Normalize metric names, e.g. ``"p@1,ndcg@5,accuracy"`` ->
     ``[("p", 1), ("ndcg", 5), ("accuracy", 0)]``.
+
+    ``ranking_loss`` (or ``rl``; SPEC 4.6) becomes two entries, ``("ranking_loss", 0)`` and
+    ``("ranking_loss_rows", 0)``: the block sums of ``RL_i`` and of the rows counted, which
+    :func:`finalize` divides (the loss averages over rows with a positive and a negative
+    label, not over all rows).  It needs the full ranking (:func:`max_k` asks for every label).
 
     Raises
     ------
@@ -52,11 +61,14 @@ def parse_metrics(metrics):
         if key in ("accuracy", "acc"):
             out.append(("accuracy", 0))
             continue
+        if key in ("ranking_loss", "rl"):
+            out += [("ranking_loss", 0), ("ranking_loss_rows", 0)]
+            continue
         mt = _PAT.match(key)
         if not mt or int(mt.group(2)) < 1:
             raise ValueError(
-                f"metrics: unknown metric {name!r}; use p@K, ndcg@K (K >= 1) or accuracy, "
-                "e.g. 'p@1,p@3,p@5'"
+                f"metrics: unknown metric {name!r}; use p@K, ndcg@K (K >= 1), accuracy or "
+                "ranking_loss, e.g. 'p@1,p@3,p@5'"
             )
         kind = "p" if mt.group(1) in ("p", "precision") else "ndcg"
         out.append((kind, int(mt.group(2))))
@@ -89,6 +101,10 @@ def metric_key(kind, k):
 
 
 def max_k(parsed):
+    """The ``top_k`` the metrics need (:data:`FULL_RANKING` with the ranking loss: callers
+    take ``min(max_k, n_labels)``)."""
+    if any(kind == "ranking_loss" for kind, _ in parsed):
+        return FULL_RANKING
     return max([k for _, k in parsed] + [1])
 
 
@@ -133,6 +149,9 @@ def metric_sums_block(Y, top, parsed, codes=False):
     Y : csr_matrix or ndarray of shape (n_b, n_labels), or ndarray (n_b,) / (n_b, 1) of codes
     top : ndarray of shape (n_b, K)
         Top-K label indices per row, best first, ``K >= max_k(parsed)`` (or fewer labels).
+        The ranking loss needs every label (``K = n_labels``); it is computed from this
+        order, whose ties are broken by the lower label index (the score-based
+        :func:`ranking_loss` counts ties as errors instead; the two agree without ties).
     parsed : list of (kind, k) from :func:`parse_metrics`
     codes : bool
         ``Y`` holds class codes (multi-class); "p@k" then means top-k accuracy / k.
@@ -151,6 +170,25 @@ def metric_sums_block(Y, top, parsed, codes=False):
     disc = 1.0 / np.log2(np.arange(2, max(K, 1) + 2))
     for j, (kind, k) in enumerate(parsed):
         kk = min(k, K)
+        if kind in ("ranking_loss", "ranking_loss_rows"):
+            n_labels = None if codes else (Y.shape[1] if np.ndim(Y) == 2 else None)
+            if n_labels is not None and K < n_labels:
+                raise ValueError(
+                    f"ranking_loss needs the rank of every label: top has {K} of {n_labels} "
+                    "labels; pass top_k = min(max_k(parsed), n_labels)"
+                )
+            h = (hits > 0).astype(np.float64)
+            npos_r = h.sum(axis=1)
+            nneg = K - npos_r
+            ok = (npos_r > 0) & (nneg > 0)
+            if kind == "ranking_loss_rows":
+                out[j] = np.count_nonzero(ok)
+                continue
+            # negatives ranked above each positive: its position minus the positives above it
+            above = np.arange(K)[None, :] - (np.cumsum(h, axis=1) - h)
+            err = (h * above).sum(axis=1)
+            out[j] = (err[ok] / (npos_r[ok] * nneg[ok])).sum()
+            continue
         if kind == "accuracy":
             out[j] = hits[:, 0].sum() if K else 0.0
         elif kind == "p":
@@ -164,9 +202,21 @@ def metric_sums_block(Y, top, parsed, codes=False):
 
 
 def finalize(sums, n_rows, parsed):
-    """Divide block sums by the number of rows: ``{"p@1": ..., "ndcg@3": ..., ...}``."""
+    """Divide block sums by the number of rows: ``{"p@1": ..., "ndcg@3": ..., ...}``; the
+    ranking loss by the rows it counted (``nan`` if none)."""
     n = max(int(n_rows), 1)
-    return {metric_key(kind, k): float(s) / n for (kind, k), s in zip(parsed, sums, strict=False)}
+    sums = [float(s) for s in sums]
+    kinds = [kind for kind, _ in parsed]
+    out = {}
+    for (kind, k), s in zip(parsed, sums, strict=False):
+        if kind == "ranking_loss_rows":
+            continue
+        if kind == "ranking_loss":
+            c = sums[kinds.index("ranking_loss_rows")]
+            out["ranking_loss"] = s / c if c else float("nan")
+            continue
+        out[metric_key(kind, k)] = s / n
+    return out
 
 
 def precision_at_k(Y, scores, k):

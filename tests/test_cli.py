@@ -221,6 +221,10 @@ def test_fit_with_eval_store_prints_history(tmp_path, capsys):
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration")]
     assert [int(ln.split()[1].rstrip(":")) for ln in lines] == [0, 2, 4]
     assert all("p@1" in ln for ln in lines)
+    # the ranking loss from `evaluate` for a GIMC model (any multi-label model)
+    assert main(["evaluate", model, va, "--metrics", "ranking_loss,p@1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"ranking_loss", "p@1"} and 0.0 <= out["ranking_loss"] <= 1.0
     # GreedyLowRank.fit has no eval_set: --eval-store is not one of glrl's options
     assert main(["fit", "glrl", tr, str(tmp_path / "g"), "--eval-store", va]) == 2
     assert "unknown option --eval-store for `ooc-lowrank fit glrl`" in capsys.readouterr().err

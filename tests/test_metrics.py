@@ -73,3 +73,47 @@ def test_multiclass_codes_blocks(rng):
     )
     assert res["accuracy"] == pytest.approx(nv.accuracy(S, y))
     assert res["p@2"] == pytest.approx(np.mean((top == y[:, None]).any(1)) / 2)
+
+
+@pytest.mark.parametrize("block_rows", [7, 100])
+def test_ranking_loss_through_parse_metrics_equals_score_based(rng, block_rows):
+    """``ranking_loss`` from the full top-k order (what GIMC's evaluate feeds) equals the
+    score-based metric when scores have no ties, block-wise; rows with no positive or no
+    negative are not counted (averaged over the counted rows, not all rows)."""
+    S = rng.standard_normal((100, 9))
+    Y = (rng.random((100, 9)) < 0.3).astype(np.float64)
+    Y[:4] = 0.0
+    Y[4] = 1.0
+    parsed = metrics.parse_metrics("p@1,ranking_loss")
+    assert parsed == [("p", 1), ("ranking_loss", 0), ("ranking_loss_rows", 0)]
+    assert metrics.parse_metrics("RL") == parsed[1:]
+    K = min(metrics.max_k(parsed), 9)
+    assert K == 9
+    top = metrics.topk_from_scores(S, K)
+
+    def fn(Tb, Yb):
+        return metrics.metric_sums_block(Yb, Tb, parsed)
+
+    sums = engine.map_reduce(
+        fn, engine.as_blocked(top.astype(np.float64), block_rows=block_rows), sp.csr_matrix(Y),
+        shapes=[(3,)],
+    )  # fmt: skip
+    res = metrics.finalize(np.ravel(sums), 100, parsed)
+    assert set(res) == {"p@1", "ranking_loss"}
+    assert res["ranking_loss"] == pytest.approx(metrics.ranking_loss(Y, S), rel=1e-12)
+    assert res["p@1"] == pytest.approx(nv.precision_at_k(S, Y, 1))
+    with pytest.raises(ValueError, match="ranking_loss needs the rank of every label"):
+        metrics.metric_sums_block(sp.csr_matrix(Y), top[:, :3], parsed)
+
+
+def test_gimc_evaluate_ranking_loss(rng):
+    from ooc_lowrank.gimc import GIMC
+
+    X = rng.standard_normal((120, 5))
+    Y = (X @ rng.standard_normal((5, 6)) > 0.5).astype(np.float64)
+    est = GIMC(n_components=8, max_iter=2, random_state=0).fit(X, Y)
+    res = est.evaluate(X, "ranking_loss,p@1", Y=Y)
+    assert res["ranking_loss"] == pytest.approx(
+        metrics.ranking_loss(Y, est.decision_function(X)), rel=1e-9
+    )
+    assert 0.0 <= res["ranking_loss"] < 0.5 and "p@1" in res

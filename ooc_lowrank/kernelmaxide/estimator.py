@@ -346,8 +346,9 @@ class _MaxideBase(BaseEstimator):
         if metrics_ is None:
             metrics_ = "ranking_loss,p@1,p@3,p@5"
         names = [m.strip() for m in metrics_.split(",")] if isinstance(metrics_, str) else list(metrics_)
-        want_rl = any(m.lower() in ("ranking_loss", "rl") for m in names)
-        parsed = metrics.parse_metrics([m for m in names if m.lower() not in ("ranking_loss", "rl")])
+        want_rl = any(m.strip().lower() in ("ranking_loss", "rl") for m in names)
+        # the ranking loss from the scores (ties are errors), not from the top-k order
+        parsed = [p for p in metrics.parse_metrics(names) if not p[0].startswith("ranking_loss")]
         if _is_dataset(dataset) and Y is None:
             Y = dataset["Y"]
         if Y is None:
