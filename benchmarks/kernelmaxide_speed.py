@@ -1,0 +1,67 @@
+"""Seconds per fit of KernelMaxide-n, KernelMaxide-f and Maxide on one yahoo cell, in one
+process (paper Figure 1: KernelMaxide-n close to or faster than Maxide).
+
+Arts by default, omega = 20 %, split / mask of repetition 0, fixed hyperparameters
+(``gamma = 2 x`` the median heuristic, ``lam = 2``; Maxide ``lam = 4``), 100 APG iterations
+at most.  One warm-up fit of each (Numba compilation, imports) is not timed; then ``--repeats``
+timed fits each, interleaved, with the load average beside them.  Also records iterations and
+engine passes (structural counts that do not depend on the load).
+
+    python benchmarks/kernelmaxide_speed.py --out benchmarks/results/kernelmaxide_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import numpy as np
+
+from ooc_lowrank.datasets import load_yahoo
+from ooc_lowrank.gimc.features import median_gamma, sample_rows
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels, split_rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", default="arts")
+    ap.add_argument("--omega", type=float, default=20)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    X, Y = load_yahoo(a.dataset)
+    train = split_rows(X.shape[0], 0.1, 0)
+    Yobs = mask_labels(Y, a.omega, train=train, random_state=0)
+    g = 2 * median_gamma(sample_rows(X, 1000, np.random.default_rng(0)))
+    makers = {
+        "kernelmaxide_n": lambda: KernelMaxide(n_landmarks=1000, gamma=g, lam=2.0, random_state=0),
+        "kernelmaxide_f": lambda: KernelMaxide(n_landmarks=None, gamma=g, lam=2.0, random_state=0),
+        "maxide": lambda: Maxide(lam=4.0),
+    }
+    for mk in makers.values():  # warm-up
+        mk().fit(X, Yobs)
+    out = {k: {"seconds": [], "load": []} for k in makers}
+    for _ in range(a.repeats):
+        for name, mk in makers.items():
+            est = mk()
+            t = time.perf_counter()
+            est.fit(X, Yobs)
+            out[name]["seconds"].append(time.perf_counter() - t)
+            out[name]["load"].append(os.getloadavg()[0])
+            out[name].update(n_iter=est.n_iter_, n_passes=est.n_passes_)
+    for name in makers:
+        out[name]["median_seconds"] = float(np.median(out[name]["seconds"]))
+    base = out["maxide"]["median_seconds"]
+    out["ratio_to_maxide"] = {k: out[k]["median_seconds"] / base for k in makers}
+    out["setup"] = dict(dataset=a.dataset, omega=a.omega, shape=list(X.shape),
+                        n_labels=int(Y.shape[1]), n_observed=int(Yobs.nnz))  # fmt: skip
+    print(json.dumps(out, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
