@@ -125,7 +125,7 @@ def _data_root():
     )
 
 
-def load_yahoo(path_or_name, *, dtype=np.float64):
+def load_yahoo(path_or_name, *, folder=None, dtype=np.float64):
     """All instances of a yahoo ``.mat`` file (its ``train_*`` and ``test_*`` parts stacked, as
     the KernelMaxide paper's protocol re-splits them) and their 0/1 labels.
 
@@ -133,8 +133,10 @@ def load_yahoo(path_or_name, *, dtype=np.float64):
     ----------
     path_or_name : str or PathLike
         A ``.mat`` path, or a set name (``"arts"``, ``"Business"``, ``"health"`` ...; any case)
-        looked up as ``$OOC_LOWRANK_DATA/yahoo/<Name>.mat`` (default data folder
-        ``../shared/data`` next to the repository).
+        looked up as ``<folder>/<Name>.mat``.
+    folder : str or PathLike, optional
+        Where names are looked up; default ``$OOC_LOWRANK_DATA/yahoo`` (data folder
+        ``../shared/data`` next to the repository when the variable is unset).
     dtype : float dtype, default=float64
         Of ``X``.
 
@@ -147,7 +149,7 @@ def load_yahoo(path_or_name, *, dtype=np.float64):
 
     path = os.fspath(path_or_name)
     if not (path.endswith(".mat") or os.path.sep in path):
-        folder = os.path.join(_data_root(), "yahoo")
+        folder = os.fspath(folder) if folder is not None else os.path.join(_data_root(), "yahoo")
         hits = (
             [f for f in os.listdir(folder) if f.lower() == f"{path.lower()}.mat"]
             if os.path.isdir(folder)

@@ -631,3 +631,26 @@ def test_kernelmaxide_cv_bad_grid_fails_before_work(toy, params, exc, msg, monke
     with pytest.raises(exc, match=msg):
         KernelMaxideCV(**params).fit(toy["X"], toy["Yobs"])
     assert not calls
+
+
+# ------------------------------------------------------------------ the yahoo loader
+
+from conftest import data_file  # noqa: E402
+
+
+def test_load_yahoo_by_name_and_path_and_errors(tmp_path):
+    from ooc_lowrank.datasets import load_yahoo
+
+    folder = data_file("yahoo", "arts.mat").parent
+    X, Y = load_yahoo("ARTS", folder=folder)  # any case
+    assert X.shape == (5000, 462) and Y.shape == (5000, 26) and X.dtype == np.float64
+    assert set(np.unique(Y)) == {0.0, 1.0} and Y.sum(axis=1).max() <= 14  # SPEC 4.6 Table 1
+    X2, Y2 = load_yahoo(folder / "arts.mat", dtype=np.float32)
+    assert X2.dtype == np.float32 and np.array_equal(Y2, Y)
+    with pytest.raises(FileNotFoundError, match="path_or_name 'nosuch': no nosuch.mat"):
+        load_yahoo("nosuch", folder=folder)
+    import scipy.io as sio
+
+    sio.savemat(tmp_path / "bad.mat", {"train_data": np.zeros((2, 2))})
+    with pytest.raises(ValueError, match="must hold train_data, test_data"):
+        load_yahoo(tmp_path / "bad.mat")
