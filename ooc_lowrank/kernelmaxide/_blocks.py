@@ -135,6 +135,12 @@ def features_rows_block(row_start, Xb, ut, kind, U, M, gamma):
     return out
 
 
+def rotate_block(Fb, Rt):
+    """``F_b R^T`` for the cache (float64 ``R^T`` applied in ``F``'s dtype): with the span root
+    folded into the cached features, the APG runs with ``R = I`` (docs/kernelmaxide.md)."""
+    return Fb @ Rt.astype(Fb.dtype, copy=False)
+
+
 def scores_block(Xb, kind, U, M, gamma, W):
     """Decision values ``F_b W`` (n_b, m)."""
     F = features(Xb, kind, U, M, gamma)

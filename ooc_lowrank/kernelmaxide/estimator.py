@@ -245,11 +245,27 @@ class _MaxideBase(BaseEstimator):
             n_trials = 2  # streamed: a pass recomputes the kernel blocks, a candidate is cheap
         if restored is not None and "R" in restored[1]:
             R = np.asarray(restored[1]["R"], np.float64)
+        elif restored is not None and "span_R" in restored[3]:
+            R = np.asarray(restored[3]["span_R"], np.float64)
         else:
             R = self._root(passes, fmap)
+        R_apg = R
+        if n_setup and isinstance(R, np.ndarray):
+            # cached F: fold R into it once (F~ = F R^T, predictions F~ Chat, gradient F~^T
+            # R_Omega), so no iteration multiplies by the r' x r root (it cost more than the
+            # passes on the observed entries)
+            FB = engine.map_rows_persisted(
+                _blocks.rotate_block, FB, args=(np.ascontiguousarray(R.T),), n_cols=R.shape[0]
+            )
+            passes, count = core.Passes(FB, YB, None), passes.count
+            passes.count = count  # the Gram pass
+            n_setup += 1
+            R_apg = core.Identity(R.shape[0])
+            if ckpt is not None:
+                ckpt.extra_arrays = {**ckpt.extra_arrays, "span_R": R}
         res = core.apg(
             passes,
-            R,
+            R_apg,
             float(self.lam),
             self.n_labels_,
             0.5 * nobs,
@@ -260,7 +276,7 @@ class _MaxideBase(BaseEstimator):
             checkpoint=ckpt,
         )
         self.fmap_ = fmap
-        self.coef_ = np.asarray(res.W, dtype=np.float64)
+        self.coef_ = np.asarray(R.T @ res.Chat if R_apg is not R else res.W, dtype=np.float64)
         self.objective_ = res.objective
         self.n_iter_ = int(res.n_iter)
         # + the label check and the passes of the feature map (Maxide's X^T X)
