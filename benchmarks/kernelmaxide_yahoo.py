@@ -16,6 +16,7 @@ Cells run repetition-major (every dataset and omega of repetition 0, then repeti
 and the JSON is rewritten after every cell, so a run stopped early holds whole repetitions.
 
     python benchmarks/kernelmaxide_yahoo.py arts business health --reps 10 --out res.json
+    python benchmarks/kernelmaxide_yahoo.py --merge a.json b.json --out merged.json  # table
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 
 import numpy as np
@@ -126,7 +128,89 @@ def run_cell(name, X, Y, omega, rep, a):
     return res
 
 
+#: SPEC 4.6 (the paper's Tables 2-3): ranking loss at omega = 10 / 20 / 30 / 40 %
+PAPER = {
+    "arts": {
+        "kernelmaxide_f": (0.1514, 0.1365, 0.1264, 0.1266),
+        "kernelmaxide_n": (0.1527, 0.1382, 0.1278, 0.1289),
+        "maxide": (0.1596, 0.1500, 0.1421, 0.1422),
+        "kernelbsvm": (0.2325, 0.2262, 0.2138, 0.2110),
+    },
+    "business": {
+        "kernelmaxide_f": (0.0424, 0.0428, 0.0359, 0.0366),
+        "kernelmaxide_n": (0.0434, 0.0446, 0.0386, 0.0393),
+        "maxide": (0.0457, 0.0488, 0.0444, 0.0458),
+        "kernelbsvm": (0.0785, 0.0833, 0.0722, 0.0724),
+    },
+    "health": {
+        "kernelmaxide_f": (0.0597, 0.0540, 0.0491, 0.0491),
+        "kernelmaxide_n": (0.0616, 0.0562, 0.0519, 0.0503),
+        "maxide": (0.0691, 0.0652, 0.0609, 0.0607),
+        "kernelbsvm": (0.1130, 0.1144, 0.1124, 0.1127),
+    },
+}
+METHODS = ("kernelmaxide_f", "kernelmaxide_n", "maxide", "kernelbsvm")
+NAMES = {"kernelmaxide_f": "KM-f", "kernelmaxide_n": "KM-n", "maxide": "Maxide",
+         "kernelbsvm": "KernelBSVM"}  # fmt: skip
+
+
+def summarize(runs):
+    """Markdown table (mean +- std over repetitions, paper value beside) and per-cell verdicts
+    from the runs of several result files (a repeated (dataset, omega, rep) counts once)."""
+    cells = {}
+    for r in runs:
+        cells[(r["dataset"].lower(), float(r["omega"]), int(r["rep"]))] = r
+    keys = sorted({(d, o) for d, o, _ in cells})
+    lines = ["| dataset | omega | reps | " + " | ".join(
+        f"{NAMES[m]} RL (paper)" for m in METHODS) + " | KM-n - paper | ordering f <= n < Maxide | "
+        "seconds per fit f / n / Maxide / BSVM |",
+        "|---|---|---|" + "---|" * (len(METHODS) + 3)]  # fmt: skip
+    verdicts = []
+    for d, o in keys:
+        rs = [cells[k] for k in sorted(cells) if k[0] == d and k[1] == o]
+        row = [d, f"{o:g}", str(len(rs))]
+        mean = {}
+        for m in METHODS:
+            v = [r[m]["rl"] for r in rs if m in r]
+            if not v:
+                row.append("-")
+                continue
+            mean[m] = float(np.mean(v))
+            paper = PAPER.get(d, {}).get(m, (None,) * 4)[[10, 20, 30, 40].index(int(o))]
+            row.append(f"{mean[m]:.4f} +- {np.std(v):.4f} ({paper:.4f})")
+        paper_n = PAPER[d]["kernelmaxide_n"][[10, 20, 30, 40].index(int(o))]
+        gap = mean["kernelmaxide_n"] - paper_n
+        order = (mean.get("kernelmaxide_f", -np.inf) <= mean["kernelmaxide_n"] < mean["maxide"])
+        row += [f"{gap:+.4f}", "yes" if order else "no"]
+        secs = [f"{np.median([r[m]['time'] for r in rs if m in r]):.1f}" if mean.get(m) is not None
+                else "-" for m in METHODS]  # fmt: skip
+        row.append(" / ".join(secs))
+        lines.append("| " + " | ".join(row) + " |")
+        verdicts.append(dict(dataset=d, omega=o, reps=len(rs), km_n_gap=gap,
+                             within_0003=gap <= 0.003, ordering=bool(order),
+                             means=mean))  # fmt: skip
+    return "\n".join(lines), verdicts
+
+
+def merge(paths, out):
+    runs = []
+    for p in paths:
+        with open(p) as f:
+            runs += json.load(f)["runs"]
+    table, verdicts = summarize(runs)
+    print(table)
+    if out:
+        with open(out, "w") as f:
+            json.dump({"runs": runs, "verdicts": verdicts, "table": table}, f, indent=1)
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--merge":
+        ap = argparse.ArgumentParser()
+        ap.add_argument("--merge", nargs="+", required=True, help="result JSON files")
+        ap.add_argument("--out", default=None)
+        a = ap.parse_args()
+        return merge(a.merge, a.out)
     ap = argparse.ArgumentParser()
     ap.add_argument("datasets", nargs="+", help="yahoo set names or .mat paths")
     ap.add_argument("--omega", type=float, nargs="+", default=[10, 20, 30, 40])
