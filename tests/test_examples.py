@@ -16,7 +16,7 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 SMALL_ARGS = {
     "bibtex_end_to_end.py": ["--small"],
     "figure1_toy.py": ["--n", "40", "--d", "6", "--rank", "3", "--m", "10",
-                       "--fractions", "0.2", "0.4", "--max-iter", "2"],
+                       "--fractions", "0.2", "0.4", "--max-iter", "2", "--lams", "1"],
     "figure2.py": ["--small"],
     "segment_clustering.py": ["--rows", "200", "--m", "10", "--max-iter", "2", "--lams", "1",
                               "--c", "3"],
