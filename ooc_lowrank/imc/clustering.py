@@ -223,6 +223,8 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         Rows per block for in-memory inputs.
     random_state : int, RandomState, Generator or None, default=None
         Seed of the feature maps, the initialization and k-means.
+    callback : callable(iteration, elapsed, objective) or None, default=None
+        Called after every outer IMC iteration (and at the initialization, iteration 0).
 
     Attributes
     ----------
@@ -249,6 +251,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         symmetrize=False,
         block_rows=None,
         random_state=None,
+        callback=None,
     ):
         self.n_clusters = n_clusters
         self.lam = lam
@@ -265,6 +268,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         self.symmetrize = symmetrize
         self.block_rows = block_rows
         self.random_state = random_state
+        self.callback = callback
 
     def fit(self, X, y=None, *, constraints):
         """Cluster the rows of ``X`` (n, d; an array, CSR, or a feature store's ``X``) under
@@ -316,6 +320,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             tol=self.tol,
             block_rows=self.block_rows,
             random_state=rs.randint(2**31 - 1),
+            callback=self.callback,
         )
         obs, shape, Br, Bc = imc._prepare(cons, X, X, shape, zero_one=True, name="constraints")
         imc._fit_prepared(obs, shape, Br, Bc)
