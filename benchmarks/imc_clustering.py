@@ -160,6 +160,8 @@ def main(argv=None):
     p.add_argument("--datasets", nargs="+", default=["mushroom", "segment"], choices=DATASETS)
     p.add_argument("--cs", nargs="+", type=int, default=[1, 5, 10, 15, 20])
     p.add_argument("--draws", type=int, default=5)
+    p.add_argument("--draw-start", type=int, default=0,
+                   help="first draw index (to split the draws over processes; merge the JSONs)")
     p.add_argument("--m", type=int, default=500)
     p.add_argument("--max-iter", type=int, default=20)
     p.add_argument("--select-iter", type=int, default=None,
@@ -170,7 +172,12 @@ def main(argv=None):
     p.add_argument("--small", action="store_true", help="tiny run for the tests")
     p.add_argument("--out", default=os.path.join(HERE, "results", "imc_clustering.json"))
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the markdown tables of these result files and exit")
     a = p.parse_args(argv)
+    if a.report:
+        print(report(a.report))
+        return None
     lams = LAMS
     if a.small:
         a.cs, a.draws, a.m, a.max_iter, a.rows, lams = [1, 5], 1, 20, 3, a.rows or 300, (0.1, 1)
@@ -178,7 +185,7 @@ def main(argv=None):
     result = {
         "benchmark": "imc_clustering",
         "settings": {
-            "cs": a.cs, "draws": a.draws, "m": a.m, "max_iter": a.max_iter,
+            "cs": a.cs, "draws": a.draws, "draw_start": a.draw_start, "m": a.m, "max_iter": a.max_iter,
             "select_iter": a.select_iter, "lams": list(lams),
             "holdout": 0.2, "rows": a.rows, "small": a.small,
         },
@@ -201,7 +208,7 @@ def main(argv=None):
         result["datasets"][name] = {"n": int(X.shape[0]), "d": int(X.shape[1]), "k": k,
                                     "cells": [], "table": []}
     stopped = False
-    for draw in range(a.draws):
+    for draw in range(a.draw_start, a.draw_start + a.draws):
         for name, ds in result["datasets"].items():
             if "skipped" in ds:
                 continue
@@ -226,6 +233,63 @@ def main(argv=None):
     result["seconds"] = round(time.time() - t_start, 1)
     _write(a.out, result)
     return result
+
+
+def report(paths):
+    """Markdown tables from one or more result files (cells of the same dataset merged, e.g.
+    draws split over processes): mean +- std over draws, the paper's value, and whether the
+    issue's goal holds for GIMC-LFF (Segment: <= paper + 0.005; Mushroom: <= 0.001; and the
+    lowest mean error of the four methods at 10n and above)."""
+    cells, settings = {}, {}
+    for path in paths:
+        with open(path) as f:
+            res = json.load(f)
+        for name, ds in res["datasets"].items():
+            if "cells" in ds:
+                cells.setdefault(name, []).extend(ds["cells"])
+                settings.setdefault(name, []).append(res["settings"])
+    lines = []
+    for name, cs in cells.items():
+        cvals = sorted({c["c"] for c in cs})
+        table = summarize(cs, name, cvals, METHODS)
+        lines += [f"**{name}** (n = {_n_of(paths, name)}; settings: "
+                  + "; ".join(f"max_iter {s['max_iter']}, select_iter {s.get('select_iter')}, "
+                              f"m {s['m']}" for s in settings[name][:1]) + ")", "",
+                  "| c | " + " | ".join(f"{m} (ours / paper)" for m in METHODS)
+                  + " | draws | GIMC-LFF goal |",
+                  "|---|" + "---|" * (len(METHODS) + 2)]
+        for c in cvals:
+            rows = {r["method"]: r for r in table if r["c"] == c}
+            cellstr = []
+            for m in METHODS:
+                r = rows.get(m)
+                if r is None:
+                    cellstr.append("-")
+                    continue
+                paper = "?" if r["paper"] is None else f"{r['paper']:.4f}"
+                cellstr.append(f"{r['mean']:.4f} +- {r['std']:.4f} / {paper}")
+            g = rows.get("GIMC-LFF")
+            verdict = "-"
+            if g is not None and g["paper"] is not None:
+                ok = g["mean"] <= (0.001 if name == "mushroom" else g["paper"] + 0.005)
+                verdict = "holds" if ok else "misses"
+                if c >= 10:
+                    best = min(rows.values(), key=lambda r: r["mean"])
+                    tie = abs(best["mean"] - g["mean"]) < 1e-12
+                    verdict += ", best" if tie else f", not best ({best['method']})"
+            draws = min(r["draws"] for r in rows.values())
+            lines.append(f"| {c}n | " + " | ".join(cellstr) + f" | {draws} | {verdict} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _n_of(paths, name):
+    for path in paths:
+        with open(path) as f:
+            ds = json.load(f)["datasets"].get(name, {})
+        if "n" in ds:
+            return ds["n"]
+    return "?"
 
 
 def _write(path, result):

@@ -62,7 +62,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--folds", nargs="+", type=int, default=[1, 2, 3, 4, 5])
     p.add_argument("--rank", type=int, default=10)
-    p.add_argument("--lams", nargs="+", type=float, default=[1.0, 10.0, 100.0])
+    p.add_argument("--lams", nargs="+", type=float, default=[3.0, 10.0, 30.0, 100.0, 300.0, 1000.0])
     p.add_argument("--max-iter", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=os.path.join(HERE, "results", "imc_movielens.json"))

@@ -113,3 +113,5 @@ def test_imc_clustering_benchmark_small(tmp_path):
     }
     assert all(0 <= r["mean"] <= 1 and r["draws"] == 1 for r in table)
     assert res["datasets"]["segment"]["n"] == 300
+    md = imc_clustering.report([str(out)])
+    assert "| 1n |" in md and "| 5n |" in md and "(n = 300" in md
