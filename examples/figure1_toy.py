@@ -110,7 +110,7 @@ def main(argv=None):
     p.add_argument("--fractions", type=float, nargs="+",
                    default=[0.05, 0.10, 0.15, 0.20, 0.25, 0.30])
     p.add_argument("--m", type=int, default=200, help="Fourier projections per side")
-    p.add_argument("--lams", type=float, nargs="+", default=[0.1, 1, 10, 100],
+    p.add_argument("--lams", type=float, nargs="+", default=[0.1, 1, 10, 100, 1000],
                    help="lam grid, chosen per method and fraction on 20 %% held-out observed "
                    "entries (one value: no selection)")
     p.add_argument("--max-iter", type=int, default=20)

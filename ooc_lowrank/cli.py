@@ -922,7 +922,7 @@ def cmd_predict(args, extra):
     if not hasattr(model, "predict_to_store"):
         raise _error(
             "MODEL",
-            "must support `predict` to a store (GIMC models do)",
+            "must support `predict` to a store (GIMC and IMC models do)",
             type(model).__name__,
             "Use `evaluate`, or the Python API's predict/top_k",
         )
