@@ -8,6 +8,8 @@ Sub-commands::
     ooc-lowrank fit METHOD TRAIN_STORE MODEL [--param value ...] [--overwrite]
     ooc-lowrank evaluate MODEL TEST_STORE [--metrics p@1,p@3,p@5] [--json]
     ooc-lowrank predict MODEL STORE OUT --top-k K [--overwrite]
+    ooc-lowrank cluster FEATURES_STORE OUT (--constraints STORE | --sample-constraints C)
+                        [--n-clusters K] [--param value ...] [--overwrite]
     ooc-lowrank demo [--rows N] [--workdir DIR]
 
 ``fit METHOD`` takes one option per parameter of the method's estimator, derived from the
@@ -69,7 +71,15 @@ METHODS = {
     "maxide-cv": ("ooc_lowrank.kernelmaxide:MaxideCV", {}),
     "mvm": ("ooc_lowrank.mvm:MultiViewMachineRegressor", {}),
     "mvm-classifier": ("ooc_lowrank.mvm:MultiViewMachineClassifier", {}),
+    "imc": ("ooc_lowrank.imc:InductiveMatrixCompletion", {}),
+    "imc-lff": (
+        "ooc_lowrank.imc:InductiveMatrixCompletion",
+        {"row_map": "fourier", "col_map": "fourier", "learn_features": True},
+    ),
 }
+
+#: the estimator behind ``cluster`` (options derived from it, as for ``fit``)
+CLUSTER = "ooc_lowrank.imc:GIMCClustering"
 
 #: ``fit`` keywords offered as options when the estimator's ``fit`` has them: keyword -> flag.
 #: Keywords a given estimator lacks are simply not offered (harmless).
@@ -79,6 +89,8 @@ FIT_OPTIONS = {
     "eval_metrics": "--eval-metrics",
     "checkpoint": "--checkpoint",
     "checkpoint_every": "--checkpoint-every",
+    "X_row": "--row-features",
+    "X_col": "--col-features",
 }
 
 #: extra spellings of parameter options
@@ -710,10 +722,8 @@ def cmd_info(args, extra):
         print(f"  attrs: {', '.join(sorted(info['attrs']))}")
 
 
-def cmd_fit(args, extra):
-    from .storage import open_dataset
-
-    cls, fixed, opts = method_options(args.method)
+def _option_values(args, opts, fixed, method):
+    """``(params, fit_kw)``: the typed values of the options given on the command line."""
     params, fit_kw = dict(fixed), {}
     for opt in opts:
         text = getattr(args, "opt_" + opt.name, None)
@@ -724,15 +734,114 @@ def cmd_fit(args, extra):
             others = [
                 m
                 for m, (t, f) in METHODS.items()
-                if t == METHODS[args.method][0] and f.get(opt.name) == val
+                if t == METHODS[method][0] and f.get(opt.name) == val
             ]
             raise _error(
                 opt.flag,
-                f"is fixed to {_cli_text(fixed[opt.name])} by method {args.method}",
+                f"is fixed to {_cli_text(fixed[opt.name])} by method {method}",
                 text,
                 "Drop the option" + (f", or use method {' / '.join(others)}" if others else ""),
             )
         (fit_kw if opt.fit_keyword else params)[opt.name] = val
+    return params, fit_kw
+
+
+def _fit_naming_options(est, opts, *args, **kw):
+    """``est.fit(*args, **kw)``; the estimator's own validation errors name the option."""
+    try:
+        return est.fit(*args, **kw)
+    except (ValueError, TypeError) as e:
+        word, sep, rest = str(e).partition(" ")
+        flags = {o.name: o.flag for o in opts}
+        if word in flags and sep:
+            raise CLIError(f"{flags[word]} {rest}") from e
+        raise
+
+
+def cluster_options() -> tuple:
+    """``(cls, options)`` of the ``cluster`` command (imports the estimator)."""
+    cls = _load_class(CLUSTER)
+    return cls, _options_from(cls.__init__, cls, cls().get_params(), {})
+
+
+def _class_labels(ds):
+    """A dataset's one-column class labels (``y``, or a one-column ``Y``) or None."""
+    for name in ("y", "Y"):
+        if name in ds.names and ds[name].shape[1] == 1 and ds[name].kind == "dense":
+            return ds[name].read()[:, 0]
+    return None
+
+
+def cmd_cluster(args, extra):
+    """Semi-supervised clustering (GIMC, Algorithm 2) of the rows of FEATURES_STORE's ``X``."""
+    import numpy as np
+
+    from .storage import DatasetWriter, open_dataset
+
+    cls, opts = cluster_options()
+    params, _ = _option_values(args, opts, {}, None)
+    given = [a for a in (args.constraints, args.sample_constraints) if a is not None]
+    if len(given) != 1:
+        raise _error(
+            "--constraints / --sample-constraints",
+            "must be given, exactly one of them",
+            f"{len(given)} given",
+            "Pass --constraints STORE (an n x n observation store of 1 = same cluster, "
+            "0 = different; e.g. `convert movielens pairs.txt STORE --one-based false --shape "
+            "n,n`) or --sample-constraints C (C * n pairs labelled from the store's y)",
+        )
+    c = args.sample_constraints
+    if c is not None and not (math.isfinite(c) and c > 0):
+        raise _error("--sample-constraints", "must be > 0", c, "Pass e.g. --sample-constraints 10")
+    inputs = [args.features] + ([args.constraints] if args.constraints else [])
+    check_output(args.out, "OUT", "store", overwrite=args.overwrite, inputs=inputs)
+    ds = open_dataset(args.features)
+    y = _class_labels(ds)
+    if c is not None:
+        from .imc import sample_constraints
+
+        if y is None:
+            raise _error(
+                "--sample-constraints",
+                f"needs class labels y in FEATURES_STORE (it has {list(ds.names)})",
+                c,
+                "Convert the features with their labels, or pass --constraints STORE",
+            )
+        cons = sample_constraints(
+            y, max(1, int(round(c * y.size))), random_state=args.constraint_seed
+        )
+    else:
+        cons = open_dataset(args.constraints)
+    est = cls(**params)
+    t0 = time.perf_counter()
+    _fit_naming_options(est, opts, ds, constraints=cons)
+    check_output(args.out, "OUT", "store", overwrite=args.overwrite, inputs=inputs)
+    labels = est.labels_.reshape(-1, 1)
+    br = int(ds.block_rows)
+    attrs = {"model": "GIMCClustering", "n_clusters": int(est.n_clusters)}
+    with DatasetWriter(args.out, block_rows=br, overwrite=args.overwrite, attrs=attrs) as w:
+        w.add_dense("labels", n_cols=1, dtype="int64")
+        for s in range(0, labels.shape[0], br):
+            w.append(labels=labels[s : s + br])
+    if not args.quiet:
+        from .imc import clustering_error
+
+        note = ""
+        if y is not None:
+            note = f"; pairwise error against the store's labels {clustering_error(labels, y):.4f}"
+        sizes = np.bincount(est.labels_, minlength=int(est.n_clusters))
+        print(
+            f"clustered {labels.shape[0]} rows into {int(est.n_clusters)} clusters (sizes "
+            f"{', '.join(map(str, sizes))}) in {time.perf_counter() - t0:.1f} s{note}; labels "
+            f"written to {args.out}"
+        )
+
+
+def cmd_fit(args, extra):
+    from .storage import open_dataset
+
+    cls, fixed, opts = method_options(args.method)
+    params, fit_kw = _option_values(args, opts, fixed, args.method)
     stores = {
         o.name: (o.flag, params.get(o.name, fit_kw.get(o.name))) for o in opts if o.kind == "store"
     }
@@ -758,14 +867,7 @@ def cmd_fit(args, extra):
         params["verbose"] = type(params["verbose"])(not args.quiet and sys.stderr.isatty())
     est = cls(**params)
     t0 = time.perf_counter()
-    try:
-        est.fit(ds, **fit_kw)
-    except (ValueError, TypeError) as e:  # the estimator's own validation: name the option
-        word, sep, rest = str(e).partition(" ")
-        flags = {o.name: o.flag for o in opts}
-        if word in flags and sep:
-            raise CLIError(f"{flags[word]} {rest}") from e
-        raise
+    _fit_naming_options(est, opts, ds, **fit_kw)
     # again: something may have appeared at MODEL during a long fit
     check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
     est.save(args.model, overwrite=True)
@@ -822,7 +924,7 @@ def cmd_predict(args, extra):
     if not hasattr(model, "predict_to_store"):
         raise _error(
             "MODEL",
-            "must support `predict` to a store (GIMC models do)",
+            "must support `predict` to a store (GIMC and IMC models do)",
             type(model).__name__,
             "Use `evaluate`, or the Python API's predict/top_k",
         )
@@ -887,7 +989,10 @@ _METAVAR = {
 
 
 def _add_method_options(mp, method):
-    cls, fixed, opts = method_options(method)
+    _add_options(mp, *method_options(method), method)
+
+
+def _add_options(mp, cls, fixed, opts, method):
     first = (inspect.getdoc(cls) or cls.__name__).splitlines()[0]
     mp.description = f"{cls.__module__}.{cls.__name__}: {first}" + (
         " Fixed by this method: " + ", ".join(f"{k}={_cli_text(v)}" for k, v in fixed.items())
@@ -929,9 +1034,9 @@ def _common_options(parser, suppress):
     )
 
 
-def build_parser(method: str | None = None) -> argparse.ArgumentParser:
+def build_parser(method: str | None = None, cluster: bool = False) -> argparse.ArgumentParser:
     """The parser; ``fit METHOD``'s options are built (importing the estimator) only for
-    ``method``, so that other commands start fast."""
+    ``method``, and ``cluster``'s only when ``cluster``, so that other commands start fast."""
     kw = {"allow_abbrev": False}
     p = _Parser(prog="ooc-lowrank", description=__doc__.split("\n")[0], **kw)
     _common_options(p, suppress=False)
@@ -1002,6 +1107,37 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true", help="replace an existing store at OUT")
     r.set_defaults(func=cmd_predict)
 
+    cl = sp(
+        "cluster",
+        help="semi-supervised clustering (GIMC) of a feature store, labels to a store",
+        description="Cluster the rows of FEATURES_STORE (its array X) under must-link (1) / "
+        "cannot-link (0) constraints with GIMC (Algorithm 2) and write the cluster of every "
+        "row to OUT (dense int64 array `labels`). The options below are GIMCClustering's.",
+    )
+    cl.add_argument("features", metavar="FEATURES_STORE")
+    cl.add_argument("out", metavar="OUT")
+    cl.add_argument(
+        "--constraints",
+        metavar="STORE",
+        default=None,
+        help="an (n, n) observation store (coo array obs) of 0/1 values",
+    )
+    cl.add_argument(
+        "--sample-constraints",
+        metavar="C",
+        type=float,
+        default=None,
+        help="instead: C * n random pairs labelled by the class labels y of FEATURES_STORE",
+    )
+    cl.add_argument(
+        "--constraint-seed", type=int, default=0, help="seed of --sample-constraints (default 0)"
+    )
+    cl.add_argument("--overwrite", action="store_true", help="replace an existing store at OUT")
+    if cluster:
+        cls, opts = cluster_options()
+        _add_options(cl, cls, {}, opts, "cluster")
+    cl.set_defaults(func=cmd_cluster)
+
     ml = sp(
         "mask-labels",
         help="hide labels as in the missing-label protocol (KernelMaxide)",
@@ -1027,8 +1163,8 @@ def build_parser(method: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _fit_method(argv):
-    """The METHOD word of ``fit METHOD ...`` in argv, or None."""
+def _words(argv, n=2):
+    """The first ``n`` words of argv that are not options (nor --log-level's value)."""
     words, skip = [], False
     for tok in argv:
         if skip:
@@ -1037,8 +1173,14 @@ def _fit_method(argv):
             skip = True
         elif not tok.startswith("-"):
             words.append(tok)
-        if len(words) == 2:
+        if len(words) == n:
             break
+    return words
+
+
+def _fit_method(argv):
+    """The METHOD word of ``fit METHOD ...`` in argv, or None."""
+    words = _words(argv)
     return words[1] if len(words) == 2 and words[0] == "fit" else None
 
 
@@ -1099,7 +1241,7 @@ def _main(argv, debug) -> int:
                 f"unknown method {method!r}; choose one of {', '.join(METHODS)}."
                 + _close(method, METHODS)
             )
-        parser = build_parser(method)
+        parser = build_parser(method, cluster=_words(argv, 1) == ["cluster"])
         _index_subparsers(parser)
         args, rest = parser.parse_known_args(argv)
         logging.basicConfig(

@@ -5,6 +5,8 @@ They return ``(rows, cols, values)`` NumPy arrays (0-based ids) that
 convert the files to a store instead (``ooc-lowrank convert movielens|snap``).
 
 * :func:`load_movielens` -- a MovieLens 100K file (``u.data``, ``u1.base`` ...; plain or gzip).
+* :func:`load_movielens_side_features` -- MovieLens 100K user and item side features
+  (``u.user``, ``u.item``) in id order, for two-sided inductive matrix completion.
 * :func:`load_epinions` -- the Epinions signed network as the paper's rectangular
   42,470 x 40,700 truster x trustee matrix.
 * :func:`load_yahoo` -- a yahoo multi-label web-page set (Arts, Business, Health, ...; the
@@ -18,7 +20,14 @@ import os
 
 import numpy as np
 
-__all__ = ["MOVIELENS_100K_SHAPE", "YAHOO_NAMES", "load_epinions", "load_movielens", "load_yahoo"]
+__all__ = [
+    "MOVIELENS_100K_SHAPE",
+    "YAHOO_NAMES",
+    "load_epinions",
+    "load_movielens",
+    "load_movielens_side_features",
+    "load_yahoo",
+]
 
 #: The yahoo sets by their usual names (``load_yahoo`` also takes a path or another name).
 YAHOO_NAMES = ("arts", "business", "health")
@@ -55,6 +64,53 @@ def load_movielens(path):
             f"{a.shape[1]}. Pass a MovieLens u.data / uN.base / uN.test file"
         )
     return a[:, 0] - 1, a[:, 1] - 1, a[:, 2].astype(np.float64)
+
+
+def load_movielens_side_features(folder, *, ids=False, constant=True):
+    """User and item side features of MovieLens 100K, one row per 0-based id.
+
+    Users (``u.user``): age in the 7 MovieLens-1M buckets, gender and occupation, one-hot
+    (the parser of the ``movielens_views`` converter, :func:`ooc_lowrank.io.multiview.read_users`;
+    occupations from ``u.occupation`` when present).  Items (``u.item``): the 19 genre flags.
+
+    Parameters
+    ----------
+    folder : str or PathLike
+        The folder holding ``u.user``, ``u.item`` (and ``u.occupation``).
+    ids : bool, default=False
+        Prepend a one-hot id block (each user / item its own column), so that the model can
+        fit every id beside the shared side features (then it is no longer cold-start capable).
+    constant : bool, default=True
+        Append a column of ones (lets a bilinear model without intercepts fit the mean and
+        per-user / per-item offsets).
+
+    Returns
+    -------
+    users : scipy.sparse.csr_matrix of shape (943, d_users)
+    items : scipy.sparse.csr_matrix of shape (1682, d_items)
+    """
+    import scipy.sparse as sp
+
+    from ooc_lowrank.io.multiview import read_items, read_users
+
+    folder = os.fspath(folder)
+    occ = os.path.join(folder, "u.occupation")
+    uids, users, _ = read_users(os.path.join(folder, "u.user"), occ if os.path.exists(occ) else None)
+    iids, items = read_items(os.path.join(folder, "u.item"))
+    out = []
+    for got, side in ((uids, users), (iids, items)):
+        if not np.array_equal(got, np.arange(1, got.size + 1)):
+            raise ValueError(
+                f"folder {folder!r}: side-file ids must be 1..n in order; got ids from "
+                f"{got.min()} to {got.max()} ({got.size} rows). Pass an unmodified MovieLens "
+                "100K folder"
+            )
+        blocks = [sp.identity(got.size, format="csr")] if ids else []
+        blocks.append(side)
+        if constant:
+            blocks.append(sp.csr_matrix(np.ones((got.size, 1))))
+        out.append(sp.hstack(blocks, format="csr"))
+    return out[0], out[1]
 
 
 def load_epinions(path, max_edges=None):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_bench_storage_small(tmp_path):
     from benchmarks import bench_storage
@@ -78,3 +80,38 @@ def test_bench_mvm_ooc_small(tmp_path):
     lb = res["lbfgs"]
     assert lb["evaluations"] == lb["passes"] - 1 >= 2 and lb["seconds_per_evaluation"] > 0
     assert lb["peak_worker_rss"] > 0
+
+
+@pytest.mark.slow  # a spawned Dask worker: about a minute on this machine
+def test_bench_imc_ooc_small(tmp_path):
+    from benchmarks import bench_imc_ooc
+
+    out = tmp_path / "imc_ooc.json"
+    res = bench_imc_ooc.main(["--rows", "3000", "--pairs", "5", "--m", "8", "--iters", "2",
+                              "--cg-iter", "2", "--min-limit-mib", "400", "--quiet",
+                              "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text())["benchmark"] == "imc_ooc"
+    assert [i["iteration"] for i in res["iterations"]] == [1, 2]
+    assert res["constraints"] == 15000 and res["n_passes"] >= 2 * (2 * 2 + 2)
+    assert 0 < res["peak_worker_rss"] <= res["worker_limit_bytes"]
+    assert 0 <= res["clustering_error"] < 0.5
+
+
+@pytest.mark.slow  # ~10-20 s: real Segment and Mushroom rows, every method and the lam grid
+def test_imc_clustering_benchmark_small(tmp_path):
+    from conftest import DATA_DIR
+
+    from benchmarks import imc_clustering
+
+    if not (DATA_DIR / "segment" / "segment.dat").exists():
+        pytest.skip(f"dataset missing: {DATA_DIR / 'segment'} (set OOC_LOWRANK_DATA)")
+    out = tmp_path / "c.json"
+    res = imc_clustering.main(["--small", "--datasets", "segment", "--quiet", "--out", str(out)])
+    table = json.loads(out.read_text())["datasets"]["segment"]["table"]
+    assert {(r["c"], r["method"]) for r in table} == {
+        (c, m) for c in (1, 5) for m in imc_clustering.METHODS
+    }
+    assert all(0 <= r["mean"] <= 1 and r["draws"] == 1 for r in table)
+    assert res["datasets"]["segment"]["n"] == 300
+    md = imc_clustering.report([str(out)])
+    assert "| 1n |" in md and "| 5n |" in md and "(n = 300" in md

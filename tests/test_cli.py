@@ -469,3 +469,120 @@ def test_mask_labels_then_kernelmaxide_fit_and_ranking_loss(tmp_path, capsys):
     # the source is never overwritten
     assert main(["mask-labels", g, g, "--omega", "20"]) == 2
     assert open_dataset(g).names == ["X", "Y"] or "Y_obs" not in open_dataset(g).names
+
+
+# ------------------------------------------------------------------ two-sided IMC and clustering
+
+
+def _imc_stores(tmp_path):
+    """A noise-free rank-2 matrix ``X1 G X2^T`` (60 x 40), 40 % observed, with its side stores."""
+    import scipy.sparse as sp
+
+    from ooc_lowrank.storage import write_arrays
+
+    rng = np.random.default_rng(0)
+    X1, X2 = rng.normal(size=(60, 5)), rng.normal(size=(40, 4))
+    A = X1 @ rng.normal(size=(5, 2)) @ rng.normal(size=(2, 4)) @ X2.T
+    seen = rng.random(A.shape) < 0.4
+    out = {}
+    for name, mask in (("tr", seen), ("te", ~seen)):
+        r, c = np.nonzero(mask)
+        obs = sp.csr_matrix((A[r, c], (r, c)), shape=A.shape)
+        out[name] = str(tmp_path / f"{name}.zarr")
+        write_arrays(out[name], {"obs": obs}, kinds={"obs": "coo"})
+    for name, X in (("rows", X1), ("cols", X2)):
+        out[name] = str(tmp_path / f"{name}.zarr")
+        write_arrays(out[name], {"X": X})
+    return out, X1, X2
+
+
+def test_fit_imc_evaluate_predict_as_the_python_api(tmp_path, capsys):
+    from ooc_lowrank.imc import InductiveMatrixCompletion
+
+    s, X1, X2 = _imc_stores(tmp_path)
+    m = str(tmp_path / "m")
+    argv = ["fit", "imc", s["tr"], m, "--row-features", s["rows"], "--col-features", s["cols"],
+            "--n-components", "2", "--lam", "0.001", "--max-iter", "4", "--seed", "0", "-q"]  # fmt: skip
+    assert main(argv) == 0
+    py = InductiveMatrixCompletion(n_components=2, lam=0.001, max_iter=4, random_state=0)
+    py.fit(s["tr"], X_row=X1, X_col=X2)
+    capsys.readouterr()
+    assert main(["evaluate", m, s["te"], "--metrics", "mae,rmse", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    want = py.evaluate(s["te"], ["mae", "rmse"])
+    assert got["n"] == want["n"] == 60 * 40 - open_dataset(s["tr"])["obs"].nnz
+    np.testing.assert_allclose([got["mae"], got["rmse"]], [want["mae"], want["rmse"]], rtol=1e-9)
+    assert got["rmse"] < 1e-3  # identity features recover the held-out entries
+    # predict: top-k columns of (new) rows from their features, as the model's top_k
+    assert main(["predict", m, s["rows"], str(tmp_path / "p.zarr"), "--top-k", "3", "-q"]) == 0
+    pred = open_dataset(str(tmp_path / "p.zarr"))
+    idx, val = py.top_k(np.arange(60), 3)
+    np.testing.assert_array_equal(pred["labels"].read(), idx)
+    np.testing.assert_allclose(pred["scores"].read(), val, rtol=1e-5)
+
+
+def test_fit_imc_needs_side_stores_with_the_right_rows(tmp_path, capsys):
+    s, _, _ = _imc_stores(tmp_path)
+    m = str(tmp_path / "m")
+    assert main(["fit", "imc", s["tr"], m, "--row-features", s["rows"]]) == 2
+    assert "--col-features is required" in capsys.readouterr().err
+    assert main(["fit", "imc", s["tr"], m, "--row-features", s["cols"], "--col-features",
+                 s["cols"]]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "--row-features must have one row per row" in err and "has 40 rows" in err
+    assert not (tmp_path / "m").exists()
+
+
+def _blobs(tmp_path):
+    from ooc_lowrank.storage import write_arrays
+
+    rng = np.random.default_rng(1)
+    y = np.repeat([0, 1, 2], 30)
+    X = rng.normal(size=(90, 3)) * 0.3 + 4.0 * np.eye(3)[y]
+    path = str(tmp_path / "blobs.zarr")
+    write_arrays(path, {"X": X, "y": y[:, None].astype(np.float64)})
+    return path, X, y
+
+
+def test_cluster_as_the_python_api(tmp_path, capsys):
+    import scipy.sparse as sp
+
+    from ooc_lowrank.imc import GIMCClustering, clustering_error, sample_constraints
+    from ooc_lowrank.storage import write_arrays
+
+    feats, X, y = _blobs(tmp_path)
+    opts = ["--n-clusters", "3", "--n-features-map", "20", "--max-iter", "5", "--seed", "0"]
+    out = str(tmp_path / "lab.zarr")
+    assert main(["cluster", feats, out, "--sample-constraints", "5", *opts]) == 0
+    assert "pairwise error against the store's labels 0.0000" in capsys.readouterr().out
+    cons = sample_constraints(y, 450, random_state=0)
+    py = GIMCClustering(n_clusters=3, n_features_map=20, max_iter=5, random_state=0)
+    py.fit(X, constraints=cons)
+    labels = open_dataset(out)["labels"].read()[:, 0]
+    np.testing.assert_array_equal(labels, py.labels_)
+    assert clustering_error(labels, y) == 0.0
+    # the same (distinct) constraints from an (n, n) observation store: the same clusters
+    _, first = np.unique(cons[0] * 90 + cons[1], return_index=True)
+    cons = tuple(a[first] for a in cons)  # row-major order, as the store holds them
+    py.fit(X, constraints=cons)
+    cstore = str(tmp_path / "cons.zarr")
+    write_arrays(cstore, {"obs": sp.csr_matrix((cons[2], cons[:2]), shape=(90, 90))},
+                 kinds={"obs": "coo"})  # fmt: skip
+    out2 = str(tmp_path / "lab2.zarr")
+    assert main(["cluster", feats, out2, "--constraints", cstore, *opts, "-q"]) == 0
+    np.testing.assert_array_equal(open_dataset(out2)["labels"].read()[:, 0], py.labels_)
+    assert clustering_error(py.labels_, y) == 0.0
+
+
+def test_cluster_refuses_bad_constraints_before_work(tmp_path, capsys):
+    feats, _, _ = _blobs(tmp_path)
+    out = str(tmp_path / "lab.zarr")
+    assert main(["cluster", feats, out]) == 2
+    assert "exactly one of them" in capsys.readouterr().err
+    assert main(["cluster", feats, out, "--sample-constraints", "0"]) == 2
+    assert "--sample-constraints must be > 0" in capsys.readouterr().err
+    assert main(["cluster", feats, out, "--sample-constraints", "1", "--n-clusters", "1"]) == 2
+    assert "--n-clusters must be >= 2" in capsys.readouterr().err
+    assert main(["cluster", feats, out, "--sample-constraints", "1", "--n-cluster", "3"]) == 2
+    assert "Did you mean --n-clusters" in capsys.readouterr().err
+    assert not (tmp_path / "lab.zarr").exists()

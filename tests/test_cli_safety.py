@@ -194,6 +194,41 @@ ROWS = [
         "2"], 2, "OUT already holds a store"),
     Row("loc-url-model-needs-overwrite", ["fit", "gimc-lff", "{tr}", "memory://cli-safety/m"],
         2, "MODEL already holds a model", no_work=True, setup=_memory_model),
+    # ---------------------------------------------------------------- two-sided IMC, cluster
+    Row("param-imc-without-row-features", ["fit", "imc", "{rtr}", "{tmp}/new"],
+        2, "--row-features is required; got None"),
+    Row("param-imc-side-rows-disagree", ["fit", "imc", "{rtr}", "{tmp}/new", "--row-features",
+        "{cf}", "--col-features", "{cf}"], 2, "--row-features must have one row per row of the "
+        "observed matrix: the observations have 30 rows"),
+    Row("loc-fit-imc-onto-row-features", ["fit", "imc", "{rtr}", "{rf}", "--row-features", "{rf}",
+        "--col-features", "{cf}", "--overwrite"], 2,
+        "MODEL must not be, contain or lie inside an input", no_work=True),
+    Row("loc-fit-imc-onto-col-features", ["fit", "imc", "{rtr}", "{cf}/m", "--row-features",
+        "{rf}", "--col-features", "{cf}"], 2,
+        "MODEL must not be, contain or lie inside an input", no_work=True),
+    Row("loc-fit-imc-onto-a-store-overwrite", ["fit", "imc", "{rtr}", "{bl}", "--row-features",
+        "{rf}", "--col-features", "{cf}", "--overwrite"], 2,
+        "MODEL exists and is not an ooc_lowrank model", no_work=True),
+    Row("loc-fit-imc-onto-model-overwrite", ["fit", "imc", "{rtr}", "{m}", "--row-features",
+        "{rf}", "--col-features", "{cf}", "--overwrite", "--n-components", "3", "--max-iter",
+        "1", "-q"], 0, check=lambda tmp, out: _model_n_components(tmp / "m") == 3),
+    Row("loc-cluster-onto-features", ["cluster", "{bl}", "{bl}", "--sample-constraints", "2",
+        "--overwrite"], 2, "OUT must not be, contain or lie inside an input", no_work=True),
+    Row("loc-cluster-onto-constraints", ["cluster", "{bl}", "{cons}", "--constraints", "{cons}",
+        "--overwrite"], 2, "OUT must not be, contain or lie inside an input", no_work=True),
+    Row("loc-cluster-onto-model", ["cluster", "{bl}", "{m}", "--sample-constraints", "2",
+        "--overwrite"], 2, "OUT exists and is not an ooc_lowrank store", no_work=True),
+    Row("loc-cluster-onto-any-folder", ["cluster", "{bl}", "{tmp}/folder", "--sample-constraints",
+        "2", "--overwrite"], 2, "OUT exists and is not an ooc_lowrank store", no_work=True),
+    Row("loc-cluster-onto-store-needs-overwrite", ["cluster", "{bl}", "{tr}",
+        "--sample-constraints", "2"], 2, "OUT already holds a store", no_work=True),
+    Row("loc-cluster-onto-store-overwrite", ["cluster", "{bl}", "{tr}", "--constraints", "{cons}",
+        "--overwrite", "--max-iter", "1", "--n-features-map", "8", "--seed", "0", "-q"], 0,
+        check=lambda tmp, out: open_dataset(str(tmp / "tr.zarr"))["labels"].shape == (40, 1)),
+    Row("param-cluster-constraint-values", ["cluster", "{bl}", "{tmp}/new.zarr", "--constraints",
+        "{bad}"], 2, "constraints values must be 0 (different cluster) or 1 (same cluster)"),
+    Row("param-cluster-constraints-shape", ["cluster", "{bl}", "{tmp}/new.zarr", "--constraints",
+        "{rtr}"], 2, "must have one row per row of the observed matrix"),
     # ---------------------------------------------------------------- interruption
     Row("int-local-save-interrupted", ["fit", "gimc-lff", "{tr}", "{m}", "--overwrite",
         "--n-components", "6", "--max-iter", "1", "-q"], 130, "interrupted",
@@ -232,6 +267,17 @@ def base(tmp_path_factory):
     obs.data[0] = 1e200  # its squared error overflows: RMSE = inf
     write_arrays(str(d / "rte.zarr"), {"obs": obs}, kinds={"obs": "coo"})
     assert main(["fit", "glrl", str(d / "rtr.zarr"), str(d / "gm"), "--rank", "2", "-q"]) == 0
+    write_arrays(str(d / "rf.zarr"), {"X": rng.normal(size=(30, 3))})
+    write_arrays(str(d / "cf.zarr"), {"X": rng.normal(size=(20, 2))})
+    y = np.repeat([0.0, 1.0], 20)[:, None]
+    write_arrays(str(d / "bl.zarr"), {"X": rng.normal(size=(40, 2)) + 3 * y, "y": y})
+    r, c = np.triu_indices(40, 1)
+    pick = rng.choice(r.size, 80, replace=False)
+    cons = sp.csr_matrix(((y[r[pick], 0] == y[c[pick], 0]) * 1.0, (r[pick], c[pick])), (40, 40))
+    write_arrays(str(d / "cons.zarr"), {"obs": cons}, kinds={"obs": "coo"})
+    bad = cons.copy()
+    bad.data[0] = 2.0
+    write_arrays(str(d / "bad.zarr"), {"obs": bad}, kinds={"obs": "coo"})
     (d / "a.svm").write_text("1 1:0.5 3:1.0\n0 2:2.0\n")
     (d / "folder").mkdir()
     (d / "folder" / "precious.txt").write_text("not a model, not a store")
@@ -262,8 +308,9 @@ def _run(row, base, tmp_path, monkeypatch, capsys):
     if row.no_work:
         from ooc_lowrank.gimc.estimator import GIMC
         from ooc_lowrank.glrl.estimator import GreedyLowRank
+        from ooc_lowrank.imc import GIMCClustering, InductiveMatrixCompletion
 
-        for cls in (GIMC, GreedyLowRank):
+        for cls in (GIMC, GreedyLowRank, GIMCClustering, InductiveMatrixCompletion):
 
             @functools.wraps(cls.fit)  # keeps the signature: the CLI derives options from it
             def refuse(self, *a, **k):
@@ -271,7 +318,9 @@ def _run(row, base, tmp_path, monkeypatch, capsys):
 
             monkeypatch.setattr(cls, "fit", refuse)
     names = {k: str(tmp / v) for k, v in (("tr", "tr.zarr"), ("va", "va.zarr"), ("m", "m"),
-             ("gm", "gm"), ("rtr", "rtr.zarr"), ("rte", "rte.zarr"))}  # fmt: skip
+             ("gm", "gm"), ("rtr", "rtr.zarr"), ("rte", "rte.zarr"), ("rf", "rf.zarr"),
+             ("cf", "cf.zarr"), ("bl", "bl.zarr"), ("cons", "cons.zarr"),
+             ("bad", "bad.zarr"))}  # fmt: skip
     argv = [a.format(tmp=tmp, **names) for a in row.argv]
     before = _snapshot(tmp)
     try:

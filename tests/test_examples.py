@@ -15,12 +15,16 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 #: small-size arguments per script (scripts that are small by design take none)
 SMALL_ARGS = {
     "bibtex_end_to_end.py": ["--small"],
+    "figure1_toy.py": ["--n", "40", "--d", "6", "--rank", "3", "--m", "10",
+                       "--fractions", "0.2", "0.4", "--max-iter", "2", "--lams", "1"],
     "figure2.py": ["--small"],
+    "segment_clustering.py": ["--rows", "200", "--m", "10", "--max-iter", "2", "--lams", "1",
+                              "--c", "3"],
     "movielens_glrl.py": [],
     "movielens_mvm.py": ["--max-rows", "3000"],
     "yahoo_kernelmaxide.py": ["--max-rows", "300", "--landmarks", "40", "--max-iter", "10"],
 }
-OWN_WORKDIR = {"bibtex_end_to_end.py", "figure2.py"}
+OWN_WORKDIR = {"bibtex_end_to_end.py", "figure2.py", "segment_clustering.py"}
 
 
 def _needs_bibtex():
@@ -43,6 +47,10 @@ def test_example_runs_small(script, tmp_path, monkeypatch):
         args += ["--out", str(tmp_path / "yahoo"), "--data", str(DATA_DIR / "yahoo")]
     if script.name == "movielens_mvm.py":
         args += ["--out", str(tmp_path / "mvm"), "--data", str(DATA_DIR / "movielens-100k")]
+    if script.name == "segment_clustering.py" and not (DATA_DIR / "segment").exists():
+        pytest.skip(f"dataset missing: {DATA_DIR / 'segment'} (set OOC_LOWRANK_DATA)")
+    if script.name == "figure1_toy.py":
+        args += ["--out", str(tmp_path / "f1.png")]
     if script.name in OWN_WORKDIR:
         args += ["--workdir", str(tmp_path / "data")]
     if script.name == "figure2.py":
@@ -60,6 +68,11 @@ def test_example_runs_small(script, tmp_path, monkeypatch):
             assert all(0 <= r["ranking_loss"] <= 1 for r in rows)
     if script.name == "figure2.py":
         assert json.loads((tmp_path / "f2.json").read_text())["m"] == [8, 16]
+    if script.name == "figure1_toy.py":
+        res = json.loads((tmp_path / "f1.json").read_text())["relative_error"]
+        assert sorted(res) == ["GIMC-LFF", "IMC", "IMC-RFF", "MC"]
+        assert all(len(v) == 2 and all(0 < e < 10 for e in v) for v in res.values())
+        assert (tmp_path / "f1.png").stat().st_size > 0
 
 
 def test_demo_small(tmp_path):

@@ -447,3 +447,23 @@ def test_select_lam_picks_lowest_validation_error_and_refits():
     assert set(errors) == {0.1, 1e4}
     assert est.lam == min(errors, key=errors.get)
     assert est.imc_.n_iter_ >= 1 and est.labels_.shape == (60,)
+
+
+def test_movielens_side_features_from_the_files():
+    from conftest import data_file
+
+    from ooc_lowrank.datasets import load_movielens_side_features
+
+    folder = data_file("movielens-100k", "u.user").parent
+    users, items = load_movielens_side_features(folder)
+    n_occ = sum(1 for line in open(folder / "u.occupation") if line.strip())
+    assert users.shape == (943, 7 + 2 + n_occ + 1) and items.shape == (1682, 19 + 1)
+    # user 1: "1|24|M|technician|85711": bucket 18-24 (index 1), M, technician, the constant
+    occ = [line.strip() for line in open(folder / "u.occupation") if line.strip()]
+    assert users[0].indices.tolist() == [1, 8, 9 + occ.index("technician"), users.shape[1] - 1]
+    assert np.all(np.diff(users.indptr) == 4)  # one age, one gender, one occupation, constant
+    genres = np.array([[int(x) for x in line.rstrip("\n").split("|")[-19:]]
+                       for line in open(folder / "u.item", encoding="latin-1")])
+    np.testing.assert_array_equal(items[:, :19].toarray(), genres)
+    u2, i2 = load_movielens_side_features(folder, ids=True, constant=False)
+    assert (u2[:, :943] != sp.identity(943)).nnz == 0 and i2.shape == (1682, 1682 + 19)

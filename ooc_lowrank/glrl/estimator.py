@@ -129,6 +129,36 @@ def _check_shape(shape):
     return m, n
 
 
+def check_metrics(metrics):
+    """``metrics`` (None, a sequence or a comma-separated str) as a list of names from
+    :data:`METRICS`; an error naming the unknown ones."""
+    if metrics is None:
+        metrics = METRICS
+    if isinstance(metrics, str):
+        metrics = [m.strip() for m in metrics.split(",") if m.strip()]
+    bad = [m for m in metrics if m not in METRICS]
+    if bad:
+        raise param_error("metrics", f"must be chosen from {METRICS}", bad)
+    return list(metrics)
+
+
+def observation_metrics(B, U, V, theta, metrics):
+    """MAE / RMSE / sign accuracy of ``U diag(theta) V^T`` on the observed entries of ``B``
+    (one pass); also used by two-sided IMC (``theta = 1``)."""
+    cnt, sae, sse, agree, nonzero = _make_reduce(B)(_blocks.metrics_block, (U, V, theta))[0]
+    if cnt == 0:
+        raise ValueError("X must hold at least one observed entry to evaluate; got none")
+    out = {"n": int(cnt)}
+    for m in metrics:
+        if m == "mae":
+            out[m] = float(sae / cnt)
+        elif m == "rmse":
+            out[m] = float(np.sqrt(sse / cnt))
+        else:
+            out[m] = float(agree / max(nonzero, 1.0))
+    return out
+
+
 def _make_reduce(B, budget=None):
     """``reduce(fn, args)``: one pass of ``fn`` over the blocks of ``B`` (offset=True).
 
@@ -645,33 +675,14 @@ class GreedyLowRank(BaseEstimator):
         dict
         """
         self._check_fitted()
-        if metrics is None:
-            metrics = METRICS
-        if isinstance(metrics, str):
-            metrics = [m.strip() for m in metrics.split(",") if m.strip()]
-        bad = [m for m in metrics if m not in METRICS]
-        if bad:
-            raise param_error("metrics", f"must be chosen from {METRICS}", bad)
+        metrics = check_metrics(metrics)
         B, shp = self._blocked(X, shape or (self.shape_ if _obs_handle(X) is None else None))
         if tuple(shp) != self.shape_:
             raise ValueError(
                 f"X must index the fitted matrix shape {self.shape_}; got {shp}. "
                 "Convert the test file with --shape ROWS,COLS"
             )
-        cnt, sae, sse, agree, nonzero = _make_reduce(B)(
-            _blocks.metrics_block, (self.U_, self.V_, self.theta_)
-        )[0]
-        if cnt == 0:
-            raise ValueError("X must hold at least one observed entry to evaluate; got none")
-        out = {"n": int(cnt)}
-        for m in metrics:
-            if m == "mae":
-                out[m] = float(sae / cnt)
-            elif m == "rmse":
-                out[m] = float(np.sqrt(sse / cnt))
-            else:
-                out[m] = float(agree / max(nonzero, 1.0))
-        return out
+        return observation_metrics(B, self.U_, self.V_, self.theta_, metrics)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path, *, overwrite=True):

@@ -19,7 +19,8 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 
 from ooc_lowrank._validation import check_scalar, param_error
-from ooc_lowrank.imc.estimator import InductiveMatrixCompletion
+from ooc_lowrank.glrl.estimator import _obs_handle
+from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, features_of
 
 READOUTS = ("exact", "svds")
 _KM_ROWS = 65536
@@ -148,10 +149,20 @@ def kmeans_blocks(T, k, *, n_init=10, n_epochs=5, block_rows=_KM_ROWS, random_st
 
 
 def select_lam(
-    estimator, X, constraints, *, lams=(0.1, 0.5, 1, 5, 10), holdout=0.2, random_state=None
+    estimator,
+    X,
+    constraints,
+    *,
+    lams=(0.1, 0.5, 1, 5, 10),
+    holdout=0.2,
+    random_state=None,
+    select_params=None,
 ):
     """The paper's model selection (SPEC 1.7): hold out ``holdout`` of the constraints, pick
     ``lam`` by the constraint error on them, then refit on all constraints.
+
+    ``select_params`` (e.g. ``{"max_iter": 5}``) are set on the selection fits only, to make the
+    grid cheaper; the refit uses the estimator's own parameters.
 
     Returns
     -------
@@ -170,7 +181,8 @@ def select_lam(
         raise param_error("constraints", "are too few to hold some out", r.size)
     errors = {}
     for lam in lams:
-        m = clone(estimator).set_params(lam=lam).fit(X, constraints=(r[tr], c[tr], v[tr]))
+        m = clone(estimator).set_params(lam=lam, **(select_params or {}))
+        m.fit(X, constraints=(r[tr], c[tr], v[tr]))
         errors[lam] = constraint_error(m.labels_, r[va], c[va], v[va])
     best = min(errors, key=errors.get)
     return clone(estimator).set_params(lam=best).fit(X, constraints=(r, c, v)), errors
@@ -182,22 +194,37 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     Parameters
     ----------
     n_clusters : int, default=2
-        ``k``: clusters and the IMC rank.
+        k: clusters and the IMC rank.
     lam : float, default=1.0
+        Regularization of W and H (select it with ``select_lam``, the paper's protocol).
     features : {"fourier", "nystrom", "identity"}, default="fourier"
-        ``"identity"`` is the MCCC stand-in (SPEC 1.6).
+        Feature map of both sides; "identity" is the MCCC stand-in (SPEC 1.6).
     learn_features : bool, default=True
-        GIMC-LFF; ``False`` gives IMC-RFF.
+        GIMC-LFF; False gives IMC-RFF.
     n_features_map : int, default=500
+        m: Fourier projections (2m features) or Nystrom landmarks.
     gamma : float or None, default=None
-    max_iter, cg_iter, cg_tol, tol : see :class:`InductiveMatrixCompletion`
+        RBF width; None: the median heuristic.
+    max_iter : int, default=20
+        Outer iterations of the IMC fit.
+    cg_iter : int, default=20
+        CG iterations per W- or H-step.
+    cg_tol : float, default=1e-3
+        CG stops at residual cg_tol * ||r_0||.
+    tol : float, default=1e-6
+        Relative objective decrease under which the fit stops.
     readout : {"exact", "svds"}, default="exact"
+        Left singular vectors of P Q^T from two thin QRs, or the paper's svds(Phi_U W).
     n_init : int, default=10
         k-means restarts.
     symmetrize : bool, default=False
-        Add ``(j, i)`` for every constraint ``(i, j)``.
-    block_rows : int or None
-    random_state : int, RandomState, Generator or None
+        Add (j, i) for every constraint (i, j).
+    block_rows : int or None, default=None
+        Rows per block for in-memory inputs.
+    random_state : int, RandomState, Generator or None, default=None
+        Seed of the feature maps, the initialization and k-means.
+    callback : callable(iteration, elapsed, objective) or None, default=None
+        Called after every outer IMC iteration (and at the initialization, iteration 0).
 
     Attributes
     ----------
@@ -224,6 +251,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         symmetrize=False,
         block_rows=None,
         random_state=None,
+        callback=None,
     ):
         self.n_clusters = n_clusters
         self.lam = lam
@@ -240,9 +268,12 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         self.symmetrize = symmetrize
         self.block_rows = block_rows
         self.random_state = random_state
+        self.callback = callback
 
     def fit(self, X, y=None, *, constraints):
-        """Cluster the rows of ``X`` (n, d) under ``constraints = (rows, cols, values)``.
+        """Cluster the rows of ``X`` (n, d; an array, CSR, or a feature store's ``X``) under
+        ``constraints``: ``(rows, cols, values)`` or an ``(n, n)`` observation store (``coo``
+        array ``obs``, streamed in row blocks).
 
         Values must be 0 or 1; indices in ``[0, n)``.  Returns ``self``.
         """
@@ -253,15 +284,27 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         check_scalar(self.n_init, "n_init", kind=numbers.Integral, low=1)
         if self.readout not in READOUTS:
             raise param_error("readout", f"must be one of {READOUTS}", self.readout)
-        if not (isinstance(constraints, (tuple, list)) and len(constraints) == 3):
-            raise TypeError(
-                "constraints must be a (rows, cols, values) tuple of 1-D arrays; got "
-                f"{type(constraints).__name__}. Build one with sample_constraints(labels, c * n)"
-            )
-        r, c, v = (np.asarray(a) for a in constraints)
-        if self.symmetrize:
-            r, c, v = np.concatenate([r, c]), np.concatenate([c, r]), np.concatenate([v, v])
+        X = features_of(X, "X")
         n = int(X.shape[0])
+        store = _obs_handle(constraints, "constraints")
+        if store is not None:
+            if self.symmetrize:
+                raise param_error(
+                    "symmetrize", "needs in-memory constraints", True,
+                    "Store both (i, j) and (j, i) in the constraint store, or pass arrays",
+                )
+            cons, shape = store, None
+        elif not (isinstance(constraints, (tuple, list)) and len(constraints) == 3):
+            raise TypeError(
+                "constraints must be a (rows, cols, values) tuple of 1-D arrays or an "
+                f"observation store; got {type(constraints).__name__}. Build one with "
+                "sample_constraints(labels, c * n)"
+            )
+        else:
+            r, c, v = (np.asarray(a) for a in constraints)
+            if self.symmetrize:
+                r, c, v = np.concatenate([r, c]), np.concatenate([c, r]), np.concatenate([v, v])
+            cons, shape = (r, c, v), (n, n)
         rs = check_random_state(self.random_state)
         imc = InductiveMatrixCompletion(
             n_components=self.n_clusters,
@@ -277,8 +320,9 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             tol=self.tol,
             block_rows=self.block_rows,
             random_state=rs.randint(2**31 - 1),
+            callback=self.callback,
         )
-        obs, shape, Br, Bc = imc._prepare((r, c, v), X, X, (n, n), zero_one=True)
+        obs, shape, Br, Bc = imc._prepare(cons, X, X, shape, zero_one=True, name="constraints")
         imc._fit_prepared(obs, shape, Br, Bc)
         T = leading_subspace(imc.row_factors_, imc.col_factors_, self.n_clusters, self.readout)
         self.labels_, self.kmeans_, _ = kmeans_blocks(

@@ -29,9 +29,15 @@ from ooc_lowrank._persist import (
 )
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.gimc import _blocks as _gb
+from ooc_lowrank.gimc.estimator import _is_dataset, _open_if_path
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures
 from ooc_lowrank.glrl import _blocks as _glrl_blocks
-from ooc_lowrank.glrl.estimator import _obs_handle, _pairs_to_csr
+from ooc_lowrank.glrl.estimator import (
+    _obs_handle,
+    _pairs_to_csr,
+    check_metrics,
+    observation_metrics,
+)
 from ooc_lowrank.imc import _blocks, core
 from ooc_lowrank.kernels import glrl as _kg
 
@@ -86,9 +92,23 @@ def check_observations(B, shape, name="X", zero_one=False):
     return nnz
 
 
+def features_of(X, name):
+    """A store path or ``Dataset`` gives its array ``X``; anything else is returned as is."""
+    X = _open_if_path(X)
+    if _is_dataset(X):
+        if "X" not in X.names:
+            raise ValueError(
+                f"{name} must be a feature store with an array 'X'; the store has "
+                f"{list(X.names)}. Convert the features with an ooc-lowrank converter"
+            )
+        X = X["X"]
+    return X
+
+
 def _side_blocked(X, n_expected, what, name, block_rows):
     if X is None:
         raise param_error(name, "is required", None, f"Pass the {what} features (n, d)")
+    X = features_of(X, name)
     if getattr(X, "ndim", 2) != 2 or not hasattr(X, "shape"):
         X = np.asarray(X)
     if int(X.shape[0]) != int(n_expected):
@@ -130,6 +150,7 @@ class InductiveMatrixCompletion(BaseEstimator):
     block_rows : int or None
         Rows per block for in-memory inputs (default: about 16 MB).
     random_state : int, RandomState, Generator or None
+        Seed of the feature maps and the initialization.
     callback : callable(iteration, elapsed, objective) or None
 
     Attributes
@@ -226,12 +247,12 @@ class InductiveMatrixCompletion(BaseEstimator):
             )
         return core.Side(X, spec, np.array(t.components_, dtype=np.float64))
 
-    def _prepare(self, X, X_row, X_col, shape, zero_one=False):
+    def _prepare(self, X, X_row, X_col, shape, zero_one=False, name="X"):
         self._check_params()
-        obs, shape = observations(X, shape, self.block_rows)
+        obs, shape = observations(X, shape, self.block_rows, name)
         Br = _side_blocked(X_row, shape[0], "row", "X_row", self.block_rows)
         Bc = _side_blocked(X_col, shape[1], "column", "X_col", self.block_rows)
-        check_observations(obs, shape, zero_one=zero_one)
+        check_observations(obs, shape, name, zero_one=zero_one)
         return obs, shape, Br, Bc
 
     # ------------------------------------------------------------------ fit
@@ -244,8 +265,10 @@ class InductiveMatrixCompletion(BaseEstimator):
             Observed entries of the (n1, n2) matrix; indices 0-based.
         y : None
             Ignored.
-        X_row : array-like or CSR of shape (n1, d1)
-        X_col : array-like or CSR of shape (n2, d2)
+        X_row : Dataset, store path, array-like or CSR of shape (n1, d1)
+            Row features (a store's array ``X``).
+        X_col : Dataset, store path, array-like or CSR of shape (n2, d2)
+            Column features (a store's array ``X``).
         shape : (int, int), optional
             Required for ``(rows, cols, values)`` input.
 
@@ -332,8 +355,58 @@ class InductiveMatrixCompletion(BaseEstimator):
             )
         return idx, val
 
+    def evaluate(self, X, metrics=("mae", "rmse"), *, shape=None):
+        """MAE / RMSE (and ``"sign_accuracy"``) of ``P Q^T`` on held-out observed entries of the
+        fitted matrix (one pass, GLRL's metrics).
+
+        Parameters
+        ----------
+        X : store, Dataset, coo ArrayHandle, (rows, cols, values) or scipy.sparse
+        metrics : sequence of {"mae", "rmse", "sign_accuracy"} or comma-separated str
+
+        Returns
+        -------
+        dict
+        """
+        check_is_fitted(self, "W_")
+        metrics = check_metrics(metrics)
+        B, shp = observations(X, shape or (self.shape_ if _obs_handle(X) is None else None))
+        if tuple(shp) != tuple(self.shape_):
+            raise ValueError(
+                f"X must index the fitted matrix shape {self.shape_}; got {shp}. "
+                "Convert the test file with --shape ROWS,COLS"
+            )
+        k = self.row_factors_.shape[1]
+        return observation_metrics(B, self.row_factors_, self.col_factors_, np.ones(k), metrics)
+
+    def predict_to_store(self, dataset, out_url, top_k=5, *, overwrite=False):
+        """For (new) rows with features ``dataset`` (a store's ``X``, or an array), write the
+        ``top_k`` best columns by ``phi_U(x) W H^T phi_V(X_col)^T`` to a new store: dense
+        ``labels`` (int64 column indices) and ``scores`` (float32), (n_rows, top_k), computed
+        one row block at a time."""
+        from ooc_lowrank.storage import DatasetWriter
+
+        check_is_fitted(self, "W_")
+        check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one")
+        X = features_of(dataset, "dataset")
+        k = min(int(top_k), self.shape_[1])
+        P = self.transform_rows(X)
+        r = P.shape[1]
+        br = int(getattr(X, "block_rows", 0) or 65536)
+        attrs = {"top_k": k, "model": "InductiveMatrixCompletion"}
+        with DatasetWriter(out_url, block_rows=br, overwrite=overwrite, attrs=attrs) as w:
+            w.add_dense("labels", n_cols=k, dtype="int64")
+            w.add_dense("scores", n_cols=k, dtype="float32")
+            for s in range(0, P.shape[0], br):
+                rows = np.arange(s, min(s + br, P.shape[0]), dtype=np.int64)
+                idx = np.empty((rows.size, k), dtype=np.int64)
+                val = np.empty((rows.size, k), dtype=np.float64)
+                _kg.top_k_rows(rows, P, self.col_factors_, np.ones(r), k, idx, val)
+                w.append(labels=idx, scores=val.astype(np.float32))
+        return out_url
+
     def _embed(self, X, params, spec, F):
-        B = engine.as_blocked(X, name="X")
+        B = engine.as_blocked(features_of(X, "X"), name="X")
         side = core.Side(B, spec, params)
         if int(B.shape[1]) != (F.shape[0] if spec is None else params.shape[0]):
             raise ValueError(
@@ -356,8 +429,6 @@ class InductiveMatrixCompletion(BaseEstimator):
         """``phi_V(X) H`` (n, k) for (new) column features."""
         check_is_fitted(self, "W_")
         return self._embed(X, self.col_params_, self._col_spec, self.H_)
-
-
     # ------------------------------------------------------------------ persistence
     def save(self, path, *, overwrite=True):
         """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
