@@ -194,6 +194,7 @@ def greedy_pursuit(
     power_tol=1e-3,
     lbfgs_iter=5,
     l2=0.0,
+    greedy_l2=0.0,
     huber_delta=1.0,
     nu=0.95,
     max_inner=5,
@@ -224,6 +225,17 @@ def greedy_pursuit(
         Number of rank-one terms (the rank budget for nonsmooth losses).
     refit : {"auto", "full", "economic", "none"}
         ``"auto"`` is ``"full"`` for smooth losses and ``"none"`` for nonsmooth ones.
+    l2 : float
+        ``l2 / 2 * ||X||_F^2`` over the whole ``m x n`` matrix, start terms included (SPEC 2.3).
+    greedy_l2 : float
+        ``greedy_l2 / 2 * sum_k theta_k^2`` over the **greedy** terms only (not the ``k0``
+        terms of a start ``X_0`` such as the biases); ``theta_k`` is the Frobenius norm of
+        the unit rank-one term ``theta_k u_k v_k^T``.  Smooth losses: part of the refit
+        objective (full: gradient ``greedy_l2 * theta_k`` on the greedy coefficients;
+        economic: ``greedy_l2 * (alpha |theta_g|^2, beta)``), of the initial step
+        ``s / (L + l2 + greedy_l2)`` and of the recorded objective, which stays monotone.
+        Nonsmooth losses: each step first shrinks the greedy coefficients by
+        ``max(0, 1 - eta_t greedy_l2)`` (the penalty's gradient step), then adds the new terms.
     validation : callable, optional
         ``validation(U, V, theta) -> float`` (lower is better), evaluated after each step;
         the best-scoring iterate is returned and the fit stops after ``n_iter_no_change``
@@ -259,6 +271,7 @@ def greedy_pursuit(
     rng = np.random.default_rng(random_state)
     log = logger.info if verbose else logger.debug
     code, delta, l2 = lossobj.code, float(huber_delta), float(l2)
+    gl2 = float(greedy_l2)
 
     def power_pass(U, V, theta, u, v):
         return run(_blocks.power_block, (U, V, theta, code, delta, u, v))
@@ -371,15 +384,20 @@ def greedy_pursuit(
             v = -v
             U = np.column_stack([U, u])
             V = np.column_stack([V, v])
-            L = lossobj.lipschitz + l2
+            # minimizer of the quadratic upper bound of the penalized objective along u v^T
+            L = lossobj.lipschitz + l2 + gl2
             step0 = s / L
             if refit == "none":
                 theta = np.append(theta, step0)
             elif refit == "full":
-                theta = _refit_full(run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter)
+                theta = _refit_full(
+                    run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter,
+                    greedy_l2=gl2, n_fixed=n_start,
+                )
             else:
                 theta = _refit_econ(
-                    run, U, V, theta, step0, code, delta, l2, lbfgs_iter, n_fixed=n_start
+                    run, U, V, theta, step0, code, delta, l2, lbfgs_iter, n_fixed=n_start,
+                    greedy_l2=gl2,
                 )
             res.inner_counts.append(1)
             res.step_sizes.append(step0)
@@ -409,6 +427,9 @@ def greedy_pursuit(
                 if resid2 <= nu * nu * gnorm2 or i >= max_inner or used + i >= rank or s <= 1e-300:
                     break
             eta = _step(step_schedule, step_size, t, l2)
+            if gl2 > 0:  # gradient step of greedy_l2 / 2 |theta_g|^2 on the greedy terms
+                theta = theta.copy()
+                theta[n_start:] *= max(0.0, 1.0 - eta * gl2)
             # X <- X - eta * Ghat = X + sum (eta s_i) u_i (-v_i)^T
             U = np.column_stack([U, Uc])
             V = np.column_stack([V, -Vc])
@@ -422,6 +443,7 @@ def greedy_pursuit(
         obj = float(first[2][0])
         if l2 > 0:
             obj += 0.5 * l2 * theta @ _gram(U, V) @ theta
+        obj += 0.5 * gl2 * theta[n_start:] @ theta[n_start:]
         _check_finite(obj, (U, V, theta), f"after greedy step {t}")
         res.objective.append(obj)
         snapshots.append((U.shape[1], theta.copy()))
@@ -604,9 +626,15 @@ def _lbfgs(fun, x0, maxiter):
     return out.x
 
 
-def full_refit_objective(run, U, V, code, delta, l2):
-    """``fun(theta) -> (phi, grad)`` of the full refit (SPEC GLRL-6), one pass per call."""
+def full_refit_objective(run, U, V, code, delta, l2, greedy_l2=0.0, n_fixed=0):
+    """``fun(theta) -> (phi, grad)`` of the full refit (SPEC GLRL-6), one pass per call.
+
+    ``phi`` includes ``l2 / 2 * theta^T K theta`` (``K = U^T U * V^T V``: ``||X||_F^2``) and
+    ``greedy_l2 / 2 * |theta[n_fixed:]|^2`` (the greedy terms; the first ``n_fixed`` terms are
+    a start ``X_0``, unpenalized).
+    """
     K = _gram(U, V) if l2 > 0 else None
+    f0, gl2 = int(n_fixed), float(greedy_l2)
 
     def fun(th):
         grad, st = run(_blocks.refit_full_block, (U, V, th, code, delta))
@@ -615,20 +643,28 @@ def full_refit_objective(run, U, V, code, delta, l2):
             Kt = K @ th
             f += 0.5 * l2 * th @ Kt
             grad = grad + l2 * Kt
+        if gl2 > 0:
+            tg = th[f0:]
+            f += 0.5 * gl2 * tg @ tg
+            grad = grad.copy()
+            grad[f0:] += gl2 * tg
         return f, grad
 
     return fun
 
 
-def econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed=0):
+def econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed=0, greedy_l2=0.0):
     """``fun((alpha, beta)) -> (phi, grad)`` of the economic refit (SPEC GLRL-7), one pass.
 
     ``U``, ``V`` hold the previous terms followed by the new one; ``theta`` the previous
     coefficients.  The first ``n_fixed`` terms (a start ``X_0`` such as the biases of
     ``init="bias"``; not part of SPEC, where ``X_0 = 0``) are kept as they are and only the
-    greedy terms are scaled: ``X = X_0 + alpha X_greedy + beta u v^T``.
+    greedy terms are scaled: ``X = X_0 + alpha X_greedy + beta u v^T``.  ``greedy_l2`` adds
+    ``greedy_l2 / 2 * (alpha^2 |theta_g|^2 + beta^2)`` (``theta_g = theta[n_fixed:]``).
     """
     p, f = theta.size, int(n_fixed)
+    gl2 = float(greedy_l2)
+    tg2 = float(theta[f:] @ theta[f:])
     if l2 > 0:
         K = _gram(U, V)  # (p + 1, p + 1)
 
@@ -644,23 +680,27 @@ def econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed=0):
             Kc = K @ c
             fval += 0.5 * l2 * c @ Kc
             grad = grad + l2 * np.array([Kc[f:p] @ theta[f:], Kc[p]])
+        if gl2 > 0:
+            fval += 0.5 * gl2 * (a * a * tg2 + b * b)
+            grad = grad + gl2 * np.array([a * tg2, b])
         return fval, grad
 
     return fun
 
 
-def _refit_full(run, U, V, theta0, code, delta, l2, maxiter):
+def _refit_full(run, U, V, theta0, code, delta, l2, maxiter, greedy_l2=0.0, n_fixed=0):
     """GLRL: theta = argmin phi(sum theta_i u_i v_i^T), L-BFGS warm-started at theta0."""
     if maxiter <= 0:
         return theta0
-    return _lbfgs(full_refit_objective(run, U, V, code, delta, l2), theta0, maxiter)
+    fun = full_refit_objective(run, U, V, code, delta, l2, greedy_l2, n_fixed)
+    return _lbfgs(fun, theta0, maxiter)
 
 
-def _refit_econ(run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0):
+def _refit_econ(run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0, greedy_l2=0.0):
     """EGLRL: (alpha, beta) = argmin phi(X_0 + alpha X + beta u v^T), warm start (1, s/L)."""
     ab = np.array([1.0, step0])
     if maxiter > 0:
-        fun = econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed)
+        fun = econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed, greedy_l2)
         ab = _lbfgs(fun, ab, maxiter)
     f = int(n_fixed)
     return np.concatenate([theta[:f], theta[f:] * ab[0], [ab[1]]])

@@ -195,7 +195,15 @@ class GreedyLowRank(BaseEstimator):
     lbfgs_iter : int
         L-BFGS-B iterations per refit (SPEC: at most 5).
     l2 : float
-        Optional ``l2 / 2 * ||X||_F^2`` term (full matrix), off by default.
+        Optional ``l2 / 2 * ||X||_F^2`` term (full matrix, the start's terms included: with
+        ``init="bias"`` it shrinks the biases), off by default.
+    greedy_l2 : float
+        Optional ``greedy_l2 / 2 * sum_k theta_k^2`` over the greedy terms only (``theta_k``
+        is the Frobenius norm of the k-th unit rank-one term; the terms of the start
+        ``X_0``, e.g. the biases, are not penalized).  In the refits, the initial step
+        ``s / (L + greedy_l2)`` and the (monotone) objective for smooth losses; a shrink of
+        the greedy coefficients by ``1 - eta_t greedy_l2`` each step for nonsmooth ones.
+        See ``docs/glrl_fidelity.md`` for the evidence on its default.
     huber_delta : float
         Threshold of the Huber loss.
     nu, max_inner, step_size, step_schedule :
@@ -262,6 +270,7 @@ class GreedyLowRank(BaseEstimator):
         power_tol=1e-3,
         lbfgs_iter=5,
         l2=0.0,
+        greedy_l2=0.0,
         huber_delta=1.0,
         nu=0.95,
         max_inner=2,
@@ -287,6 +296,7 @@ class GreedyLowRank(BaseEstimator):
         self.power_tol = power_tol
         self.lbfgs_iter = lbfgs_iter
         self.l2 = l2
+        self.greedy_l2 = greedy_l2
         self.huber_delta = huber_delta
         self.nu = nu
         self.max_inner = max_inner
@@ -330,6 +340,7 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.power_tol, "power_tol", low=0.0)
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
         check_scalar(self.l2, "l2", low=0.0)
+        check_scalar(self.greedy_l2, "greedy_l2", low=0.0)
         check_scalar(self.huber_delta, "huber_delta", low=0.0, low_inclusive=False)
         check_scalar(self.nu, "nu", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
         check_scalar(self.max_inner, "max_inner", kind=numbers.Integral, low=1)
@@ -501,6 +512,7 @@ class GreedyLowRank(BaseEstimator):
             power_tol=self.power_tol,
             lbfgs_iter=self.lbfgs_iter,
             l2=self.l2,
+            greedy_l2=self.greedy_l2,
             huber_delta=self.huber_delta,
             nu=self.nu,
             max_inner=self.max_inner,
