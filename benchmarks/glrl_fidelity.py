@@ -117,6 +117,71 @@ def _pred_pq(P, Q, r, c):
     return np.einsum("ij,ij->i", P[r], Q[c])
 
 
+def _glrl_row(refit, rank, train, test, shape):
+    """GreedyLowRank with every other parameter at its default: accuracy, loss, time, passes."""
+    est = GreedyLowRank(loss="logistic", rank=rank, refit=refit, random_state=0)
+    t0 = time.perf_counter()
+    est.fit(train, shape=shape)
+    sec = time.perf_counter() - t0
+    return {
+        "train_loss": _logistic_mean(est.predict(*train[:2]), train[2]),
+        "test_accuracy": _acc(est.predict(*test[:2]), test[2]),
+        "seconds": sec,
+        "load_1min": os.getloadavg()[0],
+        "n_steps": int(est.n_iter_),
+        "s_per_step": float(np.mean(est.step_times_)),
+        "passes": int(est.n_passes_),
+        "cache_passes": int(est.n_cache_passes_),
+        "init_": est.init_,
+    }
+
+
+def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxiter=100,
+                max_edges=None):  # fmt: skip
+    """The acceptance run: GLRL and EGLRL with the library defaults on all 10 Epinions folds,
+    then AltMin (l2 ``lam``, ``maxiter`` L-BFGS iterations) on ``altmin_folds`` in the same
+    run; ``save(out)`` after every fold so that a run cut short keeps what it measured."""
+    r, c, s, shape, fold = _epinions(data_dir, max_edges)
+    out = {"rank": rank, "shape": list(shape), "n_edges": int(r.size), "folds": {},
+           "altmin_lam": lam, "altmin_maxiter": maxiter}  # fmt: skip
+
+    def split(k):
+        trm, tem = fold != k, fold == k
+        return (r[trm], c[trm], s[trm]), (r[tem], c[tem], s[tem])
+
+    for k in range(10):
+        train, test = split(k)
+        row = {name: _glrl_row(refit, rank, train, test, shape)
+               for name, refit in (("glrl", "full"), ("eglrl", "economic"))}  # fmt: skip
+        out["folds"][str(k)] = row
+        for name in ("glrl", "eglrl"):
+            acc = np.array([f[name]["test_accuracy"] for f in out["folds"].values()])
+            out[f"{name}_accuracy_mean"], out[f"{name}_accuracy_std"] = float(acc.mean()), float(acc.std())
+            out[f"{name}_n_folds"] = int(acc.size)
+        print(f"  accept fold {k}: glrl {row['glrl']['test_accuracy']:.4f} "
+              f"eglrl {row['eglrl']['test_accuracy']:.4f}", flush=True)  # fmt: skip
+        save(out)
+    for k in altmin_folds:
+        train, test = split(k)
+        P, Q, info = altmin_logistic(train, shape, rank, lam, maxiter=maxiter)
+        out["folds"][str(k)]["altmin"] = {
+            "train_loss": _logistic_mean(_pred_pq(P, Q, *train[:2]), train[2]),
+            "test_accuracy": _acc(_pred_pq(P, Q, *test[:2]), test[2]),
+            "load_1min": os.getloadavg()[0],
+            **info,
+        }
+        done = [f for f in out["folds"].values() if "altmin" in f]
+        for name in ("altmin", "glrl", "eglrl"):
+            out[f"{name}_accuracy_mean_on_altmin_folds"] = float(
+                np.mean([f[name]["test_accuracy"] for f in done])
+            )
+        out["altmin_n_folds"] = len(done)
+        print(f"  accept altmin fold {k}: {out['folds'][str(k)]['altmin']['test_accuracy']:.4f}",
+              flush=True)  # fmt: skip
+        save(out)
+    return out
+
+
 def part_altmin(data_dir, folds, rank=40, lams=(1.0, 10.0), max_edges=None, maxiter=200):
     r, c, s, shape, fold = _epinions(data_dir, max_edges)
     out = {"rank": rank, "shape": list(shape), "n_edges": int(r.size), "folds": []}
@@ -145,20 +210,7 @@ def part_altmin(data_dir, folds, rank=40, lams=(1.0, 10.0), max_edges=None, maxi
             **info,
         }
         for name, refit in (("glrl", "full"), ("eglrl", "economic")):
-            est = GreedyLowRank(loss="logistic", rank=rank, refit=refit, random_state=0)
-            t0 = time.perf_counter()
-            est.fit(train, shape=shape)
-            sec = time.perf_counter() - t0
-            row[name] = {
-                "train_loss": _logistic_mean(est.predict(*train[:2]), train[2]),
-                "test_accuracy": _acc(est.predict(*test[:2]), test[2]),
-                "seconds": sec,
-                "n_steps": int(est.n_iter_),
-                "s_per_step": float(np.mean(est.step_times_)),
-                "passes": int(est.n_passes_),
-                "cache_passes": int(est.n_cache_passes_),
-                "init_": est.init_,
-            }
+            row[name] = _glrl_row(refit, rank, train, test, shape)
         print(
             f"  fold {k}: acc altmin {row['altmin']['test_accuracy']:.4f} glrl "
             f"{row['glrl']['test_accuracy']:.4f} eglrl {row['eglrl']['test_accuracy']:.4f}; "
@@ -370,47 +422,32 @@ def part_extras(data_dir, max_edges=None):
     return out
 
 
-#: greedy_l2 grids (issue 13 task 1: a penalty on the greedy terms only, not the bias start)
-GREEDY_L2_EPINIONS = (0.0, 0.3, 1.0, 3.0, 10.0, 30.0)
-GREEDY_L2_MOVIELENS = (0.0, 0.003, 0.01, 0.03, 0.1, 0.3)
+#: penalties on the greedy terms only (issue 13 task 1; not on the bias start): each setting is
+#: one GreedyLowRank parameter (greedy_l2: an l2 on the greedy coefficients; greedy_l1: their
+#: sum, a bound on the nuclear norm of the greedy part, what AltMin's factor l2 amounts to)
+PENALTIES_EPINIONS = (
+    {}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03},
+    {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
+)  # fmt: skip
+PENALTIES_MOVIELENS = (
+    {}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03}, {"greedy_l2": 0.1},
+    {"greedy_l1": 0.1}, {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
+)  # fmt: skip
 
 
-def part_greedy_l2(data_dir, lams_ep=GREEDY_L2_EPINIONS, lams_ml=GREEDY_L2_MOVIELENS,
-                   ml_seeds=(0, 1, 2, 3, 4), max_edges=None, ep_refits=("full", "economic")):  # fmt: skip
-    """``greedy_l2`` chosen on validation data only: Epinions fold 0 (1/9 of the training part
-    held out, seed 7 as for AltMin's l2), GLRL and EGLRL, then the chosen value and 0 refit on
-    the whole training part and scored on fold 0's test part; MovieLens L1 rank 10 on the
-    validation splits (10 %) of the 50/50 training halves, then the chosen value and 0 on the
-    test halves."""
+def _key(setting):
+    return ",".join(f"{k}={v}" for k, v in setting.items()) or "none"
+
+
+def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
+                        ml_settings=PENALTIES_MOVIELENS, ml_seeds=(0, 1, 2, 3, 4),
+                        max_edges=None, ep_refits=("full", "economic")):  # fmt: skip
+    """Penalties on the greedy terms, chosen on validation data only.  Epinions fold 0: 1/9
+    of the training part held out (seed 7, as for AltMin's l2), GLRL and EGLRL; the chosen
+    setting and no penalty are then refit on the whole training part and scored on fold 0's
+    test part.  MovieLens L1 rank 10: the validation splits (10 %) of the 50/50 training
+    halves, then the chosen setting and no penalty on the test halves."""
     out = {"epinions": {}, "movielens": {}}
-    r, c, s, shape, fold = _epinions(data_dir, max_edges)
-    trm, tem = fold != 0, fold == 0
-    train, test = (r[trm], c[trm], s[trm]), (r[tem], c[tem], s[tem])
-    tr, va = _holdout(*train, 1.0 / 9.0, seed=7)
-    for refit in ep_refits:
-        table = {}
-        for lam in lams_ep:
-            t0 = time.perf_counter()
-            e = GreedyLowRank(loss="logistic", rank=40, refit=refit, greedy_l2=lam, random_state=0)
-            e.fit(tr, shape=shape)
-            table[str(lam)] = {
-                "val_accuracy": _acc(e.predict(*va[:2]), va[2]),
-                "train_loss": _logistic_mean(e.predict(*tr[:2]), tr[2]),
-                "seconds": time.perf_counter() - t0,
-                "load": os.getloadavg()[0],
-            }
-            print(f"  greedy_l2 epinions {refit} {lam}: {table[str(lam)]}", flush=True)
-        chosen = max(lams_ep, key=lambda k: table[str(k)]["val_accuracy"])
-        test_rows = {}
-        for lam in dict.fromkeys((0.0, chosen)):
-            e = GreedyLowRank(loss="logistic", rank=40, refit=refit, greedy_l2=lam, random_state=0)
-            e.fit(train, shape=shape)
-            test_rows[str(lam)] = {
-                "test_accuracy": _acc(e.predict(*test[:2]), test[2]),
-                "train_loss": _logistic_mean(e.predict(*train[:2]), train[2]),
-            }
-            print(f"  greedy_l2 epinions {refit} test {lam}: {test_rows[str(lam)]}", flush=True)
-        out["epinions"][refit] = {"validation": table, "chosen": chosen, "test_fold0": test_rows}
     full = load_movielens(Path(data_dir) / "movielens-100k" / "u.data.gz")
     splits = []
     for sd in ml_seeds:
@@ -418,17 +455,49 @@ def part_greedy_l2(data_dir, lams_ep=GREEDY_L2_EPINIONS, lams_ml=GREEDY_L2_MOVIE
         tr, va = _holdout(*half, 0.1, seed=200 + sd)
         splits.append((half, te, tr, va))
     table = {}
-    for lam in lams_ml:
-        maes = [_l1_fit({"greedy_l2": lam}, 10, tr, va)[0] for _, _, tr, va in splits]
-        table[str(lam)] = {"mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
-        print(f"  greedy_l2 movielens {lam}: {table[str(lam)]['mean']:.4f}", flush=True)
-    chosen = min(lams_ml, key=lambda k: table[str(k)]["mean"])
+    for st in ml_settings:
+        maes = [_l1_fit(st, 10, tr, va)[0] for _, _, tr, va in splits]
+        table[_key(st)] = {"mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
+        print(f"  penalty movielens {_key(st)}: {table[_key(st)]['mean']:.4f}", flush=True)
+    chosen = min(ml_settings, key=lambda st: table[_key(st)]["mean"])
     test_rows = {}
-    for lam in dict.fromkeys((0.0, chosen)):
-        maes = [_l1_fit({"greedy_l2": lam}, 10, half, te)[0] for half, te, _, _ in splits]
-        test_rows[str(lam)] = {"mae_mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
-        print(f"  greedy_l2 movielens test {lam}: {test_rows[str(lam)]['mae_mean']:.4f}", flush=True)
-    out["movielens"] = {"validation": table, "chosen": chosen, "test": test_rows}
+    for st in ({}, chosen) if chosen else ({},):
+        maes = [_l1_fit(st, 10, half, te)[0] for half, te, _, _ in splits]
+        test_rows[_key(st)] = {"mae_mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
+        print(f"  penalty movielens test {_key(st)}: {test_rows[_key(st)]['mae_mean']:.4f}", flush=True)
+    out["movielens"] = {"validation": table, "chosen": _key(chosen), "test": test_rows}
+    r, c, s, shape, fold = _epinions(data_dir, max_edges)
+    trm, tem = fold != 0, fold == 0
+    train, test = (r[trm], c[trm], s[trm]), (r[tem], c[tem], s[tem])
+    tr, va = _holdout(*train, 1.0 / 9.0, seed=7)
+
+    def fit(refit, st, data):
+        e = GreedyLowRank(loss="logistic", rank=40, refit=refit, random_state=0, **st)
+        return e.fit(data, shape=shape)
+
+    for refit in ep_refits:
+        table = {}
+        for st in ep_settings:
+            t0 = time.perf_counter()
+            e = fit(refit, st, tr)
+            table[_key(st)] = {
+                "val_accuracy": _acc(e.predict(*va[:2]), va[2]),
+                "train_loss": _logistic_mean(e.predict(*tr[:2]), tr[2]),
+                "seconds": time.perf_counter() - t0,
+                "load_1min": os.getloadavg()[0],
+            }
+            print(f"  penalty epinions {refit} {_key(st)}: {table[_key(st)]}", flush=True)
+        chosen = max(ep_settings, key=lambda st: table[_key(st)]["val_accuracy"])
+        out["epinions"][refit] = {"validation": table, "chosen": _key(chosen), "test_fold0": {}}
+        for st in ({}, chosen) if chosen else ({},):
+            e = fit(refit, st, train)
+            out["epinions"][refit]["test_fold0"][_key(st)] = row = {
+                "test_accuracy": _acc(e.predict(*test[:2]), test[2]),
+                "train_loss": _logistic_mean(e.predict(*train[:2]), train[2]),
+            }
+            print(f"  penalty epinions {refit} test {_key(st)}: {row}", flush=True)
+        if save is not None:
+            save(out)
     return out
 
 
@@ -456,8 +525,22 @@ def main(argv=None):
             )
         elif part == "power":
             res["power"] = part_power(a.data)
-        elif part == "greedyl2":
-            res["greedyl2"] = part_greedy_l2(a.data)
+        elif part == "accept":
+
+            def save(out, res=res):
+                res["accept"] = out
+                path.write_text(json.dumps(res, indent=1, sort_keys=False))
+
+            res["accept"] = part_accept(
+                a.data, save, altmin_folds=[int(f) for f in a.folds.split(",")], maxiter=a.maxiter
+            )
+        elif part == "penalty":
+
+            def save(out, res=res):
+                res["penalty"] = out
+                path.write_text(json.dumps(res, indent=1, sort_keys=False))
+
+            res["penalty"] = part_greedy_penalty(a.data, save)
         elif part == "extras":
             res["extras"] = part_extras(a.data)
         elif part == "ufolds":
@@ -465,7 +548,7 @@ def main(argv=None):
         elif part == "robust":
             res["robust"] = part_robust(a.data)
         else:
-            raise SystemExit(f"--parts: unknown part {part!r}; use altmin, power, robust, ufolds, extras, greedyl2")
+            raise SystemExit(f"--parts: unknown part {part!r}; use altmin, power, robust, ufolds, extras, penalty, accept")
         res[part]["wall_seconds"] = time.perf_counter() - t0
         path.write_text(json.dumps(res, indent=1, sort_keys=False))
     return res

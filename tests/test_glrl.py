@@ -110,17 +110,21 @@ def test_power_method_sparse_uv_with_lowrank_part(rng):
 # ----------------------------------------------------------------------------- SPEC 16, 19
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("l2", [0.0, 0.3])
-@pytest.mark.parametrize("greedy_l2, n_fixed", [(0.0, 0), (0.7, 0), (0.7, 2)])
-def test_full_refit_gradient_vs_fd(loss, l2, greedy_l2, n_fixed, rng):  # SPEC check 19 (GLRL-6)
+@pytest.mark.parametrize(
+    "greedy_l2, greedy_l1, n_fixed", [(0.0, 0.0, 0), (0.7, 0.0, 0), (0.7, 0.0, 2), (0.0, 1.3, 2)]
+)
+def test_full_refit_gradient_vs_fd(loss, l2, greedy_l2, greedy_l1, n_fixed, rng):  # SPEC 19
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
     m, n = M.shape
     run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n), [0, 17, 60]))
     U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
     V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
     fun = glrl_core.full_refit_objective(
-        run, U, V, get_loss(loss).code, 1.0, l2, greedy_l2=greedy_l2, n_fixed=n_fixed
+        run, U, V, get_loss(loss).code, 1.0, l2, greedy_l2, n_fixed, greedy_l1
     )
     th = rng.standard_normal(4)
+    if greedy_l1 > 0:  # greedy_l1 * sum(theta_g) is the penalty on theta_g >= 0
+        th = np.abs(th)
     f0, g = fun(th)
     eps = 1e-4
     fd = np.array([(fun(th + eps * e)[0] - fun(th - eps * e)[0]) / (2 * eps) for e in np.eye(4)])
@@ -130,16 +134,17 @@ def test_full_refit_gradient_vs_fd(loss, l2, greedy_l2, n_fixed, rng):  # SPEC c
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("l2", [0.0, 0.3])
 @pytest.mark.parametrize("n_fixed", [0, 2])
-@pytest.mark.parametrize("greedy_l2", [0.0, 0.7])
-def test_econ_refit_gradient_vs_fd(loss, l2, n_fixed, greedy_l2, rng):  # SPEC check 19 (GLRL-7)
+@pytest.mark.parametrize("greedy_l2, greedy_l1", [(0.0, 0.0), (0.7, 0.0), (0.0, 1.3)])
+def test_econ_refit_gradient_vs_fd(loss, l2, n_fixed, greedy_l2, greedy_l1, rng):  # SPEC 19
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
     m, n = M.shape
     run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n)))
     U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
     V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
     fun = glrl_core.econ_refit_objective(
-        run, U, V, rng.standard_normal(3), get_loss(loss).code, 1.0, l2, n_fixed, greedy_l2
-    )
+        run, U, V, np.abs(rng.standard_normal(3)), get_loss(loss).code, 1.0, l2, n_fixed,
+        greedy_l2, greedy_l1,
+    )  # fmt: skip
     ab = np.array([0.9, -0.4])
     f0, g = fun(ab)
     eps = 1e-4
@@ -166,8 +171,8 @@ def test_greedy_step_guaranteed_decrease(rng):  # SPEC check 20
 
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("refit", ["full", "economic", "none"])
-@pytest.mark.parametrize("greedy_l2", [0.0, 2.0])
-def test_objective_never_increases(loss, refit, greedy_l2, rng):  # SPEC check 21
+@pytest.mark.parametrize("greedy_l2, greedy_l1", [(0.0, 0.0), (2.0, 0.0), (0.0, 3.0)])
+def test_objective_never_increases(loss, refit, greedy_l2, greedy_l1, rng):  # SPEC check 21
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real", noise=0.1)
     m, n = M.shape
     res = greedy_pursuit(
@@ -178,6 +183,7 @@ def test_objective_never_increases(loss, refit, greedy_l2, rng):  # SPEC check 2
         refit=refit,
         l2=0.01 if loss == "huber" else 0.0,
         greedy_l2=greedy_l2,
+        greedy_l1=greedy_l1,
     )
     obj = np.asarray(res.objective)
     assert np.all(np.diff(obj) <= 1e-9 * obj[0]), obj
@@ -217,6 +223,11 @@ def test_greedy_l2_shrinks_only_the_greedy_terms(refit, rng):
         np.testing.assert_allclose(whole.theta, np.array([a, sigma]) / (1 + lam), rtol=1e-6)
     plain = greedy_pursuit(red, (9, 7), **kw)
     np.testing.assert_allclose(plain.theta, [a, sigma], rtol=1e-6)
+    # greedy_l1 = lam: min 1/2 (t - sigma)^2 + lam t over t >= 0 is t = sigma - lam (and 0
+    # for lam >= sigma: the greedy term is switched off, the start kept)
+    for lam1, t1 in ((1.5, sigma - 1.5), (5.0, 0.0)):
+        l1 = greedy_pursuit(red, (9, 7), greedy_l1=lam1, **kw)
+        np.testing.assert_allclose(l1.theta, [a, t1], rtol=1e-6, atol=1e-8)
 
 
 def test_greedy_l2_nonsmooth_shrinks_the_greedy_coefficients(rng):
@@ -237,6 +248,9 @@ def test_greedy_l2_nonsmooth_shrinks_the_greedy_coefficients(rng):
     th = plain.theta
     np.testing.assert_allclose(pen.theta, [th[0], th[1] * (1 - 1.5 * lam), th[2]], rtol=1e-12)
     np.testing.assert_allclose(pen.U, plain.U, rtol=1e-12)
+    # greedy_l1: soft-thresholding by eta * lam instead
+    soft = greedy_pursuit(red, (m, n), greedy_l1=5.0, **kw)
+    np.testing.assert_allclose(soft.theta, [th[0], th[1] - 1.5 * 5.0, th[2]], rtol=1e-12)
 
 
 def test_refits_beat_no_refit(rng):

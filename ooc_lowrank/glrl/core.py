@@ -195,6 +195,7 @@ def greedy_pursuit(
     lbfgs_iter=5,
     l2=0.0,
     greedy_l2=0.0,
+    greedy_l1=0.0,
     huber_delta=1.0,
     nu=0.95,
     max_inner=5,
@@ -236,6 +237,14 @@ def greedy_pursuit(
         ``s / (L + l2 + greedy_l2)`` and of the recorded objective, which stays monotone.
         Nonsmooth losses: each step first shrinks the greedy coefficients by
         ``max(0, 1 - eta_t greedy_l2)`` (the penalty's gradient step), then adds the new terms.
+    greedy_l1 : float
+        ``greedy_l1 * sum_k |theta_k|`` over the greedy terms only: with unit terms this bounds
+        the nuclear norm of the greedy part, ``||X_g||_* <= sum |theta_k|`` (the factor
+        penalty ``lam/2 (|P|^2 + |Q|^2)`` of alternating solvers is ``lam ||X||_*`` at its
+        optimum).  Smooth losses: the refits keep the greedy coefficients ``>= 0`` (L-BFGS-B
+        bounds; the greedy step is ``max(s - greedy_l1, 0) / L >= 0``), where the penalty is
+        linear, ``greedy_l1 * sum theta_g``.  Nonsmooth losses: soft-thresholding of the
+        greedy coefficients by ``eta_t greedy_l1`` each step.
     validation : callable, optional
         ``validation(U, V, theta) -> float`` (lower is better), evaluated after each step;
         the best-scoring iterate is returned and the fit stops after ``n_iter_no_change``
@@ -271,7 +280,7 @@ def greedy_pursuit(
     rng = np.random.default_rng(random_state)
     log = logger.info if verbose else logger.debug
     code, delta, l2 = lossobj.code, float(huber_delta), float(l2)
-    gl2 = float(greedy_l2)
+    gl2, gl1 = float(greedy_l2), float(greedy_l1)
 
     def power_pass(U, V, theta, u, v):
         return run(_blocks.power_block, (U, V, theta, code, delta, u, v))
@@ -386,18 +395,18 @@ def greedy_pursuit(
             V = np.column_stack([V, v])
             # minimizer of the quadratic upper bound of the penalized objective along u v^T
             L = lossobj.lipschitz + l2 + gl2
-            step0 = s / L
+            step0 = max(s - gl1, 0.0) / L
             if refit == "none":
                 theta = np.append(theta, step0)
             elif refit == "full":
                 theta = _refit_full(
                     run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter,
-                    greedy_l2=gl2, n_fixed=n_start,
+                    greedy_l2=gl2, greedy_l1=gl1, n_fixed=n_start,
                 )
             else:
                 theta = _refit_econ(
                     run, U, V, theta, step0, code, delta, l2, lbfgs_iter, n_fixed=n_start,
-                    greedy_l2=gl2,
+                    greedy_l2=gl2, greedy_l1=gl1,
                 )
             res.inner_counts.append(1)
             res.step_sizes.append(step0)
@@ -430,6 +439,10 @@ def greedy_pursuit(
             if gl2 > 0:  # gradient step of greedy_l2 / 2 |theta_g|^2 on the greedy terms
                 theta = theta.copy()
                 theta[n_start:] *= max(0.0, 1.0 - eta * gl2)
+            if gl1 > 0:  # proximal step of greedy_l1 |theta_g|_1: soft-thresholding
+                theta = theta.copy()
+                tg = theta[n_start:]
+                theta[n_start:] = np.sign(tg) * np.maximum(np.abs(tg) - eta * gl1, 0.0)
             # X <- X - eta * Ghat = X + sum (eta s_i) u_i (-v_i)^T
             U = np.column_stack([U, Uc])
             V = np.column_stack([V, -Vc])
@@ -443,7 +456,7 @@ def greedy_pursuit(
         obj = float(first[2][0])
         if l2 > 0:
             obj += 0.5 * l2 * theta @ _gram(U, V) @ theta
-        obj += 0.5 * gl2 * theta[n_start:] @ theta[n_start:]
+        obj += 0.5 * gl2 * theta[n_start:] @ theta[n_start:] + gl1 * np.abs(theta[n_start:]).sum()
         _check_finite(obj, (U, V, theta), f"after greedy step {t}")
         res.objective.append(obj)
         snapshots.append((U.shape[1], theta.copy()))
@@ -604,7 +617,7 @@ def _search_step(run, U, V, theta, sc, eta, code, delta, l2, span=(-6, 10)):
     return float(steps[int(np.argmin(vals))])
 
 
-def _lbfgs(fun, x0, maxiter):
+def _lbfgs(fun, x0, maxiter, bounds=None):
     cache = {}
 
     def f(z):
@@ -619,6 +632,7 @@ def _lbfgs(fun, x0, maxiter):
         x0,
         jac=True,
         method="L-BFGS-B",
+        bounds=bounds,
         options={"maxiter": maxiter, "maxfun": max(10, 3 * maxiter)},
     )
     if not np.isfinite(out.fun) or out.fun > f0:
@@ -626,15 +640,16 @@ def _lbfgs(fun, x0, maxiter):
     return out.x
 
 
-def full_refit_objective(run, U, V, code, delta, l2, greedy_l2=0.0, n_fixed=0):
+def full_refit_objective(run, U, V, code, delta, l2, greedy_l2=0.0, n_fixed=0, greedy_l1=0.0):
     """``fun(theta) -> (phi, grad)`` of the full refit (SPEC GLRL-6), one pass per call.
 
     ``phi`` includes ``l2 / 2 * theta^T K theta`` (``K = U^T U * V^T V``: ``||X||_F^2``) and
     ``greedy_l2 / 2 * |theta[n_fixed:]|^2`` (the greedy terms; the first ``n_fixed`` terms are
-    a start ``X_0``, unpenalized).
+    a start ``X_0``, unpenalized) and ``greedy_l1 * sum theta[n_fixed:]`` (linear: the
+    refit keeps those coefficients ``>= 0``, see :func:`_refit_full`).
     """
     K = _gram(U, V) if l2 > 0 else None
-    f0, gl2 = int(n_fixed), float(greedy_l2)
+    f0, gl2, gl1 = int(n_fixed), float(greedy_l2), float(greedy_l1)
 
     def fun(th):
         grad, st = run(_blocks.refit_full_block, (U, V, th, code, delta))
@@ -648,23 +663,30 @@ def full_refit_objective(run, U, V, code, delta, l2, greedy_l2=0.0, n_fixed=0):
             f += 0.5 * gl2 * tg @ tg
             grad = grad.copy()
             grad[f0:] += gl2 * tg
+        if gl1 > 0:
+            f += gl1 * th[f0:].sum()
+            grad = grad.copy()
+            grad[f0:] += gl1
         return f, grad
 
     return fun
 
 
-def econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed=0, greedy_l2=0.0):
+def econ_refit_objective(
+    run, U, V, theta, code, delta, l2, n_fixed=0, greedy_l2=0.0, greedy_l1=0.0
+):
     """``fun((alpha, beta)) -> (phi, grad)`` of the economic refit (SPEC GLRL-7), one pass.
 
     ``U``, ``V`` hold the previous terms followed by the new one; ``theta`` the previous
     coefficients.  The first ``n_fixed`` terms (a start ``X_0`` such as the biases of
     ``init="bias"``; not part of SPEC, where ``X_0 = 0``) are kept as they are and only the
     greedy terms are scaled: ``X = X_0 + alpha X_greedy + beta u v^T``.  ``greedy_l2`` adds
-    ``greedy_l2 / 2 * (alpha^2 |theta_g|^2 + beta^2)`` (``theta_g = theta[n_fixed:]``).
+    ``greedy_l2 / 2 * (alpha^2 |theta_g|^2 + beta^2)`` (``theta_g = theta[n_fixed:]``) and
+    ``greedy_l1 * (alpha sum theta_g + beta)`` (linear: ``alpha, beta >= 0``, ``theta_g >= 0``).
     """
     p, f = theta.size, int(n_fixed)
-    gl2 = float(greedy_l2)
-    tg2 = float(theta[f:] @ theta[f:])
+    gl2, gl1 = float(greedy_l2), float(greedy_l1)
+    tg2, tg1 = float(theta[f:] @ theta[f:]), float(theta[f:].sum())
     if l2 > 0:
         K = _gram(U, V)  # (p + 1, p + 1)
 
@@ -683,24 +705,37 @@ def econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed=0, greedy_l2
         if gl2 > 0:
             fval += 0.5 * gl2 * (a * a * tg2 + b * b)
             grad = grad + gl2 * np.array([a * tg2, b])
+        if gl1 > 0:
+            fval += gl1 * (a * tg1 + b)
+            grad = grad + gl1 * np.array([tg1, 1.0])
         return fval, grad
 
     return fun
 
 
-def _refit_full(run, U, V, theta0, code, delta, l2, maxiter, greedy_l2=0.0, n_fixed=0):
-    """GLRL: theta = argmin phi(sum theta_i u_i v_i^T), L-BFGS warm-started at theta0."""
+def _refit_full(
+    run, U, V, theta0, code, delta, l2, maxiter, greedy_l2=0.0, n_fixed=0, greedy_l1=0.0
+):
+    """GLRL: theta = argmin phi(sum theta_i u_i v_i^T), L-BFGS warm-started at theta0
+    (greedy coefficients bounded below by 0 when ``greedy_l1 > 0``)."""
     if maxiter <= 0:
         return theta0
-    fun = full_refit_objective(run, U, V, code, delta, l2, greedy_l2, n_fixed)
-    return _lbfgs(fun, theta0, maxiter)
+    fun = full_refit_objective(run, U, V, code, delta, l2, greedy_l2, n_fixed, greedy_l1)
+    bounds = None
+    if greedy_l1 > 0:
+        bounds = [(None, None)] * int(n_fixed) + [(0.0, None)] * (theta0.size - int(n_fixed))
+    return _lbfgs(fun, theta0, maxiter, bounds)
 
 
-def _refit_econ(run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0, greedy_l2=0.0):
+def _refit_econ(
+    run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0, greedy_l2=0.0, greedy_l1=0.0
+):
     """EGLRL: (alpha, beta) = argmin phi(X_0 + alpha X + beta u v^T), warm start (1, s/L)."""
     ab = np.array([1.0, step0])
     if maxiter > 0:
-        fun = econ_refit_objective(run, U, V, theta, code, delta, l2, n_fixed, greedy_l2)
-        ab = _lbfgs(fun, ab, maxiter)
+        fun = econ_refit_objective(
+            run, U, V, theta, code, delta, l2, n_fixed, greedy_l2, greedy_l1
+        )
+        ab = _lbfgs(fun, ab, maxiter, [(0.0, None)] * 2 if greedy_l1 > 0 else None)
     f = int(n_fixed)
     return np.concatenate([theta[:f], theta[f:] * ab[0], [ab[1]]])

@@ -204,6 +204,11 @@ class GreedyLowRank(BaseEstimator):
         ``s / (L + greedy_l2)`` and the (monotone) objective for smooth losses; a shrink of
         the greedy coefficients by ``1 - eta_t greedy_l2`` each step for nonsmooth ones.
         See ``docs/glrl_fidelity.md`` for the evidence on its default.
+    greedy_l1 : float
+        Optional ``greedy_l1 * sum_k |theta_k|`` over the greedy terms only, a bound on their
+        nuclear norm (the penalty that alternating solvers' factor l2 amounts to).  Smooth
+        losses keep the greedy coefficients ``>= 0`` in the refits (the penalty is then
+        linear); nonsmooth ones soft-threshold them by ``eta_t greedy_l1`` each step.
     huber_delta : float
         Threshold of the Huber loss.
     nu, max_inner, step_size, step_schedule :
@@ -271,6 +276,7 @@ class GreedyLowRank(BaseEstimator):
         lbfgs_iter=5,
         l2=0.0,
         greedy_l2=0.0,
+        greedy_l1=0.0,
         huber_delta=1.0,
         nu=0.95,
         max_inner=2,
@@ -297,6 +303,7 @@ class GreedyLowRank(BaseEstimator):
         self.lbfgs_iter = lbfgs_iter
         self.l2 = l2
         self.greedy_l2 = greedy_l2
+        self.greedy_l1 = greedy_l1
         self.huber_delta = huber_delta
         self.nu = nu
         self.max_inner = max_inner
@@ -341,6 +348,7 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
         check_scalar(self.l2, "l2", low=0.0)
         check_scalar(self.greedy_l2, "greedy_l2", low=0.0)
+        check_scalar(self.greedy_l1, "greedy_l1", low=0.0)
         check_scalar(self.huber_delta, "huber_delta", low=0.0, low_inclusive=False)
         check_scalar(self.nu, "nu", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
         check_scalar(self.max_inner, "max_inner", kind=numbers.Integral, low=1)
@@ -513,6 +521,7 @@ class GreedyLowRank(BaseEstimator):
             lbfgs_iter=self.lbfgs_iter,
             l2=self.l2,
             greedy_l2=self.greedy_l2,
+            greedy_l1=self.greedy_l1,
             huber_delta=self.huber_delta,
             nu=self.nu,
             max_inner=self.max_inner,
