@@ -137,10 +137,11 @@ def _glrl_row(refit, rank, train, test, shape):
 
 
 def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxiter=100,
-                max_edges=None):  # fmt: skip
-    """The acceptance run: GLRL and EGLRL with the library defaults on all 10 Epinions folds,
-    then AltMin (l2 ``lam``, ``maxiter`` L-BFGS iterations) on ``altmin_folds`` in the same
-    run; ``save(out)`` after every fold so that a run cut short keeps what it measured."""
+                max_edges=None, glrl_folds=range(10)):  # fmt: skip
+    """The acceptance run: GLRL and EGLRL with the library defaults on ``glrl_folds`` (all 10
+    Epinions folds), then AltMin (l2 ``lam``, ``maxiter`` L-BFGS iterations) on
+    ``altmin_folds``; ``save(out)`` after every fold so that a run cut short keeps what it
+    measured.  (``glrl_folds=()`` runs AltMin alone, e.g. in a second process alongside.)"""
     r, c, s, shape, fold = _epinions(data_dir, max_edges)
     out = {"rank": rank, "shape": list(shape), "n_edges": int(r.size), "folds": {},
            "altmin_lam": lam, "altmin_maxiter": maxiter}  # fmt: skip
@@ -149,7 +150,7 @@ def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxite
         trm, tem = fold != k, fold == k
         return (r[trm], c[trm], s[trm]), (r[tem], c[tem], s[tem])
 
-    for k in range(10):
+    for k in glrl_folds:
         train, test = split(k)
         row = {name: _glrl_row(refit, rank, train, test, shape)
                for name, refit in (("glrl", "full"), ("eglrl", "economic"))}  # fmt: skip
@@ -164,7 +165,7 @@ def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxite
     for k in altmin_folds:
         train, test = split(k)
         P, Q, info = altmin_logistic(train, shape, rank, lam, maxiter=maxiter)
-        out["folds"][str(k)]["altmin"] = {
+        out["folds"].setdefault(str(k), {})["altmin"] = {
             "train_loss": _logistic_mean(_pred_pq(P, Q, *train[:2]), train[2]),
             "test_accuracy": _acc(_pred_pq(P, Q, *test[:2]), test[2]),
             "load_1min": os.getloadavg()[0],
@@ -172,9 +173,10 @@ def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxite
         }
         done = [f for f in out["folds"].values() if "altmin" in f]
         for name in ("altmin", "glrl", "eglrl"):
-            out[f"{name}_accuracy_mean_on_altmin_folds"] = float(
-                np.mean([f[name]["test_accuracy"] for f in done])
-            )
+            if all(name in f for f in done):
+                out[f"{name}_accuracy_mean_on_altmin_folds"] = float(
+                    np.mean([f[name]["test_accuracy"] for f in done])
+                )
         out["altmin_n_folds"] = len(done)
         print(f"  accept altmin fold {k}: {out['folds'][str(k)]['altmin']['test_accuracy']:.4f}",
               flush=True)  # fmt: skip
@@ -426,17 +428,24 @@ def part_extras(data_dir, max_edges=None):
 #: one GreedyLowRank parameter (greedy_l2: an l2 on the greedy coefficients; greedy_l1: their
 #: sum, a bound on the nuclear norm of the greedy part, what AltMin's factor l2 amounts to)
 PENALTIES_EPINIONS = (
-    {}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03},
+    {"greedy_l2": 0.0}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03},
     {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
 )  # fmt: skip
 PENALTIES_MOVIELENS = (
-    {}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03}, {"greedy_l2": 0.1},
+    {"greedy_l2": 0.0}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03}, {"greedy_l2": 0.1},
     {"greedy_l1": 0.1}, {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
 )  # fmt: skip
 
 
 def _key(setting):
     return ",".join(f"{k}={v}" for k, v in setting.items()) or "none"
+
+
+def _with_off(chosen):
+    """The penalty switched off explicitly (``greedy_l2=None`` is the library's auto) and the
+    chosen setting if it differs."""
+    off = {"greedy_l2": 0.0}
+    return [off] + ([chosen] if _key(chosen) != _key(off) else [])
 
 
 def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
@@ -461,7 +470,7 @@ def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
         print(f"  penalty movielens {_key(st)}: {table[_key(st)]['mean']:.4f}", flush=True)
     chosen = min(ml_settings, key=lambda st: table[_key(st)]["mean"])
     test_rows = {}
-    for st in ({}, chosen) if chosen else ({},):
+    for st in _with_off(chosen):
         maes = [_l1_fit(st, 10, half, te)[0] for half, te, _, _ in splits]
         test_rows[_key(st)] = {"mae_mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
         print(f"  penalty movielens test {_key(st)}: {test_rows[_key(st)]['mae_mean']:.4f}", flush=True)
@@ -489,7 +498,7 @@ def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
             print(f"  penalty epinions {refit} {_key(st)}: {table[_key(st)]}", flush=True)
         chosen = max(ep_settings, key=lambda st: table[_key(st)]["val_accuracy"])
         out["epinions"][refit] = {"validation": table, "chosen": _key(chosen), "test_fold0": {}}
-        for st in ({}, chosen) if chosen else ({},):
+        for st in _with_off(chosen):
             e = fit(refit, st, train)
             out["epinions"][refit]["test_fold0"][_key(st)] = row = {
                 "test_accuracy": _acc(e.predict(*test[:2]), test[2]),
@@ -507,6 +516,7 @@ def main(argv=None):
     ap.add_argument("--folds", default="0,1,2")
     ap.add_argument("--lams", default="1.0,10.0", help="AltMin l2 values (chosen on validation)")
     ap.add_argument("--maxiter", type=int, default=200, help="AltMin L-BFGS iterations")
+    ap.add_argument("--altmin-only", action="store_true", help="accept: AltMin folds only")
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
@@ -532,7 +542,11 @@ def main(argv=None):
                 path.write_text(json.dumps(res, indent=1, sort_keys=False))
 
             res["accept"] = part_accept(
-                a.data, save, altmin_folds=[int(f) for f in a.folds.split(",")], maxiter=a.maxiter
+                a.data,
+                save,
+                altmin_folds=[int(f) for f in a.folds.split(",") if f],
+                maxiter=a.maxiter,
+                glrl_folds=range(10) if not a.altmin_only else (),
             )
         elif part == "penalty":
 

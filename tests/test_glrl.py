@@ -690,6 +690,40 @@ def test_auto_init_resolution_is_fitted_and_saved(loss, rng, tmp_path):
     assert GreedyLowRank(loss=loss, rank=3, init="mean").fit(tr, shape=shape).init_ == "mean"
 
 
+@pytest.mark.parametrize(
+    "greedy_l2, loss, init, expected",
+    [
+        (None, "logistic", "bias", glrl_core.GREEDY_L2_LOGISTIC),
+        (None, "logistic", "bias-l1", glrl_core.GREEDY_L2_LOGISTIC),
+        (None, "logistic", "zero", 0.0),
+        (None, "logistic", "mean", 0.0),
+        (None, "square", "bias", 0.0),
+        (None, "l1", "bias", 0.0),
+        (0.5, "l1", "bias", 0.5),
+        (0.0, "logistic", "bias", 0.0),
+    ],
+)
+def test_resolve_greedy_l2_rules(greedy_l2, loss, init, expected):
+    assert glrl_core.resolve_greedy_l2(greedy_l2, loss=loss, init=init) == expected
+
+
+def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
+    tr, _, shape = _ratings(rng)
+    signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
+    kw = dict(loss="logistic", rank=4, power_iter=5)
+    est = GreedyLowRank(**kw).fit(signs, shape=shape)
+    assert est.greedy_l2 is None and est.greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
+    explicit = GreedyLowRank(greedy_l2=glrl_core.GREEDY_L2_LOGISTIC, **kw).fit(signs, shape=shape)
+    np.testing.assert_array_equal(est.theta_, explicit.theta_)
+    off = GreedyLowRank(greedy_l2=0.0, **kw).fit(signs, shape=shape)
+    assert off.greedy_l2_ == 0.0 and not np.array_equal(off.theta_, est.theta_)
+    est.save(tmp_path / "m")
+    assert ooc_lowrank.load(tmp_path / "m").greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
+    assert GreedyLowRank(loss="l1", rank=4, power_iter=5).fit(tr, shape=shape).greedy_l2_ == 0.0
+    with pytest.raises(ValueError, match="greedy_l2"):
+        GreedyLowRank(greedy_l2=-1.0).fit(tr, shape=shape)
+
+
 @pytest.mark.parametrize("refit", ["none", "auto"])
 def test_default_l1_glrl_beats_the_global_mean_on_ratings(refit, rng):
     """Issue 12: ``fit glrl --loss l1 --rank 10`` with every other parameter at its default
