@@ -22,6 +22,16 @@ Parts (``--parts``, results merged into ``benchmarks/results/glrl_fidelity.json`
             the chosen settings are then refit on the whole training half and scored on the
             test half.  scikit-surprise SVD (defaults) on the same splits (skipped with a
             message if it is not installed).
+``penalty`` Penalties on the greedy terms only (``greedy_l2``: l2 on their coefficients;
+            ``greedy_l1``: their sum, a nuclear-norm bound), chosen on validation data only:
+            Epinions fold 0 (1/9 of the training part held out), GLRL and EGLRL, and
+            MovieLens L1 rank 10 (validation splits of the 50/50 halves); the chosen setting
+            and the penalty off are then scored on test.  This chose the library's
+            ``greedy_l2=None`` -> 0.01 for the logistic loss from the bias start.
+``accept``  The acceptance run: GLRL and EGLRL with the library defaults on all 10 Epinions
+            folds (accuracy, training loss, time per greedy step, passes, load average),
+            then AltMin (l2 1, 100 L-BFGS iterations) on ``--folds``; saved after every
+            fold.  ``--altmin-only`` runs the AltMin folds alone (a second process).
 
 Usage::
 
