@@ -787,3 +787,8 @@ def test_glrl_fidelity_benchmark_pieces_tiny():
     assert bench._acc(bench._pred_pq(P, Q, rr, cc), y) > 0.9 and info["iters"] > 0
     (row,) = bench._power_check({"rank": 3}, (rr, cc, y), (m, n), (1,), "logistic", (20,))
     assert 0.0 <= row["power_20"]["rel_gap"] < 0.05
+    # the robust MF baseline fits a noisy rank-2 rating matrix better than its median
+    R = 3.0 + A / np.abs(A).max()
+    pred = bench.robust_mf((rr, cc, R[rr, cc]), (m, n), 2, 0.1, maxiter=200)
+    err = np.abs(pred(rr, cc) - R[rr, cc]).mean()
+    assert err < 0.3 * np.abs(R[rr, cc] - np.median(R[rr, cc])).mean()
