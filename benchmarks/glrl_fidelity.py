@@ -22,6 +22,19 @@ Parts (``--parts``, results merged into ``benchmarks/results/glrl_fidelity.json`
             the chosen settings are then refit on the whole training half and scored on the
             test half.  scikit-surprise SVD (defaults) on the same splits (skipped with a
             message if it is not installed).
+``penalty`` Penalties on the greedy terms only (``greedy_l2``: l2 on their coefficients;
+            ``greedy_l1``: their sum, a nuclear-norm bound), chosen on validation data only:
+            Epinions fold 0 (1/9 of the training part held out), GLRL and EGLRL, and
+            MovieLens L1 rank 10 (validation splits of the 50/50 halves); the chosen setting
+            and the penalty off are then scored on test.  This chose the library's
+            ``greedy_l2=None`` -> 0.01 for the logistic loss from the bias start.
+``robust_mf`` The 50/50 robust MF protocol in one run: L1 GLRL (defaults, "inverse"), a
+            regularized rank-10 robust MF baseline (smoothed L1 + l2 on factors and biases,
+            L-BFGS, l2 chosen on validation), scikit-surprise SVD, on the same 5 splits.
+``accept``  The acceptance run: GLRL and EGLRL with the library defaults on all 10 Epinions
+            folds (accuracy, training loss, time per greedy step, passes, load average),
+            then AltMin (l2 1, 100 L-BFGS iterations) on ``--folds``; saved after every
+            fold.  ``--altmin-only`` runs the AltMin folds alone (a second process).
 
 Usage::
 
@@ -117,6 +130,73 @@ def _pred_pq(P, Q, r, c):
     return np.einsum("ij,ij->i", P[r], Q[c])
 
 
+def _glrl_row(refit, rank, train, test, shape):
+    """GreedyLowRank with every other parameter at its default: accuracy, loss, time, passes."""
+    est = GreedyLowRank(loss="logistic", rank=rank, refit=refit, random_state=0)
+    t0 = time.perf_counter()
+    est.fit(train, shape=shape)
+    sec = time.perf_counter() - t0
+    return {
+        "train_loss": _logistic_mean(est.predict(*train[:2]), train[2]),
+        "test_accuracy": _acc(est.predict(*test[:2]), test[2]),
+        "seconds": sec,
+        "load_1min": os.getloadavg()[0],
+        "n_steps": int(est.n_iter_),
+        "s_per_step": float(np.mean(est.step_times_)),
+        "passes": int(est.n_passes_),
+        "cache_passes": int(est.n_cache_passes_),
+        "init_": est.init_,
+    }
+
+
+def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxiter=100,
+                max_edges=None, glrl_folds=range(10)):  # fmt: skip
+    """The acceptance run: GLRL and EGLRL with the library defaults on ``glrl_folds`` (all 10
+    Epinions folds), then AltMin (l2 ``lam``, ``maxiter`` L-BFGS iterations) on
+    ``altmin_folds``; ``save(out)`` after every fold so that a run cut short keeps what it
+    measured.  (``glrl_folds=()`` runs AltMin alone, e.g. in a second process alongside.)"""
+    r, c, s, shape, fold = _epinions(data_dir, max_edges)
+    out = {"rank": rank, "shape": list(shape), "n_edges": int(r.size), "folds": {},
+           "altmin_lam": lam, "altmin_maxiter": maxiter}  # fmt: skip
+
+    def split(k):
+        trm, tem = fold != k, fold == k
+        return (r[trm], c[trm], s[trm]), (r[tem], c[tem], s[tem])
+
+    for k in glrl_folds:
+        train, test = split(k)
+        row = {name: _glrl_row(refit, rank, train, test, shape)
+               for name, refit in (("glrl", "full"), ("eglrl", "economic"))}  # fmt: skip
+        out["folds"][str(k)] = row
+        for name in ("glrl", "eglrl"):
+            acc = np.array([f[name]["test_accuracy"] for f in out["folds"].values()])
+            out[f"{name}_accuracy_mean"], out[f"{name}_accuracy_std"] = float(acc.mean()), float(acc.std())
+            out[f"{name}_n_folds"] = int(acc.size)
+        print(f"  accept fold {k}: glrl {row['glrl']['test_accuracy']:.4f} "
+              f"eglrl {row['eglrl']['test_accuracy']:.4f}", flush=True)  # fmt: skip
+        save(out)
+    for k in altmin_folds:
+        train, test = split(k)
+        P, Q, info = altmin_logistic(train, shape, rank, lam, maxiter=maxiter)
+        out["folds"].setdefault(str(k), {})["altmin"] = {
+            "train_loss": _logistic_mean(_pred_pq(P, Q, *train[:2]), train[2]),
+            "test_accuracy": _acc(_pred_pq(P, Q, *test[:2]), test[2]),
+            "load_1min": os.getloadavg()[0],
+            **info,
+        }
+        done = [f for f in out["folds"].values() if "altmin" in f]
+        for name in ("altmin", "glrl", "eglrl"):
+            if all(name in f for f in done):
+                out[f"{name}_accuracy_mean_on_altmin_folds"] = float(
+                    np.mean([f[name]["test_accuracy"] for f in done])
+                )
+        out["altmin_n_folds"] = len(done)
+        print(f"  accept altmin fold {k}: {out['folds'][str(k)]['altmin']['test_accuracy']:.4f}",
+              flush=True)  # fmt: skip
+        save(out)
+    return out
+
+
 def part_altmin(data_dir, folds, rank=40, lams=(1.0, 10.0), max_edges=None, maxiter=200):
     r, c, s, shape, fold = _epinions(data_dir, max_edges)
     out = {"rank": rank, "shape": list(shape), "n_edges": int(r.size), "folds": []}
@@ -145,20 +225,7 @@ def part_altmin(data_dir, folds, rank=40, lams=(1.0, 10.0), max_edges=None, maxi
             **info,
         }
         for name, refit in (("glrl", "full"), ("eglrl", "economic")):
-            est = GreedyLowRank(loss="logistic", rank=rank, refit=refit, random_state=0)
-            t0 = time.perf_counter()
-            est.fit(train, shape=shape)
-            sec = time.perf_counter() - t0
-            row[name] = {
-                "train_loss": _logistic_mean(est.predict(*train[:2]), train[2]),
-                "test_accuracy": _acc(est.predict(*test[:2]), test[2]),
-                "seconds": sec,
-                "n_steps": int(est.n_iter_),
-                "s_per_step": float(np.mean(est.step_times_)),
-                "passes": int(est.n_passes_),
-                "cache_passes": int(est.n_cache_passes_),
-                "init_": est.init_,
-            }
+            row[name] = _glrl_row(refit, rank, train, test, shape)
         print(
             f"  fold {k}: acc altmin {row['altmin']['test_accuracy']:.4f} glrl "
             f"{row['glrl']['test_accuracy']:.4f} eglrl {row['eglrl']['test_accuracy']:.4f}; "
@@ -329,6 +396,72 @@ def part_robust(data_dir, seeds=(0, 1, 2, 3, 4), ranks=(10, 12), variants=None):
     return out
 
 
+def robust_mf(train, shape, rank, lam, *, delta=0.05, maxiter=300, seed=0):
+    """A regularized robust MF baseline (not GLRL): ``min sum h(mu + b_u + b_i + <P_u, Q_i> - o)
+    + lam/2 (|P|^2 + |Q|^2 + |b|^2)`` with ``h`` the smoothed L1 (Huber with threshold
+    ``delta``, divided by ``delta``: ``|r| - delta/2`` outside), ``mu`` the median, L-BFGS on all
+    parameters from a small random start.  Returns ``predict(rows, cols)``."""
+    r, c, y = train
+    m, n = shape
+    k = rank
+    mu = float(np.median(y))
+    z0 = np.concatenate([0.1 * np.random.default_rng(seed).standard_normal((m + n) * k), np.zeros(m + n)])
+
+    def unpack(z):
+        P, Q = z[: m * k].reshape(m, k), z[m * k : (m + n) * k].reshape(n, k)
+        return P, Q, z[(m + n) * k : (m + n) * k + m], z[(m + n) * k + m :]
+
+    def fun(z):
+        P, Q, bu, bi = unpack(z)
+        d = mu + bu[r] + bi[c] + np.einsum("ij,ij->i", P[r], Q[c]) - y
+        a = np.abs(d)
+        f = np.where(a <= delta, 0.5 * d * d / delta, a - 0.5 * delta).sum()
+        g = np.clip(d / delta, -1.0, 1.0)
+        gP, gQ = np.zeros((m, k)), np.zeros((n, k))
+        np.add.at(gP, r, g[:, None] * Q[c])
+        np.add.at(gQ, c, g[:, None] * P[r])
+        f += 0.5 * lam * (z @ z)
+        grad = np.concatenate([gP.ravel(), gQ.ravel(), np.bincount(r, g, m), np.bincount(c, g, n)])
+        return f, grad + lam * z
+
+    out = minimize(fun, z0, jac=True, method="L-BFGS-B", options={"maxiter": maxiter})
+    P, Q, bu, bi = unpack(out.x)
+    return lambda rr, cc: mu + bu[rr] + bi[cc] + np.einsum("ij,ij->i", P[rr], Q[cc])
+
+
+def part_robust_mf(data_dir, seeds=(0, 1, 2, 3, 4), lams=(7.0, 10.0, 14.0, 20.0), rank=10):
+    """Robust MF acceptance on the 50/50 splits in one run: L1 GLRL rank 10 with the defaults and
+    with the schedule chosen on validation ("inverse", part ``robust``), the regularized robust
+    MF baseline :func:`robust_mf` (rank 10, ``lam`` chosen per split on the 10 % validation
+    split of the training half), and scikit-surprise SVD, all refit on the training half and
+    scored on the test half."""
+    full = load_movielens(Path(data_dir) / "movielens-100k" / "u.data.gz")
+    rows = {"glrl_defaults": [], "glrl_inverse": [], "robust_mf": [], "surprise_svd": []}
+    chosen = []
+    for sd in seeds:
+        half, te = _holdout(*full, 0.5, seed=sd)
+        tr, va = _holdout(*half, 0.1, seed=200 + sd)
+        rows["glrl_defaults"].append(_l1_fit({}, rank, half, te)[0])
+        rows["glrl_inverse"].append(_l1_fit({"step_schedule": "inverse"}, rank, half, te)[0])
+        val = {}
+        for lam in lams:
+            pred = robust_mf(tr, MOVIELENS_100K_SHAPE, rank, lam)
+            val[lam] = float(np.mean(np.abs(pred(va[0], va[1]) - va[2])))
+        lam = min(val, key=val.get)
+        chosen.append({"seed": sd, "lam": lam, "validation": val})
+        pred = robust_mf(half, MOVIELENS_100K_SHAPE, rank, lam)
+        rows["robust_mf"].append(float(np.mean(np.abs(pred(te[0], te[1]) - te[2]))))
+        sv = _surprise_svd(half, te, sd)
+        rows["surprise_svd"].append(sv.get("mae", float("nan")))
+        print(f"  robust_mf split {sd}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in rows.items()),
+              flush=True)  # fmt: skip
+    out = {k: {"mae_mean": float(np.mean(v)), "mae_std": float(np.std(v)),
+               "per_split": np.round(v, 5).tolist()} for k, v in rows.items()}  # fmt: skip
+    out["robust_mf_lam_choice"] = chosen
+    out["load_1min"] = os.getloadavg()[0]
+    return out
+
+
 def part_ufolds(data_dir, variants=("defaults", "inverse")):
     """L1 GLRL rank 10 on the MovieLens u1..u5 folds (test files), defaults and ``inverse``."""
     d = Path(data_dir) / "movielens-100k"
@@ -370,12 +503,99 @@ def part_extras(data_dir, max_edges=None):
     return out
 
 
+#: penalties on the greedy terms only (issue 13 task 1; not on the bias start): each setting is
+#: one GreedyLowRank parameter (greedy_l2: an l2 on the greedy coefficients; greedy_l1: their
+#: sum, a bound on the nuclear norm of the greedy part, what AltMin's factor l2 amounts to)
+PENALTIES_EPINIONS = (
+    {"greedy_l2": 0.0}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03},
+    {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
+)  # fmt: skip
+PENALTIES_MOVIELENS = (
+    {"greedy_l2": 0.0}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03}, {"greedy_l2": 0.1},
+    {"greedy_l1": 0.1}, {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
+)  # fmt: skip
+
+
+def _key(setting):
+    return ",".join(f"{k}={v}" for k, v in setting.items()) or "none"
+
+
+def _with_off(chosen):
+    """The penalty switched off explicitly (``greedy_l2=None`` is the library's auto) and the
+    chosen setting if it differs."""
+    off = {"greedy_l2": 0.0}
+    return [off] + ([chosen] if _key(chosen) != _key(off) else [])
+
+
+def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
+                        ml_settings=PENALTIES_MOVIELENS, ml_seeds=(0, 1, 2, 3, 4),
+                        max_edges=None, ep_refits=("full", "economic")):  # fmt: skip
+    """Penalties on the greedy terms, chosen on validation data only.  Epinions fold 0: 1/9
+    of the training part held out (seed 7, as for AltMin's l2), GLRL and EGLRL; the chosen
+    setting and no penalty are then refit on the whole training part and scored on fold 0's
+    test part.  MovieLens L1 rank 10: the validation splits (10 %) of the 50/50 training
+    halves, then the chosen setting and no penalty on the test halves."""
+    out = {"epinions": {}, "movielens": {}}
+    full = load_movielens(Path(data_dir) / "movielens-100k" / "u.data.gz")
+    splits = []
+    for sd in ml_seeds:
+        half, te = _holdout(*full, 0.5, seed=sd)
+        tr, va = _holdout(*half, 0.1, seed=200 + sd)
+        splits.append((half, te, tr, va))
+    table = {}
+    for st in ml_settings:
+        maes = [_l1_fit(st, 10, tr, va)[0] for _, _, tr, va in splits]
+        table[_key(st)] = {"mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
+        print(f"  penalty movielens {_key(st)}: {table[_key(st)]['mean']:.4f}", flush=True)
+    chosen = min(ml_settings, key=lambda st: table[_key(st)]["mean"])
+    test_rows = {}
+    for st in _with_off(chosen):
+        maes = [_l1_fit(st, 10, half, te)[0] for half, te, _, _ in splits]
+        test_rows[_key(st)] = {"mae_mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
+        print(f"  penalty movielens test {_key(st)}: {test_rows[_key(st)]['mae_mean']:.4f}", flush=True)
+    out["movielens"] = {"validation": table, "chosen": _key(chosen), "test": test_rows}
+    r, c, s, shape, fold = _epinions(data_dir, max_edges)
+    trm, tem = fold != 0, fold == 0
+    train, test = (r[trm], c[trm], s[trm]), (r[tem], c[tem], s[tem])
+    tr, va = _holdout(*train, 1.0 / 9.0, seed=7)
+
+    def fit(refit, st, data):
+        e = GreedyLowRank(loss="logistic", rank=40, refit=refit, random_state=0, **st)
+        return e.fit(data, shape=shape)
+
+    for refit in ep_refits:
+        table = {}
+        for st in ep_settings:
+            t0 = time.perf_counter()
+            e = fit(refit, st, tr)
+            table[_key(st)] = {
+                "val_accuracy": _acc(e.predict(*va[:2]), va[2]),
+                "train_loss": _logistic_mean(e.predict(*tr[:2]), tr[2]),
+                "seconds": time.perf_counter() - t0,
+                "load_1min": os.getloadavg()[0],
+            }
+            print(f"  penalty epinions {refit} {_key(st)}: {table[_key(st)]}", flush=True)
+        chosen = max(ep_settings, key=lambda st: table[_key(st)]["val_accuracy"])
+        out["epinions"][refit] = {"validation": table, "chosen": _key(chosen), "test_fold0": {}}
+        for st in _with_off(chosen):
+            e = fit(refit, st, train)
+            out["epinions"][refit]["test_fold0"][_key(st)] = row = {
+                "test_accuracy": _acc(e.predict(*test[:2]), test[2]),
+                "train_loss": _logistic_mean(e.predict(*train[:2]), train[2]),
+            }
+            print(f"  penalty epinions {refit} test {_key(st)}: {row}", flush=True)
+        if save is not None:
+            save(out)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parts", default="altmin,power,robust")
     ap.add_argument("--folds", default="0,1,2")
     ap.add_argument("--lams", default="1.0,10.0", help="AltMin l2 values (chosen on validation)")
     ap.add_argument("--maxiter", type=int, default=200, help="AltMin L-BFGS iterations")
+    ap.add_argument("--altmin-only", action="store_true", help="accept: AltMin folds only")
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
@@ -394,6 +614,28 @@ def main(argv=None):
             )
         elif part == "power":
             res["power"] = part_power(a.data)
+        elif part == "accept":
+
+            def save(out, res=res):
+                res["accept"] = out
+                path.write_text(json.dumps(res, indent=1, sort_keys=False))
+
+            res["accept"] = part_accept(
+                a.data,
+                save,
+                altmin_folds=[int(f) for f in a.folds.split(",") if f],
+                maxiter=a.maxiter,
+                glrl_folds=range(10) if not a.altmin_only else (),
+            )
+        elif part == "robust_mf":
+            res["robust_mf"] = part_robust_mf(a.data)
+        elif part == "penalty":
+
+            def save(out, res=res):
+                res["penalty"] = out
+                path.write_text(json.dumps(res, indent=1, sort_keys=False))
+
+            res["penalty"] = part_greedy_penalty(a.data, save)
         elif part == "extras":
             res["extras"] = part_extras(a.data)
         elif part == "ufolds":
@@ -401,7 +643,7 @@ def main(argv=None):
         elif part == "robust":
             res["robust"] = part_robust(a.data)
         else:
-            raise SystemExit(f"--parts: unknown part {part!r}; use altmin, power, robust, ufolds, extras")
+            raise SystemExit(f"--parts: unknown part {part!r}; use altmin, power, robust, ufolds, extras, penalty, accept, robust_mf")
         res[part]["wall_seconds"] = time.perf_counter() - t0
         path.write_text(json.dumps(res, indent=1, sort_keys=False))
     return res

@@ -110,14 +110,21 @@ def test_power_method_sparse_uv_with_lowrank_part(rng):
 # ----------------------------------------------------------------------------- SPEC 16, 19
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("l2", [0.0, 0.3])
-def test_full_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-6)
+@pytest.mark.parametrize(
+    "greedy_l2, greedy_l1, n_fixed", [(0.0, 0.0, 0), (0.7, 0.0, 0), (0.7, 0.0, 2), (0.0, 1.3, 2)]
+)
+def test_full_refit_gradient_vs_fd(loss, l2, greedy_l2, greedy_l1, n_fixed, rng):  # SPEC 19
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
     m, n = M.shape
     run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n), [0, 17, 60]))
     U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
     V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
-    fun = glrl_core.full_refit_objective(run, U, V, get_loss(loss).code, 1.0, l2)
+    fun = glrl_core.full_refit_objective(
+        run, U, V, get_loss(loss).code, 1.0, l2, greedy_l2, n_fixed, greedy_l1
+    )
     th = rng.standard_normal(4)
+    if greedy_l1 > 0:  # greedy_l1 * sum(theta_g) is the penalty on theta_g >= 0
+        th = np.abs(th)
     f0, g = fun(th)
     eps = 1e-4
     fd = np.array([(fun(th + eps * e)[0] - fun(th - eps * e)[0]) / (2 * eps) for e in np.eye(4)])
@@ -127,15 +134,17 @@ def test_full_refit_gradient_vs_fd(loss, l2, rng):  # SPEC check 19 (GLRL-6)
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("l2", [0.0, 0.3])
 @pytest.mark.parametrize("n_fixed", [0, 2])
-def test_econ_refit_gradient_vs_fd(loss, l2, n_fixed, rng):  # SPEC check 19 (GLRL-7)
+@pytest.mark.parametrize("greedy_l2, greedy_l1", [(0.0, 0.0), (0.7, 0.0), (0.0, 1.3)])
+def test_econ_refit_gradient_vs_fd(loss, l2, n_fixed, greedy_l2, greedy_l1, rng):  # SPEC 19
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real")
     m, n = M.shape
     run = glrl_core._Counter(_reduce(rows, cols, vals, (m, n)))
     U = np.linalg.qr(rng.standard_normal((m, 4)))[0]
     V = np.linalg.qr(rng.standard_normal((n, 4)))[0]
     fun = glrl_core.econ_refit_objective(
-        run, U, V, rng.standard_normal(3), get_loss(loss).code, 1.0, l2, n_fixed
-    )
+        run, U, V, np.abs(rng.standard_normal(3)), get_loss(loss).code, 1.0, l2, n_fixed,
+        greedy_l2, greedy_l1,
+    )  # fmt: skip
     ab = np.array([0.9, -0.4])
     f0, g = fun(ab)
     eps = 1e-4
@@ -162,7 +171,8 @@ def test_greedy_step_guaranteed_decrease(rng):  # SPEC check 20
 
 @pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
 @pytest.mark.parametrize("refit", ["full", "economic", "none"])
-def test_objective_never_increases(loss, refit, rng):  # SPEC check 21
+@pytest.mark.parametrize("greedy_l2, greedy_l1", [(0.0, 0.0), (2.0, 0.0), (0.0, 3.0)])
+def test_objective_never_increases(loss, refit, greedy_l2, greedy_l1, rng):  # SPEC check 21
     M, rows, cols, vals = _lowrank(rng, kind="sign" if loss == "logistic" else "real", noise=0.1)
     m, n = M.shape
     res = greedy_pursuit(
@@ -172,10 +182,75 @@ def test_objective_never_increases(loss, refit, rng):  # SPEC check 21
         rank=6,
         refit=refit,
         l2=0.01 if loss == "huber" else 0.0,
+        greedy_l2=greedy_l2,
+        greedy_l1=greedy_l1,
     )
     obj = np.asarray(res.objective)
     assert np.all(np.diff(obj) <= 1e-9 * obj[0]), obj
     assert obj[-1] < obj[0]
+
+
+def _start_plus_one_term(rng, m=9, n=7, a=6.0, sigma=4.0):
+    """Fully observed ``O = a e f^T + sigma p q^T`` with unit ``e, f`` and ``p _|_ e``,
+    ``q _|_ f``; the start ``X_0 = a e f^T`` (one term, exact)."""
+    e, f = np.ones(m) / np.sqrt(m), np.ones(n) / np.sqrt(n)
+    p = rng.standard_normal(m)
+    p -= (p @ e) * e
+    q = rng.standard_normal(n)
+    q -= (q @ f) * f
+    p, q = p / np.linalg.norm(p), q / np.linalg.norm(q)
+    O = a * np.outer(e, f) + sigma * np.outer(p, q)
+    rows, cols = np.nonzero(np.ones((m, n)))
+    start = (e[:, None], f[:, None], np.array([a]))
+    return _reduce(rows, cols, O[rows, cols], (m, n)), start
+
+
+@pytest.mark.parametrize("refit", ["full", "economic"])
+def test_greedy_l2_shrinks_only_the_greedy_terms(refit, rng):
+    # square loss, O fully observed: after the start a e f^T the gradient is -sigma p q^T, the
+    # greedy term is (p, q) and the penalized refit min 1/2 |O - X|^2 + lam/2 theta_1^2 has
+    # theta = (a, sigma / (1 + lam)) in closed form; the whole-matrix l2 = lam instead gives
+    # (a, sigma) / (1 + lam): it shrinks the start too.
+    a, sigma, lam = 6.0, 4.0, 0.5
+    red, start = _start_plus_one_term(rng, a=a, sigma=sigma)
+    kw = dict(loss="square", rank=2, refit=refit, init_factors=start, lbfgs_iter=50,
+              power_iter=200, power_tol=0.0)  # fmt: skip
+    greedy = greedy_pursuit(red, (9, 7), greedy_l2=lam, **kw)
+    np.testing.assert_allclose(greedy.theta, [a, sigma / (1 + lam)], rtol=1e-6)
+    np.testing.assert_allclose(greedy.objective[-1], 0.5 * lam / (1 + lam) * sigma**2, rtol=1e-6)
+    whole = greedy_pursuit(red, (9, 7), l2=lam, **kw)
+    if refit == "full":  # the economic refit leaves the start as it is
+        np.testing.assert_allclose(whole.theta, np.array([a, sigma]) / (1 + lam), rtol=1e-6)
+    plain = greedy_pursuit(red, (9, 7), **kw)
+    np.testing.assert_allclose(plain.theta, [a, sigma], rtol=1e-6)
+    # greedy_l1 = lam: min 1/2 (t - sigma)^2 + lam t over t >= 0 is t = sigma - lam (and 0
+    # for lam >= sigma: the greedy term is switched off, the start kept)
+    for lam1, t1 in ((1.5, sigma - 1.5), (5.0, 0.0)):
+        l1 = greedy_pursuit(red, (9, 7), greedy_l1=lam1, **kw)
+        np.testing.assert_allclose(l1.theta, [a, t1], rtol=1e-6, atol=1e-8)
+
+
+def test_greedy_l2_nonsmooth_shrinks_the_greedy_coefficients(rng):
+    # each nonsmooth step first multiplies the greedy coefficients by 1 - eta_t lam; the start
+    # terms are left alone.  Step 1 is the same with and without the penalty.
+    M, rows, cols, vals = _lowrank(rng, noise=0.1)
+    m, n = M.shape
+    red = _reduce(rows, cols, vals, (m, n))
+    start = (np.ones((m, 1)) / np.sqrt(m), np.ones((n, 1)) / np.sqrt(n), np.array([0.3]))
+    lam = 0.2
+    kw = dict(loss="l1", rank=3, max_inner=1, step_schedule="constant", step_size=1.5,
+              init_factors=start, max_iter=2)  # fmt: skip
+    plain = greedy_pursuit(red, (m, n), **kw)
+    pen = greedy_pursuit(red, (m, n), greedy_l2=lam, **kw)
+    # both return the last iterate (start + the two steps' terms); step 2's subgradient is
+    # taken at the step-1 iterate, so its term is the same in both fits
+    assert plain.theta.size == pen.theta.size == 3
+    th = plain.theta
+    np.testing.assert_allclose(pen.theta, [th[0], th[1] * (1 - 1.5 * lam), th[2]], rtol=1e-12)
+    np.testing.assert_allclose(pen.U, plain.U, rtol=1e-12)
+    # greedy_l1: soft-thresholding by eta * lam instead
+    soft = greedy_pursuit(red, (m, n), greedy_l1=5.0, **kw)
+    np.testing.assert_allclose(soft.theta, [th[0], th[1] - 1.5 * 5.0, th[2]], rtol=1e-12)
 
 
 def test_refits_beat_no_refit(rng):
@@ -615,6 +690,40 @@ def test_auto_init_resolution_is_fitted_and_saved(loss, rng, tmp_path):
     assert GreedyLowRank(loss=loss, rank=3, init="mean").fit(tr, shape=shape).init_ == "mean"
 
 
+@pytest.mark.parametrize(
+    "greedy_l2, loss, init, expected",
+    [
+        (None, "logistic", "bias", glrl_core.GREEDY_L2_LOGISTIC),
+        (None, "logistic", "bias-l1", glrl_core.GREEDY_L2_LOGISTIC),
+        (None, "logistic", "zero", 0.0),
+        (None, "logistic", "mean", 0.0),
+        (None, "square", "bias", 0.0),
+        (None, "l1", "bias", 0.0),
+        (0.5, "l1", "bias", 0.5),
+        (0.0, "logistic", "bias", 0.0),
+    ],
+)
+def test_resolve_greedy_l2_rules(greedy_l2, loss, init, expected):
+    assert glrl_core.resolve_greedy_l2(greedy_l2, loss=loss, init=init) == expected
+
+
+def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
+    tr, _, shape = _ratings(rng)
+    signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
+    kw = dict(loss="logistic", rank=4, power_iter=5)
+    est = GreedyLowRank(**kw).fit(signs, shape=shape)
+    assert est.greedy_l2 is None and est.greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
+    explicit = GreedyLowRank(greedy_l2=glrl_core.GREEDY_L2_LOGISTIC, **kw).fit(signs, shape=shape)
+    np.testing.assert_array_equal(est.theta_, explicit.theta_)
+    off = GreedyLowRank(greedy_l2=0.0, **kw).fit(signs, shape=shape)
+    assert off.greedy_l2_ == 0.0 and not np.array_equal(off.theta_, est.theta_)
+    est.save(tmp_path / "m")
+    assert ooc_lowrank.load(tmp_path / "m").greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
+    assert GreedyLowRank(loss="l1", rank=4, power_iter=5).fit(tr, shape=shape).greedy_l2_ == 0.0
+    with pytest.raises(ValueError, match="greedy_l2"):
+        GreedyLowRank(greedy_l2=-1.0).fit(tr, shape=shape)
+
+
 @pytest.mark.parametrize("refit", ["none", "auto"])
 def test_default_l1_glrl_beats_the_global_mean_on_ratings(refit, rng):
     """Issue 12: ``fit glrl --loss l1 --rank 10`` with every other parameter at its default
@@ -678,3 +787,8 @@ def test_glrl_fidelity_benchmark_pieces_tiny():
     assert bench._acc(bench._pred_pq(P, Q, rr, cc), y) > 0.9 and info["iters"] > 0
     (row,) = bench._power_check({"rank": 3}, (rr, cc, y), (m, n), (1,), "logistic", (20,))
     assert 0.0 <= row["power_20"]["rel_gap"] < 0.05
+    # the robust MF baseline fits a noisy rank-2 rating matrix better than its median
+    R = 3.0 + A / np.abs(A).max()
+    pred = bench.robust_mf((rr, cc, R[rr, cc]), (m, n), 2, 0.1, maxiter=200)
+    err = np.abs(pred(rr, cc) - R[rr, cc]).mean()
+    assert err < 0.3 * np.abs(R[rr, cc] - np.median(R[rr, cc])).mean()

@@ -142,13 +142,17 @@ def test_save_load(fitted, data, tmp_path):
 def test_smooth_loss_grid_and_scoring(data):
     rows, cols, vals = data
     est = GreedyLowRankCV(
-        loss="square", rank=4, bias_regs=[1.0, 5.0], cv=2, power_iter=5, random_state=0, refit=False
-    ).fit((rows, cols, vals), shape=SHAPE)
+        loss="square", rank=4, bias_regs=[1.0, 5.0], greedy_l2s=[0.0, 0.5], cv=2, power_iter=5,
+        random_state=0, refit=False,
+    ).fit((rows, cols, vals), shape=SHAPE)  # fmt: skip
     assert est.scoring_ == "rmse"
-    assert [p["bias_reg"] for p in est.cv_results_["params"]] == [1.0, 5.0]
+    grid = [(p["greedy_l2"], p["bias_reg"]) for p in est.cv_results_["params"]]
+    assert grid == [(0.0, 1.0), (0.0, 5.0), (0.5, 1.0), (0.5, 5.0)]
     assert est.cv_results_["params"][0]["l2"] == 0.0
+    # the penalty changes the fits (same folds, same bias_reg)
+    assert est.cv_results_["mean_test_score"][0] != est.cv_results_["mean_test_score"][2]
     assert not hasattr(est, "best_estimator_")
-    assert set(est.best_params_) == {"l2", "bias_reg"}  # select_iter=False: the whole budget
+    assert set(est.best_params_) == {"l2", "greedy_l2", "bias_reg"}  # select_iter=False: the whole budget
     with pytest.raises(AttributeError, match="refit=False"):
         est.predict(rows, cols)
 
@@ -170,6 +174,8 @@ class _Boom(tuple):
         (dict(bias_regs=[1.0]), "bias_regs applies only to smooth losses"),
         (dict(loss="square", step_sizes=[1.0]), "step_sizes applies only to nonsmooth"),
         (dict(loss="square", l2s=[-1.0]), "l2s must hold only finite numbers >= 0"),
+        (dict(loss="square", greedy_l2s=[-1.0]), "greedy_l2s must hold only finite numbers >= 0"),
+        (dict(greedy_l2s=[0.0]), "greedy_l2s applies only to smooth losses"),
         (dict(cv=1), "cv"),
         (dict(scoring="auc"), "scoring must be one of"),
         (dict(rank=2, init="bias"), "rank must be >= 3"),

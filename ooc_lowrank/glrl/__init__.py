@@ -20,6 +20,7 @@ __all__ = [
     "GreedyResult",
     "get_loss",
     "greedy_pursuit",
+    "resolve_greedy_l2",
     "resolve_init",
     "top_triplet",
 ]
@@ -29,6 +30,7 @@ _WHERE = {
     "greedy_pursuit": "core",
     "top_triplet": "core",
     "resolve_init": "core",
+    "resolve_greedy_l2": "core",
     "GreedyLowRank": "estimator",
     "GreedyLowRankCV": "cv",
     "LOSSES": "losses",

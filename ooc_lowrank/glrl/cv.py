@@ -51,7 +51,8 @@ NONSMOOTH_GRID = {
     "step_schedule": ("sqrt", "inverse"),
     "max_inner": (1, 2),
 }
-SMOOTH_GRID = {"l2": (0.0,), "bias_reg": (2.0, 5.0, 10.0)}
+#: greedy_l2 None: GreedyLowRank's auto value (0.01 for logistic from the bias start, else 0)
+SMOOTH_GRID = {"l2": (0.0,), "greedy_l2": (None,), "bias_reg": (2.0, 5.0, 10.0)}
 #: scoring metric of each loss and whether larger is better
 SCORING = {
     "l1": "mae",
@@ -66,6 +67,7 @@ _GRID_ARGS = {
     "step_schedule": "step_schedules",
     "max_inner": "max_inners",
     "l2": "l2s",
+    "greedy_l2": "greedy_l2s",
     "bias_reg": "bias_regs",
 }
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
@@ -126,7 +128,7 @@ class GreedyLowRankCV(BaseEstimator):
 
     The grid holds the parameters that matter for the loss (nonsmooth ``l1`` / ``hinge``:
     ``step_sizes`` x ``step_schedules`` x ``max_inners``; smooth losses: ``l2s`` x
-    ``bias_regs``); the number of greedy steps (hence the rank used) is chosen per fold by
+    ``greedy_l2s`` x ``bias_regs``); the number of greedy steps (hence the rank used) is chosen per fold by
     validation on the held-out entries.  See :mod:`ooc_lowrank.glrl.cv`.
 
     Parameters
@@ -144,6 +146,9 @@ class GreedyLowRankCV(BaseEstimator):
         Grid of ``max_inner`` (nonsmooth losses only); None: (1, 2).
     l2s : sequence of float or None, default=None
         Grid of ``l2`` (smooth losses only); None: (0,).
+    greedy_l2s : sequence of float or None, default=None
+        Grid of ``greedy_l2``, the penalty on the greedy terms only (smooth losses only);
+        None: GreedyLowRank's automatic value alone (``greedy_l2=None``).
     bias_regs : sequence of float or None, default=None
         Grid of ``bias_reg`` (smooth losses only; used by ``init="bias"``); None: (2, 5, 10).
     cv : int, default=5
@@ -216,6 +221,7 @@ class GreedyLowRankCV(BaseEstimator):
         step_schedules=None,
         max_inners=None,
         l2s=None,
+        greedy_l2s=None,
         bias_regs=None,
         cv=5,
         scoring=None,
@@ -242,6 +248,7 @@ class GreedyLowRankCV(BaseEstimator):
         self.step_schedules = step_schedules
         self.max_inners = max_inners
         self.l2s = l2s
+        self.greedy_l2s = greedy_l2s
         self.bias_regs = bias_regs
         self.cv = cv
         self.scoring = scoring
@@ -367,6 +374,7 @@ class GreedyLowRankCV(BaseEstimator):
             "step_schedule": ("str", None, "step_schedules=['sqrt', 'inverse']"),
             "max_inner": ("int", (1, True), "max_inners=[1, 2]"),
             "l2": ("float", (0.0, True), "l2s=[0, 0.1]"),
+            "greedy_l2": ("float", (0.0, True), "greedy_l2s=[0, 0.01]"),
             "bias_reg": ("float", (0.0, True), "bias_regs=[2, 5, 10]"),
         }
         names, grids = list(mine), []

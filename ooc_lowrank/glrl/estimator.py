@@ -30,7 +30,14 @@ from ooc_lowrank._persist import (
 )
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
-from ooc_lowrank.glrl.core import REFITS, SCHEDULES, bias_init, greedy_pursuit, resolve_init
+from ooc_lowrank.glrl.core import (
+    REFITS,
+    SCHEDULES,
+    bias_init,
+    greedy_pursuit,
+    resolve_greedy_l2,
+    resolve_init,
+)
 from ooc_lowrank.glrl.losses import LOSSES, get_loss
 from ooc_lowrank.kernels import glrl as _k
 
@@ -225,7 +232,23 @@ class GreedyLowRank(BaseEstimator):
     lbfgs_iter : int
         L-BFGS-B iterations per refit (SPEC: at most 5).
     l2 : float
-        Optional ``l2 / 2 * ||X||_F^2`` term (full matrix), off by default.
+        Optional ``l2 / 2 * ||X||_F^2`` term (full matrix, the start's terms included: with
+        ``init="bias"`` it shrinks the biases), off by default.
+    greedy_l2 : float or None, default=None
+        ``greedy_l2 / 2 * sum_k theta_k^2`` over the greedy terms only (``theta_k`` is the
+        Frobenius norm of the k-th unit rank-one term; the terms of the start ``X_0``, e.g.
+        the biases, are not penalized, unlike ``l2``).  In the refits, the initial step
+        ``s / (L + greedy_l2)`` and the (monotone) objective for smooth losses; a shrink of
+        the greedy coefficients by ``1 - eta_t greedy_l2`` each step for nonsmooth ones.
+        None: chosen from the loss and the start
+        (:func:`ooc_lowrank.glrl.core.resolve_greedy_l2`: 0.01 for the logistic loss from
+        the bias start, chosen on validation data of Epinions; 0 otherwise, where it did not
+        help or was not measured); the value used is stored in ``greedy_l2_``.
+    greedy_l1 : float
+        Optional ``greedy_l1 * sum_k |theta_k|`` over the greedy terms only, a bound on their
+        nuclear norm (the penalty that alternating solvers' factor l2 amounts to).  Smooth
+        losses keep the greedy coefficients ``>= 0`` in the refits (the penalty is then
+        linear); nonsmooth ones soft-threshold them by ``eta_t greedy_l1`` each step.
     huber_delta : float
         Threshold of the Huber loss.
     nu, max_inner, step_size, step_schedule :
@@ -292,6 +315,8 @@ class GreedyLowRank(BaseEstimator):
         power_tol=1e-3,
         lbfgs_iter=5,
         l2=0.0,
+        greedy_l2=None,
+        greedy_l1=0.0,
         huber_delta=1.0,
         nu=0.95,
         max_inner=2,
@@ -317,6 +342,8 @@ class GreedyLowRank(BaseEstimator):
         self.power_tol = power_tol
         self.lbfgs_iter = lbfgs_iter
         self.l2 = l2
+        self.greedy_l2 = greedy_l2
+        self.greedy_l1 = greedy_l1
         self.huber_delta = huber_delta
         self.nu = nu
         self.max_inner = max_inner
@@ -360,6 +387,9 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.power_tol, "power_tol", low=0.0)
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
         check_scalar(self.l2, "l2", low=0.0)
+        if self.greedy_l2 is not None:
+            check_scalar(self.greedy_l2, "greedy_l2", low=0.0, fix="Use None (auto) or >= 0")
+        check_scalar(self.greedy_l1, "greedy_l1", low=0.0)
         check_scalar(self.huber_delta, "huber_delta", low=0.0, low_inclusive=False)
         check_scalar(self.nu, "nu", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
         check_scalar(self.max_inner, "max_inner", kind=numbers.Integral, low=1)
@@ -498,6 +528,7 @@ class GreedyLowRank(BaseEstimator):
             n_not_01=not_01,
             n_negative=negative,
         )
+        greedy_l2 = resolve_greedy_l2(self.greedy_l2, loss=self.loss, init=init)
         scorer = self._validation_scorer(lo, shp)
         if B.n_blocks > 1 or engine.active_client() is not None:
             (B,) = engine.maybe_persist(B, budget=self.cache_bytes)
@@ -531,6 +562,8 @@ class GreedyLowRank(BaseEstimator):
             power_tol=self.power_tol,
             lbfgs_iter=self.lbfgs_iter,
             l2=self.l2,
+            greedy_l2=greedy_l2,
+            greedy_l1=self.greedy_l1,
             huber_delta=self.huber_delta,
             nu=self.nu,
             max_inner=self.max_inner,
@@ -550,6 +583,7 @@ class GreedyLowRank(BaseEstimator):
         self.U_, self.V_, self.theta_ = res.U, res.V, res.theta
         self.shape_ = tuple(int(s) for s in shp)
         self.init_ = init
+        self.greedy_l2_ = greedy_l2
         self.n_components_ = int(res.theta.size)
         self.objective_path_ = np.asarray(res.objective)
         self.validation_path_ = np.asarray(res.validation)
@@ -713,6 +747,7 @@ class GreedyLowRank(BaseEstimator):
             "n_cache_passes": self.n_cache_passes_,
             "n_observed": self.n_observed_,
             "init": self.init_,
+            "greedy_l2": self.greedy_l2_,
         }
         return params, arrays, extra
 
@@ -752,6 +787,9 @@ class GreedyLowRank(BaseEstimator):
         est.n_observed_ = r.value("n_observed", "int", low=0)
         est.init_ = r.value(
             "init", "str", default=est.init, choices=("zero", "mean", "bias", "bias-l1")
+        )
+        est.greedy_l2_ = r.value(  # older files: the explicit value, or 0 (the old default)
+            "greedy_l2", "float", low=0.0, default=float(est.greedy_l2 or 0.0)
         )
         r.finish()
         est._check_fitted()
