@@ -54,13 +54,22 @@ def blas_peak(repeats=3, n=8000, k=1000):
     return best
 
 
-def ensure_store(workdir, n, d, L, log):
+def ensure_store(workdir, n, d, L, log, block_rows=None):
     from ooc_lowrank.generators import generate_multilabel
 
-    url = os.path.join(workdir, f"dense-{n}x{d}.zarr")
+    tail = "" if block_rows is None else f"-b{block_rows}"
+    url = os.path.join(workdir, f"dense-{n}x{d}{tail}.zarr")
     if not os.path.exists(url):
         t = time.perf_counter()
-        generate_multilabel(url, n_rows=n, n_features=d, n_labels=L, labels_per_row=5.0, seed=0)
+        generate_multilabel(
+            url,
+            n_rows=n,
+            n_features=d,
+            n_labels=L,
+            labels_per_row=5.0,
+            seed=0,
+            block_rows=block_rows,
+        )
         log(f"generated {url} in {time.perf_counter() - t:.1f}s")
     return url
 
@@ -117,6 +126,71 @@ def bench_iteration(workdir, n, d, m, L, log):
         "ratio_to_peak": flops / it_s / 1e9 / peak,
     }
     return res, url
+
+
+class _GraphCounter:
+    """A dask scheduler recording the task count of every graph it runs (one per pass), then
+    running it like the engine's default (threads, one BLAS thread per task)."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def __call__(self, dsk, keys, **kwargs):
+        import dask.threaded
+
+        from ooc_lowrank import engine
+
+        graph = dsk.__dask_graph__() if hasattr(dsk, "__dask_graph__") else dsk
+        self.sizes.append(len(graph))
+        with engine._blas_controller().limit(limits=1, user_api="blas"):
+            return dask.threaded.get(dsk, keys, num_workers=os.cpu_count() or 1, **kwargs)
+
+
+def bench_passes(workdir, n, d, m, L, log, iters=20, n_blocks=8):
+    """Passes per iteration over ``iters`` iterations (the first included, the initial
+    statistics pass counted), the objective path and the task count of every pass's graph, for
+    the resident (one trial per pass) and the streamed (two trials per pass) default."""
+    import dask
+
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.storage import open_dataset
+
+    url = ensure_store(workdir, n, d, L, log, block_rows=-(-n // n_blocks))
+    ds = open_dataset(url)
+    out = {"n": n, "d": d, "m": m, "L": L, "iterations": iters, "blocks": n_blocks}
+    for mode in ("resident", "streamed"):
+        counter = _GraphCounter()
+        g = GIMC(
+            n_components=m,
+            max_iter=iters,
+            tol=0.0,
+            random_state=0,
+            cache_bytes=None if mode == "resident" else 0,
+        )
+        t = time.perf_counter()
+        with dask.config.set(scheduler=counter):
+            g.fit(ds)
+        secs = time.perf_counter() - t
+        sizes = counter.sizes
+        out[mode] = {
+            "n_iter": g.n_iter_,
+            "n_passes": g.n_passes_,
+            "passes_per_iteration": g.n_passes_ / max(g.n_iter_, 1),
+            "trials_per_pass": g.n_trials_,
+            "objective": [float(v) for v in g.objective_],
+            "graph_tasks_per_pass": sizes,
+            "graph_tasks_first_iteration": sizes[1:3] if len(sizes) >= 3 else sizes,
+            "graph_tasks_max": max(sizes) if sizes else 0,
+            "seconds": secs,
+            "loadavg": os.getloadavg(),
+        }
+        log(
+            f"[passes] {mode}: {g.n_passes_} passes / {g.n_iter_} iterations = "
+            f"{g.n_passes_ / max(g.n_iter_, 1):.2f}; objective {g.objective_[0]:.6g} -> "
+            f"{g.objective_[-1]:.6g}; graph tasks {min(sizes) if sizes else 0}-"
+            f"{max(sizes) if sizes else 0}"
+        )
+    return out
 
 
 def _precision(Y, S, ks=(1, 3, 5)):
@@ -282,7 +356,9 @@ def main(argv=None):
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the generated store")
     p.add_argument("--out", default=DEFAULT_OUT)
-    p.add_argument("--only", nargs="+", default=["iteration", "vs_sklearn", "out_of_core"])
+    p.add_argument(
+        "--only", nargs="+", default=["iteration", "passes", "vs_sklearn", "out_of_core"]
+    )
     p.add_argument("--quiet", action="store_true")
     p.add_argument(
         "--oc-m",
@@ -299,13 +375,22 @@ def main(argv=None):
         help="rows of the out-of-core store (default 1.2M x 500 float32 = 2.4 GB; the "
         "worker limit is store bytes / 4.05)",
     )
+    p.add_argument(
+        "--passes-rows",
+        type=int,
+        default=None,
+        help="rows of the passes-per-iteration problem (default 100,000; 20,000 with --small)",
+    )
+    p.add_argument("--passes-iter", type=int, default=20, help="iterations of the passes part")
     args = p.parse_args(argv)
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     if args.small:
         it = dict(n=20_000, d=50, m=32, L=50)
+        ps = dict(n=20_000, d=50, m=32, L=50)
         sk = dict(n=5_000, d=20, m=32, L=20)
     else:
         it = dict(n=1_000_000, d=500, m=500, L=1000)
+        ps = dict(n=100_000, d=100, m=128, L=200)
         sk = dict(n=100_000, d=100, m=500, L=100)
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-gimc-")
     os.makedirs(workdir, exist_ok=True)
@@ -321,6 +406,10 @@ def main(argv=None):
                 f"{r['achieved_gflops']:.1f} GFLOP/s vs sgemm peak {r['blas_peak_gflops']:.1f} "
                 f"(ratio {r['ratio_to_peak']:.2f})"
             )
+        if "passes" in args.only:
+            if args.passes_rows:
+                ps["n"] = args.passes_rows
+            out["passes"] = bench_passes(workdir, log=log, iters=args.passes_iter, **ps)
         if "vs_sklearn" in args.only:
             out["vs_sklearn"] = r = bench_vs_sklearn(log=log, **sk)
             log(

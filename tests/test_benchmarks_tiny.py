@@ -78,3 +78,23 @@ def test_bench_mvm_ooc_small(tmp_path):
     lb = res["lbfgs"]
     assert lb["evaluations"] == lb["passes"] - 1 >= 2 and lb["seconds_per_evaluation"] > 0
     assert lb["peak_worker_rss"] > 0
+
+
+def test_bench_gimc_passes_structure(tmp_path):
+    # the line search's regression guard (issue 15): over 20 iterations, the first included,
+    # at most 2.2 passes per iteration resident (one trial per pass) and streamed (two), and
+    # every pass's graph the size of the first iteration's (the graph never grows)
+    from benchmarks import bench_gimc
+
+    out = tmp_path / "gimc.json"
+    res = bench_gimc.main(
+        ["--small", "--quiet", "--only", "passes", "--passes-rows", "8000", "--out", str(out)]
+    )
+    assert json.loads(out.read_text())["passes"]["iterations"] == 20
+    for mode in ("resident", "streamed"):
+        r = res["passes"][mode]
+        assert r["n_iter"] == 20, (mode, r["n_iter"])
+        assert r["passes_per_iteration"] <= 2.2, (mode, r["n_passes"])
+        assert all(b <= a for a, b in zip(r["objective"], r["objective"][1:]))
+        sizes = r["graph_tasks_per_pass"]
+        assert len(sizes) >= r["n_passes"] and max(sizes[3:]) <= max(sizes[:3]), sizes
