@@ -2,8 +2,14 @@
 
 1. ``iteration``: one GIMC-LFF iteration on a generated dense store (default 1M x 500 float32,
    m = 500, L = 1000 sparse labels): seconds per iteration, passes over the data, achieved
-   GFLOP/s (flop model below) and the float32 BLAS peak (sgemm, all cores) measured in the same
-   run; the ratio achieved / peak is the figure.
+   GFLOP/s (flop model below) and the float32 BLAS peak measured in the same run, before and
+   after the fit: the best of several shapes (4096^3, 8000 x 1000 x 1000 and the fit's own block
+   shapes X_b U, syrk of Phi_b, Phi_b W W^T, each reported) with every core in BLAS, whatever
+   thread limit the caller set (threads before / during are recorded); the ratio achieved / peak
+   is the figure.
+1b. ``passes``: passes per iteration over 20 iterations (the first included), the objective
+   path and the task count of every pass's graph, resident and streamed (the regression guard
+   of tests/test_benchmarks_tiny.py runs it small).
 2. ``vs_sklearn``: IMC-RFF (``GIMC(learn_features=False)``) against scikit-learn
    ``RBFSampler(n_components=2m) + Ridge`` on the same in-memory data at the same feature
    dimension ``2m``: time ratio, and P@1/3/5 of both.
@@ -40,18 +46,68 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "gimc.json")
 
 
-def blas_peak(repeats=3, n=8000, k=1000):
-    """Best float32 sgemm GFLOP/s (all BLAS threads) on an (n x k) @ (k x k) product."""
+def _blas_info():
+    from threadpoolctl import threadpool_info
+
+    return [
+        {k: i.get(k) for k in ("internal_api", "num_threads", "version", "architecture")}
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+
+
+def blas_peak(shapes=None, repeats=5):
+    """The best float32 GFLOP/s this machine does, per shape, with every core in BLAS.
+
+    Measured inside ``threadpool_limits(os.cpu_count())``, so a BLAS thread limit left by the
+    caller (``OPENBLAS_NUM_THREADS=1``, an enclosing ``threadpool_limits``) cannot lower it; the
+    thread counts before and during the measurement are returned.  ``shapes`` are
+    ``(name, op, n, k, m)``: ``gemm`` ``(n x k) @ (k x m)`` (2nkm flop) or ``syrk`` the lower
+    half of ``P^T P`` for ``P`` of ``n x k`` (``n k (k + 1)`` flop).  Each shape takes the best of
+    ``repeats`` runs after one warm-up; ``peak`` is the best over the shapes.
+    """
+    from scipy.linalg.blas import ssyrk
+    from threadpoolctl import threadpool_limits
+
+    if shapes is None:
+        shapes = [
+            ("sgemm_4096^3", "gemm", 4096, 4096, 4096),
+            ("sgemm_8000x1000x1000", "gemm", 8000, 1000, 1000),
+        ]
     rng = np.random.default_rng(0)
-    A = rng.standard_normal((n, k), dtype=np.float32)
-    B = rng.standard_normal((k, k), dtype=np.float32)
-    A @ B
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        A @ B
-        best = max(best, 2.0 * n * k * k / (time.perf_counter() - t) / 1e9)
-    return best
+    before = _blas_info()
+    out = {"blas_before": before, "shapes": {}}
+    with threadpool_limits(limits=os.cpu_count() or 1, user_api="blas"):
+        out["blas_during"] = _blas_info()
+        for name, op, n, k, m in shapes:
+            A = rng.standard_normal((n, k), dtype=np.float32)
+            if op == "gemm":
+                B = rng.standard_normal((k, m), dtype=np.float32)
+                run, flop = (lambda: A @ B), 2.0 * n * k * m
+            else:
+                At = np.asfortranarray(A)
+                run, flop = (lambda: ssyrk(1.0, At, trans=1, lower=1)), float(n) * k * (k + 1)
+            run()
+            best = 0.0
+            for _ in range(repeats):
+                t = time.perf_counter()
+                run()
+                best = max(best, flop / (time.perf_counter() - t) / 1e9)
+            out["shapes"][name] = {"op": op, "n": n, "k": k, "m": m, "gflops": best}
+    out["peak"] = max(v["gflops"] for v in out["shapes"].values())
+    out["peak_shape"] = max(out["shapes"], key=lambda s: out["shapes"][s]["gflops"])
+    return out
+
+
+def fit_shapes(n_b, d, m):
+    """The BLAS shapes of one GIMC-LFF row block (``n_b`` rows, ``D = 2m``): the projection
+    ``X_b U``, the Gram ``Phi_b^T Phi_b`` (syrk) and ``Phi_b (W W^T)``."""
+    D = 2 * m
+    return [
+        (f"block_XU_{n_b}x{d}x{m}", "gemm", n_b, d, m),
+        (f"block_syrk_{n_b}x{D}", "syrk", n_b, D, D),
+        (f"block_PhiWWt_{n_b}x{D}x{D}", "gemm", n_b, D, D),
+    ]
 
 
 def ensure_store(workdir, n, d, L, log, block_rows=None):
@@ -82,7 +138,14 @@ def bench_iteration(workdir, n, d, m, L, log):
 
     ds = open_dataset(url)
     nnzA = int(ds["Y"].nnz)
-    peak_before = blas_peak()
+    shapes = [
+        ("sgemm_4096^3", "gemm", 4096, 4096, 4096),
+        ("sgemm_8000x1000x1000", "gemm", 8000, 1000, 1000),
+    ]
+    if n < 100_000:  # --small: a quick reference shape
+        shapes = [("sgemm_1024^3", "gemm", 1024, 1024, 1024)]
+    shapes += fit_shapes(int(ds.block_rows), d, m)
+    peak_before = blas_peak(shapes)
     marks = {}
 
     def cb(it, elapsed, obj):
@@ -96,7 +159,7 @@ def bench_iteration(workdir, n, d, m, L, log):
     t = time.perf_counter()
     g.fit(ds)
     total = time.perf_counter() - t
-    peak_after = blas_peak()
+    peak_after = blas_peak(shapes)
     it_s = marks[1] - marks[0]
     passes = g.n_passes_ - 1  # minus the initial statistics pass
     ls_passes = passes - 1
@@ -105,7 +168,7 @@ def bench_iteration(workdir, n, d, m, L, log):
     flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
         4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)
     )
-    peak = max(peak_before, peak_after)
+    peak = max(peak_before["peak"], peak_after["peak"])
     res = {
         "n": n,
         "d": d,
@@ -121,8 +184,17 @@ def bench_iteration(workdir, n, d, m, L, log):
         "gflop_iteration": flops / 1e9,
         "achieved_gflops": flops / it_s / 1e9,
         "blas_peak_gflops": peak,
-        "blas_peak_before": peak_before,
-        "blas_peak_after": peak_after,
+        "blas_peak_before": peak_before["peak"],
+        "blas_peak_after": peak_after["peak"],
+        "blas_peak_by_shape": {
+            k: max(peak_before["shapes"][k]["gflops"], peak_after["shapes"][k]["gflops"])
+            for k in peak_before["shapes"]
+        },
+        "blas_threads": {
+            "before": peak_before["blas_before"],
+            "during": peak_before["blas_during"],
+        },
+        "block_rows": int(ds.block_rows),
         "ratio_to_peak": flops / it_s / 1e9 / peak,
     }
     return res, url
