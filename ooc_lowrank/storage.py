@@ -385,26 +385,65 @@ def _read_file(loc: str, rel: str) -> bytes:
     return fs.cat_file(f"{path.rstrip('/')}/{rel}")
 
 
-def _write_file(loc: str, rel: str, data: bytes) -> None:
+def _write_file(loc: str, rel: str, data) -> None:
+    """Write ``data`` (bytes or any C-contiguous buffer) to ``loc/rel``, creating folders."""
     if not _is_url(loc):
-        with open(os.path.join(_local_path(loc), *rel.split("/")), "wb") as fh:
+        full = os.path.join(_local_path(loc), *rel.split("/"))
+        try:
+            fh = open(full, "wb")
+        except FileNotFoundError:  # a chunk's folder (c/i/) not made yet
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            fh = open(full, "wb")
+        with fh:
             fh.write(data)
         return
     fs, path = _fs(loc)
-    fs.pipe_file(f"{path.rstrip('/')}/{rel}", data)
+    fs.pipe_file(f"{path.rstrip('/')}/{rel}", bytes(memoryview(data).cast("B")))
 
 
-def _build_manifest(loc: str, paths: list[str]) -> dict:
-    """``{array path: {chunk key: [bytes, crc32]}}`` of the chunks present under ``loc``."""
+def _raw_chunk_dtype(arr):
+    """The dtype whose C-ordered bytes are exactly ``arr``'s chunk files (one ``bytes`` codec,
+    no filter or compressor, C order, ``c/i/j`` keys), or None when zarr's encoding is anything
+    else (the writer then goes through ``__setitem__``)."""
+    from zarr.codecs import BytesCodec
+
+    try:
+        md = arr.metadata
+        codecs = list(md.codecs)
+        sep = md.chunk_key_encoding.separator
+        enc = md.chunk_key_encoding.name
+    except AttributeError:  # not zarr format 3
+        return None
+    if len(codecs) != 1 or not isinstance(codecs[0], BytesCodec) or (enc, sep) != ("default", "/"):
+        return None
+    if arr.order != "C":
+        return None
+    dt = np.dtype(arr.dtype)
+    if dt.itemsize == 1:
+        return dt
+    endian = getattr(codecs[0].endian, "value", codecs[0].endian)
+    return dt.newbyteorder("<" if endian == "little" else ">")
+
+
+def _build_manifest(loc: str, paths: list[str], known: dict | None = None) -> dict:
+    """``{array path: {chunk key: [bytes, crc32]}}`` of the chunks present under ``loc``.
+
+    ``known`` maps full chunk paths to the ``(bytes, crc32)`` of the buffer the writer wrote
+    there; a listed file of that size takes its CRC from there instead of being read back.
+    """
     files = _list_files(loc)
+    known = known or {}
     out = {}
     for ap in paths:
         pre = f"{ap}/c/"
-        out[ap] = {
-            k[len(ap) + 1 :]: [size, zlib.crc32(_read_file(loc, k))]
-            for k, size in sorted(files.items())
-            if k.startswith(pre)
-        }
+        man = {}
+        for k, size in sorted(files.items()):
+            if not k.startswith(pre):
+                continue
+            kn = known.get(k)
+            crc = kn[1] if kn is not None and kn[0] == size else zlib.crc32(_read_file(loc, k))
+            man[k[len(ap) + 1 :]] = [size, crc]
+        out[ap] = man
     return out
 
 
@@ -620,6 +659,8 @@ class DatasetWriter:
         self._sample = None
         self._auto_rows = False
         self._arrays: dict[str, zarr.Array] = {}
+        self._direct: dict[str, np.dtype] = {}  # dense arrays whose chunks are written as raw bytes
+        self._written: dict[str, tuple[int, int]] = {}  # chunk path -> (bytes, crc32) written
         _remove_stale(self.url)
 
     # -- declaration ---------------------------------------------------------------------------
@@ -714,6 +755,9 @@ class DatasetWriter:
                     fill_value=0,
                     config=cfg,
                 )
+                raw = _raw_chunk_dtype(arrays[s.name])
+                if raw is not None and s.n_cols > 0:
+                    self._direct[s.name] = raw
             else:
                 g = self._group.create_group(s.name)
                 ip = g.create_array(
@@ -829,6 +873,9 @@ class DatasetWriter:
         for name, s in self._specs.items():
             blk = self._take(name, nrows)
             if s.kind == "dense":
+                if name in self._direct:  # one whole chunk per flush (start is a multiple of B)
+                    self._write_chunk(name, start // self.block_rows, blk)
+                    continue
                 arr = self._arrays[name]
                 arr.resize((stop, s.n_cols))
                 arr[start:stop] = blk
@@ -855,6 +902,22 @@ class DatasetWriter:
             self._nnz[name] = n1
         self._n_rows = stop
         self._buf_rows -= nrows
+
+    def _write_chunk(self, name, i, blk):
+        """Write row block ``i`` of dense ``name`` as its chunk file, bypassing zarr's
+        ``__setitem__`` (selection, fill checks, an encoding copy and a metadata rewrite per
+        block): the file holds exactly what zarr's ``bytes`` codec writes, the chunk's values in
+        little-endian order, the last chunk padded with the fill value 0 to ``block_rows`` rows.
+        Its size and CRC-32 go to the manifest without reading the file back."""
+        B = self.block_rows
+        buf = np.ascontiguousarray(blk, dtype=self._direct[name])
+        if buf.shape[0] < B:
+            full = np.zeros((B, buf.shape[1]), dtype=buf.dtype)
+            full[: buf.shape[0]] = buf
+            buf = full
+        key = f"{name}/c/{i}/0"
+        _write_file(self._tmp, key, buf)
+        self._written[key] = (buf.nbytes, zlib.crc32(buf))
 
     def close(self):
         """Flush, write the manifest, the metadata last, and move the finished store into place.
@@ -902,7 +965,9 @@ class DatasetWriter:
             "attrs": self.attrs,
             "manifest": MANIFEST_FILE,
         }
-        manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]))
+        for name in self._direct:  # chunks written directly: the shape is set once, now
+            self._arrays[name].resize((n, self._specs[name].n_cols))
+        manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]), self._written)
         _write_file(self._tmp, MANIFEST_FILE, json.dumps(manifest).encode())
         self._group.attrs[_META_KEY] = meta  # the completion marker: written last
         self._closed = True

@@ -25,6 +25,8 @@ def test_bench_storage_small(tmp_path):
     assert json.loads(out.read_text())["benchmark"] == "storage"
     names = {(r["name"], r["block_rows"]) for r in res["results"]}
     assert {
+        "write_dense_npy",
+        "write_dense_store",
         "read_dense_npy",
         "read_dense_store",
         "read_csr_store",
@@ -34,8 +36,8 @@ def test_bench_storage_small(tmp_path):
     assert len({b for n, b in names if n == "gram_engine"}) == 2  # two block sizes
     for r in res["results"]:
         assert r["seconds"] > 0 and r["peak_rss"] > 0
-        if r["name"].startswith("read") and not r["name"].endswith("npy"):
-            assert r["ratio"] > 0
+        if r["name"].startswith(("read", "write")) and not r["name"].endswith("npy"):
+            assert r["ratio"] > 0 and r["cpu_seconds"] > 0
 
 
 def test_bench_kernelmaxide_ooc_small(tmp_path):
