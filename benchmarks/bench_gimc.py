@@ -7,6 +7,8 @@
    shapes X_b U, syrk of Phi_b, Phi_b W W^T, each reported) with every core in BLAS, whatever
    thread limit the caller set (threads before / during are recorded); the ratio achieved / peak
    is the figure.
+1a. ``breakdown``: seconds of each stage of one row block (16,384 x 500, m = 500, L = 1000; one
+   BLAS thread, as a Dask task runs): products, sin/cos, syrk, label products, accumulation.
 1b. ``passes``: passes per iteration over 20 iterations (the first included), the objective
    path and the task count of every pass's graph, resident and streamed (the regression guard
    of tests/test_benchmarks_tiny.py runs it small).
@@ -265,6 +267,92 @@ def bench_passes(workdir, n, d, m, L, log, iters=20, n_blocks=8):
     return out
 
 
+def bench_breakdown(n_b, d, m, L, log, repeats=3):
+    """Seconds of each stage of one row block's work (best of ``repeats``, one BLAS thread as
+    a Dask task gets): the products ``X_b U``, the trial update of ``Z``, sin/cos, the syrk,
+    ``A^T Phi``, ``Phi W W^T``, ``A W^T``, ``Xi``, ``X^T Xi``, the float64 accumulation the
+    engine does, and the whole block functions (one and two trials, gradient)."""
+    import scipy.sparse as sp
+    from threadpoolctl import threadpool_limits
+
+    from ooc_lowrank.gimc import _blocks as B
+    from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
+
+    D = 2 * m
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n_b, d), dtype=np.float32)
+    U = (rng.standard_normal((d, m)) * 0.05).astype(np.float32)
+    G0 = (rng.standard_normal((d, m)) * 0.01).astype(np.float32)
+    A = sp.random(n_b, L, density=min(1.0, 5 / L), format="csr", dtype=np.float32, random_state=0)
+    A.data[:] = 1
+    W = (rng.standard_normal((D, L)) * 0.01).astype(np.float32)
+    WWt, Wt = (W @ W.T).astype(np.float32), np.ascontiguousarray(W.T)
+    spec = B.FeatureSpec.build([("fourier", m, 0.01, None, True)])
+
+    def best(f):
+        f()
+        t_best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            f()
+            t_best = min(t_best, time.perf_counter() - t)
+        return t_best
+
+    sec = {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        Z0, Zg = X @ U, X @ G0
+        Phi, Z = np.empty((n_b, D), np.float32), np.empty_like(Z0)
+        sec["X_U"] = best(lambda: X @ U)
+        sec["Z_trial_update"] = best(
+            lambda: np.subtract(Z0, np.multiply(Zg, np.float32(0.1), out=Z), out=Z)
+        )
+        sec["sincos"] = best(lambda: fourier_features(Z, 1 / np.sqrt(m), Phi))
+        sec["syrk"] = best(lambda: B._gram(Phi))
+        sec["AT_Phi"] = best(lambda: np.asarray(A.T @ Phi))
+        sec["Phi_WWt"] = best(lambda: Phi @ WWt)
+        G = Phi @ WWt
+        sec["A_Wt"] = best(lambda: np.asarray(A @ Wt))
+        sec["Xi"] = best(lambda: lff_xi(Phi, G, out=G[:, :m]))
+        Xi = np.ascontiguousarray(G[:, :m])
+        sec["XT_Xi"] = best(lambda: X.T @ Xi)
+        outs = [B._gram(Phi), np.asarray(A.T @ Phi)]
+        acc = np.zeros(sum(o.size for o in outs))
+
+        def fold():
+            k = 0
+            for o in outs:
+                acc[k : k + o.size] += o.reshape(-1)
+                k += o.size
+
+        sec["accumulate_float64"] = best(fold)
+        sec["stats_block_1_trial"] = best(
+            lambda: B.stats_block(X, A, U, G0, (0.1,), spec, L, False, False)
+        )
+        sec["stats_block_2_trials"] = best(
+            lambda: B.stats_block(X, A, U, G0, (0.1, 0.05), spec, L, False, False)
+        )
+        sec["grad_block"] = best(lambda: B.grad_block(X, A, U, spec, WWt, Wt, L, False))
+    flop = {
+        "X_U": 2 * n_b * d * m,
+        "syrk": n_b * D * (D + 1),
+        "Phi_WWt": 2 * n_b * D * D,
+        "XT_Xi": 2 * n_b * d * m,
+    }
+    out = {
+        "n_b": n_b,
+        "d": d,
+        "m": m,
+        "L": L,
+        "labels_per_row": 5,
+        "blas_threads": 1,
+        "seconds": sec,
+        "gflops_1_thread": {k: flop[k] / sec[k] / 1e9 for k in flop},
+        "loadavg": os.getloadavg(),
+    }
+    log("[breakdown] " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in sec.items()))
+    return out
+
+
 def _precision(Y, S, ks=(1, 3, 5)):
     from ooc_lowrank import metrics
 
@@ -429,7 +517,9 @@ def main(argv=None):
     p.add_argument("--keep", action="store_true", help="keep the generated store")
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument(
-        "--only", nargs="+", default=["iteration", "passes", "vs_sklearn", "out_of_core"]
+        "--only",
+        nargs="+",
+        default=["iteration", "breakdown", "passes", "vs_sklearn", "out_of_core"],
     )
     p.add_argument("--quiet", action="store_true")
     p.add_argument(
@@ -478,6 +568,11 @@ def main(argv=None):
                 f"{r['achieved_gflops']:.1f} GFLOP/s vs sgemm peak {r['blas_peak_gflops']:.1f} "
                 f"(ratio {r['ratio_to_peak']:.2f})"
             )
+        if "breakdown" in args.only:
+            bd = dict(n_b=2048, d=50, m=32, L=50)
+            if not args.small:
+                bd = dict(n_b=16384, d=500, m=500, L=1000)
+            out["breakdown"] = bench_breakdown(log=log, **bd)
         if "passes" in args.only:
             if args.passes_rows:
                 ps["n"] = args.passes_rows

@@ -155,7 +155,9 @@ def fit_naive(
             break
         U = U - acc * g
         curv = fn - f + acc * gn2  # curvature * acc^2 / 2 of the quadratic model
-        eta_next = growth * acc if curv <= 0 else min(safety * acc**2 * gn2 / (2 * curv), growth * acc)
+        eta_next = growth * acc
+        if curv > 0:
+            eta_next = min(safety * acc**2 * gn2 / (2 * curv), growth * acc)
         hist.append(fn)
         if f - fn <= tol * abs(f):
             break

@@ -322,7 +322,7 @@ def fit_gimc(
         eta, W, f_new = accepted
         U = U - eta * g
         eta_next = next_trial(eta, f, f_new, gnorm2)
-        logger.debug("GIMC iteration %d: trial %.3g accepted %.3g next %.3g", it, eta0, eta, eta_next)
+        logger.debug("GIMC iteration %d: first trial %.3g, accepted %.3g", it, eta0, eta)
         _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
         result.objective.append(f_new)
         result.step_sizes.append(eta)
