@@ -165,7 +165,7 @@ def bench_iteration(workdir, n, d, m, L, log):
     it_s = marks[1] - marks[0]
     passes = g.n_passes_ - 1  # minus the initial statistics pass
     ls_passes = passes - 1
-    T = g.n_trials_  # trials per line-search pass (resolved: 1 cached, 2 streamed)
+    T = g.n_trials_  # trials per line-search pass (resolved; 1 by default)
     D = 2 * m
     flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
         4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)
@@ -223,7 +223,7 @@ class _GraphCounter:
 def bench_passes(workdir, n, d, m, L, log, iters=20, n_blocks=8):
     """Passes per iteration over ``iters`` iterations (the first included, the initial
     statistics pass counted), the objective path and the task count of every pass's graph, for
-    the resident (one trial per pass) and the streamed (two trials per pass) default."""
+    resident and streamed, with the default trials per pass (``n_trials_`` is recorded)."""
     import dask
 
     from ooc_lowrank.gimc import GIMC

@@ -84,7 +84,7 @@ def test_bench_mvm_ooc_small(tmp_path):
 
 def test_bench_gimc_passes_structure(tmp_path):
     # the line search's regression guard (issue 15): over 20 iterations, the first included,
-    # at most 2.2 passes per iteration resident (one trial per pass) and streamed (two), and
+    # at most 2.2 passes per iteration, resident and streamed (one trial per pass), and
     # every pass's graph the size of the first iteration's (the graph never grows)
     from benchmarks import bench_gimc
 

@@ -39,6 +39,12 @@ logger = logging.getLogger("ooc_lowrank")
 
 C1 = 1e-4
 MAX_TRIALS = 20
+#: Armijo trials per line-search pass when ``n_trials`` is None.  The first trial is accepted in
+#: 85-95 % of iterations (docs/performance.md), so a second trial in the same pass (a syrk and
+#: sin/cos of every block, about 45 % of a line-search block) mostly computes what is not used;
+#: one trial per pass costs an extra pass in the other iterations instead, cheaper unless a
+#: block's read takes longer than a few trials' compute (very slow remote stores: pass 2).
+DEFAULT_N_TRIALS = 1
 #: The next iteration's first trial is at most this multiple of the last accepted step.
 MAX_GROWTH = 2.0
 #: Fraction of the quadratic model's minimizer tried first: a margin for the curvature changing

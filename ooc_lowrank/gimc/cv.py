@@ -390,10 +390,8 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         else:
             self.median_gamma_ = None
         inits = self._initial_points(base, XB, fold, K, gammas, seed)
-        kept = engine.maybe_persist(XB, AB, FB, budget=self.cache_bytes)
-        resident = all(k is not b or b.in_memory for k, b in zip(kept, (XB, AB, FB), strict=True))
-        XB, AB, FB = kept
-        n_trials = int(self.n_trials if self.n_trials is not None else (1 if resident else 2))
+        XB, AB, FB = engine.maybe_persist(XB, AB, FB, budget=self.cache_bytes)
+        n_trials = int(self.n_trials if self.n_trials is not None else core.DEFAULT_N_TRIALS)
         learn = bool(self.learn_features)
         max_iter = int(self.max_iter) if learn else 0
         self._ctx = dict(
