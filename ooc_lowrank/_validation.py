@@ -85,8 +85,9 @@ def check_finite_block(block, name, where=""):
     data = block.data if sp.issparse(block) else np.asarray(block)
     if data.dtype.kind != "f" or not data.size:
         return
-    # min and max propagate NaN and meet any inf: two vectorized reductions at memory speed,
-    # where isfinite(data).all() writes a boolean array first (6x slower on a large block)
+    # min and max propagate NaN and meet any inf: two vectorized reductions and no temporary,
+    # where isfinite(data).all() first writes a boolean array as large as the block (as fast on
+    # a 16 MB block, 33-36 GB/s; on a 0.5 GB array the fresh temporary made it 6x slower here)
     if np.isfinite(data.min()) and np.isfinite(data.max()):
         return
     if not np.isfinite(data).all():
