@@ -213,5 +213,13 @@ def test_direct_chunk_files_equal_zarr_encoding(tmp_path, dtype):
         got = (url / "X" / "c" / str(i) / "0").read_bytes()
         assert got == (tmp_path / "ref.zarr" / "X" / "c" / str(i) / "0").read_bytes(), i
     ds = open_dataset(str(url), verify="full")  # sizes and CRCs against the manifest
-    np.testing.assert_array_equal(ds["X"].read(), X)
+    h = ds["X"]
+    np.testing.assert_array_equal(h.read(), X)
     assert zarr.open_array(str(url / "X")).shape == (23, 7)
+    # reads take the same direct route (raw chunk files, no zarr), any row range
+    assert h._raw_layout() and h._raw_layout()[1] == 5
+    for a, b in [(0, 5), (3, 17), (20, 23), (4, 4), (22, 23)]:
+        got = h.read(a, b)
+        assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, X[a:b])
+        np.testing.assert_array_equal(got, h._get(h._zarr(), a, b))
