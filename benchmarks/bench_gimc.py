@@ -2,8 +2,16 @@
 
 1. ``iteration``: one GIMC-LFF iteration on a generated dense store (default 1M x 500 float32,
    m = 500, L = 1000 sparse labels): seconds per iteration, passes over the data, achieved
-   GFLOP/s (flop model below) and the float32 BLAS peak (sgemm, all cores) measured in the same
-   run; the ratio achieved / peak is the figure.
+   GFLOP/s (flop model below) and the float32 BLAS peak measured in the same run, before and
+   after the fit: the best of several shapes (4096^3, 8000 x 1000 x 1000 and the fit's own block
+   shapes X_b U, syrk of Phi_b, Phi_b W W^T, each reported) with every core in BLAS, whatever
+   thread limit the caller set (threads before / during are recorded); the ratio achieved / peak
+   is the figure.
+1a. ``breakdown``: seconds of each stage of one row block (16,384 x 500, m = 500, L = 1000; one
+   BLAS thread, as a Dask task runs): products, sin/cos, syrk, label products, accumulation.
+1b. ``passes``: passes per iteration over 20 iterations (the first included), the objective
+   path and the task count of every pass's graph, resident and streamed (the regression guard
+   of tests/test_benchmarks_tiny.py runs it small).
 2. ``vs_sklearn``: IMC-RFF (``GIMC(learn_features=False)``) against scikit-learn
    ``RBFSampler(n_components=2m) + Ridge`` on the same in-memory data at the same feature
    dimension ``2m``: time ratio, and P@1/3/5 of both.
@@ -40,27 +48,86 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "gimc.json")
 
 
-def blas_peak(repeats=3, n=8000, k=1000):
-    """Best float32 sgemm GFLOP/s (all BLAS threads) on an (n x k) @ (k x k) product."""
+def _blas_info():
+    from threadpoolctl import threadpool_info
+
+    return [
+        {k: i.get(k) for k in ("internal_api", "num_threads", "version", "architecture")}
+        for i in threadpool_info()
+        if i.get("user_api") == "blas"
+    ]
+
+
+def blas_peak(shapes=None, repeats=5):
+    """The best float32 GFLOP/s this machine does, per shape, with every core in BLAS.
+
+    Measured inside ``threadpool_limits(os.cpu_count())``, so a BLAS thread limit left by the
+    caller (``OPENBLAS_NUM_THREADS=1``, an enclosing ``threadpool_limits``) cannot lower it; the
+    thread counts before and during the measurement are returned.  ``shapes`` are
+    ``(name, op, n, k, m)``: ``gemm`` ``(n x k) @ (k x m)`` (2nkm flop) or ``syrk`` the lower
+    half of ``P^T P`` for ``P`` of ``n x k`` (``n k (k + 1)`` flop).  Each shape takes the best of
+    ``repeats`` runs after one warm-up; ``peak`` is the best over the shapes.
+    """
+    from scipy.linalg.blas import ssyrk
+    from threadpoolctl import threadpool_limits
+
+    if shapes is None:
+        shapes = [
+            ("sgemm_4096^3", "gemm", 4096, 4096, 4096),
+            ("sgemm_8000x1000x1000", "gemm", 8000, 1000, 1000),
+        ]
     rng = np.random.default_rng(0)
-    A = rng.standard_normal((n, k), dtype=np.float32)
-    B = rng.standard_normal((k, k), dtype=np.float32)
-    A @ B
-    best = 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        A @ B
-        best = max(best, 2.0 * n * k * k / (time.perf_counter() - t) / 1e9)
-    return best
+    before = _blas_info()
+    out = {"blas_before": before, "shapes": {}}
+    with threadpool_limits(limits=os.cpu_count() or 1, user_api="blas"):
+        out["blas_during"] = _blas_info()
+        for name, op, n, k, m in shapes:
+            A = rng.standard_normal((n, k), dtype=np.float32)
+            if op == "gemm":
+                B = rng.standard_normal((k, m), dtype=np.float32)
+                run, flop = (lambda: A @ B), 2.0 * n * k * m
+            else:
+                At = np.asfortranarray(A)
+                run, flop = (lambda: ssyrk(1.0, At, trans=1, lower=1)), float(n) * k * (k + 1)
+            run()
+            best = 0.0
+            for _ in range(repeats):
+                t = time.perf_counter()
+                run()
+                best = max(best, flop / (time.perf_counter() - t) / 1e9)
+            out["shapes"][name] = {"op": op, "n": n, "k": k, "m": m, "gflops": best}
+    out["peak"] = max(v["gflops"] for v in out["shapes"].values())
+    out["peak_shape"] = max(out["shapes"], key=lambda s: out["shapes"][s]["gflops"])
+    return out
 
 
-def ensure_store(workdir, n, d, L, log):
+def fit_shapes(n_b, d, m):
+    """The BLAS shapes of one GIMC-LFF row block (``n_b`` rows, ``D = 2m``): the projection
+    ``X_b U``, the Gram ``Phi_b^T Phi_b`` (syrk) and ``Phi_b (W W^T)``."""
+    D = 2 * m
+    return [
+        (f"block_XU_{n_b}x{d}x{m}", "gemm", n_b, d, m),
+        (f"block_syrk_{n_b}x{D}", "syrk", n_b, D, D),
+        (f"block_PhiWWt_{n_b}x{D}x{D}", "gemm", n_b, D, D),
+    ]
+
+
+def ensure_store(workdir, n, d, L, log, block_rows=None):
     from ooc_lowrank.generators import generate_multilabel
 
-    url = os.path.join(workdir, f"dense-{n}x{d}.zarr")
+    tail = "" if block_rows is None else f"-b{block_rows}"
+    url = os.path.join(workdir, f"dense-{n}x{d}{tail}.zarr")
     if not os.path.exists(url):
         t = time.perf_counter()
-        generate_multilabel(url, n_rows=n, n_features=d, n_labels=L, labels_per_row=5.0, seed=0)
+        generate_multilabel(
+            url,
+            n_rows=n,
+            n_features=d,
+            n_labels=L,
+            labels_per_row=5.0,
+            seed=0,
+            block_rows=block_rows,
+        )
         log(f"generated {url} in {time.perf_counter() - t:.1f}s")
     return url
 
@@ -73,7 +140,14 @@ def bench_iteration(workdir, n, d, m, L, log):
 
     ds = open_dataset(url)
     nnzA = int(ds["Y"].nnz)
-    peak_before = blas_peak()
+    shapes = [
+        ("sgemm_4096^3", "gemm", 4096, 4096, 4096),
+        ("sgemm_8000x1000x1000", "gemm", 8000, 1000, 1000),
+    ]
+    if n < 100_000:  # --small: a quick reference shape
+        shapes = [("sgemm_1024^3", "gemm", 1024, 1024, 1024)]
+    shapes += fit_shapes(int(ds.block_rows), d, m)
+    peak_before = blas_peak(shapes)
     marks = {}
 
     def cb(it, elapsed, obj):
@@ -87,16 +161,16 @@ def bench_iteration(workdir, n, d, m, L, log):
     t = time.perf_counter()
     g.fit(ds)
     total = time.perf_counter() - t
-    peak_after = blas_peak()
+    peak_after = blas_peak(shapes)
     it_s = marks[1] - marks[0]
     passes = g.n_passes_ - 1  # minus the initial statistics pass
     ls_passes = passes - 1
-    T = g.n_trials_  # trials per line-search pass (resolved: 1 cached, 2 streamed)
+    T = g.n_trials_  # trials per line-search pass (resolved; 1 by default)
     D = 2 * m
     flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
         4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)
     )
-    peak = max(peak_before, peak_after)
+    peak = max(peak_before["peak"], peak_after["peak"])
     res = {
         "n": n,
         "d": d,
@@ -112,11 +186,171 @@ def bench_iteration(workdir, n, d, m, L, log):
         "gflop_iteration": flops / 1e9,
         "achieved_gflops": flops / it_s / 1e9,
         "blas_peak_gflops": peak,
-        "blas_peak_before": peak_before,
-        "blas_peak_after": peak_after,
+        "blas_peak_before": peak_before["peak"],
+        "blas_peak_after": peak_after["peak"],
+        "blas_peak_by_shape": {
+            k: max(peak_before["shapes"][k]["gflops"], peak_after["shapes"][k]["gflops"])
+            for k in peak_before["shapes"]
+        },
+        "blas_threads": {
+            "before": peak_before["blas_before"],
+            "during": peak_before["blas_during"],
+        },
+        "block_rows": int(ds.block_rows),
         "ratio_to_peak": flops / it_s / 1e9 / peak,
     }
     return res, url
+
+
+class _GraphCounter:
+    """A dask scheduler recording the task count of every graph it runs (one per pass), then
+    running it like the engine's default (threads, one BLAS thread per task)."""
+
+    def __init__(self):
+        self.sizes = []
+
+    def __call__(self, dsk, keys, **kwargs):
+        import dask.threaded
+
+        from ooc_lowrank import engine
+
+        graph = dsk.__dask_graph__() if hasattr(dsk, "__dask_graph__") else dsk
+        self.sizes.append(len(graph))
+        with engine._blas_controller().limit(limits=1, user_api="blas"):
+            return dask.threaded.get(dsk, keys, num_workers=os.cpu_count() or 1, **kwargs)
+
+
+def bench_passes(workdir, n, d, m, L, log, iters=20, n_blocks=8):
+    """Passes per iteration over ``iters`` iterations (the first included, the initial
+    statistics pass counted), the objective path and the task count of every pass's graph, for
+    resident and streamed, with the default trials per pass (``n_trials_`` is recorded)."""
+    import dask
+
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.storage import open_dataset
+
+    url = ensure_store(workdir, n, d, L, log, block_rows=-(-n // n_blocks))
+    ds = open_dataset(url)
+    out = {"n": n, "d": d, "m": m, "L": L, "iterations": iters, "blocks": n_blocks}
+    for mode in ("resident", "streamed"):
+        counter = _GraphCounter()
+        g = GIMC(
+            n_components=m,
+            max_iter=iters,
+            tol=0.0,
+            random_state=0,
+            cache_bytes=None if mode == "resident" else 0,
+        )
+        t = time.perf_counter()
+        with dask.config.set(scheduler=counter):
+            g.fit(ds)
+        secs = time.perf_counter() - t
+        sizes = counter.sizes
+        out[mode] = {
+            "n_iter": g.n_iter_,
+            "n_passes": g.n_passes_,
+            "passes_per_iteration": g.n_passes_ / max(g.n_iter_, 1),
+            "trials_per_pass": g.n_trials_,
+            "objective": [float(v) for v in g.objective_],
+            "graph_tasks_per_pass": sizes,
+            "graph_tasks_first_iteration": sizes[1:3] if len(sizes) >= 3 else sizes,
+            "graph_tasks_max": max(sizes) if sizes else 0,
+            "seconds": secs,
+            "loadavg": os.getloadavg(),
+        }
+        log(
+            f"[passes] {mode}: {g.n_passes_} passes / {g.n_iter_} iterations = "
+            f"{g.n_passes_ / max(g.n_iter_, 1):.2f}; objective {g.objective_[0]:.6g} -> "
+            f"{g.objective_[-1]:.6g}; graph tasks {min(sizes) if sizes else 0}-"
+            f"{max(sizes) if sizes else 0}"
+        )
+    return out
+
+
+def bench_breakdown(n_b, d, m, L, log, repeats=3):
+    """Seconds of each stage of one row block's work (best of ``repeats``, one BLAS thread as
+    a Dask task gets): the products ``X_b U``, the trial update of ``Z``, sin/cos, the syrk,
+    ``A^T Phi``, ``Phi W W^T``, ``A W^T``, ``Xi``, ``X^T Xi``, the float64 accumulation the
+    engine does, and the whole block functions (one and two trials, gradient)."""
+    import scipy.sparse as sp
+    from threadpoolctl import threadpool_limits
+
+    from ooc_lowrank.gimc import _blocks as B
+    from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
+
+    D = 2 * m
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((n_b, d), dtype=np.float32)
+    U = (rng.standard_normal((d, m)) * 0.05).astype(np.float32)
+    G0 = (rng.standard_normal((d, m)) * 0.01).astype(np.float32)
+    A = sp.random(n_b, L, density=min(1.0, 5 / L), format="csr", dtype=np.float32, random_state=0)
+    A.data[:] = 1
+    W = (rng.standard_normal((D, L)) * 0.01).astype(np.float32)
+    WWt, Wt = (W @ W.T).astype(np.float32), np.ascontiguousarray(W.T)
+    spec = B.FeatureSpec.build([("fourier", m, 0.01, None, True)])
+
+    def best(f):
+        f()
+        t_best = float("inf")
+        for _ in range(repeats):
+            t = time.perf_counter()
+            f()
+            t_best = min(t_best, time.perf_counter() - t)
+        return t_best
+
+    sec = {}
+    with threadpool_limits(limits=1, user_api="blas"):
+        Z0, Zg = X @ U, X @ G0
+        Phi, Z = np.empty((n_b, D), np.float32), np.empty_like(Z0)
+        sec["X_U"] = best(lambda: X @ U)
+        sec["Z_trial_update"] = best(
+            lambda: np.subtract(Z0, np.multiply(Zg, np.float32(0.1), out=Z), out=Z)
+        )
+        sec["sincos"] = best(lambda: fourier_features(Z, 1 / np.sqrt(m), Phi))
+        sec["syrk"] = best(lambda: B._gram(Phi))
+        sec["AT_Phi"] = best(lambda: np.asarray(A.T @ Phi))
+        sec["Phi_WWt"] = best(lambda: Phi @ WWt)
+        G = Phi @ WWt
+        sec["A_Wt"] = best(lambda: np.asarray(A @ Wt))
+        sec["Xi"] = best(lambda: lff_xi(Phi, G, out=G[:, :m]))
+        Xi = np.ascontiguousarray(G[:, :m])
+        sec["XT_Xi"] = best(lambda: X.T @ Xi)
+        outs = [B._gram(Phi), np.asarray(A.T @ Phi)]
+        acc = np.zeros(sum(o.size for o in outs))
+
+        def fold():
+            k = 0
+            for o in outs:
+                acc[k : k + o.size] += o.reshape(-1)
+                k += o.size
+
+        sec["accumulate_float64"] = best(fold)
+        sec["stats_block_1_trial"] = best(
+            lambda: B.stats_block(X, A, U, G0, (0.1,), spec, L, False, False)
+        )
+        sec["stats_block_2_trials"] = best(
+            lambda: B.stats_block(X, A, U, G0, (0.1, 0.05), spec, L, False, False)
+        )
+        sec["grad_block"] = best(lambda: B.grad_block(X, A, U, spec, WWt, Wt, L, False))
+    flop = {
+        "X_U": 2 * n_b * d * m,
+        "syrk": n_b * D * (D + 1),
+        "Phi_WWt": 2 * n_b * D * D,
+        "XT_Xi": 2 * n_b * d * m,
+    }
+    out = {
+        "n_b": n_b,
+        "d": d,
+        "m": m,
+        "L": L,
+        "labels_per_row": 5,
+        "blas_threads": 1,
+        "seconds": sec,
+        "gflops_1_thread": {k: flop[k] / sec[k] / 1e9 for k in flop},
+        "loadavg": os.getloadavg(),
+    }
+    log("[breakdown] " + ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in sec.items()))
+    return out
 
 
 def _precision(Y, S, ks=(1, 3, 5)):
@@ -282,7 +516,11 @@ def main(argv=None):
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the generated store")
     p.add_argument("--out", default=DEFAULT_OUT)
-    p.add_argument("--only", nargs="+", default=["iteration", "vs_sklearn", "out_of_core"])
+    p.add_argument(
+        "--only",
+        nargs="+",
+        default=["iteration", "breakdown", "passes", "vs_sklearn", "out_of_core"],
+    )
     p.add_argument("--quiet", action="store_true")
     p.add_argument(
         "--oc-m",
@@ -299,13 +537,22 @@ def main(argv=None):
         help="rows of the out-of-core store (default 1.2M x 500 float32 = 2.4 GB; the "
         "worker limit is store bytes / 4.05)",
     )
+    p.add_argument(
+        "--passes-rows",
+        type=int,
+        default=None,
+        help="rows of the passes-per-iteration problem (default 100,000; 20,000 with --small)",
+    )
+    p.add_argument("--passes-iter", type=int, default=20, help="iterations of the passes part")
     args = p.parse_args(argv)
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     if args.small:
         it = dict(n=20_000, d=50, m=32, L=50)
+        ps = dict(n=20_000, d=50, m=32, L=50)
         sk = dict(n=5_000, d=20, m=32, L=20)
     else:
         it = dict(n=1_000_000, d=500, m=500, L=1000)
+        ps = dict(n=100_000, d=100, m=128, L=200)
         sk = dict(n=100_000, d=100, m=500, L=100)
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench-gimc-")
     os.makedirs(workdir, exist_ok=True)
@@ -321,6 +568,15 @@ def main(argv=None):
                 f"{r['achieved_gflops']:.1f} GFLOP/s vs sgemm peak {r['blas_peak_gflops']:.1f} "
                 f"(ratio {r['ratio_to_peak']:.2f})"
             )
+        if "breakdown" in args.only:
+            bd = dict(n_b=2048, d=50, m=32, L=50)
+            if not args.small:
+                bd = dict(n_b=16384, d=500, m=500, L=1000)
+            out["breakdown"] = bench_breakdown(log=log, **bd)
+        if "passes" in args.only:
+            if args.passes_rows:
+                ps["n"] = args.passes_rows
+            out["passes"] = bench_passes(workdir, log=log, iters=args.passes_iter, **ps)
         if "vs_sklearn" in args.only:
             out["vs_sklearn"] = r = bench_vs_sklearn(log=log, **sk)
             log(

@@ -3,6 +3,9 @@
 Measures, each in a **fresh subprocess** (one warm-up run, then the median of ``--repeats``
 runs; peak RSS = ``VmHWM`` of that subprocess, see :func:`peak_rss`):
 
+* write throughput (GB/s) of a dense float32 array held in memory, through
+  :class:`ooc_lowrank.storage.DatasetWriter` (blocks of the store's ``block_rows`` appended;
+  finite check, chunk files, CRC manifest, commit) as a ratio to ``np.save`` of the same array;
 * read throughput (GB/s of logical bytes) of a dense float32 store and of a CSR store, read
   block by block through :class:`ooc_lowrank.storage.ArrayHandle` (one thread) and through an
   engine pass (``engine.map_reduce`` with a trivial block function, Dask threads), as a ratio to
@@ -155,6 +158,33 @@ def _measure(name, workdir, block_rows):
                 engine.map_reduce(_count_block, blocked)
 
         return run
+    if name in ("write_dense_npy", "write_dense_store"):
+        from ooc_lowrank.storage import DatasetWriter
+
+        X = np.load(os.path.join(workdir, "X.npy"))  # in memory before timing
+        B = block_rows or open_dataset(os.path.join(workdir, "dense.zarr")).block_rows
+        dest = os.path.join(workdir, "w.npy" if name.endswith("npy") else "w.zarr")
+
+        if name.endswith("npy"):
+
+            def run():
+                np.save(dest, X)
+        else:
+
+            def run():  # the library's write path: blocks of B rows appended, manifest, commit
+                with DatasetWriter(dest, block_rows=B) as w:
+                    w.add_dense("X", n_cols=X.shape[1], dtype=X.dtype)
+                    for s in range(0, X.shape[0], B):
+                        w.append(X=X[s : s + B])
+
+        def reset():  # untimed: remove the last run's output
+            if os.path.isdir(dest):
+                shutil.rmtree(dest)
+            elif os.path.exists(dest):
+                os.remove(dest)
+
+        run.reset = reset
+        return run
     if name == "read_dense_npy":
         return lambda: np.load(os.path.join(workdir, "X.npy"))
     if name == "read_csr_npy":
@@ -207,18 +237,27 @@ def peak_rss():
 def _worker(name, workdir, block_rows, repeats):
     base = peak_rss()
     run = _measure(name, workdir, block_rows)
+    reset = getattr(run, "reset", lambda: None)
+    reset()
     run()  # warm-up: imports, JIT, first touch, zarr metadata
-    times = []
+    times, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        reset()
+        t, c = time.perf_counter(), time.process_time()
         run()
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    reset()
     peak = peak_rss()
     return {
         "name": name,
         "block_rows": block_rows,
         "times": times,
         "seconds": statistics.median(times),
+        # CPU seconds of this process (all threads): less sensitive than wall time to other
+        # processes on a shared machine
+        "cpu_seconds": statistics.median(cpu),
+        "cpu_times": cpu,
         "peak_rss": peak,
         "base_rss": base,
     }
@@ -291,7 +330,7 @@ def main(argv=None):
     p.add_argument(
         "--only",
         default=None,
-        help="comma-separated measurement names or groups (read, gram) to run",
+        help="comma-separated measurement names or groups (write, read, gram) to run",
     )
     p.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
     p.add_argument("--block-rows", type=int, default=None, help=argparse.SUPPRESS)
@@ -324,6 +363,8 @@ def main(argv=None):
         if B2 == B1:
             B2 = B1 * 4
         plan = [
+            ("write_dense_npy", None),
+            ("write_dense_store", None),
             ("read_dense_npy", None),
             ("read_dense_store", None),
             ("read_dense_engine", None),
@@ -350,14 +391,16 @@ def main(argv=None):
         by = {(r["name"], r["block_rows"]): r for r in results}
         for r in results:
             kind = "dense" if "dense" in r["name"] or r["name"].startswith("gram") else "csr"
-            if r["name"].startswith("read"):
+            if r["name"].startswith(("read", "write")):
+                op = r["name"].split("_")[0]
                 nbytes = info[f"{kind}_bytes"]
                 r["bytes"] = nbytes
                 r["gb_per_s"] = nbytes / r["seconds"] / 1e9
-                if not r["name"].endswith("_npy"):
-                    peer = by[(f"read_{kind}_npy", None)]
+                peer_key = (f"{op}_{kind}_npy", None)
+                if not r["name"].endswith("_npy") and peer_key in by:
+                    peer = by[peer_key]
                     r["ratio"] = r["gb_per_s"] / (nbytes / peer["seconds"] / 1e9)
-                    r["vs"] = f"GB/s ratio to read_{kind}_npy"
+                    r["vs"] = f"GB/s ratio to {op}_{kind}_npy"
             elif r["name"] != "gram_numpy" and ("gram_numpy", None) in by:
                 r["ratio"] = r["seconds"] / by[("gram_numpy", None)]["seconds"]
                 r["vs"] = "time ratio to gram_numpy (X.T @ X in memory)"

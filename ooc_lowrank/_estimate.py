@@ -35,6 +35,8 @@ WORKER_BASE_BYTES = 256 * 2**20
 WORKER_PAUSE_FRACTION = 0.8
 #: Line-search trials the GIMC core tries at most per iteration (``gimc.core.MAX_TRIALS``).
 MAX_TRIALS = 20
+#: Trials per line-search pass when ``n_trials`` is None (``gimc.core.DEFAULT_N_TRIALS``).
+DEFAULT_N_TRIALS = 1
 
 
 class WorkerMemoryError(MemoryError):
@@ -127,7 +129,7 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
     if limit and n_workers:
         budget = min(budget, int(0.5 * limit * n_workers))
     resident = in_memory or store_bytes <= budget
-    n_trials = int(est.n_trials) if est.n_trials is not None else (1 if resident else 2)
+    n_trials = int(est.n_trials) if est.n_trials is not None else DEFAULT_N_TRIALS
 
     def worker_bytes(rows, m_):
         M_ = m_ * len(kinds)

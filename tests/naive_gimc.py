@@ -118,15 +118,23 @@ def fd_grad(f, U, eps=1e-6):
     return g
 
 
-def fit_naive(X, A, U0, spec, alpha, max_iter, tol=1e-4, n_trials=2, c1=1e-4, max_trials=20):
-    """In-memory GIMC with the same Armijo schedule as the core (for end-to-end comparisons)."""
+def fit_naive(
+    X, A, U0, spec, alpha, max_iter, tol=1e-4, n_trials=2, c1=1e-4, max_trials=20,
+    growth=2.0, safety=0.75,
+):
+    """In-memory GIMC with the same Armijo schedule as the core (for end-to-end comparisons).
+
+    Armijo tests the objective after the W-step of each trial; the first trial is 0.1 ||U|| / ||g||
+    in the first iteration, then ``safety`` x the minimizer of the quadratic through
+    ``f(0), f'(0) = -||g||^2, f(eta)`` of the last accepted step, at most ``growth`` x that step.
+    """
     U = np.array(U0, float)
     A = dense(A).astype(float)
     Phi = phi_spec(X, U, spec)
     W = w_step(Phi, A, alpha)
     f = objective_direct(X, A, U, W, spec, alpha)
     hist = [f]
-    eta_prev = None
+    eta_next = None
     if not spec.learns:
         return U, W, hist
     for _ in range(max_iter):
@@ -134,20 +142,22 @@ def fit_naive(X, A, U0, spec, alpha, max_iter, tol=1e-4, n_trials=2, c1=1e-4, ma
         gn2 = np.sum(g * g)
         if gn2 == 0:
             break
-        se = 0.1 * np.linalg.norm(U) / np.sqrt(gn2)
-        eta0 = se if eta_prev is None else min(2 * eta_prev, se)
+        eta0 = 0.1 * np.linalg.norm(U) / np.sqrt(gn2) if eta_next is None else eta_next
         acc = None
         for t in range(max_trials):
             eta = eta0 * 0.5**t
-            if objective_direct(X, A, U - eta * g, W, spec, alpha) <= f - c1 * eta * gn2:
-                acc = eta
+            Wt = w_step(phi_spec(X, U - eta * g, spec), A, alpha)
+            ft = objective_direct(X, A, U - eta * g, Wt, spec, alpha)
+            if ft <= f - c1 * eta * gn2:
+                acc, W, fn = eta, Wt, ft
                 break
         if acc is None:
             break
         U = U - acc * g
-        eta_prev = acc
-        W = w_step(phi_spec(X, U, spec), A, alpha)
-        fn = objective_direct(X, A, U, W, spec, alpha)
+        curv = fn - f + acc * gn2  # curvature * acc^2 / 2 of the quadratic model
+        eta_next = growth * acc
+        if curv > 0:
+            eta_next = min(safety * acc**2 * gn2 / (2 * curv), growth * acc)
         hist.append(fn)
         if f - fn <= tol * abs(f):
             break

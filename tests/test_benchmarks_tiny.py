@@ -27,6 +27,8 @@ def test_bench_storage_small(tmp_path):
     assert json.loads(out.read_text())["benchmark"] == "storage"
     names = {(r["name"], r["block_rows"]) for r in res["results"]}
     assert {
+        "write_dense_npy",
+        "write_dense_store",
         "read_dense_npy",
         "read_dense_store",
         "read_csr_store",
@@ -36,8 +38,8 @@ def test_bench_storage_small(tmp_path):
     assert len({b for n, b in names if n == "gram_engine"}) == 2  # two block sizes
     for r in res["results"]:
         assert r["seconds"] > 0 and r["peak_rss"] > 0
-        if r["name"].startswith("read") and not r["name"].endswith("npy"):
-            assert r["ratio"] > 0
+        if r["name"].startswith(("read", "write")) and not r["name"].endswith("npy"):
+            assert r["ratio"] > 0 and r["cpu_seconds"] > 0
 
 
 def test_bench_kernelmaxide_ooc_small(tmp_path):
@@ -115,3 +117,23 @@ def test_imc_clustering_benchmark_small(tmp_path):
     assert res["datasets"]["segment"]["n"] == 300
     md = imc_clustering.report([str(out)])
     assert "| 1n |" in md and "| 5n |" in md and "(n = 300" in md
+
+
+def test_bench_gimc_passes_structure(tmp_path):
+    # the line search's regression guard (issue 15): over 20 iterations, the first included,
+    # at most 2.2 passes per iteration, resident and streamed (one trial per pass), and
+    # every pass's graph the size of the first iteration's (the graph never grows)
+    from benchmarks import bench_gimc
+
+    out = tmp_path / "gimc.json"
+    res = bench_gimc.main(
+        ["--small", "--quiet", "--only", "passes", "--passes-rows", "8000", "--out", str(out)]
+    )
+    assert json.loads(out.read_text())["passes"]["iterations"] == 20
+    for mode in ("resident", "streamed"):
+        r = res["passes"][mode]
+        assert r["n_iter"] == 20, (mode, r["n_iter"])
+        assert r["passes_per_iteration"] <= 2.2, (mode, r["n_passes"])
+        assert all(b <= a for a, b in zip(r["objective"], r["objective"][1:]))
+        sizes = r["graph_tasks_per_pass"]
+        assert len(sizes) >= r["n_passes"] and max(sizes[3:]) <= max(sizes[:3]), sizes

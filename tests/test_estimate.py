@@ -105,8 +105,10 @@ def test_estimate_reports_passes_sizes_and_store_bytes(rng, tmp_path):
     e = GIMC(n_components=40, max_iter=10, cache_bytes=0).estimate(ds)
     assert e["n_rows"] == 1200 and e["n_blocks"] == 4 and e["block_rows"] == 300
     assert e["n_phi"] == 80 and e["n_params"] == 40 and not e["resident"]
-    assert e["n_trials"] == 2 and e["passes_per_iteration"] == {"typical": 2, "max": 11}
-    assert e["max_passes"] == 1 + 10 * 11 and e["read_bytes_per_pass"] == e["store_bytes"]
+    assert e["n_trials"] == 1 and e["passes_per_iteration"] == {"typical": 2, "max": 21}
+    assert e["max_passes"] == 1 + 10 * 21 and e["read_bytes_per_pass"] == e["store_bytes"]
+    two = GIMC(n_components=40, max_iter=10, cache_bytes=0, n_trials=2).estimate(ds)
+    assert two["passes_per_iteration"]["max"] == 11 and two["max_passes"] == 1 + 10 * 11
     on_disk = _du(url)
     # arrays as stored (no compression) + a few kB of JSON metadata
     assert e["store_bytes"] <= on_disk <= e["store_bytes"] * 1.02 + 64 * 1024, (on_disk, e)

@@ -87,7 +87,7 @@ class _Fit:
         self.g, self.a, self.k, self.alpha = g, a, k, float(alpha)
         self.U, self.spec = U, spec
         self.W = self.f = self.a2 = None
-        self.it, self.eta_prev, self.grad, self.gnorm2, self.eta0 = 0, None, None, None, None
+        self.it, self.eta_next, self.grad, self.gnorm2, self.eta0 = 0, None, None, None, None
         self.b, self.etas, self.state = 0, None, None
         self.history = {}  # iteration -> metric sums on the validation rows
 
@@ -390,10 +390,8 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         else:
             self.median_gamma_ = None
         inits = self._initial_points(base, XB, fold, K, gammas, seed)
-        kept = engine.maybe_persist(XB, AB, FB, budget=self.cache_bytes)
-        resident = all(k is not b or b.in_memory for k, b in zip(kept, (XB, AB, FB), strict=True))
-        XB, AB, FB = kept
-        n_trials = int(self.n_trials if self.n_trials is not None else (1 if resident else 2))
+        XB, AB, FB = engine.maybe_persist(XB, AB, FB, budget=self.cache_bytes)
+        n_trials = int(self.n_trials if self.n_trials is not None else core.DEFAULT_N_TRIALS)
         learn = bool(self.learn_features)
         max_iter = int(self.max_iter) if learn else 0
         self._ctx = dict(
@@ -544,7 +542,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
                     )
                     b.add(req, _on_grad(f))
                 else:  # line search
-                    f.etas = f.eta0 * 0.5 ** np.arange(f.b, min(f.b + n_trials, core.MAX_TRIALS))
+                    f.etas = core.trial_steps(f.eta0, f.b, n_trials)
                     req = (
                         "stats",
                         f.k,
@@ -807,8 +805,7 @@ def _on_grad(f):
         if not np.isfinite(gnorm2) or gnorm2 == 0.0:
             f.state = None  # converged at a scored state
             return
-        scale_eta = 0.1 * np.linalg.norm(f.U) / np.sqrt(gnorm2)
-        f.eta0 = scale_eta if f.eta_prev is None else min(2.0 * f.eta_prev, scale_eta)
+        f.eta0 = core.first_trial(f.U, gnorm2, f.eta_next)
         f.grad, f.gnorm2, f.b, f.state = g, gnorm2, 0, "ls"
 
     return handle
@@ -817,12 +814,11 @@ def _on_grad(f):
 def _on_trials(f, c):
     def handle(res):
         for eta, (spp, sap) in zip(f.etas, core._unpack_stats(res, len(f.etas)), strict=True):
-            f1 = core.objective(f.W, spp, sap, f.a2, f.alpha)
-            if f1 <= f.f - core.C1 * eta * f.gnorm2:
+            W1, f_new = core.reduced_objective(spp, sap, f.a2, f.alpha)
+            if f_new <= f.f - core.C1 * eta * f.gnorm2:
                 f.U = f.U - eta * f.grad
-                f.eta_prev = eta
-                f.W = core.w_step(spp, sap, f.alpha)
-                f_new = core.objective(f.W, spp, sap, f.a2, f.alpha)
+                f.eta_next = core.next_trial(eta, f.f, f_new, f.gnorm2)
+                f.W = W1
                 f.it += 1
                 stop = f.f - f_new <= c["tol"] * max(abs(f.f), 1e-300)
                 f.f = f_new
