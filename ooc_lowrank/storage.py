@@ -677,6 +677,9 @@ class DatasetWriter:
         dtype = np.dtype(dtype)
         if dtype.kind not in "fiub":
             raise TypeError(f"dtype of {name!r} must be numeric; got {dtype}")
+        # stores hold native byte order (what zarr reads back): a big-endian '>f8' input is
+        # stored as float64, its values converted block by block on append
+        dtype = dtype.newbyteorder("=")
         idt = None
         if kind != "dense":
             idt = np.dtype(np.int32 if n_cols < 2**31 - 1 else np.int64)

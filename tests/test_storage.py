@@ -88,6 +88,18 @@ def test_one_row_one_block(tmp_path):
     assert np.array_equal(ds["X"].read(), X)
 
 
+def test_big_endian_input_stored_native_and_reopens(tmp_path):
+    # a '>f8' / '>i4' array used to write a store whose metadata said '>f8' while zarr read
+    # float64 back: the store then failed to open.  Stores hold native byte order.
+    X = np.arange(12, dtype=">f8").reshape(4, 3) / 7
+    Y = np.arange(4, dtype=">i4").reshape(4, 1)
+    write_arrays(str(tmp_path / "be.zarr"), {"X": X, "Y": Y})
+    ds = open_dataset(str(tmp_path / "be.zarr"), verify="full")
+    assert ds["X"].read().dtype == np.float64 and ds["Y"].read().dtype == np.int32
+    assert ds["X"].read().dtype.isnative
+    assert np.array_equal(ds["X"].read(), X) and np.array_equal(ds["Y"].read(), Y)
+
+
 def test_duplicates_kept_in_coo(tmp_path):
     m = sp.csr_matrix(
         (np.array([1.0, 2.0, 3.0]), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 3)
