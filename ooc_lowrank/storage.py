@@ -558,19 +558,48 @@ def _commit(tmp: str, dest: str) -> None:
         return
     # Object stores have no atomic rename: copy every file but the root metadata first, then the
     # root zarr.json (which carries the completion marker), so a reader never sees a half store
-    # as valid.  Replacing an existing remote store removes its root marker first.
+    # as valid.  An existing remote store is first copied to a ``.old`` sibling (complete, with
+    # its marker), so a failure while the new one is copied in never loses it: the old store is
+    # copied back, or, if that fails too, the error names the sibling that holds it.
     fs, tpath = _fs(tmp)
     _, dpath = _fs(dest)
+    old = None
     if fs.exists(dpath):
+        old = _fs(_sibling(dest, "old"))[1]
+        _copy_tree(fs, dpath, old)
         fs.rm(dpath, recursive=True)
-    files = sorted(fs.find(tpath))
-    root_meta = f"{tpath.rstrip('/')}/zarr.json"
-    for f in files:
+    try:
+        _copy_tree(fs, tpath, dpath)
+    except BaseException as exc:
+        if old is None:
+            raise
+        try:
+            if fs.exists(dpath):
+                fs.rm(dpath, recursive=True)
+            _copy_tree(fs, old, dpath)
+            fs.rm(old, recursive=True)
+        except Exception:
+            raise StoreError(
+                dest,
+                None,
+                f"replacing the store failed ({exc!r}) and so did putting the old one back",
+                fix=f"the previous store is intact at {old!r}; copy it back to {dest!r}",
+            ) from exc
+        raise
+    if old is not None:
+        fs.rm(old, recursive=True)
+    fs.rm(tpath, recursive=True)
+
+
+def _copy_tree(fs, src: str, dst: str) -> None:
+    """Copy a store folder on ``fs``: every file, then the root ``zarr.json`` last."""
+    src, dst = src.rstrip("/"), dst.rstrip("/")
+    root_meta = f"{src}/zarr.json"
+    for f in sorted(fs.find(src)):
         if f.rstrip("/") == root_meta.lstrip("/") or f == root_meta:
             continue
-        fs.copy(f, dpath.rstrip("/") + f[len(tpath.rstrip("/")) :])
-    fs.copy(root_meta, f"{dpath.rstrip('/')}/zarr.json")
-    fs.rm(tpath, recursive=True)
+        fs.copy(f, dst + f[len(src) :])
+    fs.copy(root_meta, f"{dst}/zarr.json")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -128,6 +128,39 @@ def test_memory_url_and_xarray():
     json.dumps(info)
 
 
+def test_remote_replace_failing_mid_copy_keeps_old_store(monkeypatch):
+    # object stores have no atomic rename: a replacement that fails while its files are copied
+    # in must leave the previous store readable at the same URL
+    import fsspec
+
+    from ooc_lowrank import storage
+
+    url = "memory://ooc-test/replace.zarr"
+    old = np.arange(12, dtype=np.float64).reshape(6, 2)
+    write_arrays(url, {"X": old}, block_rows=4, overwrite=True)
+    fs = fsspec.filesystem("memory")
+    real_copy_tree, calls = storage._copy_tree, []
+
+    def failing_copy_tree(fs_, src, dst):
+        calls.append((src, dst))
+        if len(calls) == 2:  # the new store's copy-in (the first call backs up the old one)
+            fs_.copy(sorted(fs_.find(src))[0], dst.rstrip("/") + "/partial")
+            raise OSError("network down")
+        return real_copy_tree(fs_, src, dst)
+
+    monkeypatch.setattr(storage, "_copy_tree", failing_copy_tree)
+    with pytest.raises(OSError, match="network down"):
+        write_arrays(url, {"X": -old}, block_rows=4, overwrite=True)
+    monkeypatch.undo()
+    assert len(calls) == 3  # backup, failed copy-in, restore
+    assert np.array_equal(open_dataset(url, verify="full")["X"].read(), old)
+    left = [p for p in fs.find("/ooc-test") if ".replace.zarr." in p]
+    assert left == []  # neither the backup nor the temporary store is left behind
+    write_arrays(url, {"X": -old}, block_rows=4, overwrite=True)  # a working replace
+    assert np.array_equal(open_dataset(url)["X"].read(), -old)
+    assert [p for p in fs.find("/ooc-test") if ".replace.zarr." in p] == []
+
+
 def test_exception_during_write_leaves_nothing_and_keeps_old(tmp_path):
     url = str(tmp_path / "s.zarr")
     write_arrays(url, {"X": np.ones((10, 3))})
