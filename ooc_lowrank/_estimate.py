@@ -409,16 +409,19 @@ def maxide_task_bytes(n, d, r, L, nnz_y, itemsize, *, streamed, n_trials, x_byte
     label (the worst case), ``nnz_y`` observed labels, ``r`` features, ``L`` labels.
 
     * features (streamed ``F`` only): the rows of ``X`` with an observation (``x_bytes``), the
-      kernel block and ``F`` (``2 n r s``), and the ``r`` landmark norms;
-    * gradient: predictions ``F W`` (``n L s``), the residual's row ids, values and CSR copy
-      (``~3 nnz 8``), ``F`` as float64 when ``s`` is 4, ``P`` and its transpose (``2 r L 8``);
-    * loss (per trial, sequentially): predictions and the residual.
+      kernel block and ``F`` (``2 n r s``), the ``r`` landmark norms and the observed labels
+      of those rows (a CSR copy);
+    * gradient: the products run on the observed entries only (Numba kernels): the residual
+      values and int64 copies of the CSR index (``16 nnz + 8 n``), ``W^T`` in ``F``'s dtype
+      and the float64 ``P^T`` (``r L (s + 8)``);
+    * loss (per trial, sequentially): the residual, the index copies and ``W^T``.
     """
     s = int(itemsize)
-    feat = ((x_bytes or 0) + 2 * n * r * s + r * s) if streamed else 0
-    resid = (28 + s) * int(nnz_y) + 16 * (n + 1)
-    grad = n * L * s + resid + (n * r * 8 if s != 8 else 0) + 2 * r * L * 8
-    loss = n * L * s + resid + 8 * int(n_trials)
+    nnz = int(nnz_y)
+    feat = ((x_bytes or 0) + 2 * n * r * s + r * s + 12 * nnz + 8 * (n + 1)) if streamed else 0
+    resid = 16 * nnz + 8 * (n + 1)
+    grad = resid + r * L * (s + 8)
+    loss = resid + r * L * s + 8 * int(n_trials)
     return {"features": int(feat), "grad": int(grad), "loss": int(loss)}
 
 
