@@ -170,7 +170,8 @@ def part_accept(data_dir, save, rank=40, altmin_folds=(0, 1, 2), lam=1.0, maxite
         out["folds"][str(k)] = row
         for name in ("glrl", "eglrl"):
             acc = np.array([f[name]["test_accuracy"] for f in out["folds"].values()])
-            out[f"{name}_accuracy_mean"], out[f"{name}_accuracy_std"] = float(acc.mean()), float(acc.std())
+            out[f"{name}_accuracy_mean"] = float(acc.mean())
+            out[f"{name}_accuracy_std"] = float(acc.std())
             out[f"{name}_n_folds"] = int(acc.size)
         print(f"  accept fold {k}: glrl {row['glrl']['test_accuracy']:.4f} "
               f"eglrl {row['eglrl']['test_accuracy']:.4f}", flush=True)  # fmt: skip
@@ -405,7 +406,8 @@ def robust_mf(train, shape, rank, lam, *, delta=0.05, maxiter=300, seed=0):
     m, n = shape
     k = rank
     mu = float(np.median(y))
-    z0 = np.concatenate([0.1 * np.random.default_rng(seed).standard_normal((m + n) * k), np.zeros(m + n)])
+    z0 = np.random.default_rng(seed).standard_normal((m + n) * k)
+    z0 = np.concatenate([0.1 * z0, np.zeros(m + n)])
 
     def unpack(z):
         P, Q = z[: m * k].reshape(m, k), z[m * k : (m + n) * k].reshape(n, k)
@@ -511,7 +513,8 @@ PENALTIES_EPINIONS = (
     {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
 )  # fmt: skip
 PENALTIES_MOVIELENS = (
-    {"greedy_l2": 0.0}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03}, {"greedy_l2": 0.1},
+    {"greedy_l2": 0.0}, {"greedy_l2": 0.003}, {"greedy_l2": 0.01}, {"greedy_l2": 0.03},
+    {"greedy_l2": 0.1},
     {"greedy_l1": 0.1}, {"greedy_l1": 0.3}, {"greedy_l1": 1.0}, {"greedy_l1": 3.0},
 )  # fmt: skip
 
@@ -551,8 +554,9 @@ def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
     test_rows = {}
     for st in _with_off(chosen):
         maes = [_l1_fit(st, 10, half, te)[0] for half, te, _, _ in splits]
-        test_rows[_key(st)] = {"mae_mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
-        print(f"  penalty movielens test {_key(st)}: {test_rows[_key(st)]['mae_mean']:.4f}", flush=True)
+        row = {"mae_mean": float(np.mean(maes)), "per_split": np.round(maes, 5).tolist()}
+        test_rows[_key(st)] = row
+        print(f"  penalty movielens test {_key(st)}: {row['mae_mean']:.4f}", flush=True)
     out["movielens"] = {"validation": table, "chosen": _key(chosen), "test": test_rows}
     r, c, s, shape, fold = _epinions(data_dir, max_edges)
     trm, tem = fold != 0, fold == 0
@@ -643,7 +647,10 @@ def main(argv=None):
         elif part == "robust":
             res["robust"] = part_robust(a.data)
         else:
-            raise SystemExit(f"--parts: unknown part {part!r}; use altmin, power, robust, ufolds, extras, penalty, accept, robust_mf")
+            raise SystemExit(
+                f"--parts: unknown part {part!r}; use altmin, power, robust, ufolds, extras, "
+                "penalty, accept, robust_mf"
+            )
         res[part]["wall_seconds"] = time.perf_counter() - t0
         path.write_text(json.dumps(res, indent=1, sort_keys=False))
     return res

@@ -152,7 +152,8 @@ def test_smooth_loss_grid_and_scoring(data):
     # the penalty changes the fits (same folds, same bias_reg)
     assert est.cv_results_["mean_test_score"][0] != est.cv_results_["mean_test_score"][2]
     assert not hasattr(est, "best_estimator_")
-    assert set(est.best_params_) == {"l2", "greedy_l2", "bias_reg"}  # select_iter=False: the whole budget
+    # select_iter=False: the whole budget
+    assert set(est.best_params_) == {"l2", "greedy_l2", "bias_reg"}
     with pytest.raises(AttributeError, match="refit=False"):
         est.predict(rows, cols)
 

@@ -128,8 +128,8 @@ class GreedyLowRankCV(BaseEstimator):
 
     The grid holds the parameters that matter for the loss (nonsmooth ``l1`` / ``hinge``:
     ``step_sizes`` x ``step_schedules`` x ``max_inners``; smooth losses: ``l2s`` x
-    ``greedy_l2s`` x ``bias_regs``); the number of greedy steps (hence the rank used) is chosen per fold by
-    validation on the held-out entries.  See :mod:`ooc_lowrank.glrl.cv`.
+    ``greedy_l2s`` x ``bias_regs``); the number of greedy steps (hence the rank used) is chosen
+    per fold by validation on the held-out entries.  See :mod:`ooc_lowrank.glrl.cv`.
 
     Parameters
     ----------

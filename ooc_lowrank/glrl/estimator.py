@@ -243,7 +243,9 @@ class GreedyLowRank(BaseEstimator):
         None: chosen from the loss and the start
         (:func:`ooc_lowrank.glrl.core.resolve_greedy_l2`: 0.01 for the logistic loss from
         the bias start, chosen on validation data of Epinions; 0 otherwise, where it did not
-        help or was not measured); the value used is stored in ``greedy_l2_``.
+        help or was not measured); the value used is stored in ``greedy_l2_``.  It is an
+        absolute value on a loss summed over the entries: on data of a very different size
+        cross-validate it (``GreedyLowRankCV(greedy_l2s=...)``).
     greedy_l1 : float
         Optional ``greedy_l1 * sum_k |theta_k|`` over the greedy terms only, a bound on their
         nuclear norm (the penalty that alternating solvers' factor l2 amounts to).  Smooth
