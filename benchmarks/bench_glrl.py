@@ -7,6 +7,10 @@
     K-fold cross-validated sign-prediction accuracy and time per greedy step.
 (c) A generated observation store of >= 50M entries, rank 20: seconds per greedy iteration,
     passes over the data and peak RSS of memory-limited Dask workers (LocalCluster).
+(pass) A generated COO store of a few million entries: seconds of one power pass and one
+    loss/gradient pass against a trivial pass that only reads the observations (same run),
+    a per-stage profile of a power pass, passes per greedy step (``--parts pass``, written to
+    ``benchmarks/results/glrl_pass.json``).
 
 Usage::
 
@@ -366,6 +370,186 @@ def _du(path):
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
+# --------------------------------------------------------------------------------- (pass)
+def _count_block(row_start, block):
+    """Trivial block function: the read cost of a pass (the engine reads and decodes)."""
+    return np.array([float(block.nnz)])
+
+
+def _best(fn, repeats):
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return min(ts), ts
+
+
+def _raw_read_files(store, name):
+    """Read every chunk file of the COO array ``name`` (indptr/col/value) with plain reads."""
+    total = 0
+    for part in ("indptr", "col", "value"):
+        for f in sorted(Path(store, name, part).rglob("*")):
+            if f.is_file() and f.name != "zarr.json":
+                with open(f, "rb", buffering=0) as fh:
+                    total += len(fh.read())
+    return total
+
+
+def _profile_power(h, args, kernel_fn):
+    """Per-stage seconds of one serial power pass: read (zarr gets), decode (checks and the
+    CSR construction of ``ArrayHandle.read``), kernel (the block function's kernel with its
+    output allocation) and reduction (summing the per-block outputs)."""
+    from ooc_lowrank._validation import check_csr_structure, check_finite_block
+
+    import scipy.sparse as sp
+
+    z = h._zarr()
+    B = h.block_rows
+    st = dict(read=0.0, decode=0.0, kernel=0.0, reduction=0.0)
+    acc = None
+    for s in range(0, h.shape[0], B):
+        e = min(s + B, h.shape[0])
+        t0 = time.perf_counter()
+        ip = h._get(z["indptr"], s, e + 1).astype(np.int64, copy=False)
+        k0, k1 = int(ip[0]), int(ip[-1])
+        idx = h._get(z["col"], k0, k1)
+        val = h._get(z["value"], k0, k1)
+        t1 = time.perf_counter()
+        local = ip - k0
+        check_csr_structure(local, idx, h.shape[1], "obs")
+        check_finite_block(val, "obs")
+        blk = sp.csr_matrix((val, idx, local), shape=(e - s, h.shape[1]))
+        t2 = time.perf_counter()
+        out = kernel_fn(s, blk, *args)
+        t3 = time.perf_counter()
+        flat = np.concatenate([np.asarray(o, dtype=np.float64).ravel() for o in out])
+        acc = flat if acc is None else acc + flat
+        t4 = time.perf_counter()
+        st["read"] += t1 - t0
+        st["decode"] += t2 - t1
+        st["kernel"] += t3 - t2
+        st["reduction"] += t4 - t3
+    st["total"] = sum(st.values())
+    return st
+
+
+def bench_pass(
+    workdir, *, n_rows=200_000, n_cols=20_000, obs_per_row=20, rank=5, repeats=5, fit_rank=3
+):
+    """Seconds of one GLRL power pass and one loss/gradient pass against the seconds of a
+    trivial pass that only reads the observations through the engine (same run, best of
+    ``repeats``), a per-stage profile of a power pass, and passes per greedy step."""
+    from ooc_lowrank import engine
+    from ooc_lowrank.generators import generate_lowrank
+    from ooc_lowrank.glrl import GreedyLowRank, _blocks
+    from ooc_lowrank.storage import open_dataset
+
+    store = os.path.join(workdir, "pass.zarr")
+    t0 = time.perf_counter()
+    generate_lowrank(
+        store,
+        n_rows=n_rows,
+        n_cols=n_cols,
+        rank=rank,
+        n_obs_per_row=obs_per_row,
+        n_row_features=0,
+        n_col_features=0,
+        dtype="float32",
+        seed=0,
+        overwrite=True,
+    )
+    t_gen = time.perf_counter() - t0
+    ds = open_dataset(store)
+    h = ds["obs"]
+    nnz = int(h.nnz)
+    B = engine.as_blocked(h)
+    obs_bytes = sum(
+        f.stat().st_size
+        for part in ("indptr", "col", "value")
+        for f in Path(store, "obs", part).rglob("*")
+        if f.is_file() and f.name != "zarr.json"
+    )
+    rng = np.random.default_rng(0)
+    m, n = h.shape
+    U = rng.standard_normal((m, rank)) / np.sqrt(m)
+    V = rng.standard_normal((n, rank)) / np.sqrt(n)
+    theta = np.linspace(1.0, 0.5, rank) * np.sqrt(m * n) / 10
+    u, v = rng.standard_normal(m), rng.standard_normal(n)
+    p_args = (U, V, theta, 0, 1.0, u, v)
+    g_args = (U, V, theta, 0, 1.0)
+
+    def read_pass():
+        return engine.map_reduce(_count_block, B, offset=True)
+
+    def power():
+        return engine.map_reduce(_blocks.power_block, B, args=p_args, offset=True)
+
+    def lossgrad():
+        return engine.map_reduce(_blocks.refit_full_block, B, args=g_args, offset=True)
+
+    assert float(read_pass()[0]) == nnz
+    power()
+    lossgrad()  # warm (compile, page cache)
+    out = {
+        "shape": [m, n],
+        "nnz": nnz,
+        "block_rows": int(h.block_rows),
+        "n_blocks": int(B.n_blocks),
+        "value_dtype": str(h.dtype),
+        "obs_bytes": int(obs_bytes),
+        "rank": rank,
+        "gen_s": t_gen,
+        "repeats": repeats,
+        "loadavg_before": list(os.getloadavg()),
+    }
+    t_files, _ = _best(lambda: _raw_read_files(store, "obs"), repeats)
+    t_read, ts_read = _best(read_pass, repeats)
+    t_pow, ts_pow = _best(power, repeats)
+    t_lg, ts_lg = _best(lossgrad, repeats)
+    prof = min(
+        (_profile_power(h, p_args, _blocks.power_block) for _ in range(3)),
+        key=lambda d: d["total"],
+    )
+    out.update(
+        {
+            "file_read_s": t_files,
+            "file_read_gb_s": obs_bytes / t_files / 1e9,
+            "read_pass_s": t_read,
+            "read_pass_gb_s": obs_bytes / t_read / 1e9,
+            "power_pass_s": t_pow,
+            "lossgrad_pass_s": t_lg,
+            "power_entries_per_s": nnz / t_pow,
+            "ratio_power_to_read": t_pow / t_read,
+            "ratio_lossgrad_to_read": t_lg / t_read,
+            "ratio_power_to_file_read": t_pow / t_files,
+            "times_read": ts_read,
+            "times_power": ts_pow,
+            "times_lossgrad": ts_lg,
+            "profile_power_serial_s": prof,
+        }
+    )
+    est = GreedyLowRank(
+        loss="square",
+        rank=fit_rank,
+        refit="economic",
+        power_iter=5,
+        lbfgs_iter=2,
+        cache_bytes=0,
+        random_state=0,
+    )
+    t0 = time.perf_counter()
+    est.fit(ds)
+    out["fit_s"] = time.perf_counter() - t0
+    out["fit_n_iter"] = int(est.n_iter_)
+    out["fit_n_passes"] = int(est.n_passes_)
+    out["passes_per_greedy_step"] = est.n_passes_ / max(est.n_iter_, 1)
+    out["fit_s_per_pass"] = out["fit_s"] / max(est.n_passes_, 1)
+    out["loadavg_after"] = list(os.getloadavg())
+    shutil.rmtree(store, ignore_errors=True)
+    return out
+
+
 # ------------------------------------------------------------------------------------- main
 def run(
     *,
@@ -436,6 +620,13 @@ def run(
                 )
             else:
                 res["large"] = bench_large(tmp, store=large_store, max_iter=large_iters)
+        if "pass" in parts:
+            kw = {}
+            if tiny:
+                kw = dict(n_rows=300, n_cols=50, obs_per_row=10, rank=2, repeats=1, fit_rank=2)
+            elif small:
+                kw = dict(n_rows=50_000, n_cols=5_000, obs_per_row=20)
+            res["pass"] = bench_pass(tmp, **kw)
     finally:
         if workdir is None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -445,6 +636,8 @@ def run(
     if "b" in parts and epinions_methods:
         tag += "_" + "-".join(epinions_methods)
     name = f"glrl_{tag}_{''.join(sorted(parts))}.json"
+    if tuple(parts) == ("pass",) and not tiny and not small:
+        name = "glrl_pass.json"
     (out_dir / name).write_text(json.dumps(res, indent=1))
     print_table(res)
     return res
@@ -496,6 +689,21 @@ def print_table(res):
             f"peak worker RSS {lg['peak_worker_rss_mib']} MiB, "
             f"driver {lg['peak_driver_rss_mib']:.0f} MiB, store {lg['store_mib']:.0f} MiB"
         )
+    ps = res.get("pass", {})
+    if "nnz" in ps:
+        lines.append(
+            f"Pass costs: {ps['nnz']:,} entries, {ps['n_blocks']} blocks, "
+            f"{ps['obs_bytes'] / 1e6:.0f} MB, loadavg {ps['loadavg_before'][0]:.2f}"
+        )
+        lines.append(
+            f"  read pass {ps['read_pass_s']:.3f} s ({ps['read_pass_gb_s']:.2f} GB/s; plain file "
+            f"reads {ps['file_read_gb_s']:.2f} GB/s), power pass {ps['power_pass_s']:.3f} s "
+            f"(x{ps['ratio_power_to_read']:.2f}), loss/gradient pass "
+            f"{ps['lossgrad_pass_s']:.3f} s (x{ps['ratio_lossgrad_to_read']:.2f}), "
+            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step"
+        )
+        pr = ps["profile_power_serial_s"]
+        lines.append("  serial power-pass profile: " + ", ".join(f"{k} {v:.3f} s" for k, v in pr.items()))
     print("\n".join(lines))
 
 
