@@ -1049,7 +1049,9 @@ class ArrayHandle:
         self.nnz = meta.get("nnz")
         self.block_rows = int(block_rows)
         self._z = None
-        self._raw = None  # (file dtype, chunk rows) for direct chunk reads, False: through zarr
+        # direct chunk-file reads: dense (file dtype, chunk rows) or False (through zarr);
+        # sparse {part: (file dtype, chunk items)} (see _raw_layout / _raw_parts)
+        self._raw = None
 
     def __getstate__(self):
         d = self.__dict__.copy()
@@ -1123,23 +1125,45 @@ class ArrayHandle:
                     self._raw = (dt, int(z.chunks[0]))
         return self._raw
 
-    def _read_raw(self, start, stop, dt, c):
-        """Rows ``[start, stop)`` read straight from the chunk files into one array (each
-        thread reads its own block; no zarr event loop, no intermediate copy).  A missing or
-        wrongly sized file is a :class:`StoreError` naming the chunk, as through zarr."""
-        n_cols = self.shape[1]
-        row_bytes = n_cols * dt.itemsize
-        out = np.empty((stop - start, n_cols), dtype=dt)
+    def _raw_parts(self):
+        """``{part: (file dtype, chunk items)}`` of the 1-D parts of a sparse array (indptr and
+        column / value arrays) whose chunk files can be read raw (as :meth:`_raw_layout`); a
+        part missing from the dict goes through zarr."""
+        if self._raw is None:
+            self._raw = {}
+            if self.kind != "dense" and self.strict_chunks and not _is_url(self.url):
+                z = self._zarr()
+                names = ("indices", "data") if self.kind == "csr" else ("col", "value")
+                for part in ("indptr", *names):
+                    a = z[part]
+                    dt = _raw_chunk_dtype(a)
+                    if dt is not None and a.ndim == 1:
+                        self._raw[part] = (dt, int(a.chunks[0]))
+        return self._raw
+
+    def _read_raw(self, start, stop, dt, c, part=None):
+        """Rows ``[start, stop)`` (items of the 1-D ``part`` of a sparse array, when given)
+        read straight from the chunk files into one array (each thread reads its own block; no
+        zarr event loop, no intermediate copy).  A missing or wrongly sized file is a
+        :class:`StoreError` naming the chunk, as through zarr."""
+        if part is None:
+            path, tail, shape = self.name, ("0",), (stop - start, self.shape[1])
+        else:
+            path, tail, shape = f"{self.name}/{part}", (), (stop - start,)
+        row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dt.itemsize
+        out = np.empty(shape, dtype=dt)
+        if stop <= start:
+            return out if dt.isnative else out.astype(dt.newbyteorder("="))
         root = _local_path(self.url)
         for i in range(start // c, (stop - 1) // c + 1):
             lo, hi = max(start, i * c), min(stop, (i + 1) * c)
-            key = f"{self.name}/c/{i}/0"
+            key = "/".join((path, "c", str(i), *tail))
             try:
-                fh = open(os.path.join(root, self.name, "c", str(i), "0"), "rb", buffering=0)
+                fh = open(os.path.join(root, *key.split("/")), "rb", buffering=0)
             except FileNotFoundError:
                 raise StoreError(
                     self.url,
-                    self.name,
+                    path,
                     f"missing chunk {key!r} (deleted after the store was written)",
                     None,
                     "The store is incomplete; restore the file or write the store again",
@@ -1154,12 +1178,20 @@ class ArrayHandle:
                 if got != len(view):
                     raise StoreError(
                         self.url,
-                        self.name,
+                        path,
                         f"chunk(s) {key} cannot be decoded (truncated or corrupt)",
                         f"{size} bytes, expected {c * row_bytes}",
                         "The store is corrupt; restore the file or write the store again",
                     )
         return out if dt.isnative else out.astype(dt.newbyteorder("="))
+
+    def _get_part(self, z, part, lo, hi):
+        """Items ``[lo, hi)`` of the 1-D ``part`` of a sparse array: raw chunk-file reads when
+        :meth:`_raw_parts` allows, else through zarr (:meth:`_get`)."""
+        raw = self._raw_parts().get(part)
+        if raw is not None:
+            return self._read_raw(lo, hi, *raw, part=part)
+        return self._get(z[part], lo, hi)
 
     def _get(self, part, lo, hi):
         """``part[lo:hi]`` with chunk checks; unreadable chunks name the array and chunk."""
@@ -1197,7 +1229,7 @@ class ArrayHandle:
         where = f" (rows {start}:{stop})"
         try:
             z = self._zarr()
-            raw = self._raw_layout() if stop > start else False
+            raw = self._raw_layout() if stop > start and self.kind == "dense" else False
             if raw:
                 out = self._read_raw(start, stop, *raw)
             elif self.kind == "dense":
@@ -1212,15 +1244,15 @@ class ArrayHandle:
                         str(e), None, "The store is corrupt; convert it again"
                     ) from None
                 return out
-            ip = self._get(z["indptr"], start, stop + 1).astype(np.int64, copy=False)
+            ip = self._get_part(z, "indptr", start, stop + 1).astype(np.int64, copy=False)
             if ip.size != stop - start + 1:
                 raise self._err("indptr is shorter than n_rows + 1", ip.size)
             k0, k1 = int(ip[0]), int(ip[-1])
             if k1 < k0 or k0 < 0 or k1 > (self.nnz or 0):
                 raise self._err("indptr is not monotone or exceeds nnz", f"[{k0}, {k1}]")
             names = ("indices", "data") if self.kind == "csr" else ("col", "value")
-            idx = self._get(z[names[0]], k0, k1)
-            val = self._get(z[names[1]], k0, k1)
+            idx = self._get_part(z, names[0], k0, k1)
+            val = self._get_part(z, names[1], k0, k1)
         except StoreError:
             raise
         except (KeyError, FileNotFoundError, OSError) as e:
