@@ -96,9 +96,10 @@ def test_power_pass_is_block_additive(loss, rng):
     assert np.all(parts[0][0][4:] == 0)
 
 
-@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
-def test_refit_full_pass_matches_naive(loss, rng):
-    csr, U, V, theta, r, c, o = _problem(rng, loss)
+@pytest.mark.parametrize("loss", ALL)  # every code: the specialized copies and the generic one
+@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
+def test_refit_full_pass_matches_naive(loss, dtype, idx, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, dtype=dtype, idx=idx)
     code = get_loss(loss).code
     grad, st = _blocks.refit_full_block(0, csr, U, V, theta, code, 0.7)
     f2, g2 = naive.refit_full(r, c, o, U, V, theta, loss, 0.7)
@@ -173,3 +174,15 @@ def test_gradient_cache_matches_naive_and_the_fused_pass(loss, idx, rng):
     fused = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
     np.testing.assert_allclose(gv, fused[0], rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(gtu, fused[1], rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("loss", ALL)
+@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
+def test_grad_entries_matches_naive(loss, dtype, idx, rng):
+    # per-entry gradients in storage order, from the kernel's specialized (square, l1, huber)
+    # and generic (logistic, hinge) copies, against the NumPy loss family at the predictions
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=20, dtype=dtype, idx=idx)
+    g = _blocks.grad_csr_block(0, csr, U, V, theta, get_loss(loss).code, 0.7)
+    pred = ((U[r] * theta) * V[c]).sum(axis=1)
+    np.testing.assert_allclose(g.data, get_loss(loss).grad(pred, o, 0.7), rtol=1e-10, atol=1e-12)
+    assert g.indices is csr.indices and g.indptr is csr.indptr
