@@ -397,7 +397,8 @@ def _raw_read_files(store, name):
 
 
 def _profile_power(h, args, kernel_fn):
-    """Per-stage seconds of one serial power pass: read (zarr gets), decode (checks and the
+    """Per-stage seconds of one serial power pass: read (the parts as ``ArrayHandle.read``
+    gets them: raw chunk files, or zarr), decode (checks and the
     CSR construction of ``ArrayHandle.read``), kernel (the block function's kernel with its
     output allocation) and reduction (summing the per-block outputs)."""
     from ooc_lowrank._validation import check_csr_structure, check_finite_block
@@ -411,10 +412,10 @@ def _profile_power(h, args, kernel_fn):
     for s in range(0, h.shape[0], B):
         e = min(s + B, h.shape[0])
         t0 = time.perf_counter()
-        ip = h._get(z["indptr"], s, e + 1).astype(np.int64, copy=False)
+        ip = h._get_part(z, "indptr", s, e + 1).astype(np.int64, copy=False)
         k0, k1 = int(ip[0]), int(ip[-1])
-        idx = h._get(z["col"], k0, k1)
-        val = h._get(z["value"], k0, k1)
+        idx = h._get_part(z, "col", k0, k1)
+        val = h._get_part(z, "value", k0, k1)
         t1 = time.perf_counter()
         local = ip - k0
         check_csr_structure(local, idx, h.shape[1], "obs")
@@ -575,6 +576,7 @@ def run(
     large_store=None,
     large_iters=None,
     workdir=None,
+    pass_rows=None,
 ):
     """Run the selected parts; return the results dict (also written as JSON)."""
     data_dir = Path(data_dir)
@@ -636,6 +638,8 @@ def run(
                 kw = dict(n_rows=300, n_cols=50, obs_per_row=10, rank=2, repeats=1, fit_rank=2)
             elif small:
                 kw = dict(n_rows=50_000, n_cols=5_000, obs_per_row=20)
+            elif pass_rows:
+                kw = dict(n_rows=pass_rows)
             res["pass"] = bench_pass(tmp, **kw)
     finally:
         if workdir is None:
@@ -647,7 +651,7 @@ def run(
         tag += "_" + "-".join(epinions_methods)
     name = f"glrl_{tag}_{''.join(sorted(parts))}.json"
     if tuple(parts) == ("pass",) and not tiny and not small:
-        name = "glrl_pass.json"
+        name = "glrl_pass.json" if not pass_rows else f"glrl_pass_{pass_rows}rows.json"
     (out_dir / name).write_text(json.dumps(res, indent=1))
     print_table(res)
     return res
@@ -734,6 +738,9 @@ def main(argv=None):
         default=None,
         help="stop the large fit after this many greedy steps (of the rank-20 budget)",
     )
+    p.add_argument(
+        "--pass-rows", type=int, default=None, help="rows of the pass store (20 entries a row)"
+    )
     a = p.parse_args(argv)
     run(
         small=a.small,
@@ -747,6 +754,7 @@ def main(argv=None):
         epinions_methods=None if a.epinions_methods is None else a.epinions_methods.split(","),
         large_store=a.large_store,
         large_iters=a.large_iters,
+        pass_rows=a.pass_rows,
     )
 
 

@@ -546,9 +546,13 @@ def test_benchmark_body_tiny(tmp_path):
     """The benchmark bodies run end to end at a tiny size (they cannot rot)."""
     from conftest import DATA_DIR
 
-    res = _bench_glrl().run(tiny=True, parts=("a", "c"), data_dir=DATA_DIR, out_dir=tmp_path)
-    assert (tmp_path / "glrl_tiny_ac.json").exists()
+    res = _bench_glrl().run(
+        tiny=True, parts=("a", "c", "pass"), data_dir=DATA_DIR, out_dir=tmp_path
+    )
+    assert (tmp_path / "glrl_tiny_acpass.json").exists()
     assert res["large"]["nnz"] == 3000 and res["large"]["passes"] > 0
+    ps = res["pass"]
+    assert ps["nnz"] == 3000 and ps["read_pass_s"] > 0 and ps["passes_per_greedy_step"] > 1
     if "folds" in res["movielens"]:
         assert 0 < res["movielens"]["glrl_mae_mean"] < 4
 
