@@ -516,6 +516,10 @@ def bench_pass(
     t_read_z, _ = _best(read_pass_zarr, repeats)
     t_pow, ts_pow = _best(power, repeats)
     t_lg, ts_lg = _best(lossgrad, repeats)
+    t_chk, _ = _best(
+        lambda: engine.map_reduce(_blocks.check_block, B, args=(n, False), offset=True),
+        min(repeats, 2),
+    )  # the fit's one validation pass (duplicates, ranges, labels), not in n_passes_
     prof = min(
         (_profile_power(h, p_args, _blocks.power_block) for _ in range(3)),
         key=lambda d: d["total"],
@@ -530,6 +534,7 @@ def bench_pass(
             "read_pass_zarr_gb_s": obs_bytes / t_read_z / 1e9,
             "power_pass_s": t_pow,
             "lossgrad_pass_s": t_lg,
+            "check_pass_s": t_chk,
             "power_entries_per_s": nnz / t_pow,
             "ratio_power_to_read": t_pow / t_read,
             "ratio_lossgrad_to_read": t_lg / t_read,
@@ -714,7 +719,8 @@ def print_table(res):
             f"reads {ps['file_read_gb_s']:.2f} GB/s), power pass {ps['power_pass_s']:.3f} s "
             f"(x{ps['ratio_power_to_read']:.2f}), loss/gradient pass "
             f"{ps['lossgrad_pass_s']:.3f} s (x{ps['ratio_lossgrad_to_read']:.2f}), "
-            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step"
+            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step, check pass "
+            f"{ps['check_pass_s']:.3f} s, fit {ps['fit_s']:.1f} s / {ps['fit_n_passes']} passes"
         )
         pr = ps["profile_power_serial_s"]
         prof = ", ".join(f"{k} {v:.3f} s" for k, v in pr.items())

@@ -186,3 +186,23 @@ def test_grad_entries_matches_naive(loss, dtype, idx, rng):
     pred = ((U[r] * theta) * V[c]).sum(axis=1)
     np.testing.assert_allclose(g.data, get_loss(loss).grad(pred, o, 0.7), rtol=1e-10, atol=1e-12)
     assert g.indices is csr.indices and g.indptr is csr.indptr
+
+
+def test_check_block_counts_repeated_pairs_like_unique(rng):
+    # repeated (row, col) pairs: triplicates count twice, the same column in two rows never
+    import scipy.sparse as sp
+
+    m, n = 30, 7
+    rows = rng.integers(0, m, 400)
+    cols = rng.integers(0, n, 400)
+    order = np.argsort(rows, kind="stable")
+    rows, cols = rows[order], cols[order]
+    indptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=m))]
+    blk = sp.csr_matrix((np.ones(rows.size), cols, indptr), shape=(m, n))
+    assert blk.nnz == 400  # duplicates kept, not summed
+    want = rows.size - np.unique(rows * n + cols).size
+    assert want > 50
+    for start in (0, 1000):
+        assert _blocks.check_block(start, blk, n, False)[4] == want
+    empty = sp.csr_matrix((3, n))
+    assert _blocks.check_block(0, empty, n, False)[4] == 0
