@@ -408,14 +408,20 @@ def _profile_power(h, args, kernel_fn):
     z = h._zarr()
     B = h.block_rows
     st = dict(read=0.0, decode=0.0, kernel=0.0, reduction=0.0)
+    get = getattr(h, "_get_part", None)  # absent before raw sparse reads (A/B against old code)
+    if get is None:
+
+        def get(z, part, lo, hi):
+            return h._get(z[part], lo, hi)
+
     acc = None
     for s in range(0, h.shape[0], B):
         e = min(s + B, h.shape[0])
         t0 = time.perf_counter()
-        ip = h._get_part(z, "indptr", s, e + 1).astype(np.int64, copy=False)
+        ip = get(z, "indptr", s, e + 1).astype(np.int64, copy=False)
         k0, k1 = int(ip[0]), int(ip[-1])
-        idx = h._get_part(z, "col", k0, k1)
-        val = h._get_part(z, "value", k0, k1)
+        idx = get(z, "col", k0, k1)
+        val = get(z, "value", k0, k1)
         t1 = time.perf_counter()
         local = ip - k0
         check_csr_structure(local, idx, h.shape[1], "obs")
