@@ -214,7 +214,8 @@ class KernelMaxideCV(_ObservedSearch):
         As in :class:`KernelMaxide` (``None``: KernelMaxide-f).
     gamma_scales : sequence of float or None, default=(1.0, 2.0, 4.0)
         RBF widths as multiples of the median heuristic (``1 / median ||x_i - x_j||^2`` on 1000
-        rows; on the yahoo sets the hold-out chose 1-8 times it, docs/kernelmaxide.md).
+        rows; in the yahoo protocol runs the hold-out chose 1, 2 and 4 times it,
+        docs/kernelmaxide.md section 8).
     gammas : sequence of float or None, default=None
         Absolute widths instead of ``gamma_scales`` (pass ``gamma_scales=None``).
     lams : sequence of float, default=(0.5, 2.0, 8.0, 32.0)
