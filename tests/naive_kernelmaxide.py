@@ -54,15 +54,14 @@ def svt(B, tau):
 
 def apg_direct(
     K, Yobs, lam, *, max_iter=100, tol=1e-5, gamma_ls=2.0, L0=1.0, slack=1e-12,
-    restart="gradient",
+    restart="function",
 ):  # fmt: skip
     """Corrected Algorithm 1 (SPEC 4.4) on ``C`` (n_UT x m) with an explicit ``K`` (n x n_UT)
     whose columns are the UT rows.  ``Yobs``: (n, m) observed labels (+1/-1 stored).
 
-    ``restart="gradient"``: reset the momentum (``theta = theta_prev = 1``) when
-    ``<Z - C_new, C_new - C> > 0`` (O'Donoghue & Candes 2015); ``"function"``: when the
-    objective rose; ``None``: plain FISTA.  ``shrink``: each iteration's line search starts
-    from ``L / gamma_ls`` instead of ``L``.
+    ``restart="function"``: reset the momentum (``theta = theta_prev = 1``) when the objective
+    rose; ``"gradient"``: when ``<Z - C_new, C_new - C> > 0`` (O'Donoghue & Candes 2015);
+    ``None``: plain FISTA.
 
     Returns ``(C, iterates, objectives)``; ``iterates[k]`` is ``C`` after iteration ``k``.
     """

@@ -140,7 +140,7 @@ def apg(
     L0=1.0,
     n_trials=2,
     max_doublings=200,
-    restart="gradient",
+    restart="function",
     callback=None,
     on_iterate=None,
     checkpoint=None,
@@ -160,11 +160,12 @@ def apg(
         Line-search trials ``L, 2L, ...`` evaluated per pass (the accepted ``L`` is the same as
         trying them one at a time).  A pass that rejects all of them doubles the next batch
         (up to 32), so growing ``L`` from ``L0 = 1`` to ``L_f`` takes O(log log L_f) passes.
-    restart : {"gradient", "function", None}
+    restart : {"function", "gradient", None}
         Adaptive restart of the momentum (O'Donoghue & Candes 2015): ``theta = theta_prev = 1``
-        (the next ``Z`` is the iterate itself) when ``<Z - C_new, C_new - C> > 0``
-        (``"gradient"``: the momentum points uphill) or when the objective rose
-        (``"function"``); ``None``: plain FISTA.  Same fixed point; see docs/kernelmaxide.md.
+        (the next ``Z`` is the iterate itself) when the objective rose (``"function"``, the
+        default: the same iterates as plain FISTA while the objective decreases) or when
+        ``<Z - C_new, C_new - C> > 0`` (``"gradient"``: the momentum points uphill); ``None``:
+        plain FISTA.  Same fixed point; measurements in docs/kernelmaxide.md section 8.
     callback : callable, optional
         ``callback(iteration, elapsed_seconds, objective)`` after every iteration.
     on_iterate : callable, optional
