@@ -7,7 +7,9 @@ at most.  One warm-up fit of each (Numba compilation, imports) is not timed; the
 timed fits each, interleaved, with the load average beside them; CPU seconds of the process
 too (all work runs in this process, single-threaded BLAS and Numba: on a loaded machine the
 CPU time is the cost, the wall time mostly the wait for a core).  Also records iterations and
-engine passes (structural counts that do not depend on the load).
+engine passes (structural counts that do not depend on the load), and the final objective.
+``--plain-too``: also KernelMaxide-n and Maxide with plain FISTA (``restart=None`` in
+``core.apg``; the default is the adaptive restart), before / after in the same process.
 
     python benchmarks/kernelmaxide_speed.py --out benchmarks/results/kernelmaxide_speed.json
 """
@@ -15,15 +17,33 @@ engine passes (structural counts that do not depend on the load).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import time
+from unittest import mock
 
 import numpy as np
 
 from ooc_lowrank.datasets import load_yahoo
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
-from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels, split_rows
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, core, mask_labels, split_rows
+
+
+class Plain:
+    """``mk()`` fitted with plain FISTA (no momentum restart)."""
+
+    apg = functools.partial(core.apg, restart=None)
+
+    def __init__(self, mk):
+        self.est = mk()
+
+    def fit(self, X, Y):
+        with mock.patch.object(core, "apg", self.apg):
+            self.est.fit(X, Y)
+        self.n_iter_, self.n_passes_ = self.est.n_iter_, self.est.n_passes_
+        self.objective_ = self.est.objective_
+        return self
 
 
 def main():
@@ -32,6 +52,7 @@ def main():
     ap.add_argument("--omega", type=float, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--plain-too", action="store_true")
     a = ap.parse_args()
     X, Y = load_yahoo(a.dataset)
     train = split_rows(X.shape[0], 0.1, 0)
@@ -42,6 +63,9 @@ def main():
         "kernelmaxide_f": lambda: KernelMaxide(n_landmarks=None, gamma=g, lam=2.0, random_state=0),
         "maxide": lambda: Maxide(lam=4.0),
     }
+    if a.plain_too:
+        makers["kernelmaxide_n_plain"] = functools.partial(Plain, makers["kernelmaxide_n"])
+        makers["maxide_plain"] = functools.partial(Plain, makers["maxide"])
     for mk in makers.values():  # warm-up
         mk().fit(X, Yobs)
     out = {k: {"seconds": [], "cpu_seconds": [], "load": []} for k in makers}
@@ -53,7 +77,8 @@ def main():
             out[name]["seconds"].append(time.perf_counter() - t)
             out[name]["cpu_seconds"].append(time.process_time() - c)
             out[name]["load"].append(os.getloadavg()[0])
-            out[name].update(n_iter=est.n_iter_, n_passes=est.n_passes_)
+            out[name].update(n_iter=est.n_iter_, n_passes=est.n_passes_,
+                             objective=float(est.objective_[-1]))  # fmt: skip
     for name in makers:
         out[name]["median_seconds"] = float(np.median(out[name]["seconds"]))
         out[name]["median_cpu_seconds"] = float(np.median(out[name]["cpu_seconds"]))

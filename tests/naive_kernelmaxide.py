@@ -52,9 +52,16 @@ def svt(B, tau):
     return (U * np.maximum(s - tau, 0)) @ Vt
 
 
-def apg_direct(K, Yobs, lam, *, max_iter=100, tol=1e-5, gamma_ls=2.0, L0=1.0, slack=1e-12):
+def apg_direct(
+    K, Yobs, lam, *, max_iter=100, tol=1e-5, gamma_ls=2.0, L0=1.0, slack=1e-12,
+    restart="function",
+):  # fmt: skip
     """Corrected Algorithm 1 (SPEC 4.4) on ``C`` (n_UT x m) with an explicit ``K`` (n x n_UT)
     whose columns are the UT rows.  ``Yobs``: (n, m) observed labels (+1/-1 stored).
+
+    ``restart="function"``: reset the momentum (``theta = theta_prev = 1``) when the objective
+    rose; ``"gradient"``: when ``<Z - C_new, C_new - C> > 0`` (O'Donoghue & Candes 2015);
+    ``None``: plain FISTA.
 
     Returns ``(C, iterates, objectives)``; ``iterates[k]`` is ``C`` after iteration ``k``.
     """
@@ -84,9 +91,16 @@ def apg_direct(K, Yobs, lam, *, max_iter=100, tol=1e-5, gamma_ls=2.0, L0=1.0, sl
             if E(Cn) - EZ <= H + slack * abs(EZ):
                 break
             L *= gamma_ls
+        F_new = lam * np.linalg.norm(Cn, "nuc") + E(Cn)
+        if restart == "gradient":
+            reset = np.sum((Z - Cn) * (Cn - C)) > 0
+        else:
+            reset = restart == "function" and F_new > F_old
         C_prev, C = C, Cn
-        th_prev, th = th, (np.sqrt(th**4 + 4 * th**2) - th**2) / 2
-        F_new = lam * np.linalg.norm(C, "nuc") + E(C)
+        if reset:
+            th_prev = th = 1.0
+        else:
+            th_prev, th = th, (np.sqrt(th**4 + 4 * th**2) - th**2) / 2
         iterates.append(C.copy())
         objs.append(F_new)
         if abs(F_new - F_old) < tol * F_new:

@@ -140,6 +140,7 @@ def apg(
     L0=1.0,
     n_trials=2,
     max_doublings=200,
+    restart="function",
     callback=None,
     on_iterate=None,
     checkpoint=None,
@@ -159,6 +160,12 @@ def apg(
         Line-search trials ``L, 2L, ...`` evaluated per pass (the accepted ``L`` is the same as
         trying them one at a time).  A pass that rejects all of them doubles the next batch
         (up to 32), so growing ``L`` from ``L0 = 1`` to ``L_f`` takes O(log log L_f) passes.
+    restart : {"function", "gradient", None}
+        Adaptive restart of the momentum (O'Donoghue & Candes 2015): ``theta = theta_prev = 1``
+        (the next ``Z`` is the iterate itself) when the objective rose (``"function"``, the
+        default: the same iterates as plain FISTA while the objective decreases) or when
+        ``<Z - C_new, C_new - C> > 0`` (``"gradient"``: the momentum points uphill); ``None``:
+        plain FISTA.  Same fixed point; measurements in docs/kernelmaxide.md section 8.
     callback : callable, optional
         ``callback(iteration, elapsed_seconds, objective)`` after every iteration.
     on_iterate : callable, optional
@@ -240,9 +247,17 @@ def apg(
                         f"(L={L:.3g}); the data may hold inf/NaN or be badly scaled"
                     )
         C_new, nuc, E_new, L = accepted
-        C_prev, C = C, C_new
-        th_prev, th = th, next_theta(th)
         F_new = lam * nuc + E_new
+        if restart == "gradient":
+            # O'Donoghue & Candes (2015): the momentum C - C_prev points against the
+            # generalised gradient L (Z - C_new)
+            reset = float(np.sum((Z - C_new) * (C_new - C))) > 0.0
+        elif restart == "function":
+            reset = F_new > F_old
+        else:
+            reset = False
+        C_prev, C = C, C_new
+        th_prev, th = (1.0, 1.0) if reset else (th, next_theta(th))
         objs.append(F_new)
         if on_iterate is not None:
             on_iterate(k, C)
