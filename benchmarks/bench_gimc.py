@@ -132,7 +132,7 @@ def ensure_store(workdir, n, d, L, log, block_rows=None):
     return url
 
 
-def bench_iteration(workdir, n, d, m, L, log):
+def bench_iteration(workdir, n, d, m, L, log, iters=1):
     from ooc_lowrank.gimc import GIMC
     from ooc_lowrank.storage import open_dataset
 
@@ -157,14 +157,17 @@ def bench_iteration(workdir, n, d, m, L, log):
     GIMC(n_components=8, max_iter=1, random_state=0).fit(
         ds["X"].read(0, 2000), ds["Y"].read(0, 2000)
     )
-    g = GIMC(n_components=m, max_iter=1, tol=0.0, random_state=0, callback=cb)
+    g = GIMC(n_components=m, max_iter=iters, tol=0.0, random_state=0, callback=cb)
     t = time.perf_counter()
     g.fit(ds)
     total = time.perf_counter() - t
     peak_after = blas_peak(shapes)
-    it_s = marks[1] - marks[0]
-    passes = g.n_passes_ - 1  # minus the initial statistics pass
-    ls_passes = passes - 1
+    done = sorted(marks)
+    per_it = [marks[i] - marks[i - 1] for i in done[1:]]
+    # one iteration: its own time; several: the median of iterations 2..N (steady state)
+    it_s = per_it[0] if len(per_it) == 1 else float(np.median(per_it[1:]))
+    passes = (g.n_passes_ - 1) / max(len(per_it), 1)  # per iteration, minus the initial pass
+    ls_passes = 1  # the minimal-pass flop model (issue 15): a gradient and one line-search pass
     T = g.n_trials_  # trials per line-search pass (resolved; 1 by default)
     D = 2 * m
     flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
@@ -179,6 +182,9 @@ def bench_iteration(workdir, n, d, m, L, log):
         "nnz_labels": nnzA,
         "store_gb": n * d * 4 / 1e9,
         "seconds_per_iteration": it_s,
+        "iterations": len(per_it),
+        "seconds_each_iteration": per_it,
+        "steady_state": "median of iterations 2..N" if len(per_it) > 1 else "one iteration",
         "passes_per_iteration": passes,
         "trials_per_pass": T,
         "seconds_init_pass": marks[0],
@@ -544,6 +550,8 @@ def main(argv=None):
         help="rows of the passes-per-iteration problem (default 100,000; 20,000 with --small)",
     )
     p.add_argument("--passes-iter", type=int, default=20, help="iterations of the passes part")
+    p.add_argument("--iter-iters", type=int, default=1,
+                   help="iterations of the iteration part (> 1: median of iterations 2..N)")
     args = p.parse_args(argv)
     log = (lambda *a: None) if args.quiet else (lambda *a: print(*a, flush=True))
     if args.small:
@@ -559,7 +567,7 @@ def main(argv=None):
     out = {"benchmark": "gimc", "small": args.small, "loadavg_before": os.getloadavg()}
     try:
         if "iteration" in args.only:
-            out["iteration"], url = bench_iteration(workdir, log=log, **it)
+            out["iteration"], url = bench_iteration(workdir, log=log, iters=args.iter_iters, **it)
             r = out["iteration"]
             log(
                 f"[1] GIMC-LFF iteration n={r['n']} d={r['d']} m={r['m']} L={r['L']}: "
