@@ -368,6 +368,16 @@ def from_saved(cls, path, params, arrays, extra):
         raise e.at(path) from None
 
 
+def load_as(cls, path):
+    """Load a model saved by ``cls.save``: refused, naming both, when ``path`` holds another
+    estimator (the ``load`` classmethod of every estimator)."""
+    name, params, arrays, extra = load_model(path)
+    if name != cls.__name__:
+        article = "an" if cls.__name__[0] in "AEIOU" else "a"
+        raise ValueError(f"model {path!r} holds a {name!r}, not {article} {cls.__name__}")
+    return from_saved(cls, path, params, arrays, extra)
+
+
 def load(path):
     """Load any saved ooc_lowrank model (``ooc_lowrank.load``)."""
     import importlib

@@ -603,12 +603,9 @@ class GreedyLowRankCV(BaseEstimator):
     @classmethod
     def load(cls, path):
         """Load a model saved by :meth:`save`."""
-        from ooc_lowrank._persist import from_saved, load_model
+        from ooc_lowrank._persist import load_as
 
-        name, params, arrays, extra = load_model(path)
-        if name != "GreedyLowRankCV":
-            raise ValueError(f"model {path!r} holds a {name!r}, not a GreedyLowRankCV")
-        return from_saved(cls, path, params, arrays, extra)
+        return load_as(cls, path)
 
 
 def _product(grids):

@@ -24,8 +24,7 @@ from ooc_lowrank._persist import (
     ModelReader,
     build_checked,
     check_params,
-    from_saved,
-    load_model,
+    load_as,
     save_model,
 )
 from ooc_lowrank._validation import check_scalar, param_error
@@ -800,10 +799,7 @@ class GreedyLowRank(BaseEstimator):
     @classmethod
     def load(cls, path):
         """Load a model saved by :meth:`save`."""
-        name, params, arrays, extra = load_model(path)
-        if name != "GreedyLowRank":
-            raise ValueError(f"model {path!r} holds a {name!r}, not a GreedyLowRank")
-        return from_saved(cls, path, params, arrays, extra)
+        return load_as(cls, path)
 
 
 __all__ = ["GreedyLowRank", "LOSSES", "METRICS"]

@@ -23,8 +23,7 @@ from ooc_lowrank._persist import (
     ModelReader,
     build_checked,
     check_params,
-    from_saved,
-    load_model,
+    load_as,
     save_model,
 )
 from ooc_lowrank._validation import check_scalar, param_error
@@ -499,10 +498,7 @@ class InductiveMatrixCompletion(BaseEstimator):
     @classmethod
     def load(cls, path):
         """Load a model saved by :meth:`save`."""
-        name, params, arrays, extra = load_model(path)
-        if name != "InductiveMatrixCompletion":
-            raise ValueError(f"model {path!r} holds a {name!r}, not an InductiveMatrixCompletion")
-        return from_saved(cls, path, params, arrays, extra)
+        return load_as(cls, path)
 
 
 __all__ = ["InductiveMatrixCompletion", "FEATURE_MAPS"]
