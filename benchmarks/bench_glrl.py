@@ -253,6 +253,24 @@ class _RSSSampler:
         self._t.join()
 
 
+def _generate_obs_store(store, n_rows, n_cols, rank, obs_per_row):
+    """A generated low-rank observation store (float32 values, no side features, seed 0)."""
+    from ooc_lowrank.generators import generate_lowrank
+
+    generate_lowrank(
+        store,
+        n_rows=n_rows,
+        n_cols=n_cols,
+        rank=rank,
+        n_obs_per_row=obs_per_row,
+        n_row_features=0,
+        n_col_features=0,
+        dtype="float32",
+        seed=0,
+        overwrite=True,
+    )
+
+
 def bench_large(
     workdir,
     *,
@@ -271,25 +289,13 @@ def bench_large(
     """Seconds per greedy iteration, passes and peak worker RSS on a generated COO store."""
     import dask
 
-    from ooc_lowrank.generators import generate_lowrank
     from ooc_lowrank.glrl import GreedyLowRank
     from ooc_lowrank.storage import open_dataset
 
     t0 = time.perf_counter()
     if store is None or not os.path.exists(store):
         store = store or os.path.join(workdir, "large.zarr")
-        generate_lowrank(
-            store,
-            n_rows=n_rows,
-            n_cols=n_cols,
-            rank=rank,
-            n_obs_per_row=obs_per_row,
-            n_row_features=0,
-            n_col_features=0,
-            dtype="float32",
-            seed=0,
-            overwrite=True,
-        )
+        _generate_obs_store(store, n_rows, n_cols, rank, obs_per_row)
     t_gen = time.perf_counter() - t0
     ds = open_dataset(store)
     h = ds["obs"]
@@ -448,24 +454,12 @@ def bench_pass(
     trivial pass that only reads the observations through the engine (same run, best of
     ``repeats``), a per-stage profile of a power pass, and passes per greedy step."""
     from ooc_lowrank import engine
-    from ooc_lowrank.generators import generate_lowrank
     from ooc_lowrank.glrl import GreedyLowRank, _blocks
     from ooc_lowrank.storage import open_dataset
 
     store = os.path.join(workdir, "pass.zarr")
     t0 = time.perf_counter()
-    generate_lowrank(
-        store,
-        n_rows=n_rows,
-        n_cols=n_cols,
-        rank=rank,
-        n_obs_per_row=obs_per_row,
-        n_row_features=0,
-        n_col_features=0,
-        dtype="float32",
-        seed=0,
-        overwrite=True,
-    )
+    _generate_obs_store(store, n_rows, n_cols, rank, obs_per_row)
     t_gen = time.perf_counter() - t0
     ds = open_dataset(store)
     h = ds["obs"]
