@@ -19,7 +19,8 @@ def limited_worker(limit_bytes, threads=1, poll_seconds=0.05):
     """Yield ``(client, peak)``; ``peak["worker"]`` is the largest worker RSS seen (bytes).
 
     Inside the block, ``dask.config.set(scheduler=client.get)`` is in force, so engine passes
-    run on the worker.  A worker killed by its nanny sets ``peak["died"]`` and closes the
+    run on the worker.  ``peak["baseline"]`` is the worker's RSS once it has imported the
+    library, before any task: the fixed cost below which no limit can go.  A worker killed by its nanny sets ``peak["died"]`` and closes the
     client (its restart can hang in a spawned cluster), so the run fails with a message.
     """
     import dask
@@ -44,6 +45,9 @@ def limited_worker(limit_bytes, threads=1, poll_seconds=0.05):
         stop = threading.Event()
         try:
             procs = [psutil.Process(p) for p in client.run(os.getpid).values()]
+            # the floor every run pays: a worker process with the library imported
+            client.run(_import_library)
+            peak["baseline"] = max(p.memory_info().rss for p in procs)
 
             def poll():
                 while not stop.is_set():
@@ -73,6 +77,12 @@ def limited_worker(limit_bytes, threads=1, poll_seconds=0.05):
             stop.set()
             client.close()
             cluster.close()
+
+
+def _import_library():
+    import ooc_lowrank  # noqa: F401
+    import ooc_lowrank.imc  # noqa: F401
+    import ooc_lowrank.engine  # noqa: F401
 
 
 def driver_maxrss():

@@ -74,6 +74,7 @@ def main(argv=None):
     p.add_argument("--min-limit-mib", type=float, default=0,
                    help="floor of the worker limit (a worker process alone takes ~150 MiB, more "
                    "than a quarter of a small store)")
+    p.add_argument("--threads", type=int, default=1, help="threads of the worker")
     p.add_argument("--workdir", default=None)
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--quiet", action="store_true")
@@ -97,7 +98,7 @@ def main(argv=None):
                          callback=lambda it, el, f: ticks.append((it, el, f)))
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    with rss.limited_worker(limit) as (_client, peak):
+    with rss.limited_worker(limit, threads=a.threads) as (_client, peak):
         est.fit(ds, constraints=ds)
     total = time.perf_counter() - t0
     y = ds["y"].read()[:, 0]
@@ -109,7 +110,8 @@ def main(argv=None):
         "rows": a.rows, "constraints": a.rows * a.pairs,
         "store_logical_bytes": logical, "worker_limit_bytes": limit,
         "quarter_of_store_bytes": logical // 4,
-        "peak_worker_rss": peak["worker"], "driver_maxrss": rss.driver_maxrss(),
+        "peak_worker_rss": peak["worker"], "worker_baseline_rss": peak.get("baseline"),
+        "driver_maxrss": rss.driver_maxrss(),
         "init_seconds": ticks[0][1] if ticks else None,
         "iterations": its, "n_passes": int(est.imc_.n_passes_),
         "fit_seconds_total": total,
@@ -119,7 +121,7 @@ def main(argv=None):
     log(f"{a.rows} rows, {a.rows * a.pairs} constraints: "
         + ", ".join(f"iteration {i['iteration']} {i['seconds']:.1f}s" for i in its)
         + f"; {res['n_passes']} passes; worker peak {peak['worker'] / 2**20:.0f} MiB of "
-        f"{limit / 2**20:.0f} MiB limit; error {res['clustering_error']:.4f}; "
+        f"{limit / 2**20:.0f} MiB limit (baseline {peak.get('baseline', 0) / 2**20:.0f} MiB); error {res['clustering_error']:.4f}; "
         f"total {total:.0f}s (load {os.getloadavg()[0]:.1f})")
     rss.write_results(res, a.out)
     if a.workdir is None:

@@ -858,6 +858,20 @@ def map_reduce(
     return out
 
 
+def map_rows_compute(fn: Callable, *inputs, args: Sequence = (), n_cols: int, client=None):
+    """``compute(map_rows(fn, *inputs, ...))`` as one float64 ndarray ``(n_rows, n_cols)``.
+
+    For results that are small enough to hold (``n x k`` factors), never for ``n x L`` scores.
+    Fast path as in :func:`map_reduce`: one in-memory block on the local threaded scheduler is
+    mapped by calling ``fn`` directly (no graph; the same arithmetic).
+    """
+    blocked, _ = _prepare(inputs)
+    if _direct(blocked, client):
+        return np.asarray(fn(*[b.source for b in blocked], *args), dtype=np.float64)
+    (out,) = compute(map_rows(fn, *blocked, args=args, n_cols=n_cols), client=client)
+    return np.asarray(out, dtype=np.float64)
+
+
 def _cluster_cache_cap(client):
     """Half the total worker ``memory_limit`` of the distributed cluster in use, else None."""
     sched = active_client(client)

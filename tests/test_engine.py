@@ -291,6 +291,26 @@ def test_single_block_fast_path_is_bitwise_the_graph_path(data, counting_schedul
         assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)
 
 
+def test_map_rows_compute_direct_path_equals_the_graph_path(data, counting_scheduler):
+    X, _, _, w = data
+    seen = []
+
+    def fn(Xb, w):
+        seen.append(Xb is X)
+        return Xb @ w
+
+    bx = engine.as_blocked(X, block_rows=10**6)
+    via_graph = engine.map_rows_compute(fn, bx, args=(w,), n_cols=w.shape[1])
+    assert counting_scheduler.count == 1 and not seen[-1]
+    with dask.config.set(scheduler=None):
+        direct = engine.map_rows_compute(fn, bx, args=(w,), n_cols=w.shape[1])
+    assert counting_scheduler.count == 1 and seen[-1]
+    blocks = engine.map_rows_compute(fn, engine.as_blocked(X, block_rows=7), args=(w,),
+                                     n_cols=w.shape[1])  # fmt: skip
+    assert direct.dtype == np.float64 and np.array_equal(direct, via_graph)
+    np.testing.assert_allclose(blocks, X @ w, rtol=1e-12)
+
+
 def test_block_function_modules_do_not_import_sklearn():
     """Workers unpickle block functions from these modules; scikit-learn (~50 MB resident)
     must not come with them (the estimators are imported lazily)."""

@@ -81,17 +81,6 @@ class FitResult:
     converged: bool = False
 
 
-def map_rows_compute(fn, *inputs, args, n_cols):
-    """``engine.compute(engine.map_rows(...))`` as an ndarray, with the engine's fast path: when
-    every input is one in-memory block on the local scheduler, ``fn`` is called directly (no
-    graph; the same arithmetic), which small problems iterating thousands of passes need."""
-    blocked = [engine.as_blocked(x, name=f"input {i}") for i, x in enumerate(inputs)]
-    if engine._direct(blocked, None):
-        return np.asarray(fn(*[b.source for b in blocked], *args), dtype=np.float64)
-    (out,) = engine.compute(engine.map_rows(fn, *blocked, args=args, n_cols=n_cols))
-    return np.asarray(out, dtype=np.float64)
-
-
 class Problem:
     """The data of one fit (observations and both sides) and its passes, counted."""
 
@@ -117,7 +106,7 @@ class Problem:
         """``Phi(X) Delta`` (n, k) float64, one X-pass."""
         self.n_passes += 1
         Delta = np.ascontiguousarray(Delta, dtype=np.float64)
-        return map_rows_compute(
+        return engine.map_rows_compute(
             _blocks.project_block,
             side.X,
             args=(side.u_arg(U), side.spec, Delta),
@@ -145,7 +134,7 @@ class Problem:
         """``(E Q, sum E^2 / 2)`` with E = R (residual) or M, one Omega-pass."""
         self.n_passes += 1
         k = Q.shape[1]
-        out = map_rows_compute(
+        out = engine.map_rows_compute(
             _blocks.omega_rows_block, self.obs, P, args=(Q, bool(residual)), n_cols=k + 1
         )
         return out[:, :k], float(out[:, k].sum())

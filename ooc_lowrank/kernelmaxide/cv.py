@@ -36,11 +36,22 @@ logger = logging.getLogger("ooc_lowrank")
 __all__ = ["KernelMaxideCV", "MaxideCV", "split_observed"]
 
 
-def split_observed(Y, fraction, random_state=None):
-    """``(Y_fit, Y_val)``: the observed entries of ``Y`` (CSR, +1 / -1 stored) split at random,
-    each entry held out with probability ``fraction``."""
+def split_observed(Y, fraction, random_state=None, by="entries"):
+    """``(Y_fit, Y_val)``: the observed entries of ``Y`` (CSR, +1 / -1 stored) split at random.
+
+    ``by="entries"``: each observed entry is held out with probability ``fraction``.
+    ``by="rows"``: each row with an observed label is held out whole (all its observed
+    entries) with probability ``fraction``; the held-out rows keep no label in ``Y_fit``, as
+    the test rows of the transductive protocol.
+    """
+    if by not in ("entries", "rows"):
+        raise param_error("by", 'must be "entries" or "rows"', by, 'e.g. by="rows"')
     Y = sp.coo_matrix(check_observed_labels(Y, name="Y"))
-    hold = check_random_state(random_state).random_sample(Y.nnz) < fraction
+    rng = check_random_state(random_state)
+    if by == "entries":
+        hold = rng.random_sample(Y.nnz) < fraction
+    else:
+        hold = (rng.random_sample(Y.shape[0]) < fraction)[Y.row]
 
     def part(m):
         return sp.csr_matrix((Y.data[m], (Y.row[m], Y.col[m])), shape=Y.shape)
