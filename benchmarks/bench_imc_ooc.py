@@ -13,7 +13,7 @@ is a quarter of the store's logical size (``_worker_rss``; the driver keeps the 
 P and Q, the worker streams the feature and constraint blocks).  Recorded: seconds per outer
 iteration, passes (total and per iteration), the worker's peak RSS and the clustering error.
 
-    nice -n 10 python benchmarks/bench_imc_ooc.py                  # 1M rows, 20n constraints
+    nice -n 10 python benchmarks/bench_imc_ooc.py      # 1M rows x 500 features, 20n constraints (4 GB)
     python benchmarks/bench_imc_ooc.py --rows 20000 --iters 1 --quiet --out /tmp/x.json
 """
 
@@ -63,13 +63,13 @@ def make_store(url, n, d, k, pairs, block_rows, seed=0):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
-    p.add_argument("--d", type=int, default=10)
+    p.add_argument("--d", type=int, default=500)
     p.add_argument("--clusters", type=int, default=5)
     p.add_argument("--pairs", type=int, default=20, help="constraints per row (|Omega| / n)")
     p.add_argument("--m", type=int, default=50)
     p.add_argument("--iters", type=int, default=2)
     p.add_argument("--cg-iter", type=int, default=5)
-    p.add_argument("--block-rows", type=int, default=100_000)
+    p.add_argument("--block-rows", type=int, default=25_000)
     p.add_argument("--limit-fraction", type=float, default=0.25)
     p.add_argument("--min-limit-mib", type=float, default=0,
                    help="floor of the worker limit (a worker process alone takes ~150 MiB, more "
