@@ -635,6 +635,33 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     assert "mean ranking loss" in cv.format_cv_table()
     m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
     assert m.best_params_ == {"n_components": None, "lam": 1.0}
+    # whole rows held out: the same choice, scored on split_observed(by="rows")
+    rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0],
+                          holdout="rows", refit=False).fit(X, Yobs)  # fmt: skip
+    assert rows.best_params_ == {"gamma": 1.0, "lam": 3.0}
+    Yfit, Yval = split_observed(Yobs, 0.25, 0, by="rows")
+    est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
+    rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
+    assert rows.cv_results_["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
+
+
+def test_split_observed_rows_holds_out_whole_rows():
+    from ooc_lowrank.kernelmaxide.cv import split_observed
+
+    _, Yobs = _lam_problem()
+    Yfit, Yval = split_observed(Yobs, 0.3, 4, by="rows")
+    fit_rows = np.flatnonzero(np.diff(Yfit.indptr))
+    val_rows = np.flatnonzero(np.diff(Yval.indptr))
+    assert len(np.intersect1d(fit_rows, val_rows)) == 0  # no row on both sides
+    np.testing.assert_array_equal((Yfit + Yval).toarray(), Yobs.toarray())  # nothing lost
+    for i in val_rows:  # a held-out row keeps every one of its observed labels, none in the fit
+        assert Yval[i].nnz == Yobs[i].nnz
+    labelled = np.flatnonzero(np.diff(Yobs.indptr))
+    assert 0.15 < len(val_rows) / len(labelled) < 0.45
+    again = split_observed(Yobs, 0.3, 4, by="rows")[1]
+    assert (again != Yval).nnz == 0  # seeded
+    with pytest.raises(ValueError, match='by must be "entries" or "rows"'):
+        split_observed(Yobs, 0.3, 4, by="cols")
 
 
 @pytest.mark.parametrize(
@@ -648,6 +675,7 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
         ({"gammas": [1.0]}, ValueError, "exactly one must be given"),
         ({"validation_fraction": 1.0}, ValueError, "validation_fraction must be < 1"),
         ({"n_splits": 0}, ValueError, "n_splits must be >= 1"),
+        ({"holdout": "cols"}, ValueError, 'holdout must be "entries"'),
     ],
 )
 def test_kernelmaxide_cv_bad_grid_fails_before_work(toy, params, exc, msg, monkeypatch):

@@ -95,6 +95,13 @@ class _ObservedSearch(BaseEstimator):
             high_inclusive=False,
             fix="Hold out a fraction of the observed labels, e.g. validation_fraction=0.25",
         )
+        if self.holdout not in ("entries", "rows"):
+            raise param_error(
+                "holdout",
+                'must be "entries" (random observed labels) or "rows" (whole rows\' labels)',
+                self.holdout,
+                'e.g. holdout="rows"',
+            )
         check_scalar(self.n_splits, "n_splits", kind=numbers.Integral, low=1, fix="e.g. n_splits=1")
         if not isinstance(self.refit, (bool, np.bool_)):
             raise param_error("refit", "must be True or False", self.refit, exc=TypeError)
@@ -140,7 +147,9 @@ class _ObservedSearch(BaseEstimator):
         t0 = time.perf_counter()
         scores = np.empty((int(self.n_splits), len(grid)))
         for k in range(int(self.n_splits)):
-            Yfit, Yval = split_observed(Y, float(self.validation_fraction), seed + k)
+            Yfit, Yval = split_observed(
+                Y, float(self.validation_fraction), seed + k, by=self.holdout
+            )
             if Yval.nnz == 0 or Yfit.nnz == 0:
                 raise ValueError(
                     f"validation_fraction={self.validation_fraction} leaves "
@@ -232,7 +241,12 @@ class KernelMaxideCV(_ObservedSearch):
     lams : sequence of float, default=(0.5, 2.0, 8.0, 32.0)
         Trace-norm weights.
     validation_fraction : float, default=0.25
-        Share of the observed labels held out per split.
+        Share of the observed labels (``holdout="entries"``) or of the labelled rows
+        (``holdout="rows"``) held out per split.
+    holdout : {"entries", "rows"}, default="entries"
+        What is held out: random observed labels (the held-out rows keep their other labels),
+        or whole rows' observed labels (those rows are then unlabelled in the fit, as test rows
+        are); see :func:`split_observed`.
     n_splits : int, default=1
         Random hold-outs averaged.
     refit : bool, default=True
@@ -261,6 +275,7 @@ class KernelMaxideCV(_ObservedSearch):
         gammas=None,
         lams=(0.5, 2.0, 8.0, 32.0),
         validation_fraction=0.25,
+        holdout="entries",
         n_splits=1,
         refit=True,
         max_iter=100,
@@ -275,6 +290,7 @@ class KernelMaxideCV(_ObservedSearch):
         self.gammas = gammas
         self.lams = lams
         self.validation_fraction = validation_fraction
+        self.holdout = holdout
         self.n_splits = n_splits
         self.refit = refit
         self.max_iter = max_iter
@@ -321,7 +337,7 @@ class MaxideCV(_ObservedSearch):
     n_components_grid : sequence of int or None, default=(None,)
         Numbers of left singular vectors ``k`` (``None`` in the list: the numerical rank).
     lams : sequence of float, default=(0.25, 1.0, 4.0, 16.0)
-    validation_fraction, n_splits, refit, max_iter, tol, n_trials, cache_bytes,
+    validation_fraction, holdout, n_splits, refit, max_iter, tol, n_trials, cache_bytes,
     random_state, verbose
         As in :class:`KernelMaxideCV`.
 
@@ -338,6 +354,7 @@ class MaxideCV(_ObservedSearch):
         n_components_grid=(None,),
         lams=(0.25, 1.0, 4.0, 16.0),
         validation_fraction=0.25,
+        holdout="entries",
         n_splits=1,
         refit=True,
         max_iter=100,
@@ -350,6 +367,7 @@ class MaxideCV(_ObservedSearch):
         self.n_components_grid = n_components_grid
         self.lams = lams
         self.validation_fraction = validation_fraction
+        self.holdout = holdout
         self.n_splits = n_splits
         self.refit = refit
         self.max_iter = max_iter
