@@ -39,7 +39,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -132,6 +131,24 @@ def ensure_store(workdir, n, d, L, log, block_rows=None):
     return url
 
 
+def iteration_flops(n, d, m, nnzA, T=1):
+    """The minimal-pass flop model of one iteration (issue 15): a gradient pass and one
+    line-search pass of ``T`` trials (see the module docstring)."""
+    D = 2 * m
+    return (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + (
+        4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)
+    )
+
+
+def steady_seconds(marks):
+    """Seconds of each iteration from the callback's elapsed marks, and the figure: one
+    iteration's own time, or the median of iterations 2..N."""
+    done = sorted(marks)
+    per_it = [marks[i] - marks[i - 1] for i in done[1:]]
+    it_s = per_it[0] if len(per_it) == 1 else float(np.median(per_it[1:]))
+    return per_it, it_s
+
+
 def bench_iteration(workdir, n, d, m, L, log, iters=1):
     from ooc_lowrank.gimc import GIMC
     from ooc_lowrank.storage import open_dataset
@@ -162,17 +179,10 @@ def bench_iteration(workdir, n, d, m, L, log, iters=1):
     g.fit(ds)
     total = time.perf_counter() - t
     peak_after = blas_peak(shapes)
-    done = sorted(marks)
-    per_it = [marks[i] - marks[i - 1] for i in done[1:]]
-    # one iteration: its own time; several: the median of iterations 2..N (steady state)
-    it_s = per_it[0] if len(per_it) == 1 else float(np.median(per_it[1:]))
+    per_it, it_s = steady_seconds(marks)
     passes = (g.n_passes_ - 1) / max(len(per_it), 1)  # per iteration, minus the initial pass
-    ls_passes = 1  # the minimal-pass flop model (issue 15): a gradient and one line-search pass
     T = g.n_trials_  # trials per line-search pass (resolved; 1 by default)
-    D = 2 * m
-    flops = (4 * n * d * m + 2 * n * D * D + 2 * nnzA * D) + ls_passes * (
-        4 * n * d * m + T * (n * D * (D + 1) + 2 * nnzA * D)
-    )
+    flops = iteration_flops(n, d, m, nnzA, T)
     peak = max(peak_before["peak"], peak_after["peak"])
     res = {
         "n": n,
@@ -431,83 +441,57 @@ def bench_vs_sklearn(n, d, m, L, log, repeats=3):
     }
 
 
-def bench_out_of_core(url, m, limit_bytes, log):
-    import dask
-    from distributed import Client, LocalCluster
-
-    # the limit is enforced by the nanny (terminate at 95%); no pausing/spilling, so a fit
-    # that does not fit fails instead of stalling
-    dask.config.set(
-        {
-            "distributed.worker.memory.pause": False,
-            "distributed.worker.memory.spill": False,
-            "distributed.worker.memory.target": False,
-        }
-    )
-    cluster = LocalCluster(
-        n_workers=1,
-        threads_per_worker=1,
-        processes=True,
-        memory_limit=int(limit_bytes),
-        dashboard_address=None,
-    )
-    client = Client(cluster, set_as_default=False)
-    import psutil
-
+def bench_out_of_core(url, m, limit_bytes, log, iters=1, threads=1, small=False):
+    """A streamed fit (``cache_bytes=0``) inside one Dask worker limited to ``limit_bytes``;
+    with ``iters`` > 1 also the steady-state seconds per iteration and their ratio to the BLAS
+    peak measured in this process before and after (the flop model of ``iteration``)."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    from benchmarks import _worker_rss as rss
     from ooc_lowrank.gimc import GIMC
     from ooc_lowrank.storage import open_dataset
 
     ds = open_dataset(url)
-    store_bytes = ds["X"].shape[0] * ds["X"].shape[1] * ds["X"].dtype.itemsize
-    peak = {"worker": 0, "died": False}
-    stop = threading.Event()
-    try:
-        pids = list(client.run(os.getpid).values())
-        procs = [psutil.Process(p) for p in pids]
-
-        def poll():
-            while not stop.is_set():
-                for p in procs:
-                    try:
-                        peak["worker"] = max(peak["worker"], p.memory_info().rss)
-                    except psutil.Error:
-                        # the nanny killed the worker (memory limit); its restart can hang
-                        # in a spawned LocalCluster, so end the run here
-                        peak["died"] = True
-                        stop.set()
-                        client.close()
-                        return
-                time.sleep(0.05)
-
-        th = threading.Thread(target=poll, daemon=True)
-        th.start()
+    n, d = ds["X"].shape
+    store_bytes = n * d * ds["X"].dtype.itemsize
+    shapes = [("sgemm_1024^3", "gemm", 1024, 1024, 1024)] if small else [
+        ("sgemm_4096^3", "gemm", 4096, 4096, 4096),
+        ("sgemm_8000x1000x1000", "gemm", 8000, 1000, 1000),
+    ]
+    shapes += fit_shapes(int(ds.block_rows), d, m)
+    peak_before = blas_peak(shapes) if iters > 1 else None
+    marks = {}
+    with rss.limited_worker(limit_bytes, threads=threads) as (_client, peak):
         t = time.perf_counter()
-        try:
-            with dask.config.set(scheduler=client.get):
-                g = GIMC(n_components=m, max_iter=1, tol=0.0, cache_bytes=0, random_state=0).fit(ds)
-        except Exception as e:
-            if not peak["died"]:
-                raise
-            raise RuntimeError(
-                f"out-of-core fit at m={m}: the worker exceeded its memory limit "
-                f"({limit_bytes / 2**20:.0f} MiB; peak seen {peak['worker'] / 2**20:.0f} MiB)"
-            ) from e
+        g = GIMC(n_components=m, max_iter=iters, tol=0.0, cache_bytes=0, random_state=0,
+                 callback=lambda it, el, f: marks.__setitem__(it, el)).fit(ds)  # fmt: skip
         secs = time.perf_counter() - t
-    finally:
-        stop.set()
-        client.close()
-        cluster.close()
-    return {
+    out = {
         "store_bytes": store_bytes,
         "worker_memory_limit": int(limit_bytes),
+        "worker_threads": threads,
         "store_over_limit": store_bytes / limit_bytes,
         "block_rows": ds.block_rows,
         "peak_worker_rss": peak["worker"],
+        "worker_baseline_rss": peak.get("baseline"),
         "peak_rss_over_limit": peak["worker"] / limit_bytes,
         "seconds": secs,
         "passes": g.n_passes_,
         "driver_peak_rss": _maxrss(),
     }
+    if iters > 1:
+        per_it, it_s = steady_seconds(marks)
+        flops = iteration_flops(n, d, m, int(ds["Y"].nnz), g.n_trials_)
+        pk = max(peak_before["peak"], blas_peak(shapes)["peak"])
+        out.update(
+            iterations=len(per_it),
+            seconds_each_iteration=per_it,
+            seconds_per_iteration=it_s,
+            passes_per_iteration=(g.n_passes_ - 1) / max(len(per_it), 1),
+            achieved_gflops=flops / it_s / 1e9,
+            blas_peak_gflops=pk,
+            ratio_to_peak=flops / it_s / 1e9 / pk,
+        )
+    return out
 
 
 def _maxrss():
@@ -550,6 +534,10 @@ def main(argv=None):
         help="rows of the passes-per-iteration problem (default 100,000; 20,000 with --small)",
     )
     p.add_argument("--passes-iter", type=int, default=20, help="iterations of the passes part")
+    p.add_argument("--oc-iters", type=int, default=1,
+                   help="iterations of the out-of-core fit (> 1: median of iterations 2..N and "
+                   "its ratio to the BLAS peak, as the iteration part)")
+    p.add_argument("--oc-threads", type=int, default=1, help="threads of the out-of-core worker")
     p.add_argument("--iter-iters", type=int, default=1,
                    help="iterations of the iteration part (> 1: median of iterations 2..N)")
     args = p.parse_args(argv)
@@ -601,7 +589,10 @@ def main(argv=None):
             oc_url = ensure_store(workdir, oc_n, it["d"], it["L"], log)
             # small: a smoke test (a worker needs ~300 MB whatever the store); full: 4.05x
             limit = 600 * 2**20 if args.small else oc_n * it["d"] * 4 / 4.05
-            out["out_of_core"] = r = bench_out_of_core(oc_url, oc_m, int(limit), log)
+            out["out_of_core"] = r = bench_out_of_core(
+                oc_url, oc_m, int(limit), log, iters=args.oc_iters, threads=args.oc_threads,
+                small=args.small,
+            )
             r["m"] = oc_m
             log(
                 f"[3] out-of-core fit: store {r['store_bytes'] / 2**20:.0f} MiB = "
@@ -609,6 +600,8 @@ def main(argv=None):
                 f"{r['worker_memory_limit'] / 2**20:.0f} MiB; "
                 f"peak worker RSS {r['peak_worker_rss'] / 2**20:.0f} MiB "
                 f"({r['peak_rss_over_limit']:.2f}x limit), {r['seconds']:.1f}s"
+                + (f"; {r['seconds_per_iteration']:.2f} s/iteration, ratio to peak "
+                   f"{r['ratio_to_peak']:.2f}" if "ratio_to_peak" in r else "")
             )
     finally:
         if not (args.keep or args.workdir):

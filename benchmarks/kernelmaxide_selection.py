@@ -5,7 +5,9 @@ training labels, test rows in ``X`` with no label), every setting of the grid is
 
 * scored on two hold-outs of the *observed training labels* (``split_observed``, a quarter):
   ``entries`` (random observed entries, rows keep their other labels) and ``rows`` (whole rows'
-  observed labels, as the test rows have none);
+  observed labels, as the test rows have none), each by three scores: the ranking loss over
+  each row's held-out (+, -) pairs (the library's), ``_auc`` 1 - AUC per label over its
+  held-out entries, ``_sq`` the squared error at the held-out entries;
 * fitted on all observed labels and scored on the test rows (ranking loss): only to judge the
   selectors afterwards, never to choose anything in the library.
 
@@ -34,6 +36,23 @@ from ooc_lowrank.kernelmaxide import KernelMaxide, mask_labels, split_rows  # no
 from ooc_lowrank.kernelmaxide.cv import split_observed  # noqa: E402
 
 
+def label_auc_loss(S, Yval):
+    """1 - AUC per label over its held-out (+, -) entries (ties count half), averaged over the
+    labels that hold out both classes: many more pairs than a row's few held-out labels."""
+    Yc = Yval.tocsc()
+    losses = []
+    for j in range(Yc.shape[1]):
+        rows, vals = Yc.indices[Yc.indptr[j] : Yc.indptr[j + 1]], Yc.data[Yc.indptr[j] : Yc.indptr[j + 1]]
+        pos, neg = S[rows[vals > 0], j], S[rows[vals < 0], j]
+        if len(pos) and len(neg):
+            d = pos[:, None] - neg[None, :]
+            losses.append(float(np.mean((d < 0) + 0.5 * (d == 0))))
+    return float(np.mean(losses)) if losses else float("nan")
+
+
+SCORES = ("", "_auc", "_sq")
+
+
 def run_cell(name, X, Y, omega, rep, a):
     n = X.shape[0]
     train = split_rows(n, 0.1, rep)
@@ -50,19 +69,23 @@ def run_cell(name, X, Y, omega, rep, a):
         row = {"gamma_scale": s, "lam": lam}
         for by, (Yfit, Yval) in splits.items():
             est = KernelMaxide(**kw).fit(X, Yfit)
+            S = est.decision_function(X)
             row[f"holdout_{by}"] = float(est.observed_ranking_loss(X, Yval))
+            row[f"holdout_{by}_auc"] = label_auc_loss(S, Yval)
+            row[f"holdout_{by}_sq"] = float(np.mean((S[Yval.nonzero()] - Yval.data) ** 2))
         est = KernelMaxide(**kw).fit(X, Yobs)
         row["test"] = float(metrics.ranking_loss(Y[test], est.decision_function(X[test])))
         out["settings"].append(row)
     out["seconds"] = time.perf_counter() - t0
     best = min(r["test"] for r in out["settings"])
     out["best_test"] = best
-    for by in a.holdouts:
+    for by in [h + sc for h in a.holdouts for sc in SCORES]:
         pick = min(out["settings"], key=lambda r, by=by: r[f"holdout_{by}"])
         out[f"pick_{by}"] = {"gamma_scale": pick["gamma_scale"], "lam": pick["lam"],
                              "test": pick["test"], "regret": pick["test"] - best}  # fmt: skip
-    print(name, omega, rep, {by: round(out[f"pick_{by}"]["test"], 4) for by in a.holdouts},
-          "best", round(best, 4), f"{out['seconds']:.0f}s", flush=True)  # fmt: skip
+    print(name, omega, rep, {by: round(out[f"pick_{by}"]["test"], 4) for by in
+          [h + sc for h in a.holdouts for sc in SCORES]}, "best", round(best, 4),
+          f"{out['seconds']:.0f}s", flush=True)  # fmt: skip
     return out
 
 
@@ -87,7 +110,7 @@ def main(argv=None):
                 cells.append(run_cell(name, X, Y, omega, rep, a))
                 with open(a.out, "w") as f:
                     json.dump({"settings": vars(a), "cells": cells}, f, indent=1)
-    for by in a.holdouts:
+    for by in [h + sc for h in a.holdouts for sc in SCORES]:
         reg = [c[f"pick_{by}"]["regret"] for c in cells]
         print(f"{by}: mean regret {np.mean(reg):.4f}, max {np.max(reg):.4f}, "
               f"mean test {np.mean([c[f'pick_{by}']['test'] for c in cells]):.4f}")
