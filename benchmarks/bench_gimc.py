@@ -651,7 +651,8 @@ def main(argv=None):
                 f"(sklearn/ours {r['time_ratio_sklearn_over_ours']:.2f}; CPU "
                 f"{r['cpu_seconds_ours']:.2f}s vs {r['cpu_seconds_sklearn']:.2f}s, ratio "
                 f"{r['cpu_ratio_sklearn_over_ours']:.2f}; threads {r['threads']}; load "
-                f"{min(r['loadavg_1min_runs']):.1f}-{max(r['loadavg_1min_runs']):.1f}); P@1/3/5 ours "
+                f"{min(r['loadavg_1min_runs']):.1f}-{max(r['loadavg_1min_runs']):.1f}); "
+                "P@1/3/5 ours "
                 + "/".join(f"{100 * r['ours'][k]:.2f}" for k in ("p@1", "p@3", "p@5"))
                 + " sklearn "
                 + "/".join(f"{100 * r['sklearn'][k]:.2f}" for k in ("p@1", "p@3", "p@5"))

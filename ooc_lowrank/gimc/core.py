@@ -205,6 +205,7 @@ def fit_gimc(
     n_trials : int
         Armijo trial steps evaluated per line-search pass.
     callback : callable(iteration, elapsed, objective) or None
+        Runs, like ``monitor``, under the fit's one-thread BLAS limit (see the code).
     monitor : callable(iteration, U, W) or None
         Called with the current parameters after the initialization (iteration 0) and after
         every accepted step (validation scoring, see ``GIMC.fit(eval_set=...)``).  ``U`` and
@@ -220,17 +221,40 @@ def fit_gimc(
     """
     # The driver's dense algebra (the D x D Cholesky, W W^T) runs on one BLAS thread, like
     # every pass on the threaded scheduler: OpenBLAS threads made the Cholesky of D = 1000
-    # 30x slower (0.75 s against 0.026 s) on this 2-core machine, and slower at every D
-    # measured up to 4000 (docs/performance.md).
+    # 30x slower (0.75 s against 0.026 s) on this 2-core machine, and 2-10x slower at
+    # D = 2000 and 4000 (docs/performance.md).
     with engine._blas_controller().limit(limits=1, user_api="blas"):
         return _fit_gimc(
-            X, A, U0, spec, alpha=alpha, n_labels=n_labels, codes=codes, max_iter=max_iter,
-            tol=tol, n_trials=n_trials, callback=callback, monitor=monitor, checkpoint=checkpoint,
+            X,
+            A,
+            U0,
+            spec,
+            alpha=alpha,
+            n_labels=n_labels,
+            codes=codes,
+            max_iter=max_iter,
+            tol=tol,
+            n_trials=n_trials,
+            callback=callback,
+            monitor=monitor,
+            checkpoint=checkpoint,
         )
 
 
 def _fit_gimc(
-    X, A, U0, spec, *, alpha, n_labels, codes, max_iter, tol, n_trials, callback, monitor,
+    X,
+    A,
+    U0,
+    spec,
+    *,
+    alpha,
+    n_labels,
+    codes,
+    max_iter,
+    tol,
+    n_trials,
+    callback,
+    monitor,
     checkpoint,
 ):
     """:func:`fit_gimc` under the caller's BLAS thread limit."""
