@@ -102,9 +102,14 @@ def test_bench_gimc_small(tmp_path):
     assert res["iteration"]["passes_per_iteration"] >= 2
     assert res["iteration"]["achieved_gflops"] > 0 and res["iteration"]["blas_peak_gflops"] > 0
     assert res["vs_sklearn"]["time_ratio_sklearn_over_ours"] > 0
-    # running one part again keeps the other part's results in the file
-    bench_gimc.main(["--small", "--quiet", "--only", "vs_sklearn", "--out", str(out)])
+    # running one part again keeps the other part's results in the file; --sk-threads 1 runs
+    # both sides under a one-thread BLAS limit (recorded as the runs saw it)
+    res1 = bench_gimc.main(
+        ["--small", "--quiet", "--only", "vs_sklearn", "--sk-threads", "1", "--out", str(out)]
+    )
     assert json.loads(out.read_text())["iteration"] == json.loads(json.dumps(res["iteration"]))
+    assert res1["vs_sklearn"]["threads"] == 1
+    assert all(b["num_threads"] == 1 for b in res1["vs_sklearn"]["blas"])
 
 
 def test_bibtex_cv_small(tmp_path):

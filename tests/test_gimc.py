@@ -106,6 +106,31 @@ def test_trial_batch_equals_direct_statistics(rng):
 
 
 @pytest.mark.parametrize("kinds", [["fourier"], ["nystrom"], ["fourier", "nystrom"]])
+def test_pass_shapes_match_block_outputs(rng, kinds):
+    """The shapes the core hands the engine (it then skips its probe call) are those of the
+    block outputs; the one-trial pass at ``U`` (whose feature map may overwrite ``X U`` in
+    place) gives the statistics of ``Phi(U)``."""
+    X, A = _problem(rng)
+    spec = _blocks.FeatureSpec.build(
+        [(k, 4, 0.3, np.eye(4) * 0.5 if k == "nystrom" else None, False) for k in kinds]
+    )
+    U = _U0(rng, X, kinds, 4, 0.3)
+    g = rng.standard_normal(U.shape)
+    L = A.shape[1]
+    for direction, etas, with_a2 in [(None, (0.0,), True), (g, (0.1, 0.05), False)]:
+        res = _blocks.stats_block(X, A, U, direction, etas, spec, L, False, with_a2)
+        assert [np.shape(r) for r in res] == _blocks.stats_shapes(spec, L, len(etas), with_a2)
+    res = _blocks.stats_block(X, A, U, None, (0.0,), spec, L, False, True)
+    Phi = nv.phi_spec(X, U, spec)
+    np.testing.assert_allclose(_blocks.symmetrize_lower(res[0]), Phi.T @ Phi, rtol=1e-10)
+    np.testing.assert_allclose(res[1], A.T @ Phi, rtol=1e-10, atol=1e-12)
+    W = rng.standard_normal((spec.n_features, L))
+    learn = _spec(kinds, 4, 0.3)
+    out = _blocks.grad_block(X, A, U, learn, W @ W.T, np.ascontiguousarray(W.T), L, False)
+    assert [np.shape(r) for r in out] == _blocks.grad_shapes(learn, X.shape[1])
+
+
+@pytest.mark.parametrize("kinds", [["fourier"], ["nystrom"], ["fourier", "nystrom"]])
 def test_core_fit_matches_naive_and_never_increases(rng, kinds):
     X, A = _problem(rng, n=80)
     spec = _spec(kinds, 5, 0.4)

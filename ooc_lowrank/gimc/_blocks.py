@@ -217,6 +217,18 @@ def symmetrize_lower(S):
 # ----------------------------------------------------------------------------------------
 
 
+def stats_shapes(spec, n_labels, n_trials, with_a2):
+    """Output shapes of :func:`stats_block` (given to the engine, which then does not call
+    the block function on a probe block to find them: a D x D syrk and allocation per pass)."""
+    D = spec.n_features
+    return [(D, D), (n_labels, D)] * n_trials + ([()] if with_a2 else [])
+
+
+def grad_shapes(spec, d):
+    """Output shapes of :func:`grad_block` for ``d`` input features."""
+    return [(d, spec.n_params), (spec.n_params,)]
+
+
 def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
     """Statistics pass: for each trial ``U_t = U - eta_t * direction`` return
     ``tril(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
@@ -242,11 +254,13 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
     xsq = _row_sq(Xb, dt) if nys else None
     n = Z0.shape[0]
     Phi = np.empty((n, spec.n_features), dtype=dt)
-    Z = np.empty_like(Z0)
+    # the feature map may overwrite Z: a single trial at U uses Z0 itself (no copy)
+    Z = Z0 if len(etas) == 1 and (Zg is None or etas[0] == 0.0) else np.empty_like(Z0)
     out = []
     for eta in etas:
         if Zg is None or eta == 0.0:
-            Z[...] = Z0
+            if Z is not Z0:
+                Z[...] = Z0
             Ut = U
         else:
             np.multiply(Zg, dt.type(eta), out=Z)

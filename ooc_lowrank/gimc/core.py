@@ -205,6 +205,7 @@ def fit_gimc(
     n_trials : int
         Armijo trial steps evaluated per line-search pass.
     callback : callable(iteration, elapsed, objective) or None
+        Runs, like ``monitor``, under the fit's one-thread BLAS limit (see the code).
     monitor : callable(iteration, U, W) or None
         Called with the current parameters after the initialization (iteration 0) and after
         every accepted step (validation scoring, see ``GIMC.fit(eval_set=...)``).  ``U`` and
@@ -218,6 +219,45 @@ def fit_gimc(
     -------
     FitResult
     """
+    # The driver's dense algebra (the D x D Cholesky, W W^T) runs on one BLAS thread, like
+    # every pass on the threaded scheduler: OpenBLAS threads made the Cholesky of D = 1000
+    # 30x slower (0.75 s against 0.026 s) on this 2-core machine, and 2-10x slower at
+    # D = 2000 and 4000 (docs/performance.md).
+    with engine._blas_controller().limit(limits=1, user_api="blas"):
+        return _fit_gimc(
+            X,
+            A,
+            U0,
+            spec,
+            alpha=alpha,
+            n_labels=n_labels,
+            codes=codes,
+            max_iter=max_iter,
+            tol=tol,
+            n_trials=n_trials,
+            callback=callback,
+            monitor=monitor,
+            checkpoint=checkpoint,
+        )
+
+
+def _fit_gimc(
+    X,
+    A,
+    U0,
+    spec,
+    *,
+    alpha,
+    n_labels,
+    codes,
+    max_iter,
+    tol,
+    n_trials,
+    callback,
+    monitor,
+    checkpoint,
+):
+    """:func:`fit_gimc` under the caller's BLAS thread limit."""
     dt = np.dtype(X.dtype)
     t0 = time.perf_counter()
     U = np.array(U0, dtype=np.float64)
@@ -234,7 +274,15 @@ def fit_gimc(
             codes,
             with_a2,
         )
-        (res,) = engine.compute(engine.reduce_blocks(_blocks.stats_block, X, A, args=args))
+        (res,) = engine.compute(
+            engine.reduce_blocks(
+                _blocks.stats_block,
+                X,
+                A,
+                args=args,
+                shapes=_blocks.stats_shapes(spec, n_labels, len(etas), with_a2),
+            )
+        )
         n_passes += 1
         return res
 
@@ -298,7 +346,11 @@ def fit_gimc(
         Wt = np.ascontiguousarray(W.T).astype(dt)
         (gres,) = engine.compute(
             engine.reduce_blocks(
-                _blocks.grad_block, X, A, args=(U.astype(dt), spec, WWt, Wt, n_labels, codes)
+                _blocks.grad_block,
+                X,
+                A,
+                args=(U.astype(dt), spec, WWt, Wt, n_labels, codes),
+                shapes=_blocks.grad_shapes(spec, X.shape[1]),
             )
         )
         n_passes += 1

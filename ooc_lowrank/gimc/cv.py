@@ -420,7 +420,9 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         try:
             for i, batch in enumerate(batches):
                 logger.info("GIMCCV batch %d/%d: %d fits", i + 1, len(batches), len(batch))
-                self._run(batch, inits, learn)
+                # the driver's Cholesky solves on one BLAS thread (see core.fit_gimc)
+                with engine._blas_controller().limit(limits=1, user_api="blas"):
+                    self._run(batch, inits, learn)
         finally:
             del self._ctx  # the (possibly persisted) data
         self.n_batches_ = len(batches)
