@@ -1,4 +1,5 @@
-"""Which hold-out picks KernelMaxide-n's ``gamma`` and ``lam`` best (issue 9, selector noise).
+"""Which hold-out picks KernelMaxide-n's ``gamma`` and ``lam`` (or Maxide's ``k`` and ``lam``,
+``--method maxide``) best (issue 9, selector noise).
 
 For each yahoo set, omega and repetition of the SPEC 4.6 protocol (90/10 instance split, masked
 training labels, test rows in ``X`` with no label), every setting of the grid is
@@ -32,7 +33,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from ooc_lowrank import datasets, metrics  # noqa: E402
 from ooc_lowrank.gimc.features import median_gamma, sample_rows  # noqa: E402
-from ooc_lowrank.kernelmaxide import KernelMaxide, mask_labels, split_rows  # noqa: E402
+from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels, split_rows  # noqa: E402
 from ooc_lowrank.kernelmaxide.cv import split_observed  # noqa: E402
 
 
@@ -58,22 +59,31 @@ def run_cell(name, X, Y, omega, rep, a):
     train = split_rows(n, 0.1, rep)
     Yobs = mask_labels(Y, omega, train=train, random_state=rep)
     test = ~train
-    g0 = median_gamma(sample_rows(X, 1000, np.random.default_rng(rep)))
-    grid = [(s, lam) for s in a.gamma_scales for lam in a.lams]
     splits = {by: split_observed(Yobs, 0.25, rep, by=by) for by in a.holdouts}
-    out = {"dataset": name, "omega": omega, "rep": rep, "gamma_median": g0, "settings": []}
+    out = {"dataset": name, "omega": omega, "rep": rep, "method": a.method, "settings": []}
+    if a.method == "kernelmaxide":
+        g0 = out["gamma_median"] = median_gamma(sample_rows(X, 1000, np.random.default_rng(rep)))
+        grid = [{"gamma_scale": s, "lam": lam} for s in a.gamma_scales for lam in a.lams]
+
+        def make(gamma_scale, lam):
+            return KernelMaxide(n_landmarks=a.landmarks, gamma=g0 * gamma_scale, lam=lam,
+                                max_iter=a.max_iter, random_state=rep)  # fmt: skip
+    else:
+        grid = [{"k": k, "lam": lam} for k in a.maxide_k for lam in a.maxide_lams]
+
+        def make(k, lam):
+            return Maxide(n_components=k or None, lam=lam, max_iter=a.max_iter, random_state=rep)
+
     t0 = time.perf_counter()
-    for s, lam in grid:
-        kw = dict(n_landmarks=a.landmarks, gamma=g0 * s, lam=lam, max_iter=a.max_iter,
-                  random_state=rep)  # fmt: skip
-        row = {"gamma_scale": s, "lam": lam}
+    for setting in grid:
+        row = dict(setting)
         for by, (Yfit, Yval) in splits.items():
-            est = KernelMaxide(**kw).fit(X, Yfit)
+            est = make(**setting).fit(X, Yfit)
             S = est.decision_function(X)
             row[f"holdout_{by}"] = float(est.observed_ranking_loss(X, Yval))
             row[f"holdout_{by}_auc"] = label_auc_loss(S, Yval)
             row[f"holdout_{by}_sq"] = float(np.mean((S[Yval.nonzero()] - Yval.data) ** 2))
-        est = KernelMaxide(**kw).fit(X, Yobs)
+        est = make(**setting).fit(X, Yobs)
         row["test"] = float(metrics.ranking_loss(Y[test], est.decision_function(X[test])))
         out["settings"].append(row)
     out["seconds"] = time.perf_counter() - t0
@@ -81,8 +91,8 @@ def run_cell(name, X, Y, omega, rep, a):
     out["best_test"] = best
     for by in [h + sc for h in a.holdouts for sc in SCORES]:
         pick = min(out["settings"], key=lambda r, by=by: r[f"holdout_{by}"])
-        out[f"pick_{by}"] = {"gamma_scale": pick["gamma_scale"], "lam": pick["lam"],
-                             "test": pick["test"], "regret": pick["test"] - best}  # fmt: skip
+        out[f"pick_{by}"] = {**{k: pick[k] for k in grid[0]}, "test": pick["test"],
+                             "regret": pick["test"] - best}  # fmt: skip
     print(name, omega, rep, {by: round(out[f"pick_{by}"]["test"], 4) for by in
           [h + sc for h in a.holdouts for sc in SCORES]}, "best", round(best, 4),
           f"{out['seconds']:.0f}s", flush=True)  # fmt: skip
@@ -99,6 +109,9 @@ def main(argv=None):
     ap.add_argument("--max-iter", type=int, default=100)
     ap.add_argument("--gamma-scales", type=float, nargs="+", default=[1.0, 2.0, 4.0])
     ap.add_argument("--lams", type=float, nargs="+", default=[0.5, 2.0, 8.0, 32.0])
+    ap.add_argument("--method", choices=["kernelmaxide", "maxide"], default="kernelmaxide")
+    ap.add_argument("--maxide-lams", type=float, nargs="+", default=[2.0**k for k in range(-2, 6)])
+    ap.add_argument("--maxide-k", type=int, nargs="+", default=[100, 0], help="0 = all")
     ap.add_argument("--holdouts", nargs="+", default=["entries", "rows"])
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)

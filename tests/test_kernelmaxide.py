@@ -618,7 +618,8 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
 
     X, Yobs = _lam_problem()
     kw = dict(n_landmarks=100, max_iter=100, random_state=0)
-    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0, 1e-3]).fit(X, Yobs)
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0, 1e-3],
+                        scoring="ranking_loss").fit(X, Yobs)  # fmt: skip
     res = cv.cv_results_
     assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
     assert res["mean_test_score"][0] == 1.0  # every score 0: all held-out pairs are ties
@@ -633,16 +634,37 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     full = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yobs)
     np.testing.assert_array_equal(best.coef_, full.coef_)
     assert "mean ranking loss" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
+    m = MaxideCV(lams=[1e4, 1.0], max_iter=50, scoring="ranking_loss").fit(X, Yobs)
     assert m.best_params_ == {"n_components": None, "lam": 1.0}
     # whole rows held out: the same choice, scored on split_observed(by="rows")
     rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0],
-                          holdout="rows", refit=False).fit(X, Yobs)  # fmt: skip
+                          holdout="rows", scoring="ranking_loss", refit=False).fit(X, Yobs)  # fmt: skip
     assert rows.best_params_ == {"gamma": 1.0, "lam": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0, by="rows")
     est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
     rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
     assert rows.cv_results_["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
+
+
+def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
+    from ooc_lowrank.kernelmaxide import KernelMaxideCV, MaxideCV
+    from ooc_lowrank.kernelmaxide.cv import split_observed
+
+    X, Yobs = _lam_problem()
+    kw = dict(n_landmarks=100, max_iter=100, random_state=0)
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0], refit=False)
+    cv.fit(X, Yobs)  # default scoring: squared error at the held-out entries
+    assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
+    Yfit, Yval = split_observed(Yobs, 0.25, 0)
+    for i, lam in enumerate([1e4, 3.0]):
+        S = KernelMaxide(**kw, gamma=1.0, lam=lam).fit(X, Yfit).decision_function(X)
+        r, c = Yval.nonzero()
+        want = np.mean((S[r, c] - np.asarray(Yval[r, c]).ravel()) ** 2)
+        assert cv.cv_results_["split0_test_score"][i] == pytest.approx(want, rel=1e-10)
+    assert cv.cv_results_["mean_test_score"][0] == pytest.approx(1.0, abs=1e-3)  # scores ~ 0
+    assert "mean squared error" in cv.format_cv_table()
+    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
+    assert m.best_params_ == {"n_components": None, "lam": 1.0}
 
 
 def test_split_observed_rows_holds_out_whole_rows():
@@ -676,6 +698,7 @@ def test_split_observed_rows_holds_out_whole_rows():
         ({"validation_fraction": 1.0}, ValueError, "validation_fraction must be < 1"),
         ({"n_splits": 0}, ValueError, "n_splits must be >= 1"),
         ({"holdout": "cols"}, ValueError, 'holdout must be "entries"'),
+        ({"scoring": "auc"}, ValueError, "scoring must be one of"),
     ],
 )
 def test_kernelmaxide_cv_bad_grid_fails_before_work(toy, params, exc, msg, monkeypatch):

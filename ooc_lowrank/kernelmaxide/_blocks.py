@@ -176,3 +176,17 @@ def observed_rl_block(Xb, Vb, kind, U, M, gamma, W):
     )
     ok = rl >= 0
     return np.array([rl[ok].sum(), np.count_nonzero(ok)], dtype=np.float64)
+
+
+def observed_sq_block(Xb, Vb, kind, U, M, gamma, W):
+    """``[sum, count]`` of the squared error ``(s_ij - y_ij)^2`` at the observed entries of
+    ``Vb`` (held-out labels, +1 / -1); scores are computed for the rows with an entry only."""
+    Vb = sp.csr_matrix(Vb)
+    rows = np.flatnonzero(np.diff(Vb.indptr))
+    if not rows.size:
+        return np.zeros(2)
+    Vu = Vb[rows]
+    S = scores_block(Xb[rows], kind, U, M, gamma, W)
+    local = np.repeat(np.arange(rows.size), np.diff(Vu.indptr))
+    r = S[local, Vu.indices] - Vu.data
+    return np.array([float(r @ r), r.size], dtype=np.float64)

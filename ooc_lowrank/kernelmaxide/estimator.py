@@ -390,12 +390,25 @@ class _MaxideBase(BaseEstimator):
         The validation score of :class:`KernelMaxideCV` on held-out observed labels.  One
         pass; scores only for the rows with a stored entry.
         """
+        return self._observed_mean(X, Y, _blocks.observed_rl_block)
+
+    def observed_squared_error(self, X, Y):
+        """Mean of ``(score - y)^2`` over the *observed* entries of ``Y`` (+1 / -1 stored): the
+        model's own squared loss on held-out labels, the default validation score of
+        :class:`KernelMaxideCV` (NaN if ``Y`` has no entry).  One pass; scores only for the
+        rows with a stored entry.
+        """
+        return self._observed_mean(X, Y, _blocks.observed_sq_block)
+
+    def _observed_mean(self, X, Y, block_fn):
+        """``sum / count`` of a ``[sum, count]`` block function over ``X`` and the observed
+        labels ``Y`` aligned to it, in one pass (NaN when the count is 0)."""
         X, B = self._prepare_X(X)
         if not _is_lazy(Y):
             Y = check_observed_labels(Y, name="Y")
         VB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         s, c = np.asarray(
-            engine.map_reduce(_blocks.observed_rl_block, B, VB, args=(*self.fmap_.args(), self.coef_))
+            engine.map_reduce(block_fn, B, VB, args=(*self.fmap_.args(), self.coef_))
         ).ravel()
         return float(s / c) if c else float("nan")
 
