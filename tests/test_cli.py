@@ -463,7 +463,7 @@ def test_mask_labels_then_kernelmaxide_fit_and_ranking_loss(tmp_path, capsys):
     assert main(["fit", "kernelmaxide-cv", m, cvm, "--n-landmarks", "30", "--gamma-scales",
                  "1,4", "--lams", "0.5,8", "--max-iter", "20"]) in (0, None)  # fmt: skip
     out = capsys.readouterr().out
-    assert "chosen by cross-validation: gamma=" in out and "mean squared error" in out
+    assert "chosen by cross-validation: gamma=" in out and "mean ranking loss" in out
     assert main(["evaluate", cvm, m, "--metrics", "ranking_loss", "--json"]) in (0, None)
     assert 0.0 <= json.loads(capsys.readouterr().out)["ranking_loss"] < 0.5
     # the source is never overwritten

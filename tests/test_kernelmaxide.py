@@ -619,7 +619,7 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     X, Yobs = _lam_problem()
     kw = dict(n_landmarks=100, max_iter=100, random_state=0)
     cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0, 1e-3],
-                        scoring="ranking_loss").fit(X, Yobs)  # fmt: skip
+                        holdout="entries").fit(X, Yobs)  # fmt: skip
     res = cv.cv_results_
     assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
     assert res["mean_test_score"][0] == 1.0  # every score 0: all held-out pairs are ties
@@ -634,11 +634,11 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     full = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yobs)
     np.testing.assert_array_equal(best.coef_, full.coef_)
     assert "mean ranking loss" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50, scoring="ranking_loss").fit(X, Yobs)
+    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
     assert m.best_params_ == {"n_components": None, "lam": 1.0}
-    # whole rows held out: the same choice, scored on split_observed(by="rows")
+    # the defaults: whole rows held out, the same choice, scored on split_observed(by="rows")
     rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0],
-                          holdout="rows", scoring="ranking_loss", refit=False).fit(X, Yobs)  # fmt: skip
+                          refit=False).fit(X, Yobs)  # fmt: skip
     assert rows.best_params_ == {"gamma": 1.0, "lam": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0, by="rows")
     est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
@@ -652,8 +652,9 @@ def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
 
     X, Yobs = _lam_problem()
     kw = dict(n_landmarks=100, max_iter=100, random_state=0)
-    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0], refit=False)
-    cv.fit(X, Yobs)  # default scoring: squared error at the held-out entries
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0], refit=False,
+                        holdout="entries", scoring="squared_error")  # fmt: skip
+    cv.fit(X, Yobs)
     assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0)
     for i, lam in enumerate([1e4, 3.0]):
@@ -663,7 +664,7 @@ def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
         assert cv.cv_results_["split0_test_score"][i] == pytest.approx(want, rel=1e-10)
     assert cv.cv_results_["mean_test_score"][0] == pytest.approx(1.0, abs=1e-3)  # scores ~ 0
     assert "mean squared error" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
+    m = MaxideCV(lams=[1e4, 1.0], max_iter=50, scoring="squared_error").fit(X, Yobs)
     assert m.best_params_ == {"n_components": None, "lam": 1.0}
 
 
