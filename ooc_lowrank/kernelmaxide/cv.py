@@ -267,8 +267,8 @@ class KernelMaxideCV(_ObservedSearch):
         (3 sets x omega 10-40 % x repetitions 0 and 1; ``benchmarks/kernelmaxide_selection.py``,
         docs/kernelmaxide.md section 8): against the best setting of the grid on the test rows,
         rows + ranking loss chose settings 0.0032 worse on average (KernelMaxide-n; Maxide
-        0.0035), entries + ranking loss 0.0058 (Maxide 0.0069), entries + squared error 0.0038
-        (Maxide 0.0091).  A row holds few observed labels (about 3 of 26 on Arts at 10 %), so a
+        0.0027), entries + ranking loss 0.0058 (Maxide 0.0068), entries + squared error 0.0038
+        (Maxide 0.0090).  A row holds few observed labels (about 3 of 26 on Arts at 10 %), so a
         quarter of the entries rarely leaves a (+, -) pair inside a row.
     n_splits : int, default=1
         Random hold-outs averaged.
