@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import logging
 
-from ._persist import load
-from ._validation import OOCLowRankWarning, StoreError
-from .storage import DatasetWriter, open_dataset
+from ._blas import prefer_avx512_openblas
+
+prefer_avx512_openblas()  # before anything imports NumPy (OpenBLAS reads it when it loads)
+
+from ._persist import load  # noqa: E402
+from ._validation import OOCLowRankWarning, StoreError  # noqa: E402
+from .storage import DatasetWriter, open_dataset  # noqa: E402
 
 __version__ = "0.1.0"
 
