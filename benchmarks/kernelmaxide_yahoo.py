@@ -5,8 +5,9 @@ All 5000 instances of each ``.mat`` (``ooc_lowrank.datasets.load_yahoo``), a ran
 instance split, ``omega`` % of each label's training positives and negatives observed
 (``mask_labels``), the test rows in ``X`` with no observed label (transductive).
 Hyperparameters by the library's own selection on the *observed training labels only*
-(``KernelMaxideCV`` / ``MaxideCV``: a quarter of the observed entries held out, score = ranking
-loss over the held-out (+, -) pairs of each row, refit on all observed labels).  KernelMaxide-f
+(``KernelMaxideCV`` / ``MaxideCV`` with their default hold-out: a quarter of the labelled
+training rows lose their observed labels, score = ranking loss over those rows' held-out (+, -)
+pairs, refit on all observed labels; KernelMaxide-n's grid is ``KernelMaxideCV``'s default).  KernelMaxide-f
 uses KernelMaxide-n's choice (one exact-kernel fit per cell).  KernelBSVM: one scikit-learn RBF
 ``SVC`` per label on that label's observed training rows, ``gamma`` from the same grid and
 ``C`` from ``--svm-cs``, chosen on the same held-out observed labels, ``decision_function``
@@ -108,7 +109,8 @@ def run_cell(name, X, Y, omega, rep, a):
     if a.bsvm:
         g0 = cv.gamma_median_  # the same gamma grid as KernelMaxide-n
         t = time.perf_counter()
-        Yfit, Yval = split_observed(Yobs, 0.25, rep)  # the hold-out the CV classes used
+        # the hold-out the CV classes used (their defaults: a quarter of the labelled rows)
+        Yfit, Yval = split_observed(Yobs, 0.25, rep, by="rows")
         vrows = np.flatnonzero(np.diff(Yval.indptr))
         grid = []
         for s in a.gamma_scales:
@@ -219,7 +221,7 @@ def main():
     ap.add_argument("--landmarks", type=int, default=1000)
     ap.add_argument("--max-iter", type=int, default=100)
     ap.add_argument("--gamma-scales", type=float, nargs="+", default=[1.0, 2.0, 4.0])
-    ap.add_argument("--lams", type=float, nargs="+", default=[0.5, 2.0, 8.0])
+    ap.add_argument("--lams", type=float, nargs="+", default=[0.5, 2.0, 8.0, 32.0])
     ap.add_argument("--maxide-lams", type=float, nargs="+", default=[2.0**k for k in range(-2, 6)])
     ap.add_argument("--maxide-k", type=int, nargs="+", default=[100, 0], help="0 = all")
     ap.add_argument("--svm-cs", type=float, nargs="+", default=[1.0, 10.0])
