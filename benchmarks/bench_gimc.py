@@ -57,8 +57,9 @@ def _blas_info():
     ]
 
 
-def blas_peak(shapes=None, repeats=5):
-    """The best float32 GFLOP/s this machine does, per shape, with every core in BLAS.
+def blas_peak(shapes=None, repeats=5, threads=None):
+    """The best float32 GFLOP/s this machine does, per shape, with every core in BLAS (or
+    ``threads`` BLAS threads: the peak of a worker with that many).
 
     Measured inside ``threadpool_limits(os.cpu_count())``, so a BLAS thread limit left by the
     caller (``OPENBLAS_NUM_THREADS=1``, an enclosing ``threadpool_limits``) cannot lower it; the
@@ -78,7 +79,7 @@ def blas_peak(shapes=None, repeats=5):
     rng = np.random.default_rng(0)
     before = _blas_info()
     out = {"blas_before": before, "shapes": {}}
-    with threadpool_limits(limits=os.cpu_count() or 1, user_api="blas"):
+    with threadpool_limits(limits=threads or os.cpu_count() or 1, user_api="blas"):
         out["blas_during"] = _blas_info()
         for name, op, n, k, m in shapes:
             A = rng.standard_normal((n, k), dtype=np.float32)
@@ -505,7 +506,8 @@ def bench_out_of_core(url, m, limit_bytes, log, iters=1, threads=1, small=False)
         ("sgemm_8000x1000x1000", "gemm", 8000, 1000, 1000),
     ]
     shapes += fit_shapes(int(ds.block_rows), d, m)
-    peak_before = blas_peak(shapes) if iters > 1 else None
+    # the roofline of the worker: as many BLAS threads as it has task threads
+    peak_before = blas_peak(shapes, threads=threads) if iters > 1 else None
     marks = {}
     with rss.limited_worker(limit_bytes, threads=threads) as (_client, peak):
         t = time.perf_counter()
@@ -528,7 +530,7 @@ def bench_out_of_core(url, m, limit_bytes, log, iters=1, threads=1, small=False)
     if iters > 1:
         per_it, it_s = steady_seconds(marks)
         flops = iteration_flops(n, d, m, int(ds["Y"].nnz), g.n_trials_)
-        pk = max(peak_before["peak"], blas_peak(shapes)["peak"])
+        pk = max(peak_before["peak"], blas_peak(shapes, threads=threads)["peak"])
         out.update(
             iterations=len(per_it),
             seconds_each_iteration=per_it,
@@ -536,6 +538,7 @@ def bench_out_of_core(url, m, limit_bytes, log, iters=1, threads=1, small=False)
             passes_per_iteration=(g.n_passes_ - 1) / max(len(per_it), 1),
             achieved_gflops=flops / it_s / 1e9,
             blas_peak_gflops=pk,
+            blas_peak_threads=threads,
             ratio_to_peak=flops / it_s / 1e9 / pk,
         )
     return out
