@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.linalg.blas import dsyrk, ssyrk
 
 from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
 from ooc_lowrank.kernels.rbf import lnys_t, rbf_from_dot
@@ -190,19 +189,18 @@ def features_block(Xb, U, spec):
 
 
 def _gram(Phi):
-    """Lower triangle of ``Phi^T Phi`` by syrk, as a C-ordered (D, D) array.
+    """``Phi^T Phi`` as a C-ordered (D, D) array (symmetric; callers read its lower triangle,
+    see :func:`symmetrize_lower`).
 
-    syrk on the C-ordered ``Phi`` (seen by BLAS as the Fortran-ordered ``Phi^T``) fills the upper
-    triangle of a Fortran-ordered result; its transpose is the same memory read in C order with
-    the lower triangle filled.  Returning the C-ordered view matters: the engine flattens block
-    outputs, and flattening a Fortran-ordered D x D array is a transposing copy that cost more
-    than the syrk itself at D = 6000.  Upper-triangle entries are unspecified (see
-    :func:`symmetrize_lower`).
+    NumPy computes ``Phi.T @ Phi`` of one array with syrk (half the flops of a gemm) and, unlike
+    ``scipy.linalg.blas.ssyrk``, releases the GIL while it runs: scipy's f2py wrapper holds it,
+    which serialised the syrk of concurrent Dask block tasks (two threads of ssyrk on 4000 x
+    1000 float32 blocks ran at 0.96x one thread; ``Phi.T @ Phi`` at 1.88x, same one-thread
+    speed; docs/performance.md).
     """
     if Phi.shape[0] == 0:
         return np.zeros((Phi.shape[1], Phi.shape[1]), dtype=Phi.dtype)
-    f = ssyrk if Phi.dtype == np.float32 else dsyrk
-    return f(1.0, Phi.T, trans=0, lower=0).T
+    return Phi.T @ Phi
 
 
 def symmetrize_lower(S):
