@@ -125,13 +125,22 @@ def _count_block(b):
 
 
 def _gram_block(b):
-    from scipy.linalg.blas import dsyrk, ssyrk
-
+    """``b^T b`` of one block.  NumPy computes the product of an array with its own transpose
+    by syrk and releases the GIL while BLAS runs; ``scipy.linalg.blas.ssyrk``'s wrapper holds
+    the GIL, which serialised the engine's concurrent block tasks (quiet machine, 1M x 500
+    float32: 2.9 s against 2.2 s for one thread in memory)."""
     d = b.shape[1]
     if b.shape[0] == 0:
         return np.zeros((d, d))
+    return b.T @ b
+
+
+def _gram_block_scipy(b):
+    """The in-memory ``ssyrk`` peer (upper triangle; scipy's wrapper, GIL held)."""
+    from scipy.linalg.blas import dsyrk, ssyrk
+
     syrk = ssyrk if b.dtype == np.float32 else dsyrk
-    return syrk(1.0, b.T, trans=0)  # b.T is Fortran-ordered: no copy; upper triangle of b^T b
+    return syrk(1.0, b.T, trans=0)  # b.T is Fortran-ordered: no copy
 
 
 def _symmetrize(upper):
@@ -211,7 +220,7 @@ def _measure(name, workdir, block_rows):
                     return X.T @ X
 
             return run
-        return lambda: _symmetrize(_gram_block(X))
+        return lambda: _symmetrize(_gram_block_scipy(X))
     raise ValueError(f"unknown measurement {name!r}")
 
 
