@@ -436,8 +436,15 @@ def _profile_power(h, args, kernel_fn):
         t2 = time.perf_counter()
         out = kernel_fn(s, blk, *args)
         t3 = time.perf_counter()
-        flat = np.concatenate([np.asarray(o, dtype=np.float64).ravel() for o in out])
-        acc = flat if acc is None else acc + flat
+        rows_at = getattr(kernel_fn, "row_outputs", ())  # the block's rows: placed, not summed
+        if acc is None:
+            acc = {i: np.zeros(h.shape[0]) for i in rows_at}
+        for i in rows_at:
+            acc[i][s:e] = out[i]
+        flat = np.concatenate(
+            [np.asarray(o, dtype=np.float64).ravel() for i, o in enumerate(out) if i not in rows_at]
+        )
+        acc["sum"] = flat if "sum" not in acc else acc["sum"] + flat
         t4 = time.perf_counter()
         st["read"] += t1 - t0
         st["decode"] += t2 - t1

@@ -128,7 +128,7 @@ def _power_rows(
             gx += g * x
             acc += g * v[b]
             gtu_out[b] += g * ua
-        gv_out[a] = acc
+        gv_out[r] = acc
     stats_out[0] += lsum
     stats_out[1] += g2
     stats_out[2] += gx
@@ -185,7 +185,7 @@ def power_pass(
     """Per-entry gradient fused with both power-method products, for one block.
 
     With ``g`` the (sub)gradient of the loss at the current predictions on the block's entries:
-    ``gv_out[row0 + r] = sum_b g[r, b] v[b]`` (only this block's rows are written),
+    ``gv_out[r] = sum_b g[r, b] v[b]`` (``gv_out`` holds the block's rows only),
     ``gtu_out[b] += sum_r g[r, b] u[row0 + r]`` (a private partial vector for this block; the
     caller sums the blocks' vectors), and ``stats_out += (sum loss, sum g^2, sum g * x)``.
     """
@@ -241,7 +241,8 @@ def grad_entries(indptr, cols, vals, row0, U, V, theta, loss, delta, g_out):
 @njit
 def cached_matvecs(indptr, cols, g, row0, u, v, gv_out, gtu_out):
     """``G v`` and ``G^T u`` from cached per-entry gradients ``g`` (same order of additions as
-    :func:`power_pass`): ``gv_out[row0 + r] = sum_b g v[b]``, ``gtu_out[b] += g u[row0 + r]``."""
+    :func:`power_pass`): ``gv_out[r] = sum_b g v[b]`` (the block's rows only),
+    ``gtu_out[b] += g u[row0 + r]``."""
     n_rows = indptr.shape[0] - 1
     for r in range(n_rows):
         a = row0 + r
@@ -252,7 +253,7 @@ def cached_matvecs(indptr, cols, g, row0, u, v, gv_out, gtu_out):
             gk = g[k]
             acc += gk * v[b]
             gtu_out[b] += gk * ua
-        gv_out[a] = acc
+        gv_out[r] = acc
 
 
 @njit(inline="always")

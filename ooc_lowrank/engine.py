@@ -9,7 +9,9 @@ aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
   come as csr blocks whose column indices are the observed columns).
 * :func:`reduce_blocks` maps a block function over the row blocks and sums its outputs in
   float64 (a tree for small outputs, sequential chains for large ones); :func:`map_rows` maps
-  a block function to a row-aligned lazy Dask array.
+  a block function to a row-aligned lazy Dask array.  A block function may return per-row
+  vectors of its block (``fn.row_outputs``, see :func:`reduce_blocks`): those are placed at
+  the block's rows of a full-length result instead of being summed as full-length vectors.
 * :func:`compute` evaluates any number of these in **one** ``dask.compute`` under the scheduler
   policy; :func:`map_reduce` is ``compute(reduce_blocks(...))``.
 
@@ -440,17 +442,50 @@ def _call_block(fn, blocks, args, offset, bounds, block_id):
     return fn(*blocks, *args)
 
 
-def _packed_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, size=0, block_id=None):
+def _row_outputs(fn) -> frozenset:
+    """Indices of the outputs of ``fn`` that are per-row vectors of its block
+    (``fn.row_outputs``; see :func:`reduce_blocks`)."""
+    return frozenset(int(i) for i in getattr(fn, "row_outputs", ()))
+
+
+def _place_outputs(dst, outs, sizes, rows_at, start, fn, add):
+    """Write (``add=False``) or add the outputs of one block into the flat float64 ``dst``.
+
+    Output ``i`` fills ``sizes[i]`` values of ``dst``; a row output (``i in rows_at``) is a
+    vector of the block's rows and lands at offset ``start`` (the block's first row) of its
+    slot, the rest of the slot untouched (the caller zero-filled it).
+    """
+    if len(outs) != len(sizes):
+        raise ValueError(
+            f"block function {fn!r} returned {len(outs)} outputs on a block; expected {len(sizes)}"
+        )
+    k = 0
+    for i, o in enumerate(outs):
+        # C order, as unpack() reads it: a view of a C-ordered output; block functions with
+        # large outputs return C-ordered arrays (a Fortran-ordered one costs a transposing copy)
+        flat = np.asarray(o).reshape(-1)
+        lo = k + (start if i in rows_at else 0)
+        if (i not in rows_at and flat.size != sizes[i]) or lo + flat.size > k + sizes[i]:
+            raise ValueError(
+                f"block function {fn!r} returned {flat.size} values for output {i} on a block "
+                f"starting at row {start}; expected {sizes[i]}"
+                + (" in total" if i in rows_at else "")
+            )
+        if add:
+            dst[lo : lo + flat.size] += flat
+        else:
+            dst[lo : lo + flat.size] = flat
+        k += sizes[i]
+
+
+def _packed_block(
+    *items, fn=None, n_inputs=0, offset=False, bounds=None, sizes=(), rows_at=(), block_id=None
+):
     blocks, args = items[:n_inputs], items[n_inputs:]
     outs = _as_tuple(_call_block(fn, blocks, args, offset, bounds, block_id))
-    flat = np.empty((1, size), dtype=np.float64)
-    k = 0
-    for o in outs:
-        o = np.asarray(o)
-        flat[0, k : k + o.size] = o.ravel()
-        k += o.size
-    if k != size:
-        raise ValueError(f"block function {fn!r} returned {k} values on a block; expected {size}")
+    size = sum(sizes)
+    flat = np.zeros((1, size)) if rows_at else np.empty((1, size), dtype=np.float64)
+    _place_outputs(flat[0], outs, sizes, rows_at, int(bounds[block_id[0]]), fn, add=False)
     return flat
 
 
@@ -496,7 +531,7 @@ def _n_chains(nb: int, size: int) -> int:
     return int(max(1, min(nb, int(n))))
 
 
-def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0):
+def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, sizes=(), rows_at=()):
     """One link of a chained reduction: ``acc + fn(block)`` as a flat float64 vector.
 
     The block outputs are added **into** ``acc``: an accumulator has exactly one consumer (the
@@ -507,25 +542,13 @@ def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0)
     """
     blocks, args = items[:n_inputs], items[n_inputs:]
     raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
-    outs = [np.asarray(o) for o in _as_tuple(raw)]
-    got = sum(o.size for o in outs)
-    if got != size:
-        raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
+    outs = _as_tuple(raw)
     first = acc is None
-    if first:
-        new = np.empty(size, dtype=np.float64)
+    if first:  # no zero fill unless row outputs leave the other rows of their slot untouched
+        new = np.zeros(sum(sizes)) if rows_at else np.empty(sum(sizes), dtype=np.float64)
     else:  # a deserialized accumulator may be a read-only view of a network frame
         new = acc if acc.flags.writeable else acc.copy()
-    k = 0
-    for o in outs:
-        # C order, as unpack() reads it: a view of a C-ordered output; block functions with
-        # large outputs return C-ordered arrays (a Fortran-ordered one costs a transposing copy)
-        flat = o.reshape(-1)
-        if first:
-            new[k : k + o.size] = flat  # first link: cast-copy, no zero fill
-        else:
-            new[k : k + o.size] += flat
-        k += o.size
+    _place_outputs(new, outs, sizes, rows_at, start, fn, add=not first)
     return new
 
 
@@ -536,7 +559,7 @@ def _sum_list(parts):
     return out
 
 
-def _chained(fn, blocked, ref, args, offset, size, client=None):
+def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     """Sum of ``fn`` over the row blocks along :func:`_n_chains` sequential chains.
 
     Blocks are split into contiguous groups; each group is one chain of :func:`_fold_block`
@@ -549,6 +572,7 @@ def _chained(fn, blocked, ref, args, offset, size, client=None):
     from dask.delayed import delayed
 
     nb = ref.n_blocks
+    size = sum(sizes)
     tok = dask.base.tokenize(fn, size, nb, offset, os.urandom(8))
     cols = [b.dask.to_delayed(optimize_graph=False).reshape(-1) for b in blocked]
     dargs = _unwrap_args(args, active_client(client))
@@ -567,7 +591,8 @@ def _chained(fn, blocked, ref, args, offset, size, client=None):
                 n_inputs=len(blocked),
                 offset=offset,
                 start=int(ref.bounds[i]),
-                size=size,
+                sizes=sizes,
+                rows_at=rows_at,
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
         totals.append(acc)
@@ -597,7 +622,16 @@ def reduce_blocks(
     args : sequence
         Small state (factors, Gram matrices); large arrays are shipped once per graph.
     shapes : list of tuple, optional
-        Output shapes; inferred by calling ``fn`` once on one-row all-zero blocks when omitted.
+        Output shapes (of the sums); inferred by calling ``fn`` once on one-row all-zero blocks
+        when omitted.
+
+    Notes
+    -----
+    Row outputs: ``fn.row_outputs = (i, ...)`` declares outputs ``i`` as 1-D vectors over the
+    block's rows (``rows_in_block`` values, block order).  Their result is the full-length
+    ``(n_rows,)`` vector that holds each block's values at its rows: a placement, no
+    arithmetic, so the other blocks' zeros are never allocated, summed or shipped (a GLRL power
+    pass returns ``G v`` this way).
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
     chains : bool, optional
@@ -618,14 +652,19 @@ def reduce_blocks(
     else:
         single = False
         shapes = [tuple(s) for s in shapes]
-    size = int(sum(int(np.prod(s)) for s in shapes))
+    rows_at = _row_outputs(fn)
+    shapes = [(ref.shape[0],) if i in rows_at else s for i, s in enumerate(shapes)]
+    sizes = tuple(int(np.prod(s)) for s in shapes)
+    size = int(sum(sizes))
     nb = ref.n_blocks
     if not nb:
         return Reduction(da.zeros(size, chunks=size), shapes, single)
     if chains is None:
         chains = 8 * size >= CHAIN_BYTES and split_every is None
     if chains:
-        return Reduction(_chained(fn, blocked, ref, args, offset, size, client), shapes, single)
+        return Reduction(
+            _chained(fn, blocked, ref, args, offset, sizes, rows_at, client), shapes, single
+        )
     packed = da.map_blocks(
         _packed_block,
         *[b.dask for b in blocked],
@@ -634,7 +673,8 @@ def reduce_blocks(
         n_inputs=len(blocked),
         offset=offset,
         bounds=ref.bounds,
-        size=size,
+        sizes=sizes,
+        rows_at=rows_at,
         chunks=((1,) * nb, (size,)),
         dtype=np.float64,
         meta=np.empty((0, 0), np.float64),
