@@ -567,6 +567,9 @@ def bench_pass(
     out["fit_n_iter"] = int(est.n_iter_)
     out["fit_n_passes"] = int(est.n_passes_)
     out["passes_per_greedy_step"] = est.n_passes_ / max(est.n_iter_, 1)
+    # power passes (the first of each step also gives its objective), refit and step passes
+    out["fit_passes_by_kind"] = dict(est.n_passes_by_kind_)
+    out["fit_power_iter"], out["fit_lbfgs_iter"] = est.power_iter, est.lbfgs_iter
     out["fit_s_per_pass"] = out["fit_s"] / max(est.n_passes_, 1)
     out["loadavg_after"] = list(os.getloadavg())
     shutil.rmtree(store, ignore_errors=True)
@@ -726,7 +729,8 @@ def print_table(res):
             f"reads {ps['file_read_gb_s']:.2f} GB/s), power pass {ps['power_pass_s']:.3f} s "
             f"(x{ps['ratio_power_to_read']:.2f}), loss/gradient pass "
             f"{ps['lossgrad_pass_s']:.3f} s (x{ps['ratio_lossgrad_to_read']:.2f}), "
-            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step, check pass "
+            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step "
+            f"({ps.get('fit_passes_by_kind', {})}), check pass "
             f"{ps['check_pass_s']:.3f} s, fit {ps['fit_s']:.1f} s / {ps['fit_n_passes']} passes"
         )
         pr = ps["profile_power_serial_s"]
