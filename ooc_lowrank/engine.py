@@ -448,45 +448,30 @@ def _row_outputs(fn) -> frozenset:
     return frozenset(int(i) for i in getattr(fn, "row_outputs", ()))
 
 
-def _place_outputs(dst, outs, sizes, rows_at, start, fn, add):
-    """Write (``add=False``) or add the outputs of one block into the flat float64 ``dst``.
-
-    Output ``i`` fills ``sizes[i]`` values of ``dst``; a row output (``i in rows_at``) is a
-    vector of the block's rows and lands at offset ``start`` (the block's first row) of its
-    slot, the rest of the slot untouched (the caller zero-filled it).
-    """
-    if len(outs) != len(sizes):
-        raise ValueError(
-            f"block function {fn!r} returned {len(outs)} outputs on a block; expected {len(sizes)}"
-        )
+def _flatten_outputs(outs, size, fn, dst=None, add=False):
+    """The outputs of one block as one flat float64 vector of ``size`` values (written or
+    added into ``dst``)."""
+    got = sum(np.asarray(o).size for o in outs)
+    if got != size:
+        raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
+    flat = np.empty(size, dtype=np.float64) if dst is None else dst
     k = 0
-    for i, o in enumerate(outs):
+    for o in outs:
         # C order, as unpack() reads it: a view of a C-ordered output; block functions with
         # large outputs return C-ordered arrays (a Fortran-ordered one costs a transposing copy)
-        flat = np.asarray(o).reshape(-1)
-        lo = k + (start if i in rows_at else 0)
-        if (i not in rows_at and flat.size != sizes[i]) or lo + flat.size > k + sizes[i]:
-            raise ValueError(
-                f"block function {fn!r} returned {flat.size} values for output {i} on a block "
-                f"starting at row {start}; expected {sizes[i]}"
-                + (" in total" if i in rows_at else "")
-            )
+        o = np.asarray(o).reshape(-1)
         if add:
-            dst[lo : lo + flat.size] += flat
+            flat[k : k + o.size] += o
         else:
-            dst[lo : lo + flat.size] = flat
-        k += sizes[i]
+            flat[k : k + o.size] = o
+        k += o.size
+    return flat
 
 
-def _packed_block(
-    *items, fn=None, n_inputs=0, offset=False, bounds=None, sizes=(), rows_at=(), block_id=None
-):
+def _packed_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, size=0, block_id=None):
     blocks, args = items[:n_inputs], items[n_inputs:]
     outs = _as_tuple(_call_block(fn, blocks, args, offset, bounds, block_id))
-    size = sum(sizes)
-    flat = np.zeros((1, size)) if rows_at else np.empty((1, size), dtype=np.float64)
-    _place_outputs(flat[0], outs, sizes, rows_at, int(bounds[block_id[0]]), fn, add=False)
-    return flat
+    return _flatten_outputs(outs, size, fn)[None, :]
 
 
 def _prepare(inputs):
@@ -531,7 +516,9 @@ def _n_chains(nb: int, size: int) -> int:
     return int(max(1, min(nb, int(n))))
 
 
-def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, sizes=(), rows_at=()):
+def _fold_block(
+    acc, *items, fn=None, n_inputs=0, offset=False, start=0, stop=0, sizes=(), rows_at=()
+):
     """One link of a chained reduction: ``acc + fn(block)`` as a flat float64 vector.
 
     The block outputs are added **into** ``acc``: an accumulator has exactly one consumer (the
@@ -539,23 +526,56 @@ def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, sizes=(
     this link; a link on another worker receives a deserialized copy anyway.  A link therefore
     holds one accumulator plus the block function's own outputs, whatever the number of blocks.
     A failed link fails the whole pass (the caller recomputes the pass from its inputs).
+
+    With row outputs (``rows_at``) the accumulator is ``(sum of the other outputs, [row outputs
+    of each block so far])``: the row vectors (``stop - start`` values each) are kept, not
+    summed, and :func:`_total` places them.
     """
     blocks, args = items[:n_inputs], items[n_inputs:]
     raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
     outs = _as_tuple(raw)
-    first = acc is None
-    if first:  # no zero fill unless row outputs leave the other rows of their slot untouched
-        new = np.zeros(sum(sizes)) if rows_at else np.empty(sum(sizes), dtype=np.float64)
+    rows = []
+    if rows_at:
+        for i in sorted(rows_at):
+            r = np.asarray(outs[i], dtype=np.float64).reshape(-1)
+            if r.size != stop - start:
+                raise ValueError(
+                    f"block function {fn!r} returned {r.size} values for its row output {i} on "
+                    f"rows {start}:{stop}; expected {stop - start} (one per row of the block)"
+                )
+            rows.append(r)
+        outs = [o for i, o in enumerate(outs) if i not in rows_at]
+        sizes = [z for i, z in enumerate(sizes) if i not in rows_at]
+        acc, parts = (None, []) if acc is None else acc
+    if acc is None:  # first link: cast-copy, no zero fill
+        new = _flatten_outputs(outs, sum(sizes), fn)
     else:  # a deserialized accumulator may be a read-only view of a network frame
         new = acc if acc.flags.writeable else acc.copy()
-    _place_outputs(new, outs, sizes, rows_at, start, fn, add=not first)
-    return new
+        _flatten_outputs(outs, sum(sizes), fn, dst=new, add=True)
+    return (new, [*parts, rows]) if rows_at else new
 
 
-def _sum_list(parts):
-    out = parts[0] if parts[0].flags.writeable else parts[0].copy()  # sole consumer: reuse it
-    for p in parts[1:]:
-        out += p
+def _total(chains, sizes=(), rows_at=()):
+    """Sum of the chain totals in chain order; with row outputs, the full flat result: the
+    summed outputs and each block's row vectors (in block order: the chains are contiguous
+    groups of blocks) at their slots."""
+    if not rows_at:
+        out = chains[0] if chains[0].flags.writeable else chains[0].copy()  # sole consumer
+        for p in chains[1:]:
+            out += p
+        return out
+    summed = _total([c[0] for c in chains])
+    parts = [rows for c in chains for rows in c[1]]
+    out = np.empty(sum(sizes), dtype=np.float64)
+    k = j = 0
+    for i, z in enumerate(sizes):
+        if i in rows_at:
+            n = sorted(rows_at).index(i)
+            out[k : k + z] = np.concatenate([rows[n] for rows in parts]) if parts else 0.0
+        else:
+            out[k : k + z] = summed[j : j + z]
+            j += z
+        k += z
     return out
 
 
@@ -576,7 +596,8 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     tok = dask.base.tokenize(fn, size, nb, offset, os.urandom(8))
     cols = [b.dask.to_delayed(optimize_graph=False).reshape(-1) for b in blocked]
     dargs = _unwrap_args(args, active_client(client))
-    n_chains = _n_chains(nb, size)
+    # row outputs are not accumulated: the chain count follows the summed outputs only
+    n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
     edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
     fold = delayed(_fold_block, pure=False)
     totals = []
@@ -591,13 +612,16 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
                 n_inputs=len(blocked),
                 offset=offset,
                 start=int(ref.bounds[i]),
+                stop=int(ref.bounds[i + 1]),
                 sizes=sizes,
                 rows_at=rows_at,
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
         totals.append(acc)
     # a Delayed, not a dask array: finalizing a one-chunk array copies the (possibly large) total
-    return delayed(_sum_list, pure=False)(totals, dask_key_name=f"reduce-total-{tok}")
+    return delayed(_total, pure=False)(
+        totals, sizes=sizes, rows_at=rows_at, dask_key_name=f"reduce-total-{tok}"
+    )
 
 
 def reduce_blocks(
@@ -631,7 +655,10 @@ def reduce_blocks(
     block's rows (``rows_in_block`` values, block order).  Their result is the full-length
     ``(n_rows,)`` vector that holds each block's values at its rows: a placement, no
     arithmetic, so the other blocks' zeros are never allocated, summed or shipped (a GLRL power
-    pass returns ``G v`` this way).
+    pass returns ``G v`` this way).  Such reductions always run along chains (``chains`` and
+    ``split_every`` do not apply): each chain keeps its blocks' row vectors and the final task
+    concatenates them, so the row outputs cost one full-length vector in all, not one per
+    block or per chain.
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
     chains : bool, optional
@@ -661,7 +688,7 @@ def reduce_blocks(
         return Reduction(da.zeros(size, chunks=size), shapes, single)
     if chains is None:
         chains = 8 * size >= CHAIN_BYTES and split_every is None
-    if chains:
+    if chains or rows_at:  # row outputs travel along chains (see Notes)
         return Reduction(
             _chained(fn, blocked, ref, args, offset, sizes, rows_at, client), shapes, single
         )
@@ -673,8 +700,7 @@ def reduce_blocks(
         n_inputs=len(blocked),
         offset=offset,
         bounds=ref.bounds,
-        sizes=sizes,
-        rows_at=rows_at,
+        size=size,
         chunks=((1,) * nb, (size,)),
         dtype=np.float64,
         meta=np.empty((0, 0), np.float64),

@@ -265,6 +265,15 @@ def test_row_outputs_are_placed_at_the_block_rows(data, chunking, scheduler, cha
     np.testing.assert_allclose(colsum, X64.sum(0), rtol=1e-12)
 
 
+def test_row_outputs_must_have_one_value_per_block_row(data):
+    def short(start, Xb):
+        return np.zeros(max(Xb.shape[0] - 1, 0)), np.zeros(2)
+
+    short.row_outputs = (0,)
+    with pytest.raises(ValueError, match=r"row output 0 on rows \d+:\d+; expected \d+ \(one"):
+        engine.map_reduce(short, engine.as_blocked(data[0], block_rows=100), offset=True)
+
+
 def test_chained_reduction_checks_output_size(data):
     X = data[0]
     calls = iter(range(100))
