@@ -26,11 +26,11 @@ weights ``theta[i] * U[a, i]`` (and the refit's per-row sums ``sum_b g V[b, i]``
 a fixed-length tuple, i.e. in registers, and the rank loop unrolls.  In the generic loop they
 are re-read from memory for every entry, because the scatter ``gtu_out[b] += ...`` (or
 ``grad_out[i] += ...``) may alias them as far as the compiler knows.  The power pass keeps
-the products and the order of additions (equal to 1e-16 relative); the refit sums a row's
-entries before multiplying by ``U[a, i]`` (equal to 1e-13).  Serial, one 1.6M-entry block of
+the products and the order of additions (within 3e-16 relative); the refit sums a row's
+entries before multiplying by ``U[a, i]`` (within 1e-13).  Serial, one 1.6M-entry block of
 the 20M-entry bench store, A/B in one process (best of 10): power pass 1.3-1.7x faster at
-ranks 3-8, refit pass 1.2-2.2x; rank 12 unchanged (generic loop; a 12-long tuple with an
-8-long register part and a memory tail was 1.7-2x slower).  Each copy costs about 1 s of
+ranks 3-8, refit pass 1.2-2.2x; rank 12 unchanged (generic loop; an 8-long register part
+with a memory tail for the other ranks was 1.8-2.1x slower).  Each copy costs about 1 s of
 first-call compile (cached afterwards), so the other losses, whose time goes to the loss and
 not the gathers, keep the generic loop only.
 """
