@@ -436,8 +436,15 @@ def _profile_power(h, args, kernel_fn):
         t2 = time.perf_counter()
         out = kernel_fn(s, blk, *args)
         t3 = time.perf_counter()
-        flat = np.concatenate([np.asarray(o, dtype=np.float64).ravel() for o in out])
-        acc = flat if acc is None else acc + flat
+        rows_at = getattr(kernel_fn, "row_outputs", ())  # the block's rows: placed, not summed
+        if acc is None:
+            acc = {i: np.zeros(h.shape[0]) for i in rows_at}
+        for i in rows_at:
+            acc[i][s:e] = out[i]
+        flat = np.concatenate(
+            [np.asarray(o, dtype=np.float64).ravel() for i, o in enumerate(out) if i not in rows_at]
+        )
+        acc["sum"] = flat if "sum" not in acc else acc["sum"] + flat
         t4 = time.perf_counter()
         st["read"] += t1 - t0
         st["decode"] += t2 - t1
@@ -560,6 +567,9 @@ def bench_pass(
     out["fit_n_iter"] = int(est.n_iter_)
     out["fit_n_passes"] = int(est.n_passes_)
     out["passes_per_greedy_step"] = est.n_passes_ / max(est.n_iter_, 1)
+    # power passes (the first of each step also gives its objective), refit and step passes
+    out["fit_passes_by_kind"] = dict(est.n_passes_by_kind_)
+    out["fit_power_iter"], out["fit_lbfgs_iter"] = est.power_iter, est.lbfgs_iter
     out["fit_s_per_pass"] = out["fit_s"] / max(est.n_passes_, 1)
     out["loadavg_after"] = list(os.getloadavg())
     shutil.rmtree(store, ignore_errors=True)
@@ -719,7 +729,8 @@ def print_table(res):
             f"reads {ps['file_read_gb_s']:.2f} GB/s), power pass {ps['power_pass_s']:.3f} s "
             f"(x{ps['ratio_power_to_read']:.2f}), loss/gradient pass "
             f"{ps['lossgrad_pass_s']:.3f} s (x{ps['ratio_lossgrad_to_read']:.2f}), "
-            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step, check pass "
+            f"{ps['passes_per_greedy_step']:.1f} passes per greedy step "
+            f"({ps.get('fit_passes_by_kind', {})}), check pass "
             f"{ps['check_pass_s']:.3f} s, fit {ps['fit_s']:.1f} s / {ps['fit_n_passes']} passes"
         )
         pr = ps["profile_power_serial_s"]

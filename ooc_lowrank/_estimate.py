@@ -341,10 +341,10 @@ def _finish(out, worker_bytes, limit, rows_max, size_name, size):
 def glrl_task_bytes(nnz, n, m_rows, n_cols, rank, *, cached=False):
     """Bytes one GreedyLowRank block task allocates, ``{"power", "grad_cache", "refit"}``
     (block functions only, not their input block): the power pass returns ``G v``
-    (``m_rows``) and ``G^T u`` (``n_cols``) float64 vectors; building the gradient cache
+    (the block's ``n`` rows) and ``G^T u`` (``n_cols``) float64 vectors; building the gradient cache
     (``cached``) keeps a float64 gradient per observed entry of the block; the refit passes
     return ``rank`` floats.  Measured: the power pass allocates 1.0-1.02 of the model."""
-    power = 8 * (int(m_rows) + int(n_cols) + 3)
+    power = 8 * (int(n) + int(n_cols) + 3)
     grad = 8 * int(nnz) + 8 * (int(n) + 1) if cached else 0
     return {"power": int(power), "grad_cache": int(grad), "refit": int(8 * (int(rank) + 1))}
 

@@ -9,7 +9,9 @@ aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
   come as csr blocks whose column indices are the observed columns).
 * :func:`reduce_blocks` maps a block function over the row blocks and sums its outputs in
   float64 (a tree for small outputs, sequential chains for large ones); :func:`map_rows` maps
-  a block function to a row-aligned lazy Dask array.
+  a block function to a row-aligned lazy Dask array.  A block function may return per-row
+  vectors of its block (``fn.row_outputs``, see :func:`reduce_blocks`): those are placed at
+  the block's rows of a full-length result instead of being summed as full-length vectors.
 * :func:`compute` evaluates any number of these in **one** ``dask.compute`` under the scheduler
   policy; :func:`map_reduce` is ``compute(reduce_blocks(...))``.
 
@@ -440,18 +442,36 @@ def _call_block(fn, blocks, args, offset, bounds, block_id):
     return fn(*blocks, *args)
 
 
+def _row_outputs(fn) -> frozenset:
+    """Indices of the outputs of ``fn`` that are per-row vectors of its block
+    (``fn.row_outputs``; see :func:`reduce_blocks`)."""
+    return frozenset(int(i) for i in getattr(fn, "row_outputs", ()))
+
+
+def _flatten_outputs(outs, size, fn, dst=None, add=False):
+    """The outputs of one block as one flat float64 vector of ``size`` values (written or
+    added into ``dst``)."""
+    got = sum(np.asarray(o).size for o in outs)
+    if got != size:
+        raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
+    flat = np.empty(size, dtype=np.float64) if dst is None else dst
+    k = 0
+    for o in outs:
+        # C order, as unpack() reads it: a view of a C-ordered output; block functions with
+        # large outputs return C-ordered arrays (a Fortran-ordered one costs a transposing copy)
+        o = np.asarray(o).reshape(-1)
+        if add:
+            flat[k : k + o.size] += o
+        else:
+            flat[k : k + o.size] = o
+        k += o.size
+    return flat
+
+
 def _packed_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, size=0, block_id=None):
     blocks, args = items[:n_inputs], items[n_inputs:]
     outs = _as_tuple(_call_block(fn, blocks, args, offset, bounds, block_id))
-    flat = np.empty((1, size), dtype=np.float64)
-    k = 0
-    for o in outs:
-        o = np.asarray(o)
-        flat[0, k : k + o.size] = o.ravel()
-        k += o.size
-    if k != size:
-        raise ValueError(f"block function {fn!r} returned {k} values on a block; expected {size}")
-    return flat
+    return _flatten_outputs(outs, size, fn)[None, :]
 
 
 def _prepare(inputs):
@@ -496,7 +516,9 @@ def _n_chains(nb: int, size: int) -> int:
     return int(max(1, min(nb, int(n))))
 
 
-def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0):
+def _fold_block(
+    acc, *items, fn=None, n_inputs=0, offset=False, start=0, stop=0, sizes=(), rows_at=()
+):
     """One link of a chained reduction: ``acc + fn(block)`` as a flat float64 vector.
 
     The block outputs are added **into** ``acc``: an accumulator has exactly one consumer (the
@@ -504,39 +526,60 @@ def _fold_block(acc, *items, fn=None, n_inputs=0, offset=False, start=0, size=0)
     this link; a link on another worker receives a deserialized copy anyway.  A link therefore
     holds one accumulator plus the block function's own outputs, whatever the number of blocks.
     A failed link fails the whole pass (the caller recomputes the pass from its inputs).
+
+    With row outputs (``rows_at``) the accumulator is ``(sum of the other outputs, [row outputs
+    of each block so far])``: the row vectors (``stop - start`` values each) are kept, not
+    summed, and :func:`_total` places them.
     """
     blocks, args = items[:n_inputs], items[n_inputs:]
     raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
-    outs = [np.asarray(o) for o in _as_tuple(raw)]
-    got = sum(o.size for o in outs)
-    if got != size:
-        raise ValueError(f"block function {fn!r} returned {got} values on a block; expected {size}")
-    first = acc is None
-    if first:
-        new = np.empty(size, dtype=np.float64)
+    outs = _as_tuple(raw)
+    rows = []
+    if rows_at:
+        for i in sorted(rows_at):
+            r = np.asarray(outs[i], dtype=np.float64).reshape(-1)
+            if r.size != stop - start:
+                raise ValueError(
+                    f"block function {fn!r} returned {r.size} values for its row output {i} on "
+                    f"rows {start}:{stop}; expected {stop - start} (one per row of the block)"
+                )
+            rows.append(r)
+        outs = [o for i, o in enumerate(outs) if i not in rows_at]
+        sizes = [z for i, z in enumerate(sizes) if i not in rows_at]
+        acc, parts = (None, []) if acc is None else acc
+    if acc is None:  # first link: cast-copy, no zero fill
+        new = _flatten_outputs(outs, sum(sizes), fn)
     else:  # a deserialized accumulator may be a read-only view of a network frame
         new = acc if acc.flags.writeable else acc.copy()
-    k = 0
-    for o in outs:
-        # C order, as unpack() reads it: a view of a C-ordered output; block functions with
-        # large outputs return C-ordered arrays (a Fortran-ordered one costs a transposing copy)
-        flat = o.reshape(-1)
-        if first:
-            new[k : k + o.size] = flat  # first link: cast-copy, no zero fill
+        _flatten_outputs(outs, sum(sizes), fn, dst=new, add=True)
+    return (new, [*parts, rows]) if rows_at else new
+
+
+def _total(chains, sizes=(), rows_at=()):
+    """Sum of the chain totals in chain order; with row outputs, the full flat result: the
+    summed outputs and each block's row vectors (in block order: the chains are contiguous
+    groups of blocks) at their slots."""
+    if not rows_at:
+        out = chains[0] if chains[0].flags.writeable else chains[0].copy()  # sole consumer
+        for p in chains[1:]:
+            out += p
+        return out
+    summed = _total([c[0] for c in chains])
+    parts = [rows for c in chains for rows in c[1]]
+    out = np.empty(sum(sizes), dtype=np.float64)
+    k = j = 0
+    for i, z in enumerate(sizes):
+        if i in rows_at:
+            n = sorted(rows_at).index(i)
+            out[k : k + z] = np.concatenate([rows[n] for rows in parts]) if parts else 0.0
         else:
-            new[k : k + o.size] += flat
-        k += o.size
-    return new
-
-
-def _sum_list(parts):
-    out = parts[0] if parts[0].flags.writeable else parts[0].copy()  # sole consumer: reuse it
-    for p in parts[1:]:
-        out += p
+            out[k : k + z] = summed[j : j + z]
+            j += z
+        k += z
     return out
 
 
-def _chained(fn, blocked, ref, args, offset, size, client=None):
+def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     """Sum of ``fn`` over the row blocks along :func:`_n_chains` sequential chains.
 
     Blocks are split into contiguous groups; each group is one chain of :func:`_fold_block`
@@ -549,10 +592,12 @@ def _chained(fn, blocked, ref, args, offset, size, client=None):
     from dask.delayed import delayed
 
     nb = ref.n_blocks
+    size = sum(sizes)
     tok = dask.base.tokenize(fn, size, nb, offset, os.urandom(8))
     cols = [b.dask.to_delayed(optimize_graph=False).reshape(-1) for b in blocked]
     dargs = _unwrap_args(args, active_client(client))
-    n_chains = _n_chains(nb, size)
+    # row outputs are not accumulated: the chain count follows the summed outputs only
+    n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
     edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
     fold = delayed(_fold_block, pure=False)
     totals = []
@@ -567,12 +612,16 @@ def _chained(fn, blocked, ref, args, offset, size, client=None):
                 n_inputs=len(blocked),
                 offset=offset,
                 start=int(ref.bounds[i]),
-                size=size,
+                stop=int(ref.bounds[i + 1]),
+                sizes=sizes,
+                rows_at=rows_at,
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
         totals.append(acc)
     # a Delayed, not a dask array: finalizing a one-chunk array copies the (possibly large) total
-    return delayed(_sum_list, pure=False)(totals, dask_key_name=f"reduce-total-{tok}")
+    return delayed(_total, pure=False)(
+        totals, sizes=sizes, rows_at=rows_at, dask_key_name=f"reduce-total-{tok}"
+    )
 
 
 def reduce_blocks(
@@ -597,7 +646,19 @@ def reduce_blocks(
     args : sequence
         Small state (factors, Gram matrices); large arrays are shipped once per graph.
     shapes : list of tuple, optional
-        Output shapes; inferred by calling ``fn`` once on one-row all-zero blocks when omitted.
+        Output shapes (of the sums); inferred by calling ``fn`` once on one-row all-zero blocks
+        when omitted.
+
+    Notes
+    -----
+    Row outputs: ``fn.row_outputs = (i, ...)`` declares outputs ``i`` as 1-D vectors over the
+    block's rows (``rows_in_block`` values, block order).  Their result is the full-length
+    ``(n_rows,)`` vector that holds each block's values at its rows: a placement, no
+    arithmetic, so the other blocks' zeros are never allocated, summed or shipped (a GLRL power
+    pass returns ``G v`` this way).  Such reductions always run along chains (``chains`` and
+    ``split_every`` do not apply): each chain keeps its blocks' row vectors and the final task
+    concatenates them, so the row outputs cost one full-length vector in all, not one per
+    block or per chain.
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
     chains : bool, optional
@@ -618,14 +679,19 @@ def reduce_blocks(
     else:
         single = False
         shapes = [tuple(s) for s in shapes]
-    size = int(sum(int(np.prod(s)) for s in shapes))
+    rows_at = _row_outputs(fn)
+    shapes = [(ref.shape[0],) if i in rows_at else s for i, s in enumerate(shapes)]
+    sizes = tuple(int(np.prod(s)) for s in shapes)
+    size = int(sum(sizes))
     nb = ref.n_blocks
     if not nb:
         return Reduction(da.zeros(size, chunks=size), shapes, single)
     if chains is None:
         chains = 8 * size >= CHAIN_BYTES and split_every is None
-    if chains:
-        return Reduction(_chained(fn, blocked, ref, args, offset, size, client), shapes, single)
+    if chains or rows_at:  # row outputs travel along chains (see Notes)
+        return Reduction(
+            _chained(fn, blocked, ref, args, offset, sizes, rows_at, client), shapes, single
+        )
     packed = da.map_blocks(
         _packed_block,
         *[b.dask for b in blocked],

@@ -20,16 +20,23 @@ def to_csr(rows, cols, vals, shape):
 
 
 def serial_reduce(csr, bounds):
-    """``reduce(fn, args)`` over the row blocks ``bounds`` of ``csr``, summed in a loop."""
+    """``reduce(fn, args)`` over the row blocks ``bounds`` of ``csr``, summed in a loop; the
+    row outputs of ``fn`` (``fn.row_outputs``: vectors of a block's rows) are written at the
+    block's rows of a full-length vector."""
 
     def reduce(fn, args):
+        rows_at = set(getattr(fn, "row_outputs", ()))
         total = None
         for s, e in zip(bounds[:-1], bounds[1:], strict=True):
             out = fn(int(s), csr[s:e], *args)
             out = out if isinstance(out, tuple) else (out,)
-            out = tuple(np.asarray(o, dtype=np.float64) for o in out)
-            total = out if total is None else tuple(a + b for a, b in zip(total, out, strict=True))
-        return total
+            out = [np.asarray(o, dtype=np.float64) for o in out]
+            for i in rows_at:
+                full = np.zeros(csr.shape[0])
+                full[s:e] = out[i]
+                out[i] = full
+            total = out if total is None else [a + b for a, b in zip(total, out, strict=True)]
+        return tuple(total)
 
     return reduce
 

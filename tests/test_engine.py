@@ -237,6 +237,43 @@ def test_large_outputs_are_summed_along_bounded_chains(data):
     assert not any("reduce-chain" in str(k) for k in dict(red_small.packed.__dask_graph__()))
 
 
+def _rows_and_cols(start, Xb, u):
+    """A block function with a row output: ``(X u)[block rows]``, plus column sums."""
+    Xb64 = np.asarray(Xb.toarray() if sp.issparse(Xb) else Xb, dtype=np.float64)
+    return Xb64 @ u, Xb64.sum(0)
+
+
+_rows_and_cols.row_outputs = (0,)
+
+
+@pytest.mark.parametrize("chunking", list(CHUNKINGS))
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+@pytest.mark.parametrize("chains", [False, True])
+@pytest.mark.parametrize("sparse_x", [False, True])
+def test_row_outputs_are_placed_at_the_block_rows(data, chunking, scheduler, chains, sparse_x):
+    X, Xs, _, _ = data
+    Xin = Xs if sparse_x else X
+    X64 = np.asarray(Xin.toarray() if sparse_x else Xin, np.float64)
+    u = np.arange(X.shape[1], dtype=np.float64)
+    bx = engine.as_blocked(Xin).rechunk(np.array(CHUNKINGS[chunking](X.shape[0])))
+    with dask.config.set(scheduler=scheduler):
+        xu, colsum = engine.map_reduce(_rows_and_cols, bx, args=(u,), offset=True, chains=chains)
+    assert xu.shape == (X.shape[0],)  # the probe's one-row output is widened to all rows
+    blocks = zip(bx.bounds[:-1], bx.bounds[1:], strict=True)
+    want = np.concatenate([_rows_and_cols(s, X64[s:e], u)[0] for s, e in blocks])
+    np.testing.assert_allclose(xu, want, rtol=1e-13)  # each block's own rows, nothing added
+    np.testing.assert_allclose(colsum, X64.sum(0), rtol=1e-12)
+
+
+def test_row_outputs_must_have_one_value_per_block_row(data):
+    def short(start, Xb):
+        return np.zeros(max(Xb.shape[0] - 1, 0)), np.zeros(2)
+
+    short.row_outputs = (0,)
+    with pytest.raises(ValueError, match=r"row output 0 on rows \d+:\d+; expected \d+ \(one"):
+        engine.map_reduce(short, engine.as_blocked(data[0], block_rows=100), offset=True)
+
+
 def test_chained_reduction_checks_output_size(data):
     X = data[0]
     calls = iter(range(100))

@@ -81,7 +81,7 @@ def test_power_pass_matches_naive(loss, dtype, idx, rng):
 
 @pytest.mark.parametrize("loss", ALL)
 def test_power_pass_is_block_additive(loss, rng):
-    """Blocks with a row offset write only their rows of G v; partial G^T u vectors add up."""
+    """Blocks with a row offset return their rows of G v; partial G^T u vectors add up."""
     csr, U, V, theta, r, c, o = _problem(rng, loss)
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
@@ -91,9 +91,10 @@ def test_power_pass_is_block_additive(loss, rng):
         _blocks.power_block(s, csr[s:e], U, V, theta, code, 1.0, u, v)
         for s, e in [(0, 4), (4, 5), (5, 6), (6, 23)]
     ]
-    for k in range(3):
+    assert [p[0].shape[0] for p in parts] == [4, 1, 1, 17]
+    np.testing.assert_allclose(np.concatenate([p[0] for p in parts]), full[0], rtol=1e-12)
+    for k in (1, 2):
         np.testing.assert_allclose(sum(p[k] for p in parts), full[k], rtol=1e-12, atol=1e-12)
-    assert np.all(parts[0][0][4:] == 0)
 
 
 @pytest.mark.parametrize("loss", ALL)  # every code: the specialized copies and the generic one
@@ -104,6 +105,24 @@ def test_refit_full_pass_matches_naive(loss, dtype, idx, rng):
     grad, st = _blocks.refit_full_block(0, csr, U, V, theta, code, 0.7)
     f2, g2 = naive.refit_full(r, c, o, U, V, theta, loss, 0.7)
     np.testing.assert_allclose(st[0], f2, rtol=1e-12)
+    np.testing.assert_allclose(grad, g2, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loss", ["square", "l1"])  # register copies per rank / generic loop
+@pytest.mark.parametrize("t", [0, 1, 2, 5, K.MAX_FIXED_RANK, K.MAX_FIXED_RANK + 1, 12])
+@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
+def test_power_and_refit_full_passes_match_naive_at_every_rank(loss, t, dtype, idx, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=t, dtype=dtype, idx=idx)
+    m, n = csr.shape
+    u, v = rng.standard_normal(m), rng.standard_normal(n)
+    code = get_loss(loss).code
+    gv, gtu, st = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
+    gv2, gtu2, st2 = naive.power_pass(r, c, o, U, V, theta, loss, 0.7, u, v, m, n)
+    for a, b in ((gv, gv2), (gtu, gtu2), (st, st2)):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+    grad, fst = _blocks.refit_full_block(0, csr, U, V, theta, code, 0.7)
+    f2, g2 = naive.refit_full(r, c, o, U, V, theta, loss, 0.7)
+    np.testing.assert_allclose(fst[0], f2, rtol=1e-12)
     np.testing.assert_allclose(grad, g2, rtol=1e-10, atol=1e-12)
 
 

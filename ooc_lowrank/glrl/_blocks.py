@@ -3,8 +3,10 @@
 Each function has the engine's ``offset=True`` signature ``fn(row_start, block, *args)``:
 ``block`` is a ``scipy.sparse.csr_matrix`` of shape ``(rows_in_block, n_cols)`` whose
 ``indices`` are column ids and whose ``data`` are the observed values (duplicates kept).
-Results are summed over blocks by the engine (float64 tree reduction), so every result is
-either a scalar statistic or a full-length vector whose entries outside the block are zero.
+Results are summed over blocks by the engine (float64 tree reduction): scalar statistics
+and full-length column-side vectors.  Row-side vectors (``G v`` of the power passes) are the
+block's rows only, declared with ``fn.row_outputs`` (:func:`ooc_lowrank.engine.reduce_blocks`);
+the engine places them at the block's rows of the full-length result.
 
 Policy on predictions at observed entries: they are **recomputed** from the factors inside
 each kernel (O(t) per entry, t = current rank) instead of being cached per block.  This keeps
@@ -28,17 +30,20 @@ def _parts(block):
 def power_block(row_start, block, U, V, theta, loss, delta, u, v):
     """Gradient on the block fused with ``G v`` and ``G^T u``.
 
-    Returns ``(gv (n_rows,), gtu (n_cols,), stats (3,))`` with ``stats = (sum loss,
-    sum g^2, sum g x)``; ``gv`` is non-zero only on the block's rows.
+    Returns ``(gv (rows_in_block,), gtu (n_cols,), stats (3,))`` with ``stats = (sum loss,
+    sum g^2, sum g x)``; ``gv`` holds the block's rows (a row output, module doc).
     """
     indptr, cols, vals = _parts(block)
-    gv = np.zeros(u.shape[0])
+    gv = np.empty(indptr.shape[0] - 1)
     gtu = np.zeros(v.shape[0])
     stats = np.zeros(3)
     _k.power_pass(
         indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, u, v, gv, gtu, stats
     )
     return gv, gtu, stats
+
+
+power_block.row_outputs = (0,)
 
 
 def grad_csr_block(row_start, block, U, V, theta, loss, delta):
@@ -53,13 +58,17 @@ def grad_csr_block(row_start, block, U, V, theta, loss, delta):
 
 
 def cached_power_block(row_start, gblock, u, v):
-    """``(G v (n_rows,), G^T u (n_cols,))`` of one block of cached gradients."""
-    gv = np.zeros(u.shape[0])
+    """``(G v (rows_in_block,), G^T u (n_cols,))`` of one block of cached gradients (``G v``
+    a row output, module doc)."""
+    gv = np.empty(gblock.indptr.shape[0] - 1)
     gtu = np.zeros(v.shape[0])
     _k.cached_matvecs(
         gblock.indptr, gblock.indices, gblock.data, np.int64(row_start), u, v, gv, gtu
     )
     return gv, gtu
+
+
+cached_power_block.row_outputs = (0,)
 
 
 def refit_full_block(row_start, block, U, V, theta, loss, delta):

@@ -64,21 +64,40 @@ class GreedyResult:
     inner_counts: list = field(default_factory=list)  #: rank-one terms added per step
     step_sizes: list = field(default_factory=list)
     n_passes: int = 0  #: passes over the observed entries
+    #: ``n_passes`` by kind: ``power`` (power-method passes, the first of each step included:
+    #: it also gives the step's objective), ``refit`` (coefficient refits), ``step`` (step
+    #: searches), ``grad_cache`` (building a step's gradient cache); :data:`PASS_KINDS`
+    pass_kinds: dict = field(default_factory=dict)
     n_cache_passes: int = 0  #: power-method passes over the in-memory gradient cache
     n_iter: int = 0  #: greedy (outer) steps taken
     best_iter: int = 0  #: step whose iterate is returned
     times: list = field(default_factory=list)  #: wall seconds of each step
 
 
+#: Kinds of passes counted in :attr:`GreedyResult.pass_kinds`, by block function.
+PASS_KINDS = {
+    "power_block": "power",
+    "refit_full_block": "refit",
+    "refit_econ_block": "refit",
+    "step_search_block": "step",
+    "bias_block": "init",
+}
+
+
 class _Counter:
-    """Wraps ``reduce`` and counts passes."""
+    """Wraps ``reduce`` and counts passes, in total (``n``) and by kind (``kinds``)."""
 
     def __init__(self, reduce):
         self.reduce = reduce
         self.n = 0
+        self.kinds = {}
+
+    def count(self, kind):
+        self.n += 1
+        self.kinds[kind] = self.kinds.get(kind, 0) + 1
 
     def __call__(self, fn, args):
-        self.n += 1
+        self.count(PASS_KINDS.get(getattr(fn, "__name__", ""), "other"))
         out = self.reduce(fn, args)
         return out if isinstance(out, tuple) else (out,)
 
@@ -293,7 +312,7 @@ def greedy_pursuit(
             cached = grad_cache(U, V, theta, code, delta)
         if cached is None:
             return lambda u, v: power_pass(U, V, theta, u, v)
-        run.n += 1  # building the cache read the data once
+        run.count("grad_cache")  # building the cache read the data once
 
         def matvec(u, v):
             res.n_cache_passes += 1
@@ -347,6 +366,7 @@ def greedy_pursuit(
         used, n_start, t, stopped = st["used"], st["n_start"], st["t"], st["stopped"]
         best_score, best_obj, since_best = st["best_score"], st["best_obj"], st["since_best"]
         res.best_iter, run.n, res.n_cache_passes = st["best_iter"], st["n_passes"], st["n_cache"]
+        run.kinds = dict(st.get("pass_kinds", {}))  # absent from older checkpoints
         for key in ("objective", "validation", "inner_counts", "step_sizes", "times"):
             setattr(res, key, list(st[key]))
 
@@ -362,6 +382,7 @@ def greedy_pursuit(
             "best_iter": res.best_iter,
             "n_passes": run.n,
             "n_cache": res.n_cache_passes,
+            "pass_kinds": dict(run.kinds),
             "rng": rng.bit_generator.state,
             "snap_ks": [k for k, _ in snapshots],
             "snap_lens": [th.size for _, th in snapshots],
@@ -493,6 +514,7 @@ def greedy_pursuit(
     k, th = snapshots[res.best_iter]
     res.U, res.V, res.theta = U[:, :k].copy(), V[:, :k].copy(), th
     res.n_passes = run.n
+    res.pass_kinds = dict(run.kinds)
     return res
 
 

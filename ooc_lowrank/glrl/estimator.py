@@ -595,6 +595,10 @@ class GreedyLowRank(BaseEstimator):
         self.best_iter_ = int(res.best_iter)
         self.n_passes_ = int(res.n_passes) + init_passes
         self.n_cache_passes_ = int(res.n_cache_passes)
+        # fit diagnostics (not saved with the model): the passes of n_passes_ by kind
+        self.n_passes_by_kind_ = dict(res.pass_kinds)
+        if init_passes:
+            self.n_passes_by_kind_["init"] = self.n_passes_by_kind_.get("init", 0) + init_passes
         self.n_observed_ = nnz
         return self
 
