@@ -97,14 +97,17 @@ class Blocked:
         Row boundaries of the blocks.
     source : object
         What the blocks are read from (for messages and caching decisions).
+    reads : ArrayHandle or None
+        Set when every block is exactly ``reads.read(start, stop)`` at :attr:`bounds`.
     """
 
-    def __init__(self, arr, kind, source=None, nnz=None):
+    def __init__(self, arr, kind, source=None, nnz=None, reads=None):
         self.dask = arr
         self.kind = kind
         self.source = source
         self.nnz = nnz
         self.bounds = _bounds_from_chunks(arr.chunks[0])
+        self.reads = reads  # set by _from_handle only; chained reductions read in their links
 
     shape = property(lambda self: self.dask.shape)
     dtype = property(lambda self: self.dask.dtype)
@@ -207,7 +210,7 @@ def _from_handle(handle, bounds) -> Blocked:
         meta=meta,
         name=f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds),
     )
-    return Blocked(arr, kind, handle, handle.nnz)
+    return Blocked(arr, kind, handle, handle.nnz, reads=handle)
 
 
 def _slice_memory_block(_, X=None, bounds=None, block_id=None):
@@ -517,7 +520,16 @@ def _n_chains(nb: int, size: int) -> int:
 
 
 def _fold_block(
-    acc, *items, fn=None, n_inputs=0, offset=False, start=0, stop=0, sizes=(), rows_at=()
+    acc,
+    *items,
+    fn=None,
+    n_inputs=0,
+    offset=False,
+    start=0,
+    stop=0,
+    sizes=(),
+    rows_at=(),
+    readers=(),
 ):
     """One link of a chained reduction: ``acc + fn(block)`` as a flat float64 vector.
 
@@ -526,12 +538,19 @@ def _fold_block(
     this link; a link on another worker receives a deserialized copy anyway.  A link therefore
     holds one accumulator plus the block function's own outputs, whatever the number of blocks.
     A failed link fails the whole pass (the caller recomputes the pass from its inputs).
+    Store-backed inputs (``readers``) are read inside the link, so a block is read only when
+    its link runs: separate read tasks are roots that a scheduler runs ahead of slow links
+    (a 2M x 500 KernelMaxide Gram pass on a two-thread worker limited to a quarter of the
+    store held 26 blocks of reads and was killed at its limit).
 
     With row outputs (``rows_at``) the accumulator is ``(sum of the other outputs, [row outputs
     of each block so far])``: the row vectors (``stop - start`` values each) are kept, not
     summed, and :func:`_total` places them.
     """
-    blocks, args = items[:n_inputs], items[n_inputs:]
+    blocks, args = list(items[:n_inputs]), items[n_inputs:]
+    for j, h in enumerate(readers):  # store inputs are read here, by the link that uses them
+        if h is not None:
+            blocks[j] = h.read(start, stop)
     raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
     outs = _as_tuple(raw)
     rows = []
@@ -579,6 +598,14 @@ def _total(chains, sizes=(), rows_at=()):
     return out
 
 
+def _block_reader(b: Blocked, ref: Blocked):
+    """The store handle of ``b`` when its blocks are reads of that handle at ``ref``'s row
+    bounds (what :func:`as_blocked` and :func:`align` make of a store array), else None."""
+    if b.reads is not None and np.array_equal(b.bounds, ref.bounds):
+        return b.reads
+    return None
+
+
 def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     """Sum of ``fn`` over the row blocks along :func:`_n_chains` sequential chains.
 
@@ -594,7 +621,12 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     nb = ref.n_blocks
     size = sum(sizes)
     tok = dask.base.tokenize(fn, size, nb, offset, os.urandom(8))
-    cols = [b.dask.to_delayed(optimize_graph=False).reshape(-1) for b in blocked]
+    # store inputs read with ref's row blocks are read by the links themselves (_fold_block)
+    readers = tuple(_block_reader(b, ref) for b in blocked)
+    cols = [
+        None if h is not None else b.dask.to_delayed(optimize_graph=False).reshape(-1)
+        for b, h in zip(blocked, readers)
+    ]
     dargs = _unwrap_args(args, active_client(client))
     # row outputs are not accumulated: the chain count follows the summed outputs only
     n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
@@ -606,7 +638,7 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
         for i in range(edges[c], edges[c + 1]):
             acc = fold(
                 acc,
-                *[col[i] for col in cols],
+                *[None if col is None else col[i] for col in cols],
                 *dargs,
                 fn=fn,
                 n_inputs=len(blocked),
@@ -615,6 +647,7 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
                 stop=int(ref.bounds[i + 1]),
                 sizes=sizes,
                 rows_at=rows_at,
+                readers=readers if any(h is not None for h in readers) else (),
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
         totals.append(acc)

@@ -459,3 +459,44 @@ def test_in_memory_inputs_persist_on_a_cluster_only(rng, cluster_client):
     np.testing.assert_allclose(got, engine.map_reduce(lambda b: b.T @ b, B), rtol=1e-12)
     with dask.config.set(scheduler="threads"):
         assert engine.active_client() is None
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_chained_reduction_reads_store_blocks_inside_its_links(
+    tmp_path, data, scheduler, monkeypatch
+):
+    """Store inputs of a chained reduction are read by the chain links themselves: no read
+    task exists that a scheduler could run ahead of the links (memory stays one block per
+    running link); the sums equal the tree's and NumPy's; persisted inputs are not re-read."""
+    X, Xs, Y, w = data
+    ds = write_arrays(str(tmp_path / "r.zarr"), {"X": X, "Xs": Xs, "Y": Y}, block_rows=40)
+    bx = engine.as_blocked(ds["Xs"])
+    by = engine.align(bx, engine.as_blocked(ds["Y"]))
+    assert bx.reads is ds["Xs"] and by.reads is ds["Y"]
+    red = engine.reduce_blocks(_gram_and_cross, bx, by, args=(w,), chains=True)
+    keys = [str(k) for k in dict(red.packed.__dask_graph__())]
+    assert sum("reduce-chain" in k for k in keys) == bx.n_blocks
+    assert not any("read-" in k for k in keys), keys
+    with dask.config.set(scheduler=scheduler):
+        (got,) = engine.compute(red)
+    tree = engine.map_reduce(_gram_and_cross, bx, by, args=(w,), chains=False)
+    for g, t, r in zip(got, tree, _reference(Xs, Y, w), strict=True):
+        np.testing.assert_allclose(g, t, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+    # a rechunked store input is read at its new bounds; a persisted one is never re-read
+    b17 = engine.as_blocked(ds["X"], block_rows=17)
+    assert b17.reads is ds["X"] and b17.n_blocks == -(-X.shape[0] // 17)
+    kept = b17.persist()
+    assert kept.reads is None
+    red2 = engine.reduce_blocks(
+        _gram_and_cross, kept, engine.align(kept, by), args=(w,), chains=True
+    )
+    calls = []
+    orig = type(ds["X"]).read
+    monkeypatch.setattr(
+        type(ds["X"]), "read", lambda h, *a, **k: calls.append(h.name) or orig(h, *a, **k)
+    )
+    (got2,) = engine.compute(red2)
+    assert "X" not in calls and calls.count("Y") == kept.n_blocks
+    for g, r in zip(got2, _reference(X, Y, w), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-10)
