@@ -717,6 +717,9 @@ def test_kernelmaxide_cv_scores_equal_separate_fits(toy):
             got = cv.cv_results_[f"split{k}_test_score"][i]
             want = est.observed_ranking_loss(t["X"], Yval)
             assert got == want or (np.isnan(got) and np.isnan(want))
+    splits = np.vstack([cv.cv_results_[f"split{k}_test_score"] for k in range(2)])
+    np.testing.assert_array_equal(cv.cv_results_["mean_test_score"], np.nanmean(splits, axis=0))
+    assert KernelMaxideCV().n_splits == 3  # the default (docs/kernelmaxide.md section 6b)
 
 
 def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
