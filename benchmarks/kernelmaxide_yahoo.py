@@ -82,13 +82,17 @@ def run_cell(name, X, Y, omega, rep, a):
         return float(metrics.ranking_loss(Y[test], S))
 
     t = time.perf_counter()
-    cv = KernelMaxideCV(n_landmarks=a.landmarks, gamma_scales=a.gamma_scales, lams=a.lams,
-                        max_iter=a.max_iter, random_state=rep).fit(X, Yobs)  # fmt: skip
+    # KernelMaxideCV's own defaults (grid, hold-outs) unless given on the command line
+    grid = {k: v for k, v in (("gamma_scales", a.gamma_scales), ("lams", a.lams),
+                              ("n_splits", a.n_splits)) if v is not None}  # fmt: skip
+    cv = KernelMaxideCV(n_landmarks=a.landmarks, max_iter=a.max_iter, random_state=rep,
+                        **grid).fit(X, Yobs)  # fmt: skip
     best = cv.best_estimator_
     res["kernelmaxide_n"] = dict(
         rl=rl(best.decision_function(X[test])), gamma=best.gamma, lam=best.lam,
         gamma_scale=best.gamma / cv.gamma_median_, time=cv.refit_time_,
         select_time=time.perf_counter() - t, n_iter=best.n_iter_, val=cv.best_score_,
+        n_splits=cv.n_splits_, gamma_scales=list(cv.gamma_scales), lams=list(cv.lams),
     )  # fmt: skip
     print(f"{name} omega={omega} rep={rep} KM-n: {res['kernelmaxide_n']}", flush=True)
     if a.full:
@@ -113,7 +117,7 @@ def run_cell(name, X, Y, omega, rep, a):
         Yfit, Yval = split_observed(Yobs, 0.25, rep, by="rows")
         vrows = np.flatnonzero(np.diff(Yval.indptr))
         grid = []
-        for s in a.gamma_scales:
+        for s in cv.gamma_scales:
             K = rbf(X, g0 * s)
             for C in a.svm_cs:
                 S, _ = bsvm_scores(K, Yfit, C, vrows)
@@ -220,8 +224,12 @@ def main():
     ap.add_argument("--first-rep", type=int, default=0)
     ap.add_argument("--landmarks", type=int, default=1000)
     ap.add_argument("--max-iter", type=int, default=100)
-    ap.add_argument("--gamma-scales", type=float, nargs="+", default=[1.0, 2.0, 4.0])
-    ap.add_argument("--lams", type=float, nargs="+", default=[0.5, 2.0, 8.0, 32.0])
+    ap.add_argument("--gamma-scales", type=float, nargs="+", default=None,
+                    help="KernelMaxideCV's gamma_scales (default: its default)")  # fmt: skip
+    ap.add_argument("--lams", type=float, nargs="+", default=None,
+                    help="KernelMaxideCV's lams (default: its default)")  # fmt: skip
+    ap.add_argument("--n-splits", type=int, default=None,
+                    help="KernelMaxideCV's n_splits (default: its default)")  # fmt: skip
     ap.add_argument("--maxide-lams", type=float, nargs="+", default=[2.0**k for k in range(-2, 6)])
     ap.add_argument("--maxide-k", type=int, nargs="+", default=[100, 0], help="0 = all")
     ap.add_argument("--svm-cs", type=float, nargs="+", default=[1.0, 10.0])

@@ -646,6 +646,82 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     assert rows.cv_results_["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
 
 
+def _store(tmp_path, t):
+    from ooc_lowrank.storage import open_dataset, write_arrays
+
+    url = str(tmp_path / "s.zarr")
+    arrays = {"X": t["X"], "Y": sp.csr_matrix(t["Ytrue"]), "Y_obs": t["Yobs"]}
+    write_arrays(url, arrays, block_rows=16)
+    return open_dataset(url)
+
+
+@pytest.mark.parametrize(
+    "cls, kw",
+    [
+        (KernelMaxide, dict(n_landmarks=20, gamma=0.3)),
+        (KernelMaxide, dict(n_landmarks=None, gamma=0.3)),
+        (Maxide, dict(n_components=4)),
+    ],
+)
+@pytest.mark.parametrize("source", ["memory", "dask", "dask streamed", "store", "store streamed"])
+def test_fit_lams_shares_the_setup_and_equals_separate_fits(tmp_path, toy, cls, kw, source):
+    """KernelMaxideCV's path: one setup, one APG per lam, the same models as separate fits
+    (bitwise on the same input), for cached and streamed F and store / Dask input."""
+    t = toy
+    if "streamed" in source and kw.get("n_landmarks", 1) is None:
+        pytest.skip("KernelMaxide-f always caches its kernel")
+    X = {"memory": t["X"], "dask": _dask(t["X"], (25, 35))}.get(source.split()[0])
+    Y = t["Yobs"]
+    if X is None:
+        X, Y = _store(tmp_path, t), None
+    kw = dict(kw, max_iter=15, random_state=0, cache_bytes=0 if "streamed" in source else None)
+    lams = [0.2, 2.0, 20.0]
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+
+    setups = []
+    real = est_mod._MaxideBase._setup
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            est_mod._MaxideBase, "_setup", lambda self, *a: setups.append(1) or real(self, *a)
+        )
+        shared = cls(**kw, lam=1.0)._fit_lams(X, Y, lams)
+        assert len(setups) == 1
+        for lam, got in zip(lams, shared):
+            want = cls(**kw, lam=lam).fit(X, Y)
+            assert got.lam == lam
+            np.testing.assert_array_equal(got.coef_, want.coef_)
+            np.testing.assert_array_equal(got.objective_, want.objective_)
+            assert (got.n_iter_, got.n_passes_, got.rank_, got.n_ut_) == (
+                want.n_iter_, want.n_passes_, want.rank_, want.n_ut_)  # fmt: skip
+            for a in cls._feature_attrs:
+                np.testing.assert_array_equal(getattr(got, a), getattr(want, a))
+            np.testing.assert_array_equal(
+                got.decision_function(t["X"]), want.decision_function(t["X"])
+            )
+    assert len({id(e) for e in shared}) == 3 and len(setups) == 4
+
+
+def test_kernelmaxide_cv_scores_equal_separate_fits(toy):
+    """Every hold-out score of the search (shared setups) is the score of a separate fit."""
+    from ooc_lowrank.kernelmaxide import KernelMaxideCV
+    from ooc_lowrank.kernelmaxide.cv import split_observed
+
+    t = toy
+    kw = dict(n_landmarks=20, max_iter=15, random_state=3)
+    cv = KernelMaxideCV(**kw, gammas=[0.1, 0.3], gamma_scales=None, lams=[0.2, 2.0], n_splits=2,
+                        validation_fraction=0.3, refit=False).fit(t["X"], t["Yobs"])  # fmt: skip
+    for k in range(2):
+        Yfit, Yval = split_observed(t["Yobs"], 0.3, 3 + k, by="rows")
+        for i, p in enumerate(cv.cv_results_["params"]):
+            est = KernelMaxide(**kw, **p).fit(t["X"], Yfit)
+            got = cv.cv_results_[f"split{k}_test_score"][i]
+            want = est.observed_ranking_loss(t["X"], Yval)
+            assert got == want or (np.isnan(got) and np.isnan(want))
+    splits = np.vstack([cv.cv_results_[f"split{k}_test_score"] for k in range(2)])
+    np.testing.assert_array_equal(cv.cv_results_["mean_test_score"], np.nanmean(splits, axis=0))
+    assert KernelMaxideCV().n_splits == 3  # the default (docs/kernelmaxide.md section 6b)
+
+
 def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
     from ooc_lowrank.kernelmaxide import KernelMaxideCV, MaxideCV
     from ooc_lowrank.kernelmaxide.cv import split_observed

@@ -15,10 +15,11 @@ from __future__ import annotations
 import logging
 import numbers
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -64,6 +65,26 @@ def _take_rows(XB, rows):
     return np.ascontiguousarray(L, dtype=np.float64)
 
 
+@dataclass
+class _Setup:
+    """The ``lam``-independent part of a fit (:meth:`_MaxideBase._setup`): the feature map and
+    the fitted attributes it set, the passes over cached or streamed ``F``, their count so far,
+    the span root ``R`` and the root the APG runs with (``Identity`` when it is folded into a
+    cached ``F``), ``n_trials`` default, observed entries, rows in UT, checkpoint."""
+
+    fmap: _blocks.FeatureMap
+    attrs: dict
+    passes: core.Passes
+    count: int
+    R: object
+    R_apg: object
+    n_setup: int
+    n_trials: int
+    nobs: float
+    n_ut: int
+    ckpt: object
+
+
 def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
@@ -73,6 +94,8 @@ class _MaxideBase(BaseEstimator):
 
     #: passes over X that make the feature map (not through ``core.Passes``)
     _feature_passes = 0
+    #: fitted attributes set by ``_make_feature_map`` / ``_restore_feature_map``
+    _feature_attrs = ()
 
     # -- to override ------------------------------------------------------------------------
     def _validate_method_params(self):  # pragma: no cover - abstract
@@ -205,6 +228,32 @@ class _MaxideBase(BaseEstimator):
             return self._fit(X, Y, checkpoint, checkpoint_every)
 
     def _fit(self, X, Y, checkpoint, checkpoint_every):
+        return self._solve(self._setup(X, Y, checkpoint, checkpoint_every))
+
+    def _fit_lams(self, X, Y, lams):
+        """One fitted estimator per ``lam`` of ``lams``: ``clone(self).set_params(lam=lam).fit(X,
+        Y)`` each, with the setup (label check, feature map, cached ``F``, Gram, span root) done
+        once.  Nothing of the setup depends on ``lam``, so the models are the same as independent
+        fits (``tests/test_kernelmaxide.py``).  Used by :class:`KernelMaxideCV` /
+        :class:`MaxideCV`; no checkpoint.
+
+        With a streamed ``F`` (over ``cache_bytes``) the shared part is the label check, the
+        feature map, the Gram pass and the span root: one pass over ``X`` per ``lam`` saved out of
+        the ~200 of a fit.
+        """
+        self._validate_params()
+        X, Y = self._inputs(X, Y)
+        ests = [clone(self).set_params(lam=lam) for lam in lams]
+        for est in ests:
+            est._validate_params()
+        with engine._blas_controller().limit(limits=1, user_api="blas"):
+            st = self._setup(X, Y, None, 5)
+            return [est._solve(st) for est in ests]
+
+    def _setup(self, X, Y, checkpoint, checkpoint_every):
+        """Everything of a fit before the APG, none of it depending on ``lam``: a
+        :class:`_Setup`.  Sets the fitted feature attributes (``gamma_``, ``landmarks_``, ...)
+        on ``self``; :meth:`_solve` copies them to the estimator it fits."""
         XB = engine.as_blocked(X, name="X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
@@ -220,6 +269,7 @@ class _MaxideBase(BaseEstimator):
             fmap = self._make_feature_map(XB, YB, X, rng)
         else:  # the saved feature map: no sampling, no X^T X pass
             fmap = self._restore_feature_map(restored[2], restored[3])
+        attrs = {k: getattr(self, k) for k in ("n_features_in_", "n_labels_", *self._feature_attrs)}
         if ckpt is not None:
             ckpt.extra, ckpt.extra_arrays = self._saved_feature_map(fmap)
         r = fmap.n_features
@@ -263,27 +313,38 @@ class _MaxideBase(BaseEstimator):
             R_apg = core.Identity(R.shape[0])
             if ckpt is not None:
                 ckpt.extra_arrays = {**ckpt.extra_arrays, "span_R": R}
+        return _Setup(
+            fmap, attrs, passes, passes.count, R, R_apg, n_setup, n_trials, nobs, n_ut, ckpt
+        )
+
+    def _solve(self, st):
+        """The APG on a :class:`_Setup` with this estimator's ``lam`` (and ``max_iter``, ``tol``,
+        ``n_trials``, ``callback``); sets the fitted attributes, returns ``self``."""
+        for k, v in st.attrs.items():
+            setattr(self, k, v)
+        st.passes.count = st.count  # a shared setup's passes start each fit at the setup count
         res = core.apg(
-            passes,
-            R_apg,
+            st.passes,
+            st.R_apg,
             float(self.lam),
             self.n_labels_,
-            0.5 * nobs,
+            0.5 * st.nobs,
             max_iter=int(self.max_iter),
             tol=float(self.tol),
-            n_trials=int(self.n_trials or n_trials),
+            n_trials=int(self.n_trials or st.n_trials),
             callback=self.callback,
-            checkpoint=ckpt,
+            checkpoint=st.ckpt,
         )
-        self.fmap_ = fmap
-        self.coef_ = np.asarray(R.T @ res.Chat if R_apg is not R else res.W, dtype=np.float64)
+        R = st.R
+        self.fmap_ = st.fmap
+        self.coef_ = np.asarray(R.T @ res.Chat if st.R_apg is not R else res.W, dtype=np.float64)
         self.objective_ = res.objective
         self.n_iter_ = int(res.n_iter)
         # + the label check and the passes of the feature map (Maxide's X^T X)
-        self.n_passes_ = int(res.n_passes) + n_setup + 1 + self._feature_passes
+        self.n_passes_ = int(res.n_passes) + st.n_setup + 1 + self._feature_passes
         self.converged_ = bool(res.converged)
         self.rank_ = int(np.linalg.matrix_rank(res.Chat)) if res.Chat.size else 0
-        self.n_ut_ = n_ut
+        self.n_ut_ = st.n_ut
         return self
 
     def estimate(self, X, Y=None, *, client=None):
@@ -542,6 +603,8 @@ class KernelMaxide(_MaxideBase):
         self.random_state = random_state
         self.callback = callback
 
+    _feature_attrs = ("gamma_", "landmarks_", "normalization_")
+
     def _validate_method_params(self):
         if self.n_landmarks is not None:
             check_scalar(
@@ -641,6 +704,7 @@ class Maxide(_MaxideBase):
         self.callback = callback
 
     _feature_passes = 1  # X^T X
+    _feature_attrs = ("singular_values_", "projection_")
 
     def _validate_method_params(self):
         if self.n_components is not None:
