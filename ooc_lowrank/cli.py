@@ -144,7 +144,7 @@ def _doc_params(obj) -> dict:
     def flush():
         text = " ".join(desc).strip()
         text = re.sub(r":\w+:`~?([^`]*)`", r"\1", text.replace("``", ""))
-        first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0] if text else ""
+        first = re.split(r"(?<!e\.g\.)(?<!i\.e\.)(?<=\.)\s", text, maxsplit=1)[0] if text else ""
         types = [t.strip() for t in typ.split(",")]
         for j, n in enumerate(names):
             t = types[j] if len(names) > 1 and len(types) == len(names) else typ
@@ -273,6 +273,28 @@ def _options_from(func, doc, defaults, fixed, *, only=None) -> list:
             )
         )
     return opts
+
+
+def _kwargs_epilog(title: str, funcs: dict, skip=("overwrite", "progress")) -> str:
+    """``--help`` text listing each format's / generator's keyword options (from the function
+    signatures and numpydoc docstrings, so help and code cannot drift)."""
+    lines = [title]
+    seen = {}
+    for key, fn in funcs.items():
+        if fn in seen:  # an alias (libsvm = svmlight)
+            lines.append(f"  {key}: as {seen[fn]}")
+            continue
+        seen[fn] = key
+        docs = _doc_params(fn)
+        lines.append(f"  {key}:")
+        for name, prm in inspect.signature(fn).parameters.items():
+            if prm.kind is not prm.KEYWORD_ONLY or name in skip:
+                continue
+            flag = "--" + name.replace("_", "-")
+            text = docs.get(name, ("", ""))[1]
+            default = _cli_text(prm.default)
+            lines.append(f"    {flag} (default {default}){': ' + text if text else ''}")
+    return "\n".join(lines)
 
 
 def method_options(method: str) -> tuple:
@@ -471,11 +493,23 @@ def _remove_temporaries():
             cleanup_resources()
         except Exception:  # best effort: a zarr without it still gets the removal below
             pass
-    for folder, prefix, before in _OUTPUTS:
-        if os.path.isdir(folder):
-            for name in set(os.listdir(folder)) - before:
-                if name.startswith(prefix):
-                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+    # Look again until none is left (bounded): on a loaded machine a temporary was left behind
+    # after SIGTERM in about 1 of 6 runs of test_sigterm_during_a_write_leaves_no_temporary
+    # (0 of 24 with this loop).  Likely cause, not proven: a write still in flight in another
+    # thread adds a file while rmtree walks the folder, and rmtree(ignore_errors) then leaves it.
+    for _ in range(50):
+        left = [
+            os.path.join(folder, name)
+            for folder, prefix, before in _OUTPUTS
+            if os.path.isdir(folder)
+            for name in set(os.listdir(folder)) - before
+            if name.startswith(prefix)
+        ]
+        if not left:
+            break
+        for path in left:
+            shutil.rmtree(path, ignore_errors=True)
+        time.sleep(0.02)
 
 
 def _check_writable(loc, arg):
@@ -701,7 +735,9 @@ def cmd_mask_labels(args, extra):
         overwrite=args.overwrite,
     )
     if not args.quiet:
-        print(f"wrote {args.dest}: Y_obs with {args.omega}% of each label's positives and negatives")
+        print(
+            f"wrote {args.dest}: Y_obs with {args.omega}% of each label's positives and negatives"
+        )
 
 
 def cmd_info(args, extra):
@@ -1046,13 +1082,30 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
     sub = p.add_subparsers(dest="command", required=True)
     sp = lambda name, **a: sub.add_parser(name, parents=[common], **kw, **a)  # noqa: E731
 
-    c = sp("convert", help="convert a file to a Zarr dataset store")
+    from . import generators
+    from . import io as ooc_io
+
+    c = sp(
+        "convert",
+        help="convert a file to a Zarr dataset store",
+        epilog=_kwargs_epilog("options of each format (after SRC... DEST):", ooc_io.FORMATS),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     c.add_argument("format", help="svmlight, xc, arff, mat, movielens, snap, ...")
     c.add_argument("paths", nargs="+", help="SRC [SRC...] DEST")
     c.add_argument("--overwrite", action="store_true", help="replace an existing store at DEST")
     c.set_defaults(func=cmd_convert, passthrough=True)
 
-    g = sp("generate", help="generate a synthetic dataset store")
+    g = sp(
+        "generate",
+        help="generate a synthetic dataset store",
+        epilog=_kwargs_epilog(
+            "options of each kind (after DEST):",
+            generators.GENERATORS,
+            ("overwrite", "progress", "n_rows", "seed"),
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     g.add_argument("kind")
     g.add_argument("dest")
     g.add_argument("--rows", type=int, required=True)

@@ -625,7 +625,7 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     readers = tuple(_block_reader(b, ref) for b in blocked)
     cols = [
         None if h is not None else b.dask.to_delayed(optimize_graph=False).reshape(-1)
-        for b, h in zip(blocked, readers)
+        for b, h in zip(blocked, readers, strict=True)
     ]
     dargs = _unwrap_args(args, active_client(client))
     # row outputs are not accumulated: the chain count follows the summed outputs only

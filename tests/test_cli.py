@@ -289,6 +289,32 @@ def test_fit_help_lists_the_methods(capsys):
         assert re.search(rf"^\s+{method}\s", out, re.M), method
 
 
+@pytest.mark.parametrize("command", ["convert", "generate"])
+def test_convert_and_generate_help_list_every_format_option(command, capsys):
+    """`convert --help` / `generate --help` list every keyword option of every format /
+    generator with its default, from the functions' signatures."""
+    from ooc_lowrank import generators
+    from ooc_lowrank import io as ooc_io
+
+    funcs = ooc_io.FORMATS if command == "convert" else generators.GENERATORS
+    out = _help([command, "--help"], capsys)
+    skip = {"overwrite", "progress", "n_rows", "seed"}
+    n = 0
+    for key, fn in funcs.items():
+        start = out.index(f"  {key}:")
+        tail = out[start + len(key) + 3 :]
+        if tail.startswith(" as "):
+            continue
+        section = re.split(r"^  \S", tail, maxsplit=1, flags=re.M)[0]
+        for name, prm in inspect.signature(fn).parameters.items():
+            if prm.kind is not prm.KEYWORD_ONLY or name in skip:
+                continue
+            n += 1
+            flag = "--" + name.replace("_", "-")
+            assert f"{flag} (default {_spelled(prm.default)})" in section, (key, name)
+    assert n >= 10  # the signatures were read
+
+
 class Toy(BaseEstimator):
     """A toy estimator: what a new METHODS line gets for free.
 
