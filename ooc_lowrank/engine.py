@@ -152,31 +152,31 @@ class Blocked:
         return Blocked(arr, self.kind, self.source, self.nnz)
 
 
-def _rechunk_sparse(b: Blocked, bounds) -> Blocked:
-    old = b.bounds
+def _pick_rows(s, e, starts, *parts):
+    """Rows ``s:e`` of a sparse array from the old blocks ``parts`` that overlap them (the old
+    blocks start at the rows ``starts``), as one csr block."""
+    pieces = [
+        p[max(s, a) - a : min(e, a + p.shape[0]) - a] for p, a in zip(parts, starts, strict=True)
+    ]
+    return sp.vstack(pieces, format="csr") if len(pieces) > 1 else sp.csr_matrix(pieces[0])
 
-    def pick(_, arrs=None, block_id=None):
-        i = block_id[0]
-        s, e = bounds[i], bounds[i + 1]
+
+def _rechunk_sparse(b: Blocked, bounds) -> Blocked:
+    """A sparse Dask input re-sliced to ``bounds``: each new block is one task that depends on
+    the old blocks overlapping it only (never on all of them: that task would hold the whole
+    array in memory)."""
+    old = b.bounds
+    olds = b.dask.to_delayed(optimize_graph=False).reshape(-1)
+    meta = sp.csr_matrix((0, 0), dtype=b.dtype)
+    pick = dask.delayed(_pick_rows, pure=True)
+    blocks = []
+    for i in range(len(bounds) - 1):
+        s, e = int(bounds[i]), int(bounds[i + 1])
         j0 = int(np.searchsorted(old, s, side="right") - 1)
         j1 = int(np.searchsorted(old, e, side="left"))
-        parts = [
-            arrs[j][max(s, old[j]) - old[j] : min(e, old[j + 1]) - old[j]] for j in range(j0, j1)
-        ]
-        return sp.vstack(parts, format="csr") if len(parts) > 1 else sp.csr_matrix(parts[0])
-
-    blocks = dask.delayed(list)([b.dask.blocks[k] for k in range(b.n_blocks)])
-    nb = len(bounds) - 1
-    arr = da.map_blocks(
-        pick,
-        da.arange(nb, chunks=1),
-        arrs=blocks,
-        new_axis=1,
-        chunks=(tuple(np.diff(bounds).tolist()), (b.shape[1],)),
-        dtype=b.dtype,
-        meta=sp.csr_matrix((0, 0), dtype=b.dtype),
-    )
-    return Blocked(arr, "csr", b.source, b.nnz)
+        part = pick(s, e, [int(old[j]) for j in range(j0, j1)], *olds[j0:j1])
+        blocks.append(da.from_delayed(part, shape=(e - s, b.shape[1]), dtype=b.dtype, meta=meta))
+    return Blocked(da.concatenate(blocks, axis=0), "csr", b.source, b.nnz)
 
 
 def _even_bounds(n: int, block_rows: int) -> np.ndarray:

@@ -500,3 +500,34 @@ def test_chained_reduction_reads_store_blocks_inside_its_links(
     assert "X" not in calls and calls.count("Y") == kept.n_blocks
     for g, r in zip(got2, _reference(X, Y, w), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-10)
+
+
+def test_sparse_dask_input_rechunked_block_by_block(data):
+    """A sparse Dask input aligned to other row blocks: each new block depends only on the old
+    blocks that overlap it (no task gathers the whole array), and the sums are NumPy's."""
+    _, Xs, Y, w = data
+    old = [0, 30, 90, 150, Xs.shape[0]]
+    parts = [
+        da.from_delayed(
+            dask.delayed(Xs[a:b].tocsr)(), shape=(b - a, Xs.shape[1]), dtype=Xs.dtype,
+            meta=sp.csr_matrix((0, 0), dtype=Xs.dtype),
+        )
+        for a, b in zip(old[:-1], old[1:], strict=True)
+    ]  # fmt: skip
+    bx = engine.as_blocked(da.concatenate(parts, axis=0))
+    assert bx.kind == "csr" and list(bx.bounds) == old
+    new = np.array([0, 10, 40, 95, 100, Xs.shape[0]])
+    rb = bx.rechunk(new)
+    assert list(rb.bounds) == list(new)
+    graph = dict(rb.dask.__dask_graph__())
+    picks = [v for k, v in graph.items() if "_pick_rows" in str(k)]
+    assert len(picks) == len(new) - 1
+    # overlapping old blocks per new block: [0,10) 1, [10,40) 2, [40,95) 2, [95,100) 1, rest 2
+    deps = sorted(len(v.dependencies) for v in picks)
+    assert deps == [1, 1, 2, 2, 2], deps
+    blocks = dask.compute(*rb.dask.to_delayed().ravel(), scheduler="sync")
+    assert all(sp.issparse(b) for b in blocks)
+    np.testing.assert_array_equal(sp.vstack(blocks).toarray(), Xs.toarray())
+    got = engine.map_reduce(_gram_and_cross, rb, Y, args=(w,))
+    for g, r in zip(got, _reference(Xs, Y, w), strict=True):
+        np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
