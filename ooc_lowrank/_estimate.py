@@ -338,7 +338,7 @@ def _finish(out, worker_bytes, limit, rows_max, size_name, size):
     return out
 
 
-def glrl_task_bytes(nnz, n, m_rows, n_cols, rank, *, cached=False):
+def glrl_task_bytes(nnz, n, n_cols, rank, *, cached=False):
     """Bytes one GreedyLowRank block task allocates, ``{"power", "grad_cache", "refit"}``
     (block functions only, not their input block): the power pass returns ``G v``
     (the block's ``n`` rows) and ``G^T u`` (``n_cols``) float64 vectors; building the gradient cache
@@ -366,7 +366,7 @@ def glrl_estimate(est, B, shape, *, client=None):
         xb, n = _block_bytes(B, rows)
         _, nnz = _max_block(B) if rows is None else (n, None)
         nnz = int(math.ceil((B.nnz or 0) * n / max(B.shape[0], 1))) if nnz is None else nnz
-        t = glrl_task_bytes(nnz, n, m_rows, n_cols, k, cached=grad_cache)
+        t = glrl_task_bytes(nnz, n, n_cols, k, cached=grad_cache)
         task = xb + max(t.values())
         reduce_b = _reduce_per_worker(B.n_blocks, m_rows + n_cols + 3, n_workers)
         state = 8 * (m_rows + n_cols) * (k + 2)  # U, V (rank columns) and u, v
