@@ -88,6 +88,24 @@ def loss_value_grad(loss, x, o, delta):
 
 
 @njit
+def loss_curvature(loss, x, o, delta):
+    """Second derivative of the loss with respect to the prediction ``x`` at one entry (the
+    smooth losses; 0 for the nonsmooth ones)."""
+    if loss == SQUARE:
+        return 1.0
+    if loss == LOGISTIC:
+        z = o * x
+        if z >= 0.0:
+            e = math.exp(-z)
+            return e / ((1.0 + e) * (1.0 + e))
+        e = math.exp(z)
+        return e / ((1.0 + e) * (1.0 + e))
+    if loss == HUBER:
+        return 1.0 if abs(x - o) <= delta else 0.0
+    return 0.0
+
+
+@njit
 def _predict_one(U, V, theta, a, b):
     s = 0.0
     for i in range(theta.shape[0]):
@@ -344,13 +362,19 @@ def refit_econ_pass(
     With ``p = len(theta_prev)``: ``x_f = sum_{i < n_fixed} theta_prev[i] U[a, i] V[b, i]`` (the
     start terms, which the refit does not scale), ``x_g`` the same sum over
     ``n_fixed <= i < p`` (the greedy terms) and ``w = U[a, p] V[b, p]`` (the new rank-one term).
-    ``out += (sum loss, sum g x_g, sum g w)``.  ``n_fixed = 0`` is SPEC GLRL-7 exactly.
+    ``out[:3] += (sum loss, sum g x_g, sum g w)``.  ``n_fixed = 0`` is SPEC GLRL-7 exactly.
+    With ``out`` of length 6 also the Hessian, with ``c`` the loss's curvature at the entry:
+    ``out[3:] += (sum c x_g^2, sum c x_g w, sum c w^2)``.
     """
     n_rows = indptr.shape[0] - 1
     p = theta_prev.shape[0]
+    hess = out.shape[0] >= 6
     lsum = 0.0
     ga = 0.0
     gb = 0.0
+    haa = 0.0
+    hab = 0.0
+    hbb = 0.0
     for r in range(n_rows):
         a = row0 + r
         for k in range(indptr[r], indptr[r + 1]):
@@ -362,13 +386,52 @@ def refit_econ_pass(
             for i in range(n_fixed, p):
                 xg += theta_prev[i] * U[a, i] * V[b, i]
             w = U[a, p] * V[b, p]
-            lv, g = loss_value_grad(loss, xf + alpha * xg + beta * w, float(vals[k]), delta)
+            x = xf + alpha * xg + beta * w
+            o = float(vals[k])
+            lv, g = loss_value_grad(loss, x, o, delta)
             lsum += lv
             ga += g * xg
             gb += g * w
+            if hess:
+                c = loss_curvature(loss, x, o, delta)
+                haa += c * xg * xg
+                hab += c * xg * w
+                hbb += c * w * w
     out[0] += lsum
     out[1] += ga
     out[2] += gb
+    if hess:
+        out[3] += haa
+        out[4] += hab
+        out[5] += hbb
+
+
+@njit
+def refit_gram_pass(indptr, cols, vals, row0, U, V, j0, work, gram_out, rhs_out):
+    """The square loss's full refit as least squares: columns ``j0:`` of the basis Gram and
+    of its right-hand side on the observed entries, one pass.
+
+    With ``b_i = U[a, i] V[b, i]`` (``t = U.shape[1]`` terms): ``gram_out[i, j - j0] +=
+    sum b_i b_j`` and ``rhs_out[j - j0] += sum o b_j`` for ``j >= j0``.  The Gram does not
+    depend on the coefficients, so the refit keeps it between greedy steps and asks for the
+    new column only (``j0 = t - 1``): O(t) per entry.  No sum over the terms is formed per
+    entry (only products), so the result does not depend on how the compiler vectorizes.
+    ``work`` is scratch of length ``t``.
+    """
+    n_rows = indptr.shape[0] - 1
+    t = U.shape[1]
+    for r in range(n_rows):
+        a = row0 + r
+        for k in range(indptr[r], indptr[r + 1]):
+            b = cols[k]
+            for i in range(t):
+                work[i] = U[a, i] * V[b, i]
+            o = float(vals[k])
+            for j in range(j0, t):
+                wj = work[j]
+                rhs_out[j - j0] += o * wj
+                for i in range(t):
+                    gram_out[i, j - j0] += wj * work[i]
 
 
 @njit
@@ -437,3 +500,88 @@ def top_k_rows(rows, U, V, theta, k, out_idx, out_val):
         for j in range(k):
             out_idx[r, j] = order[j]
             out_val[r, j] = scores[order[j]]
+
+
+@njit
+def psd_newton_step(hess, grad, rcond):
+    """``d = -hess^+ grad`` for a symmetric positive semi-definite ``hess`` (t x t), through
+    its eigen-decomposition by cyclic Jacobi rotations; eigenvalues ``<= rcond * max`` are
+    dropped (a direction with no curvature is left unchanged).
+
+    Written out rather than LAPACK's so that the step is a function of the values alone:
+    BLAS/LAPACK kernels may round differently with the memory alignment of their inputs,
+    and a fit resumed from a checkpoint must repeat the uninterrupted one bit for bit.
+    O(t^3) per sweep, for the refit's small systems (t = rank).
+    """
+    t = hess.shape[0]
+    A = np.empty((t, t))
+    Q = np.zeros((t, t))
+    for i in range(t):
+        Q[i, i] = 1.0
+        for j in range(t):
+            A[i, j] = 0.5 * (hess[i, j] + hess[j, i])
+    for _sweep in range(100):
+        off = 0.0
+        diag = 0.0
+        for i in range(t):
+            diag += A[i, i] * A[i, i]
+            for j in range(i + 1, t):
+                off += A[i, j] * A[i, j]
+        if off <= 1e-30 * diag or off == 0.0:
+            break
+        for p in range(t - 1):
+            for q in range(p + 1, t):
+                apq = A[p, q]
+                if apq == 0.0:
+                    continue
+                theta = (A[q, q] - A[p, p]) / (2.0 * apq)
+                tn = (1.0 if theta >= 0.0 else -1.0) / (abs(theta) + math.sqrt(theta * theta + 1.0))
+                c = 1.0 / math.sqrt(tn * tn + 1.0)
+                s = tn * c
+                for k in range(t):
+                    akp = A[k, p]
+                    akq = A[k, q]
+                    A[k, p] = c * akp - s * akq
+                    A[k, q] = s * akp + c * akq
+                for k in range(t):
+                    apk = A[p, k]
+                    aqk = A[q, k]
+                    A[p, k] = c * apk - s * aqk
+                    A[q, k] = s * apk + c * aqk
+                for k in range(t):
+                    qkp = Q[k, p]
+                    qkq = Q[k, q]
+                    Q[k, p] = c * qkp - s * qkq
+                    Q[k, q] = s * qkp + c * qkq
+    wmax = 0.0
+    for i in range(t):
+        wmax = max(wmax, A[i, i])
+    d = np.zeros(t)
+    if wmax <= 0.0:
+        return d, 0
+    kept = 0
+    for k in range(t):
+        w = A[k, k]
+        if w <= rcond * wmax:
+            continue
+        kept += 1
+        proj = 0.0
+        for i in range(t):
+            proj += Q[i, k] * grad[i]
+        proj /= w
+        for i in range(t):
+            d[i] -= Q[i, k] * proj
+    return d, kept
+
+
+@njit
+def sym_matvec(A, x):
+    """``A @ x`` by plain loops (a value-only result; see :func:`psd_newton_step`)."""
+    n = A.shape[0]
+    y = np.zeros(n)
+    for i in range(n):
+        s = 0.0
+        for j in range(A.shape[1]):
+            s += A[i, j] * x[j]
+        y[i] = s
+    return y

@@ -104,3 +104,21 @@ def glrl_dense(rows, cols, vals, shape, loss, rank, refit, lbfgs_iter=5, n_power
             theta = r.x if r.fun <= f(th0)[0] else th0
         objs.append(lo.value(predict(U, V, theta, rows, cols), vals).sum())
     return U, V, theta, np.array(objs)
+
+
+def refit_gram(rows, cols, vals, U, V, j0):
+    """Twin of kernels.glrl.refit_gram_pass: columns ``j0:`` of ``B^T B`` and ``B^T o``."""
+    B = U[rows] * V[cols]
+    return B.T @ B[:, j0:], B[:, j0:].T @ np.asarray(vals, float)
+
+
+def econ_hessian(rows, cols, vals, U, V, theta_prev, alpha, beta, loss, delta, n_fixed=0):
+    """The 2 x 2 Hessian of the economic refit by central differences of its gradient."""
+    h = 1e-6
+    H = np.empty((2, 2))
+    for j, (da, db) in enumerate(((h, 0.0), (0.0, h))):
+        args = (loss, delta, n_fixed)
+        _, gp = refit_econ(rows, cols, vals, U, V, theta_prev, alpha + da, beta + db, *args)
+        _, gm = refit_econ(rows, cols, vals, U, V, theta_prev, alpha - da, beta - db, *args)
+        H[:, j] = (gp - gm) / (2 * h)
+    return H

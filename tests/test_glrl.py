@@ -353,7 +353,82 @@ def test_nonsmooth_hinge_runs_and_improves(rng):
     assert est.evaluate((rows, cols, vals), ["sign_accuracy"])["sign_accuracy"] > 0.6
 
 
+# ----------------------------------------------------------------------------- exact refits
+@pytest.mark.parametrize(
+    "l2, greedy_l2, init", [(0.0, 0.0, None), (0.05, 3.0, None), (0.0, 2.0, 1.5)]
+)
+def test_exact_full_refit_is_the_least_squares_solution(l2, greedy_l2, init, rng):
+    """R1MP: after every step theta solves the penalized least squares of its basis, with one
+    refit pass per step (the Gram's new column)."""
+    M, rows, cols, vals = _lowrank(rng, noise=0.1)
+    seen = []
+
+    def cb(t, elapsed, obj):
+        seen.append(t)
+
+    res = greedy_pursuit(
+        _reduce(rows, cols, vals, M.shape, [0, 17, 40, 60]), M.shape, loss="square", rank=5,
+        refit="full", refit_solver="exact", l2=l2, greedy_l2=greedy_l2, init_offset=init,
+        power_iter=8, random_state=0, callback=cb,
+    )
+    assert res.pass_kinds["refit"] == res.n_iter == len(seen)
+    B = res.U[rows] * res.V[cols]
+    P = l2 * (res.U.T @ res.U) * (res.V.T @ res.V)
+    k0 = 1 if init is not None else 0
+    P[np.arange(k0, B.shape[1]), np.arange(k0, B.shape[1])] += greedy_l2
+    want = np.linalg.solve(B.T @ B + P, B.T @ vals)
+    np.testing.assert_allclose(res.theta, want, rtol=1e-9, atol=1e-9)
+    assert np.all(np.diff(res.objective) <= 1e-9 * np.abs(res.objective[:-1]))
+
+
+def test_exact_economic_refit_is_the_two_column_least_squares(rng):
+    M, rows, cols, vals = _lowrank(rng, noise=0.1)
+    red = _reduce(rows, cols, vals, M.shape, [0, 25, 60])
+    res = greedy_pursuit(red, M.shape, loss="square", rank=4, refit="economic",
+                         refit_solver="exact", power_iter=8, random_state=0)
+    assert res.pass_kinds["refit"] == res.n_iter
+    # the last step: alpha X_{t-1} + beta u v^T is the least-squares fit of those two columns
+    prev = res.U[rows, :-1] * res.V[cols, :-1] @ res.theta[:-1]
+    w = res.U[rows, -1] * res.V[cols, -1]
+    coef = np.linalg.lstsq(np.column_stack([prev, w]), vals, rcond=None)[0]
+    np.testing.assert_allclose(coef[0], 1.0, atol=1e-9)  # theta[:-1] already holds alpha
+    np.testing.assert_allclose(coef[1], res.theta[-1], rtol=1e-9)
+
+
+@pytest.mark.parametrize("refit", ["full", "economic"])
+def test_exact_refit_reaches_the_converged_lbfgs_objective(refit, rng):
+    M, rows, cols, vals = _lowrank(rng, noise=0.1)
+    kw = dict(loss="square", rank=4, refit=refit, power_iter=8, random_state=0)
+    ex = greedy_pursuit(_reduce(rows, cols, vals, M.shape), M.shape, refit_solver="exact", **kw)
+    lb = greedy_pursuit(_reduce(rows, cols, vals, M.shape), M.shape, refit_solver="lbfgs",
+                        lbfgs_iter=100, **kw)
+    np.testing.assert_allclose(ex.objective, lb.objective, rtol=1e-6)
+    assert ex.n_passes < lb.n_passes
+
+
+def test_exact_refit_solver_is_refused_where_it_does_not_apply(counting_scheduler):
+    rows, cols, vals = np.array([0, 1]), np.array([0, 1]), np.array([1.0, -1.0])
+    for kw in (dict(loss="logistic"), dict(greedy_l1=0.1), dict(loss="huber")):
+        with pytest.raises(ValueError, match="refit_solver 'exact' needs loss='square' and"):
+            GreedyLowRank(refit_solver="exact", **kw).fit((rows, cols, vals), shape=(2, 2))
+    with pytest.raises(ValueError, match="refit_solver must be one of"):
+        GreedyLowRank(refit_solver="newton").fit((rows, cols, vals), shape=(2, 2))
+    assert counting_scheduler.count == 0
+
+
 # ----------------------------------------------------------------------------- invariance
+@pytest.mark.parametrize("refit", ["full", "economic"])
+def test_exact_refits_give_the_same_result_for_any_blocking(refit, rng):
+    M, rows, cols, vals = _lowrank(rng, noise=0.1)
+    fits = []
+    for br in (60, 30, 7):  # 1 block, 2 blocks, uneven blocks
+        est = GreedyLowRank(loss="square", rank=4, refit=refit, power_iter=6, block_rows=br)
+        fits.append(est.fit((rows, cols, vals), shape=M.shape))
+    for f in fits[1:]:
+        np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
+        np.testing.assert_allclose(f.theta_, fits[0].theta_, rtol=1e-7)
+
+
 @pytest.mark.parametrize("refit", ["full", "economic", "none"])
 def test_same_result_for_any_blocking(refit, rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")

@@ -136,6 +136,60 @@ def test_refit_econ_pass_matches_naive(loss, n_fixed, rng):
     np.testing.assert_allclose(out, np.r_[f2, g2], rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+@pytest.mark.parametrize("n_fixed", [0, 2])
+def test_refit_econ_hessian_matches_finite_differences(loss, n_fixed, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=4)
+    code = get_loss(loss).code
+    out = _blocks.refit_econ_block(0, csr, U, V, theta[:3], 0.8, -0.3, code, 0.7, n_fixed, True)
+    f2, g2 = naive.refit_econ(r, c, o, U, V, theta[:3], 0.8, -0.3, loss, 0.7, n_fixed)
+    np.testing.assert_allclose(out[:3], np.r_[f2, g2], rtol=1e-10, atol=1e-12)
+    H = naive.econ_hessian(r, c, o, U, V, theta[:3], 0.8, -0.3, loss, 0.7, n_fixed)
+    np.testing.assert_allclose(out[3:], [H[0, 0], H[0, 1], H[1, 1]], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("loss", ["square", "logistic", "huber"])
+def test_loss_curvature_vs_finite_differences(loss, rng):
+    lo = get_loss(loss)
+    o = np.where(rng.random(200) < 0.5, -1.0, 1.0) if lo.labels_pm1 else rng.normal(0, 2, 200)
+    x = rng.normal(0, 2, 200)
+    away = np.abs(np.abs(x - o) - 0.7) > 1e-3  # away from Huber's kink
+    x, o = x[away], o[away]
+    h = 1e-6
+    fd = (lo.grad(x + h, o, 0.7) - lo.grad(x - h, o, 0.7)) / (2 * h)
+    got = np.array([K.loss_curvature(lo.code, a, b, 0.7) for a, b in zip(x, o, strict=True)])
+    np.testing.assert_allclose(got, fd, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("j0", [0, 2, 4])
+def test_refit_gram_pass_matches_naive(j0, dtype, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, "square", t=5, dtype=dtype, idx=np.int32)
+    gram, rhs = _blocks.refit_gram_block(0, csr, U, V, j0)
+    g2, r2 = naive.refit_gram(r, c, o, U, V, j0)
+    np.testing.assert_allclose(gram, g2, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rhs, r2, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("t", [1, 2, 7, 15])
+def test_psd_newton_step_is_the_pseudo_inverse_step(t, rng):
+    B = rng.standard_normal((3 * t, t))
+    g = rng.standard_normal(t)
+    H = B.T @ B
+    d, kept = K.psd_newton_step(H, g, 1e-12)
+    assert kept == t
+    np.testing.assert_allclose(d, -np.linalg.solve(H, g), rtol=1e-9, atol=1e-12)
+    if t > 1:  # a singular Hessian: a direction with no curvature is left unchanged
+        B[:, 0] = 0.0
+        H = B.T @ B
+        d, kept = K.psd_newton_step(H, g, 1e-12)
+        assert kept == t - 1 and d[0] == 0.0
+        np.testing.assert_allclose(d, -np.linalg.pinv(H) @ g, rtol=1e-9, atol=1e-12)
+    Z = np.zeros((t, t))
+    assert K.psd_newton_step(Z, g, 1e-12)[1] == 0
+    np.testing.assert_allclose(K.sym_matvec(H, g), H @ g, rtol=1e-12)
+
+
 def test_step_search_pass(rng):
     csr, U, V, theta, r, c, o = _problem(rng, "l1", t=4)
     steps = np.array([0.0, 0.5, 2.0])

@@ -82,11 +82,27 @@ def refit_full_block(row_start, block, U, V, theta, loss, delta):
     return grad, stats
 
 
-def refit_econ_block(row_start, block, U, V, theta_prev, alpha, beta, loss, delta, n_fixed=0):
-    """``[sum loss, d/dalpha, d/dbeta]`` of the economic refit (loss part only); the first
-    ``n_fixed`` terms (the start ``X_0``) are not scaled by ``alpha``."""
+def refit_gram_block(row_start, block, U, V, j0):
+    """``(gram (t, t - j0), rhs (t - j0,))``: columns ``j0:`` of the basis Gram ``B^T B`` and
+    of ``B^T o`` on the block's observed entries (the square loss's full refit)."""
     indptr, cols, vals = _parts(block)
-    out = np.zeros(3)
+    t = U.shape[1]
+    gram = np.zeros((t, t - int(j0)))
+    rhs = np.zeros(t - int(j0))
+    _k.refit_gram_pass(
+        indptr, cols, vals, np.int64(row_start), U, V, np.int64(j0), np.empty(t), gram, rhs
+    )
+    return gram, rhs
+
+
+def refit_econ_block(
+    row_start, block, U, V, theta_prev, alpha, beta, loss, delta, n_fixed=0, hessian=False
+):
+    """``[sum loss, d/dalpha, d/dbeta]`` of the economic refit (loss part only); the first
+    ``n_fixed`` terms (the start ``X_0``) are not scaled by ``alpha``.  ``hessian=True``
+    appends ``[d2/dalpha2, d2/dalpha dbeta, d2/dbeta2]``."""
+    indptr, cols, vals = _parts(block)
+    out = np.zeros(6 if hessian else 3)
     _k.refit_econ_pass(
         indptr,
         cols,

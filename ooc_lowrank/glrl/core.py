@@ -13,7 +13,9 @@ Algorithms
   the unit vectors move less than ``power_tol``), initial coefficient ``s / L``, then
   ``refit="full"`` (GLRL; square loss + full = R1MP), ``"economic"`` (EGLRL) or ``"none"``;
   refits use L-BFGS-B with at most ``lbfgs_iter`` iterations warm-started at the greedy step,
-  keeping the warm start if L-BFGS returns a worse value.
+  keeping the warm start if L-BFGS returns a worse value; for the square loss they are
+  least-squares problems and are solved exactly from one pass (``refit_solver``), as the
+  R1MP reference code does.
 * Nonsmooth losses (l1, hinge), SPEC 2.4: subgradient, rank-``p_t`` approximation built by
   deflation until ``||G - Ghat||_F <= nu ||G||_F`` or ``max_inner`` or the rank budget,
   step ``X <- X - eta_t Ghat`` with ``eta_t`` from ``step_schedule``; the best iterate seen is
@@ -44,6 +46,7 @@ from scipy.optimize import minimize
 from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.losses import get_loss
+from ooc_lowrank.kernels import glrl as _kg
 
 logger = logging.getLogger("ooc_lowrank")
 
@@ -79,6 +82,7 @@ PASS_KINDS = {
     "power_block": "power",
     "refit_full_block": "refit",
     "refit_econ_block": "refit",
+    "refit_gram_block": "refit",
     "step_search_block": "step",
     "bias_block": "init",
 }
@@ -212,6 +216,7 @@ def greedy_pursuit(
     power_iter=20,
     power_tol=1e-3,
     lbfgs_iter=5,
+    refit_solver="auto",
     l2=0.0,
     greedy_l2=0.0,
     greedy_l1=0.0,
@@ -245,6 +250,14 @@ def greedy_pursuit(
         Number of rank-one terms (the rank budget for nonsmooth losses).
     refit : {"auto", "full", "economic", "none"}
         ``"auto"`` is ``"full"`` for smooth losses and ``"none"`` for nonsmooth ones.
+    refit_solver : {"auto", "exact", "lbfgs"}
+        How a refit is solved.  ``"lbfgs"``: at most ``lbfgs_iter`` L-BFGS-B iterations (SPEC
+        GLRL-6/7), one pass per evaluation.  ``"exact"`` (square loss, ``greedy_l1 = 0``
+        only): the refit is a linear least-squares problem, solved from one pass that gives
+        its gradient and Hessian, as the R1MP reference code does (SPEC 2.2): economic, a
+        2 x 2 system; full, the basis Gram on the observed entries, kept between steps so a
+        step's pass adds its new column only (O(t) per entry).  ``"auto"``: ``"exact"``
+        where it applies, else ``"lbfgs"``.  ``lbfgs_iter = 0`` turns either off.
     l2 : float
         ``l2 / 2 * ||X||_F^2`` over the whole ``m x n`` matrix, start terms included (SPEC 2.3).
     greedy_l2 : float
@@ -295,6 +308,15 @@ def greedy_pursuit(
     lossobj = get_loss(loss)
     m, n = int(shape[0]), int(shape[1])
     refit = ("full" if lossobj.smooth else "none") if refit == "auto" else refit
+    exact_ok = lossobj.name == "square" and float(greedy_l1) == 0.0
+    if refit_solver not in ("auto", "exact", "lbfgs"):
+        raise ValueError(f"refit_solver must be 'auto', 'exact' or 'lbfgs'; got {refit_solver!r}")
+    if refit_solver == "exact" and not exact_ok:
+        raise ValueError(
+            "refit_solver='exact' needs loss='square' and greedy_l1=0 (a least-squares refit); "
+            f"got loss={loss!r}, greedy_l1={greedy_l1!r}. Use refit_solver='auto' or 'lbfgs'"
+        )
+    exact = exact_ok and refit_solver != "lbfgs"
     run = _Counter(reduce)
     rng = np.random.default_rng(random_state)
     log = logger.info if verbose else logger.debug
@@ -336,6 +358,7 @@ def greedy_pursuit(
         U, V, theta = U.reshape(m, -1).copy(), V.reshape(n, -1).copy(), theta.ravel().copy()
         used = theta.size
     n_start = theta.size  # terms of X_0: the economic refit does not rescale them
+    normal = None  # exact full refit: (B^T B, B^T o) of the basis on Omega (theta-free)
     res = GreedyResult(U, V, theta)
     t0 = time.perf_counter()
     restored = checkpoint.load() if checkpoint is not None else None
@@ -369,6 +392,8 @@ def greedy_pursuit(
         run.kinds = dict(st.get("pass_kinds", {}))  # absent from older checkpoints
         for key in ("objective", "validation", "inner_counts", "step_sizes", "times"):
             setattr(res, key, list(st[key]))
+        if "refit_gram" in arr:
+            normal = (arr["refit_gram"].copy(), arr["refit_rhs"].copy())
 
     def save_checkpoint():
         state = {
@@ -392,6 +417,8 @@ def greedy_pursuit(
         arrays = {"U": U, "V": V, "theta": theta}
         arrays["snap_theta"] = np.concatenate([th for _, th in snapshots])
         arrays.update(first_gv=first[0], first_gtu=first[1], first_stats=first[2])
+        if normal is not None:
+            arrays["refit_gram"], arrays["refit_rhs"] = normal
         checkpoint.save(t, state, arrays)
 
     while not stopped and used < rank and (max_iter is None or t < max_iter):
@@ -419,6 +446,11 @@ def greedy_pursuit(
             step0 = max(s - gl1, 0.0) / L
             if refit == "none":
                 theta = np.append(theta, step0)
+            elif refit == "full" and exact:
+                theta, normal = _refit_full_exact(
+                    run, U, V, np.append(theta, step0), l2, lbfgs_iter,
+                    greedy_l2=gl2, n_fixed=n_start, normal=normal,
+                )
             elif refit == "full":
                 theta = _refit_full(
                     run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter,
@@ -427,7 +459,7 @@ def greedy_pursuit(
             else:
                 theta = _refit_econ(
                     run, U, V, theta, step0, code, delta, l2, lbfgs_iter, n_fixed=n_start,
-                    greedy_l2=gl2, greedy_l1=gl1,
+                    greedy_l2=gl2, greedy_l1=gl1, exact=exact,
                 )
             res.inner_counts.append(1)
             res.step_sizes.append(step0)
@@ -719,7 +751,7 @@ def full_refit_objective(run, U, V, code, delta, l2, greedy_l2=0.0, n_fixed=0, g
 
 
 def econ_refit_objective(
-    run, U, V, theta, code, delta, l2, n_fixed=0, greedy_l2=0.0, greedy_l1=0.0
+    run, U, V, theta, code, delta, l2, n_fixed=0, greedy_l2=0.0, greedy_l1=0.0, hessian=False
 ):
     """``fun((alpha, beta)) -> (phi, grad)`` of the economic refit (SPEC GLRL-7), one pass.
 
@@ -729,6 +761,7 @@ def econ_refit_objective(
     greedy terms are scaled: ``X = X_0 + alpha X_greedy + beta u v^T``.  ``greedy_l2`` adds
     ``greedy_l2 / 2 * (alpha^2 |theta_g|^2 + beta^2)`` (``theta_g = theta[n_fixed:]``) and
     ``greedy_l1 * (alpha sum theta_g + beta)`` (linear: ``alpha, beta >= 0``, ``theta_g >= 0``).
+    ``hessian=True``: ``fun`` returns ``(phi, grad, hess)`` with the 2 x 2 Hessian, same pass.
     """
     p, f = theta.size, int(n_fixed)
     gl2, gl1 = float(greedy_l2), float(greedy_l1)
@@ -741,20 +774,28 @@ def econ_refit_objective(
 
     def fun(ab):
         a, b = float(ab[0]), float(ab[1])
-        (out,) = run(_blocks.refit_econ_block, (U, V, theta, a, b, code, delta, f))
+        (out,) = run(_blocks.refit_econ_block, (U, V, theta, a, b, code, delta, f, hessian))
         fval, grad = float(out[0]), np.array([out[1], out[2]])
+        if hessian:
+            H = np.array([[out[3], out[4]], [out[4], out[5]]])
         if l2 > 0:
             c = coef(a, b)
             Kc = K @ c
             fval += 0.5 * l2 * c @ Kc
             grad = grad + l2 * np.array([Kc[f:p] @ theta[f:], Kc[p]])
+            if hessian:  # c is affine in (alpha, beta): dc/dalpha = (0, theta_g, 0), dc/dbeta = e_p
+                tgv = theta[f:]
+                kgp = K[f:p, p] @ tgv
+                H = H + l2 * np.array([[tgv @ K[f:p, f:p] @ tgv, kgp], [kgp, K[p, p]]])
         if gl2 > 0:
             fval += 0.5 * gl2 * (a * a * tg2 + b * b)
             grad = grad + gl2 * np.array([a * tg2, b])
+            if hessian:
+                H = H + gl2 * np.diag([tg2, 1.0])
         if gl1 > 0:
             fval += gl1 * (a * tg1 + b)
             grad = grad + gl1 * np.array([tg1, 1.0])
-        return fval, grad
+        return (fval, grad, H) if hessian else (fval, grad)
 
     return fun
 
@@ -773,12 +814,65 @@ def _refit_full(
     return _lbfgs(fun, theta0, maxiter, bounds)
 
 
-def _refit_econ(
-    run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0, greedy_l2=0.0, greedy_l1=0.0
+def _newton_step(x0, grad, hess):
+    """``x0 - hess^+ grad``: the minimizer of a convex quadratic with that gradient at ``x0``
+    and that (positive semi-definite) Hessian; directions of (near-)zero curvature, e.g. a
+    basis term that vanishes on every observed entry, are left unchanged.  ``None`` when the
+    step is not finite or does not decrease the quadratic."""
+    grad = np.ascontiguousarray(grad, dtype=np.float64)
+    d, kept = _kg.psd_newton_step(np.ascontiguousarray(hess, dtype=np.float64), grad, 1e-12)
+    if not kept or not np.all(np.isfinite(d)) or float(np.dot(grad, d)) > 0:
+        return None
+    return x0 + d
+
+
+def _refit_full_exact(
+    run, U, V, theta0, l2, maxiter, greedy_l2=0.0, n_fixed=0, normal=None
 ):
-    """EGLRL: (alpha, beta) = argmin phi(X_0 + alpha X + beta u v^T), warm start (1, s/L)."""
+    """Exact full refit of the square loss, R1MP's least squares: ``(B^T B + P) theta = B^T o``
+    with ``B`` the basis on the observed entries and ``P`` the penalties' Hessian.  One pass
+    gives the new column of ``B^T B`` and ``B^T o`` (all of them when ``normal``, the pair for
+    the first ``t - 1`` terms, is not given); the step is Newton's from ``theta0``.  Returns
+    ``(theta, normal)``."""
+    t = theta0.size
+    if maxiter <= 0:
+        return theta0, normal
+    j0 = normal[0].shape[0] if normal is not None and normal[0].shape[0] == t - 1 else 0
+    cols, rhs_new = run(_blocks.refit_gram_block, (U, V, j0))
+    H = np.empty((t, t))
+    rhs = np.empty(t)
+    if j0:
+        H[:j0, :j0] = normal[0]
+        rhs[:j0] = normal[1]
+    H[:, j0:] = cols
+    H[j0:, :j0] = cols[:j0].T
+    rhs[j0:] = rhs_new
+    Ht = H.copy()
+    if l2 > 0:
+        Ht += l2 * _gram(U, V)
+    f0 = int(n_fixed)
+    if greedy_l2 > 0:
+        Ht[np.arange(f0, t), np.arange(f0, t)] += greedy_l2
+    grad = _kg.sym_matvec(Ht, np.ascontiguousarray(theta0, dtype=np.float64)) - rhs
+    theta = _newton_step(theta0, grad, Ht)
+    return (theta0 if theta is None else theta), (H, rhs)
+
+
+def _refit_econ(
+    run, U, V, theta, step0, code, delta, l2, maxiter, n_fixed=0, greedy_l2=0.0, greedy_l1=0.0,
+    exact=False,
+):
+    """EGLRL: (alpha, beta) = argmin phi(X_0 + alpha X + beta u v^T), warm start (1, s/L);
+    ``exact`` (square loss, no ``greedy_l1``): the 2 x 2 least-squares solve, one pass."""
     ab = np.array([1.0, step0])
-    if maxiter > 0:
+    if maxiter > 0 and exact:
+        fun = econ_refit_objective(
+            run, U, V, theta, code, delta, l2, n_fixed, greedy_l2, 0.0, hessian=True
+        )
+        _, g, H = fun(ab)
+        new = _newton_step(ab, g, H)
+        ab = ab if new is None else new
+    elif maxiter > 0:
         fun = econ_refit_objective(
             run, U, V, theta, code, delta, l2, n_fixed, greedy_l2, greedy_l1
         )

@@ -229,7 +229,15 @@ class GreedyLowRank(BaseEstimator):
         20 was the best of {5, 10, 20} on validation splits for the L1 and square losses
         (MovieLens) and of {5, 20} for the logistic loss (Epinions).
     lbfgs_iter : int
-        L-BFGS-B iterations per refit (SPEC: at most 5).
+        L-BFGS-B iterations per refit (SPEC: at most 5); 0 turns the refit off.
+    refit_solver : {"auto", "exact", "lbfgs"}, default="auto"
+        For the square loss (without ``greedy_l1``) a refit is a least-squares problem:
+        ``"exact"`` solves it from one pass, as the R1MP reference code does (economic: a
+        2 x 2 system; full: the basis Gram on the observed entries, kept between steps, so
+        each step's pass adds one column, O(rank) per entry).  ``"lbfgs"``: at most
+        ``lbfgs_iter`` L-BFGS-B iterations, one pass each (SPEC GLRL-6/7).  ``"auto"``:
+        ``"exact"`` where it applies, ``"lbfgs"`` for the other losses (whose few L-BFGS
+        iterations SPEC keeps as implicit regularization).
     l2 : float
         Optional ``l2 / 2 * ||X||_F^2`` term (full matrix, the start's terms included: with
         ``init="bias"`` it shrinks the biases), off by default.
@@ -315,6 +323,7 @@ class GreedyLowRank(BaseEstimator):
         power_iter=20,
         power_tol=1e-3,
         lbfgs_iter=5,
+        refit_solver="auto",
         l2=0.0,
         greedy_l2=None,
         greedy_l1=0.0,
@@ -342,6 +351,7 @@ class GreedyLowRank(BaseEstimator):
         self.power_iter = power_iter
         self.power_tol = power_tol
         self.lbfgs_iter = lbfgs_iter
+        self.refit_solver = refit_solver
         self.l2 = l2
         self.greedy_l2 = greedy_l2
         self.greedy_l1 = greedy_l1
@@ -387,6 +397,17 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.power_iter, "power_iter", kind=numbers.Integral, low=1)
         check_scalar(self.power_tol, "power_tol", low=0.0)
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
+        if self.refit_solver not in ("auto", "exact", "lbfgs"):
+            raise param_error(
+                "refit_solver", "must be one of ('auto', 'exact', 'lbfgs')", self.refit_solver
+            )
+        if self.refit_solver == "exact" and (lo.name != "square" or self.greedy_l1 != 0):
+            raise param_error(
+                "refit_solver",
+                "'exact' needs loss='square' and greedy_l1=0 (a least-squares refit)",
+                self.refit_solver,
+                "Use refit_solver='auto' (exact where it applies) or 'lbfgs'",
+            )
         check_scalar(self.l2, "l2", low=0.0)
         if self.greedy_l2 is not None:
             check_scalar(self.greedy_l2, "greedy_l2", low=0.0, fix="Use None (auto) or >= 0")
@@ -562,6 +583,7 @@ class GreedyLowRank(BaseEstimator):
             power_iter=self.power_iter,
             power_tol=self.power_tol,
             lbfgs_iter=self.lbfgs_iter,
+            refit_solver=self.refit_solver,
             l2=self.l2,
             greedy_l2=greedy_l2,
             greedy_l1=self.greedy_l1,
