@@ -231,7 +231,8 @@ def test_glrl_block_memory_model_matches_measured_allocations(shape, density, rn
     B = sp.csr_matrix((vals, (rows, cols)), shape=shape)
     U, V = rng.standard_normal((shape[0], 5)), rng.standard_normal((shape[1], 5))
     u, v = rng.standard_normal(shape[0]), rng.standard_normal(shape[1])
-    got = _peak(glrl_blocks.power_block, 0, B, U, V, np.ones(5), 0, 1.0, u, v)
+    Vv = glrl_blocks.pack_columns(V, v)
+    got = _peak(glrl_blocks.power_block, 0, B, U, Vv, np.ones(5), 0, 1.0, u)
     model = e["task_alloc_bytes"]["power"]
     assert 0.9 <= got / model <= 1.1, (got, model, got / model)
 
