@@ -484,7 +484,7 @@ def bench_pass(
     V = rng.standard_normal((n, rank)) / np.sqrt(n)
     theta = np.linspace(1.0, 0.5, rank) * np.sqrt(m * n) / 10
     u, v = rng.standard_normal(m), rng.standard_normal(n)
-    p_args = (U, V, theta, 0, 1.0, u, v)
+    p_args = (U, _blocks.pack_columns(V, v), theta, 0, 1.0, u)
     g_args = (U, V, theta, 0, 1.0)
 
     def read_pass():

@@ -8,6 +8,7 @@ import pytest
 from ooc_lowrank.kernels import glrl as K
 
 from ooc_lowrank.glrl import _blocks
+from ooc_lowrank.glrl._blocks import pack_columns as pack
 from ooc_lowrank.glrl.losses import LOSSES, get_loss
 
 ALL = sorted(LOSSES)
@@ -72,7 +73,7 @@ def test_power_pass_matches_naive(loss, dtype, idx, rng):
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
-    gv, gtu, st = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
+    gv, gtu, st = _blocks.power_block(0, csr, U, pack(V, v), theta, code, 0.7, u)
     gv2, gtu2, st2 = naive.power_pass(r, c, o, U, V, theta, loss, 0.7, u, v, m, n)
     np.testing.assert_allclose(gv, gv2, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(gtu, gtu2, rtol=1e-10, atol=1e-12)
@@ -86,9 +87,9 @@ def test_power_pass_is_block_additive(loss, rng):
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
-    full = _blocks.power_block(0, csr, U, V, theta, code, 1.0, u, v)
+    full = _blocks.power_block(0, csr, U, pack(V, v), theta, code, 1.0, u)
     parts = [
-        _blocks.power_block(s, csr[s:e], U, V, theta, code, 1.0, u, v)
+        _blocks.power_block(s, csr[s:e], U, pack(V, v), theta, code, 1.0, u)
         for s, e in [(0, 4), (4, 5), (5, 6), (6, 23)]
     ]
     assert [p[0].shape[0] for p in parts] == [4, 1, 1, 17]
@@ -116,7 +117,7 @@ def test_power_and_refit_full_passes_match_naive_at_every_rank(loss, t, dtype, i
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
-    gv, gtu, st = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
+    gv, gtu, st = _blocks.power_block(0, csr, U, pack(V, v), theta, code, 0.7, u)
     gv2, gtu2, st2 = naive.power_pass(r, c, o, U, V, theta, loss, 0.7, u, v, m, n)
     for a, b in ((gv, gv2), (gtu, gtu2), (st, st2)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
@@ -223,7 +224,7 @@ def test_empty_block(rng):
 
     blk = sp.csr_matrix((0, 5))
     U, V, th = np.ones((3, 1)), np.ones((5, 1)), np.ones(1)
-    gv, gtu, st = _blocks.power_block(3, blk, U, V, th, K.SQUARE, 1.0, np.ones(3), np.ones(5))
+    gv, gtu, st = _blocks.power_block(3, blk, U, pack(V, np.ones(5)), th, K.SQUARE, 1.0, np.ones(3))
     assert not gv.any() and not gtu.any() and not st.any()
 
 
@@ -244,7 +245,7 @@ def test_gradient_cache_matches_naive_and_the_fused_pass(loss, idx, rng):
     Gd = G.toarray()
     np.testing.assert_allclose(gv, Gd @ v, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gtu, Gd.T @ u, rtol=1e-12, atol=1e-12)
-    fused = _blocks.power_block(0, csr, U, V, theta, code, 0.7, u, v)
+    fused = _blocks.power_block(0, csr, U, pack(V, v), theta, code, 0.7, u)
     np.testing.assert_allclose(gv, fused[0], rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(gtu, fused[1], rtol=1e-13, atol=1e-14)
 

@@ -27,18 +27,27 @@ def _parts(block):
     return block.indptr, block.indices, block.data
 
 
-def power_block(row_start, block, U, V, theta, loss, delta, u, v):
-    """Gradient on the block fused with ``G v`` and ``G^T u``.
+def pack_columns(V, v):
+    """``V`` with ``v`` appended as its last column, ``(n_cols, t + 1)`` float64: the column
+    side of a power pass in the layout :func:`power_block` reads (one row per entry)."""
+    Vv = np.empty((V.shape[0], V.shape[1] + 1))
+    Vv[:, :-1] = V
+    Vv[:, -1] = v
+    return Vv
+
+
+def power_block(row_start, block, U, Vv, theta, loss, delta, u):
+    """Gradient on the block fused with ``G v`` and ``G^T u``; ``Vv = pack_columns(V, v)``.
 
     Returns ``(gv (rows_in_block,), gtu (n_cols,), stats (3,))`` with ``stats = (sum loss,
     sum g^2, sum g x)``; ``gv`` holds the block's rows (a row output, module doc).
     """
     indptr, cols, vals = _parts(block)
     gv = np.empty(indptr.shape[0] - 1)
-    gtu = np.zeros(v.shape[0])
+    gtu = np.zeros(Vv.shape[0])
     stats = np.zeros(3)
     _k.power_pass(
-        indptr, cols, vals, np.int64(row_start), U, V, theta, loss, delta, u, v, gv, gtu, stats
+        indptr, cols, vals, np.int64(row_start), U, Vv, theta, loss, delta, u, gv, gtu, stats
     )
     return gv, gtu, stats
 

@@ -324,7 +324,7 @@ def greedy_pursuit(
     gl2, gl1 = float(greedy_l2), float(greedy_l1)
 
     def power_pass(U, V, theta, u, v):
-        return run(_blocks.power_block, (U, V, theta, code, delta, u, v))
+        return run(_blocks.power_block, (U, _blocks.pack_columns(V, v), theta, code, delta, u))
 
     def step_matvec(U, V, theta):
         """The power method's ``matvec`` for this step: from the gradient cache if one is
