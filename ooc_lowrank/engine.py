@@ -761,14 +761,16 @@ def map_rows(
     """Lazy row-aligned map: ``fn(*blocks, *args)`` returns ``(rows_in_block, n_cols)`` per block.
 
     Returns a Dask array of shape ``(n_rows, n_cols)`` with the first input's row chunks; nothing
-    is computed.  Use it for predictions (scores of a block, top-k of a block).
+    is computed.  Use it for predictions (scores of a block, top-k of a block).  Large ``args``
+    are scattered once on an active distributed client, as in :func:`reduce_blocks` (a model's
+    landmarks then do not travel inside every prediction graph).
     """
     blocked, ref = _prepare(inputs)
     meta = sp.csr_matrix((0, 0), dtype=dtype) if sparse else np.empty((0, 0), dtype=dtype)
     return da.map_blocks(
         _rows_block,
         *[b.dask for b in blocked],
-        *_unwrap_args(tuple(args)),
+        *_unwrap_args(tuple(args), active_client()),
         fn=fn,
         n_inputs=len(blocked),
         offset=offset,

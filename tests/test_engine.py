@@ -433,6 +433,27 @@ def test_large_args_are_scattered_once_on_a_cluster(rng, cluster_client):
     assert engine._unwrap_args((np.ones(10),), cluster_client)[0].shape == (10,)
 
 
+def test_map_rows_scatters_large_args_on_a_cluster(rng, cluster_client):
+    # row maps (predictions) reference the scattered array, not a copy inside each graph
+    X = rng.standard_normal((300, 4))
+    W = rng.standard_normal((4, 40_000))  # 1.3 MB, above SCATTER_BYTES
+    engine._SCATTER_CACHE.clear()
+
+    def f(Xb, W):
+        return Xb @ W[:, :3]
+
+    bx = engine.as_blocked(X, block_rows=50)
+    with dask.config.set(scheduler=cluster_client):
+        arr = engine.map_rows(f, bx, args=(W,), n_cols=3)
+        held = [v for v in dict(arr.__dask_graph__()).values() if isinstance(v, np.ndarray)]
+        assert not any(v.nbytes >= W.nbytes for v in held)  # W is not inside the graph
+        got = arr.compute()
+        again = engine.map_rows(f, bx, args=(W,), n_cols=3).compute()
+    assert len(engine._SCATTER_CACHE) == 1  # one scatter served both graphs
+    np.testing.assert_allclose(got, X @ W[:, :3], rtol=1e-12)
+    np.testing.assert_array_equal(got, again)
+
+
 def test_scatter_cache_is_bounded(rng, cluster_client, monkeypatch):
     engine._SCATTER_CACHE.clear()
     arrays = [rng.standard_normal(2**18) for _ in range(7)]  # 2 MiB each
