@@ -197,9 +197,7 @@ def _power_any_rank(
 
 
 @njit
-def power_pass(
-    indptr, cols, vals, row0, U, Vv, theta, loss, delta, u, gv_out, gtu_out, stats_out
-):
+def power_pass(indptr, cols, vals, row0, U, Vv, theta, loss, delta, u, gv_out, gtu_out, stats_out):
     """Per-entry gradient fused with both power-method products, for one block.
 
     ``Vv`` is ``V`` with ``v`` as one more column, shape ``(n_cols, t + 1)``: an entry's
@@ -356,22 +354,15 @@ def refit_full_pass(indptr, cols, vals, row0, U, V, theta, loss, delta, grad_out
         _refit_full_rows(indptr, cols, vals, row0, U, V, theta, loss, delta, grad_out, stats_out, 0)
 
 
-@njit
-def refit_econ_pass(
-    indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, loss, delta, out
-):
-    """Objective and gradient in ``(alpha, beta)`` of ``loss(x_f + alpha x_g + beta w, o)``.
-
-    With ``p = len(theta_prev)``: ``x_f = sum_{i < n_fixed} theta_prev[i] U[a, i] V[b, i]`` (the
-    start terms, which the refit does not scale), ``x_g`` the same sum over
-    ``n_fixed <= i < p`` (the greedy terms) and ``w = U[a, p] V[b, p]`` (the new rank-one term).
-    ``out[:3] += (sum loss, sum g x_g, sum g w)``.  ``n_fixed = 0`` is SPEC GLRL-7 exactly.
-    With ``out`` of length 6 also the Hessian, with ``c`` the loss's curvature at the entry:
-    ``out[3:] += (sum c x_g^2, sum c x_g w, sum c w^2)``.
-    """
+@njit(inline="always")
+def _econ_rows(indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, loss, delta, out):
+    """Body of :func:`refit_econ_pass`, inlined once per specialized loss code.  A row's
+    weights ``theta_prev[i] * U[a, i]`` are formed once per row (the same products as per
+    entry, so the same sums)."""
     n_rows = indptr.shape[0] - 1
     p = theta_prev.shape[0]
     hess = out.shape[0] >= 6
+    wa = np.empty(p)
     lsum = 0.0
     ga = 0.0
     gb = 0.0
@@ -380,15 +371,18 @@ def refit_econ_pass(
     hbb = 0.0
     for r in range(n_rows):
         a = row0 + r
+        for i in range(p):
+            wa[i] = theta_prev[i] * U[a, i]
+        up = U[a, p]
         for k in range(indptr[r], indptr[r + 1]):
             b = cols[k]
             xf = 0.0
             for i in range(n_fixed):
-                xf += theta_prev[i] * U[a, i] * V[b, i]
+                xf += wa[i] * V[b, i]
             xg = 0.0
             for i in range(n_fixed, p):
-                xg += theta_prev[i] * U[a, i] * V[b, i]
-            w = U[a, p] * V[b, p]
+                xg += wa[i] * V[b, i]
+            w = up * V[b, p]
             x = xf + alpha * xg + beta * w
             o = float(vals[k])
             lv, g = loss_value_grad(loss, x, o, delta)
@@ -407,6 +401,33 @@ def refit_econ_pass(
         out[3] += haa
         out[4] += hab
         out[5] += hbb
+
+
+@njit
+def refit_econ_pass(
+    indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, loss, delta, out
+):
+    """Objective and gradient in ``(alpha, beta)`` of ``loss(x_f + alpha x_g + beta w, o)``.
+
+    With ``p = len(theta_prev)``: ``x_f = sum_{i < n_fixed} theta_prev[i] U[a, i] V[b, i]`` (the
+    start terms, which the refit does not scale), ``x_g`` the same sum over
+    ``n_fixed <= i < p`` (the greedy terms) and ``w = U[a, p] V[b, p]`` (the new rank-one term).
+    ``out[:3] += (sum loss, sum g x_g, sum g w)``.  ``n_fixed = 0`` is SPEC GLRL-7 exactly.
+    With ``out`` of length 6 also the Hessian, with ``c`` the loss's curvature at the entry:
+    ``out[3:] += (sum c x_g^2, sum c x_g w, sum c w^2)``.
+    """
+    if loss == SQUARE:
+        _econ_rows(
+            indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, SQUARE, delta, out
+        )
+    elif loss == LOGISTIC:
+        _econ_rows(
+            indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, LOGISTIC, delta, out
+        )
+    else:
+        _econ_rows(
+            indptr, cols, vals, row0, U, V, theta_prev, n_fixed, alpha, beta, loss, delta, out
+        )
 
 
 @njit
