@@ -571,6 +571,8 @@ def bench_pass(
     out["fit_passes_by_kind"] = dict(est.n_passes_by_kind_)
     out["fit_power_iter"], out["fit_lbfgs_iter"] = est.power_iter, est.lbfgs_iter
     out["fit_s_per_pass"] = out["fit_s"] / max(est.n_passes_, 1)
+    # a fit's seconds per pass over the data (its validation pass included) against the read
+    out["ratio_fit_pass_to_read"] = out["fit_s"] / (est.n_passes_ + 1) / t_read
     out["loadavg_after"] = list(os.getloadavg())
     shutil.rmtree(store, ignore_errors=True)
     return out
@@ -732,6 +734,7 @@ def print_table(res):
             f"{ps['passes_per_greedy_step']:.1f} passes per greedy step "
             f"({ps.get('fit_passes_by_kind', {})}), check pass "
             f"{ps['check_pass_s']:.3f} s, fit {ps['fit_s']:.1f} s / {ps['fit_n_passes']} passes"
+            f" (x{ps.get('ratio_fit_pass_to_read', float('nan')):.2f} the read per pass)"
         )
         pr = ps["profile_power_serial_s"]
         prof = ", ".join(f"{k} {v:.3f} s" for k, v in pr.items())
