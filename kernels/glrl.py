@@ -609,3 +609,49 @@ def sym_matvec(A, x):
             s += A[i, j] * x[j]
         y[i] = s
     return y
+
+
+@njit
+def check_counts(indptr, cols, vals, n_cols, out):
+    """Validation counts of one CSR block in one pass (the twin is the NumPy version in
+    ``tests/naive_glrl.py``): ``out += [#non-finite values, #values not in {-1, +1},
+    #values not in {0, 1}, #negative values, #column ids outside [0, n_cols), #repeated
+    (row, col) pairs]``.  A row whose columns increase strictly has no repeat; any other row
+    is sorted in a scratch copy and its equal neighbours counted."""
+    nonfinite = 0
+    not_pm1 = 0
+    not_01 = 0
+    negative = 0
+    out_of_range = 0
+    dup = 0
+    n_rows = indptr.shape[0] - 1
+    for r in range(n_rows):
+        lo = indptr[r]
+        hi = indptr[r + 1]
+        ordered = True
+        for k in range(lo, hi):
+            v = float(vals[k])
+            if not math.isfinite(v):
+                nonfinite += 1
+            if v != 1.0 and v != -1.0:
+                not_pm1 += 1
+            if v != 0.0 and v != 1.0:
+                not_01 += 1
+            if v < 0.0:
+                negative += 1
+            c = np.int64(cols[k])
+            if c < 0 or c >= n_cols:
+                out_of_range += 1
+            if k > lo and c <= np.int64(cols[k - 1]):
+                ordered = False
+        if not ordered:
+            s = np.sort(cols[lo:hi].astype(np.int64))
+            for k in range(1, s.shape[0]):
+                if s[k] == s[k - 1]:
+                    dup += 1
+    out[0] += nonfinite
+    out[1] += not_pm1
+    out[2] += not_01
+    out[3] += negative
+    out[4] += out_of_range
+    out[5] += dup

@@ -122,3 +122,24 @@ def econ_hessian(rows, cols, vals, U, V, theta_prev, alpha, beta, loss, delta, n
         _, gm = refit_econ(rows, cols, vals, U, V, theta_prev, alpha - da, beta - db, *args)
         H[:, j] = (gp - gm) / (2 * h)
     return H
+
+
+def check_block(block, n_cols, labels_pm1):
+    """Twin of ``_blocks.check_block`` (the NumPy version it replaced)."""
+    indptr, cols, vals = block.indptr, block.indices, np.asarray(block.data)
+    nnz = cols.shape[0]
+    nonfinite = int(np.count_nonzero(~np.isfinite(vals))) if vals.dtype.kind == "f" else 0
+    not_pm1 = int(np.count_nonzero((vals != 1) & (vals != -1)))
+    not_01 = int(np.count_nonzero((vals != 0) & (vals != 1)))
+    negative = int(np.count_nonzero(vals < 0))
+    c64 = cols.astype(np.int64)
+    out_of_range = int(np.count_nonzero((c64 < 0) | (c64 >= n_cols)))
+    dup = 0
+    if nnz:  # entries beyond the first of each (row, col) pair
+        rows = np.repeat(np.arange(indptr.shape[0] - 1, dtype=np.int64), np.diff(indptr))
+        dup = nnz - len(set(zip(rows.tolist(), c64.tolist(), strict=True)))
+    total = float(vals[np.isfinite(vals)].sum()) if nnz else 0.0
+    bad = not_pm1 if labels_pm1 else 0
+    return np.array(
+        [nnz, nonfinite, bad, out_of_range, dup, total, not_pm1, not_01, negative], dtype=float
+    )

@@ -191,6 +191,34 @@ def test_psd_newton_step_is_the_pseudo_inverse_step(t, rng):
     np.testing.assert_allclose(K.sym_matvec(H, g), H @ g, rtol=1e-12)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
+@pytest.mark.parametrize("labels_pm1", [False, True])
+def test_check_block_matches_numpy(dtype, labels_pm1, rng):
+    import scipy.sparse as sp
+
+    m, n = 40, 30
+    for case in range(6):
+        nnz = int(rng.integers(0, 200))
+        rows = np.sort(rng.integers(0, m, nnz))
+        cols = rng.integers(-2 if case == 2 else 0, n + (3 if case == 2 else 0), nnz)
+        if case == 3:  # sorted, strictly increasing rows: no repeat
+            order = np.lexsort((cols, rows))
+            rows, cols = rows[order], cols[order]
+            keep = np.r_[True, (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])]
+            rows, cols = rows[keep], cols[keep]
+        vals = rng.choice([-1.0, 0.0, 1.0, 2.5, -0.5], rows.size)
+        if case == 4 and dtype != np.int64:
+            vals[::7] = np.nan
+            vals[1::11] = np.inf
+        if dtype == np.int64:
+            vals = np.round(vals)
+        indptr = np.r_[0, np.cumsum(np.bincount(rows, minlength=m))]
+        blk = sp.csr_matrix((vals.astype(dtype), cols.astype(np.int32), indptr), shape=(m, n + 5))
+        got = _blocks.check_block(0, blk, n, labels_pm1)
+        want = naive.check_block(blk, n, labels_pm1)
+        np.testing.assert_array_equal(got, want, err_msg=f"case {case}")
+
+
 def test_step_search_pass(rng):
     csr, U, V, theta, r, c, o = _problem(rng, "l1", t=4)
     steps = np.array([0.0, 0.5, 2.0])
