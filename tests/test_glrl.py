@@ -443,17 +443,25 @@ def test_same_result_for_any_blocking(refit, rng):
         )
 
 
-def test_store_and_local_cluster_give_identical_results(rng, tmp_path, cluster_client):
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(loss="logistic", rank=2, refit="economic", power_iter=4, lbfgs_iter=2),
+        dict(loss="square", rank=3, refit="full", power_iter=4),  # exact: Gram kept
+        dict(loss="square", rank=3, refit="economic", power_iter=4),  # exact 2 x 2
+    ],
+    ids=["logistic-lbfgs", "square-full-exact", "square-econ-exact"],
+)
+def test_store_and_local_cluster_give_identical_results(kw, rng, tmp_path, cluster_client):
     import dask
 
-    M, rows, cols, vals = _lowrank(rng, kind="sign")
+    M, rows, cols, vals = _lowrank(rng, kind="sign" if kw["loss"] == "logistic" else "real")
     ds = write_arrays(
         str(tmp_path / "obs.zarr"),
         {"obs": naive.to_csr(rows, cols, vals, M.shape)},
         kinds={"obs": "coo"},
         block_rows=13,
     )
-    kw = dict(loss="logistic", rank=2, refit="economic", power_iter=4, lbfgs_iter=2)
     local = GreedyLowRank(**kw).fit(ds)
     with dask.config.set(scheduler=cluster_client):
         dist = GreedyLowRank(**kw).fit(ds)
