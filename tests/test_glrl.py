@@ -381,6 +381,24 @@ def test_exact_full_refit_is_the_least_squares_solution(l2, greedy_l2, init, rng
     assert np.all(np.diff(res.objective) <= 1e-9 * np.abs(res.objective[:-1]))
 
 
+@pytest.mark.parametrize("t", [1, 2, 7, 15])
+def test_newton_step_is_the_pseudo_inverse_step(t, rng):
+    B = rng.standard_normal((3 * t, t))
+    g = rng.standard_normal(t)
+    x0 = rng.standard_normal(t)
+    H = B.T @ B
+    np.testing.assert_allclose(
+        glrl_core._newton_step(x0, g, H) - x0, -np.linalg.solve(H, g), rtol=1e-9, atol=1e-12
+    )
+    if t > 1:  # a singular Hessian: a direction with no curvature is left unchanged
+        B[:, 0] = 0.0
+        H = B.T @ B
+        d = glrl_core._newton_step(x0, g, H) - x0
+        assert d[0] == 0.0
+        np.testing.assert_allclose(d, -np.linalg.pinv(H) @ g, rtol=1e-9, atol=1e-12)
+    assert glrl_core._newton_step(x0, g, np.zeros((t, t))) is None
+
+
 def test_exact_economic_refit_is_the_two_column_least_squares(rng):
     M, rows, cols, vals = _lowrank(rng, noise=0.1)
     red = _reduce(rows, cols, vals, M.shape, [0, 25, 60])

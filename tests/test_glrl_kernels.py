@@ -172,25 +172,6 @@ def test_refit_gram_pass_matches_naive(j0, dtype, rng):
     np.testing.assert_allclose(rhs, r2, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("t", [1, 2, 7, 15])
-def test_psd_newton_step_is_the_pseudo_inverse_step(t, rng):
-    B = rng.standard_normal((3 * t, t))
-    g = rng.standard_normal(t)
-    H = B.T @ B
-    d, kept = K.psd_newton_step(H, g, 1e-12)
-    assert kept == t
-    np.testing.assert_allclose(d, -np.linalg.solve(H, g), rtol=1e-9, atol=1e-12)
-    if t > 1:  # a singular Hessian: a direction with no curvature is left unchanged
-        B[:, 0] = 0.0
-        H = B.T @ B
-        d, kept = K.psd_newton_step(H, g, 1e-12)
-        assert kept == t - 1 and d[0] == 0.0
-        np.testing.assert_allclose(d, -np.linalg.pinv(H) @ g, rtol=1e-9, atol=1e-12)
-    Z = np.zeros((t, t))
-    assert K.psd_newton_step(Z, g, 1e-12)[1] == 0
-    np.testing.assert_allclose(K.sym_matvec(H, g), H @ g, rtol=1e-12)
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int64])
 @pytest.mark.parametrize("labels_pm1", [False, True])
 def test_check_block_matches_numpy(dtype, labels_pm1, rng):

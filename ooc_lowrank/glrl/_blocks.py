@@ -192,8 +192,6 @@ def check_block(row_start, block, n_cols, labels_pm1):
     c = np.zeros(6)
     _k.check_counts(indptr, cols, vals, np.int64(n_cols), c)  # one pass (was ~10 + a sort)
     nonfinite, not_pm1, not_01, negative, out_of_range, dup = (float(x) for x in c)
-    if vals.dtype.kind != "f":
-        nonfinite = 0.0
     bad_lab = not_pm1 if labels_pm1 else 0.0
     # NumPy's (pairwise) sum as before: the mean of the bias start is bitwise unchanged
     if not nnz:

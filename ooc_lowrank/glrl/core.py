@@ -43,10 +43,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
-from ooc_lowrank._validation import NonFiniteError
+from ooc_lowrank._validation import NonFiniteError, param_error
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.losses import get_loss
-from ooc_lowrank.kernels import glrl as _kg
 
 logger = logging.getLogger("ooc_lowrank")
 
@@ -76,6 +75,9 @@ class GreedyResult:
     best_iter: int = 0  #: step whose iterate is returned
     times: list = field(default_factory=list)  #: wall seconds of each step
 
+
+#: Values of ``refit_solver`` (:func:`greedy_pursuit`).
+REFIT_SOLVERS = ("auto", "exact", "lbfgs")
 
 #: Kinds of passes counted in :attr:`GreedyResult.pass_kinds`, by block function.
 PASS_KINDS = {
@@ -308,15 +310,7 @@ def greedy_pursuit(
     lossobj = get_loss(loss)
     m, n = int(shape[0]), int(shape[1])
     refit = ("full" if lossobj.smooth else "none") if refit == "auto" else refit
-    exact_ok = lossobj.name == "square" and float(greedy_l1) == 0.0
-    if refit_solver not in ("auto", "exact", "lbfgs"):
-        raise ValueError(f"refit_solver must be 'auto', 'exact' or 'lbfgs'; got {refit_solver!r}")
-    if refit_solver == "exact" and not exact_ok:
-        raise ValueError(
-            "refit_solver='exact' needs loss='square' and greedy_l1=0 (a least-squares refit); "
-            f"got loss={loss!r}, greedy_l1={greedy_l1!r}. Use refit_solver='auto' or 'lbfgs'"
-        )
-    exact = exact_ok and refit_solver != "lbfgs"
+    exact = resolve_refit_solver(refit_solver, lossobj.name, greedy_l1)
     run = _Counter(reduce)
     rng = np.random.default_rng(random_state)
     log = logger.info if verbose else logger.debug
@@ -566,6 +560,25 @@ def _check_finite(obj, factors, where):
         "float64) or a too large step_size. Scale the values (e.g. divide them by their "
         "largest absolute value), fix the bad entries, or lower step_size"
     )
+
+
+def resolve_refit_solver(refit_solver, loss, greedy_l1):
+    """Whether the refits are solved exactly (``refit_solver`` of :func:`greedy_pursuit`):
+    ``"exact"`` and ``"auto"`` for the square loss without ``greedy_l1`` (a least-squares
+    refit), else L-BFGS.  Raises a ValueError naming the rule for a bad value or for
+    ``"exact"`` where it does not apply."""
+    if refit_solver not in REFIT_SOLVERS:
+        raise param_error("refit_solver", f"must be one of {REFIT_SOLVERS}", refit_solver)
+    exact_ok = loss == "square" and float(greedy_l1) == 0.0
+    if refit_solver == "exact" and not exact_ok:
+        raise param_error(
+            "refit_solver",
+            "'exact' needs loss='square' and greedy_l1=0 (a least-squares refit)",
+            refit_solver,
+            f"loss={loss!r}, greedy_l1={greedy_l1!r}: use refit_solver='auto' (exact where it "
+            "applies) or 'lbfgs'",
+        )
+    return exact_ok and refit_solver != "lbfgs"
 
 
 def resolve_init(init, *, rank, mean, n_not_pm1, n_not_01, n_negative):
@@ -818,10 +831,15 @@ def _newton_step(x0, grad, hess):
     """``x0 - hess^+ grad``: the minimizer of a convex quadratic with that gradient at ``x0``
     and that (positive semi-definite) Hessian; directions of (near-)zero curvature, e.g. a
     basis term that vanishes on every observed entry, are left unchanged.  ``None`` when the
-    step is not finite or does not decrease the quadratic."""
-    grad = np.ascontiguousarray(grad, dtype=np.float64)
-    d, kept = _kg.psd_newton_step(np.ascontiguousarray(hess, dtype=np.float64), grad, 1e-12)
-    if not kept or not np.all(np.isfinite(d)) or float(np.dot(grad, d)) > 0:
+    step is not finite or does not decrease the quadratic.  (A resumed fit repeats these steps
+    bit for bit: what once made it differ was a per-entry gradient from the data pass, which
+    the exact refits no longer use, not this solve.)"""
+    w, Q = np.linalg.eigh(0.5 * (hess + hess.T))
+    keep = w > max(float(w.max(initial=0.0)), 0.0) * 1e-12
+    if not keep.any():
+        return None
+    d = -(Q[:, keep] @ ((Q[:, keep].T @ grad) / w[keep]))
+    if not np.all(np.isfinite(d)) or float(grad @ d) > 0:
         return None
     return x0 + d
 
@@ -853,7 +871,7 @@ def _refit_full_exact(
     f0 = int(n_fixed)
     if greedy_l2 > 0:
         Ht[np.arange(f0, t), np.arange(f0, t)] += greedy_l2
-    grad = _kg.sym_matvec(Ht, np.ascontiguousarray(theta0, dtype=np.float64)) - rhs
+    grad = Ht @ theta0 - rhs
     theta = _newton_step(theta0, grad, Ht)
     return (theta0 if theta is None else theta), (H, rhs)
 

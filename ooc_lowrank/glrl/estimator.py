@@ -36,6 +36,7 @@ from ooc_lowrank.glrl.core import (
     greedy_pursuit,
     resolve_greedy_l2,
     resolve_init,
+    resolve_refit_solver,
 )
 from ooc_lowrank.glrl.losses import LOSSES, get_loss
 from ooc_lowrank.kernels import glrl as _k
@@ -397,21 +398,11 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.power_iter, "power_iter", kind=numbers.Integral, low=1)
         check_scalar(self.power_tol, "power_tol", low=0.0)
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
-        if self.refit_solver not in ("auto", "exact", "lbfgs"):
-            raise param_error(
-                "refit_solver", "must be one of ('auto', 'exact', 'lbfgs')", self.refit_solver
-            )
-        if self.refit_solver == "exact" and (lo.name != "square" or self.greedy_l1 != 0):
-            raise param_error(
-                "refit_solver",
-                "'exact' needs loss='square' and greedy_l1=0 (a least-squares refit)",
-                self.refit_solver,
-                "Use refit_solver='auto' (exact where it applies) or 'lbfgs'",
-            )
         check_scalar(self.l2, "l2", low=0.0)
         if self.greedy_l2 is not None:
             check_scalar(self.greedy_l2, "greedy_l2", low=0.0, fix="Use None (auto) or >= 0")
         check_scalar(self.greedy_l1, "greedy_l1", low=0.0)
+        resolve_refit_solver(self.refit_solver, lo.name, self.greedy_l1)
         check_scalar(self.huber_delta, "huber_delta", low=0.0, low_inclusive=False)
         check_scalar(self.nu, "nu", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
         check_scalar(self.max_inner, "max_inner", kind=numbers.Integral, low=1)
