@@ -11,6 +11,10 @@ for its first split) and on the test rows.  This script adds, per cell,
   setting;
 * the settings with gamma scales 1.5 and 3: all three hold-outs and the test rows.
 
+``--base`` extends a file of this script's own cells instead, e.g. with the wider grids of
+docs/kernelmaxide.md section 6b (``--extra-lams 0.015625 0.0625 0.25 --only-groups 1 2 4``, then
+``--new-scales 8 16 --only-groups 8 16 --only-lams 0.5 2 8 32``).
+
 The test scores only judge the selectors (:func:`regret_table`); nothing is chosen from them.
 
     python benchmarks/kernelmaxide_selection_splits.py --cells 0::2 --out a.json
@@ -36,6 +40,8 @@ from ooc_lowrank.kernelmaxide.cv import split_observed  # noqa: E402
 
 BASE = os.path.join(HERE, "results", "kernelmaxide_selection.json")
 NEW_SCALES = (1.5, 3.0)
+BASE_LAMS = (0.5, 2.0, 8.0, 32.0)  # KernelMaxide-n's grid of the base file
+LOW_LAMS = (2.0**-6, 2.0**-4, 2.0**-2, 0.5, 2.0, 8.0, 32.0)  # with --extra-lams 2^-6 2^-4 2^-2
 
 
 def run_cell(X, Y, base, a):
@@ -44,12 +50,18 @@ def run_cell(X, Y, base, a):
     Yobs = mask_labels(Y, omega, train=train, random_state=rep)
     out = {k: base[k] for k in ("dataset", "omega", "rep", "gamma_median") if k in base}
     key = "gamma_scale" if a.method == "kernelmaxide" else "k"
-    rows = {(s[key], s["lam"]): {key: s[key], "lam": s["lam"], "rows0": s["holdout_rows"],
-            "rows0_sq": s["holdout_rows_sq"], "test": s["test"]}
+    rows = {(s[key], s["lam"]): dict(s) if "rows0" in s else
+            {key: s[key], "lam": s["lam"], "rows0": s["holdout_rows"],
+             "rows0_sq": s["holdout_rows_sq"], "test": s["test"]}
             for s in base["settings"]}  # fmt: skip
-    lams = sorted({lam for _, lam in rows})
+    lams = sorted({lam for _, lam in rows} | set(a.extra_lams or ()))
     t0 = time.perf_counter()
-    groups = sorted({g for g, _ in rows} | (set(NEW_SCALES) if a.method == "kernelmaxide" else set()))
+    new = set(a.new_scales or NEW_SCALES) if a.method == "kernelmaxide" else set()
+    groups = sorted({g for g, _ in rows} | new)
+    if a.only_groups:
+        groups = [g for g in groups if g in a.only_groups]
+    if a.only_lams:
+        lams = [lam for lam in lams if lam in a.only_lams]
     for g in groups:
         for lam in lams:
             rows.setdefault((g, lam), {key: g, "lam": lam})
@@ -77,10 +89,13 @@ def run_cell(X, Y, base, a):
 
 
 def compute(a):
-    with open(BASE) as f:
-        base_cells = json.load(f)["methods"][
-            "kernelmaxide_n" if a.method == "kernelmaxide" else "maxide"
-        ]["cells"]
+    with open(a.base or BASE) as f:
+        base = json.load(f)
+    base_cells = (
+        base["cells"]
+        if "cells" in base
+        else base["methods"]["kernelmaxide_n" if a.method == "kernelmaxide" else "maxide"]["cells"]
+    )
     cells = base_cells[slice(*[int(p) if p else None for p in a.cells.split(":")])]
     data, done = {}, []
     if os.path.exists(a.out):  # resume
@@ -100,13 +115,22 @@ def _key(settings):
     return "gamma_scale" if "gamma_scale" in settings[0] else "k"
 
 
-def pick(settings, groups, n_splits, score="", one_se=False):
+def _own(settings, groups, lams=None):
+    key = _key(settings)
+    return [
+        s
+        for s in settings
+        if (groups is None or s[key] in groups) and (lams is None or s["lam"] in lams)
+    ]
+
+
+def pick(settings, groups, n_splits, score="", one_se=False, lams=BASE_LAMS):
     """The setting a hold-out selector chooses among those whose gamma scale (KernelMaxide) or
-    k (Maxide) is in ``groups`` (None: all): the lowest mean over splits ``0..n_splits-1``
+    k (Maxide) is in ``groups`` (None: all) and whose ``lam`` is in ``lams`` (None: all): the
+    lowest mean over splits ``0..n_splits-1``
     (first of ties, grid order); ``one_se``: the largest ``lam`` (then the first in grid order)
     whose mean is within one standard error of the best."""
-    key = _key(settings)
-    cand = [s for s in settings if groups is None or s[key] in groups]
+    cand = _own(settings, groups, lams)
     vals = np.array([[s[f"rows{k}{score}"] for k in range(n_splits)] for s in cand])
     mean = np.nanmean(vals, axis=1)
     i = int(np.nanargmin(mean))
@@ -130,6 +154,12 @@ SELECTORS = {
         "3 splits, scales 1/1.5/2/3/4": ((1, 1.5, 2, 3, 4), 3, "", False),
         "3 splits, scales 1/1.5/2/3/4, 1-SE": ((1, 1.5, 2, 3, 4), 3, "", True),
         "3 splits, scales 1/1.5/2/3/4, squared error": ((1, 1.5, 2, 3, 4), 3, "_sq", False),
+        # the wider grids (--extra-lams 2^-6 2^-4 2^-2, --new-scales 8 16)
+        "3 splits, scales 1/2/4, lams 2^-6..2^5": ((1, 2, 4), 3, "", False, LOW_LAMS),
+        "3 splits, scales 1/2/4, lams 2^-2..2^5": ((1, 2, 4), 3, "", False, LOW_LAMS[2:]),
+        "1 split, scales 1/2/4, lams 2^-6..2^5": ((1, 2, 4), 1, "", False, LOW_LAMS),
+        "3 splits, scales 1/2/4/8": ((1, 2, 4, 8), 3, "", False),
+        "3 splits, scales 1/2/4/8/16": ((1, 2, 4, 8, 16), 3, "", False),
     },
     "maxide": {
         "1 split (current default)": (None, 1, "", False),
@@ -147,13 +177,14 @@ def regret_table(cells):
     mean regret on the Arts cells."""
     key = _key(cells[0]["settings"])
     out = {}
-    for name, (groups, n_splits, score, one_se) in SELECTORS[
+    for name, (groups, n_splits, score, one_se, *lams) in SELECTORS[
         "kernelmaxide" if key == "gamma_scale" else "maxide"
     ].items():
+        lams = lams[0] if lams else (BASE_LAMS if key == "gamma_scale" else None)
         reg, reg_all, arts, picks = [], [], [], []
         for c in cells:
-            own = [s for s in c["settings"] if groups is None or s[key] in groups]
-            p = pick(c["settings"], groups, n_splits, score, one_se)
+            own = _own(c["settings"], groups, lams)
+            p = pick(c["settings"], groups, n_splits, score, one_se, lams)
             r = p["test"] - min(s["test"] for s in own)
             reg.append(r)
             reg_all.append(p["test"] - min(s["test"] for s in c["settings"]))
@@ -178,6 +209,13 @@ def main(argv=None):
     ap.add_argument("--landmarks", type=int, default=1000)
     ap.add_argument("--max-iter", type=int, default=100)
     ap.add_argument("--out", help="result JSON of this slice")
+    ap.add_argument("--base", help="cells to extend (default: kernelmaxide_selection.json); a "
+                    "file of this script's own cells keeps what they hold")
+    ap.add_argument("--extra-lams", type=float, nargs="+", help="lam values added to the grid")
+    ap.add_argument("--new-scales", type=float, nargs="+", help=f"default {NEW_SCALES}")
+    ap.add_argument("--only-lams", type=float, nargs="+", help="lam values computed")
+    ap.add_argument("--only-groups", type=float, nargs="+",
+                    help="gamma scales (or k) for which missing settings are computed")
     ap.add_argument("--table", nargs="+", help="merge result JSONs and print the regret table")
     ap.add_argument("--table-out", help="write the merged cells and the table here")
     a = ap.parse_args(argv)
@@ -189,7 +227,8 @@ def main(argv=None):
     for name, t in tab.items():
         print(f"{name:45s} fits {t['fits']:3d}  regret mean {t['mean']:.4f} "
               f"median {t['median']:.4f} max {t['max']:.4f}  "
-              f"vs whole grid {t['mean_vs_whole_grid_best']:.4f}  arts {t['arts_mean']:.4f}")  # fmt: skip
+              f"vs whole grid {t['mean_vs_whole_grid_best']:.4f}  arts {t['arts_mean']:.4f}  "
+              f"test {t['mean_test']:.4f}")  # fmt: skip
     if a.table_out:
         with open(a.table_out, "w") as f:
             json.dump({"benchmark": "kernelmaxide_selection_splits", "cells": cells, "table": tab}, f, indent=1)
