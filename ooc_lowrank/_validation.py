@@ -80,6 +80,31 @@ def check_scalar(
     return value
 
 
+def check_random_state(seed, name="random_state"):
+    """:func:`sklearn.utils.check_random_state` with an error that names ``name``.
+
+    Accepts None, an integer in ``[0, 2**32 - 1]``, a ``RandomState`` or a ``Generator``
+    (returned as a ``RandomState`` seeded from it, so results stay reproducible).
+    """
+    from sklearn.utils import check_random_state as _sk
+
+    if isinstance(seed, np.random.Generator):
+        return np.random.RandomState(seed.integers(2**32, dtype=np.uint64))
+    if seed is None or isinstance(seed, np.random.RandomState):
+        return _sk(seed)
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise param_error(
+            name,
+            "must be None, an integer in [0, 2**32 - 1], a RandomState or a Generator",
+            seed,
+            f"e.g. {name}=0",
+            exc=TypeError,
+        )
+    if not 0 <= int(seed) <= 2**32 - 1:
+        raise param_error(name, "must be in [0, 2**32 - 1]", seed, f"e.g. {name}=0")
+    return _sk(int(seed))
+
+
 def check_finite_block(block, name, where=""):
     """Raise ValueError if a dense array or sparse matrix block holds NaN or inf."""
     data = block.data if sp.issparse(block) else np.asarray(block)

@@ -276,3 +276,38 @@ def test_cli_info_json(tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["n_rows"] == 10 and info["arrays"]["Y"]["nnz"] == 3
     assert info["arrays"]["X"]["shape"] == [10, 4] and info["n_blocks"] == 3
+
+
+@pytest.mark.parametrize("seed", [-1, 2**40, 2.5, "a", True])
+def test_random_state_errors_name_the_argument(seed):
+    """Every estimator's ``random_state`` goes through one check whose message names it
+    (numpy's own says only "Seed must be between 0 and 2**32 - 1")."""
+    from ooc_lowrank import GIMC
+    from ooc_lowrank.imc.clustering import GIMCClustering
+    from ooc_lowrank.kernelmaxide import KernelMaxide
+    from ooc_lowrank.mvm import MultiViewMachineRegressor
+
+    X = np.random.default_rng(0).random((20, 3))
+    Y = np.zeros((20, 2))
+    Y[:, 0] = 1
+    Yo = sp.csr_matrix(np.where(np.arange(40).reshape(20, 2) % 3 == 0, 1.0, -1.0))
+    fits = [
+        lambda: GIMC(random_state=seed, max_iter=1).fit(X, Y),
+        lambda: KernelMaxide(random_state=seed, n_landmarks=5).fit(X, Yo),
+        lambda: MultiViewMachineRegressor(random_state=seed).fit([X, X], X[:, 0]),
+        lambda: GIMCClustering(n_clusters=2, random_state=seed).fit(
+            X, constraints=(np.array([0, 1]), np.array([1, 2]), np.array([1.0, 0.0]))
+        ),
+    ]
+    for fit in fits:
+        with pytest.raises((TypeError, ValueError), match="random_state"):
+            fit()
+
+
+def test_random_state_accepts_a_generator():
+    from ooc_lowrank._validation import check_random_state
+
+    a = check_random_state(np.random.default_rng(3)).randint(1000, size=5)
+    b = check_random_state(np.random.default_rng(3)).randint(1000, size=5)
+    assert np.array_equal(a, b)
+    assert check_random_state(7).randint(10**6) == np.random.RandomState(7).randint(10**6)

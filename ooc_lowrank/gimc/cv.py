@@ -46,12 +46,11 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import rankdata
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine, metrics
 from ooc_lowrank._persist import save_model
-from ooc_lowrank._validation import check_scalar, format_table, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc import _blocks, _cv_blocks, core
 from ooc_lowrank.gimc._cv_blocks import req_shapes
 from ooc_lowrank.gimc.estimator import GIMC, _is_dataset, _is_lazy

@@ -17,7 +17,6 @@ import time
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -30,7 +29,7 @@ from ooc_lowrank._persist import (
     check_value,
     save_model,
 )
-from ooc_lowrank._validation import NonFiniteError, check_scalar, param_error
+from ooc_lowrank._validation import NonFiniteError, check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks, core
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures, median_gamma, sample_rows
 

@@ -14,11 +14,10 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks
 
 __all__ = ["FourierFeatures", "NystromFeatures", "median_gamma", "sample_rows"]

@@ -16,9 +16,8 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.utils import check_random_state
 
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.glrl.estimator import _obs_handle
 from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, features_of
 

@@ -14,7 +14,6 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
@@ -26,7 +25,7 @@ from ooc_lowrank._persist import (
     load_as,
     save_model,
 )
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks as _gb
 from ooc_lowrank.gimc.estimator import _is_dataset, _open_if_path
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures

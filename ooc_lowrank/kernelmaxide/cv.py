@@ -26,11 +26,10 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.stats import rankdata
 from sklearn.base import BaseEstimator
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
-from ooc_lowrank._validation import check_scalar, format_table, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc.cv import GIMCCV
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
 from ooc_lowrank.kernelmaxide.estimator import _SAMPLE, KernelMaxide, Maxide, _is_dataset, _is_lazy

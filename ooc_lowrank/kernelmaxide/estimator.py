@@ -20,12 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, clone
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
-from ooc_lowrank._validation import OOCLowRankWarning, check_scalar, param_error
+from ooc_lowrank._validation import OOCLowRankWarning, check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
 from ooc_lowrank.kernelmaxide import _blocks, core
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+
 from ooc_lowrank._validation import check_scalar, param_error
 
 __all__ = ["check_observed_labels", "mask_labels", "mask_labels_store", "split_rows"]
@@ -76,7 +77,7 @@ def _seed(random_state):
     """An integer seed: an int is used as given, anything else draws one."""
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
-    from sklearn.utils import check_random_state
+    from ooc_lowrank._validation import check_random_state
 
     return int(check_random_state(random_state).randint(2**31 - 1))
 

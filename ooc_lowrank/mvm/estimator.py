@@ -24,11 +24,10 @@ import os
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
-from sklearn.utils import check_random_state
 
 from ooc_lowrank import _checkpoint, _estimate, engine
 from ooc_lowrank._persist import load_model, save_model
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.mvm import _blocks
 from ooc_lowrank.mvm.core import REG_CODES, _Layout, _Monitor, fit_lbfgs, fit_sgd
 
