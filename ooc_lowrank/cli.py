@@ -1274,15 +1274,39 @@ def _on_sigterm(signum, frame):
 
 
 def main(argv=None) -> int:
+    as_script = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    rc = None
     try:
-        return _main(argv, debug)
+        rc = _main(argv, debug)
+        return rc
     finally:
         if in_main:
             signal.signal(signal.SIGTERM, previous)
+            if as_script and rc in (130, 143):
+                # the process exits now: a second Ctrl-C while Python joins the worker
+                # threads would only print a traceback
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _SignalsIgnored:
+    """Ctrl-C and SIGTERM ignored (main thread only) while the temporaries are removed, so a
+    second interrupt cannot stop the cleanup half way or print a traceback."""
+
+    def __enter__(self):
+        self.saved = None
+        if threading.current_thread() is threading.main_thread():
+            sigs = (signal.SIGINT, signal.SIGTERM)
+            self.saved = [(s, signal.signal(s, signal.SIG_IGN)) for s in sigs]
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self.saved or ():
+            signal.signal(s, h)
+        return False
 
 
 def _main(argv, debug) -> int:
@@ -1306,7 +1330,8 @@ def _main(argv, debug) -> int:
         extra = _extra_options(rest)
         args.func(args, extra)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated)
-        _remove_temporaries()
+        with _SignalsIgnored():
+            _remove_temporaries()
         term = isinstance(e, _Terminated)
         print(
             f"ooc-lowrank: {'terminated (SIGTERM)' if term else 'interrupted'}; temporary "

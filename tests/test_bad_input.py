@@ -311,3 +311,28 @@ def test_random_state_accepts_a_generator():
     b = check_random_state(np.random.default_rng(3)).randint(1000, size=5)
     assert np.array_equal(a, b)
     assert check_random_state(7).randint(10**6) == np.random.RandomState(7).randint(10**6)
+
+
+def test_clustering_refuses_before_any_work(monkeypatch):
+    """n_clusters > rows, X without columns, a feature map larger than memory and more pairs
+    than exist are refused before the IMC fit starts (they used to fail inside k-means after
+    the whole fit, fit a constant model, or die in an allocation)."""
+    from ooc_lowrank.imc.clustering import GIMCClustering, sample_constraints
+    from ooc_lowrank.imc.estimator import InductiveMatrixCompletion
+
+    def no_fit(*a, **k):
+        raise AssertionError("the fit started")
+
+    monkeypatch.setattr(InductiveMatrixCompletion, "_fit_prepared", no_fit)
+    X = np.random.default_rng(0).random((60, 5))
+    cons = sample_constraints(np.repeat([0, 1, 2], 20), 300, random_state=0)
+    cases = [
+        ({"n_clusters": 61}, X, "n_clusters must be <= the number of rows of X"),
+        ({}, X[:, :0], "at least one feature column"),
+        ({"n_features_map": 10**12}, X, "n_features_map needs"),
+    ]
+    for params, XX, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            GIMCClustering(**params).fit(XX, constraints=cons)
+    with pytest.raises(ValueError, match="n_pairs must be <= 1770"):
+        sample_constraints(np.repeat([0, 1, 2], 20), 10**12)

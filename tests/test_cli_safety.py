@@ -390,3 +390,19 @@ def test_sigterm_during_a_write_leaves_no_temporary(tmp_path):
     assert p.returncode == 143, err
     assert os.listdir(out) == [], err
     assert err.startswith("ooc-lowrank: terminated") and err.count("\n") == 1, err
+
+
+def test_a_second_interrupt_cannot_stop_the_cleanup():
+    """While the temporaries are removed after Ctrl-C, further SIGINT / SIGTERM are ignored
+    (a second Ctrl-C used to stop the cleanup half way with a traceback); the handlers are
+    restored afterwards."""
+    import os
+    import signal
+
+    from ooc_lowrank.cli import _SignalsIgnored
+
+    before = signal.getsignal(signal.SIGINT)
+    with _SignalsIgnored():
+        os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt here
+        os.kill(os.getpid(), signal.SIGTERM)  # would end the process
+    assert signal.getsignal(signal.SIGINT) is before

@@ -44,9 +44,13 @@ def sample_constraints(labels, n_pairs, *, random_state=None, symmetrize=False):
     """
     y = np.asarray(labels).reshape(-1)
     n = y.shape[0]
-    check_scalar(n_pairs, "n_pairs", kind=numbers.Integral, low=1)
     if n < 2:
         raise param_error("labels", "must hold at least 2 items to form pairs", n)
+    check_scalar(
+        n_pairs, "n_pairs", kind=numbers.Integral, low=1, high=n * (n - 1) // 2,
+        fix=f"{n} items form at most {n * (n - 1) // 2} distinct pairs; the paper uses "
+        "c * n pairs with c in {1, 5, 10, 15, 20}",
+    )  # fmt: skip
     rs = check_random_state(random_state)
     rng = np.random.default_rng(rs.randint(2**31 - 1))
     i = rng.integers(0, n, size=2 * int(n_pairs) + 16)
@@ -285,6 +289,12 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             raise param_error("readout", f"must be one of {READOUTS}", self.readout)
         X = features_of(X, "X")
         n = int(X.shape[0])
+        if n < int(self.n_clusters):
+            raise param_error(
+                "n_clusters", f"must be <= the number of rows of X ({n})", self.n_clusters,
+                "Ask for fewer clusters than there are rows to cluster",
+            )  # fmt: skip
+        rs = check_random_state(self.random_state)
         store = _obs_handle(constraints, "constraints")
         if store is not None:
             if self.symmetrize:
@@ -304,7 +314,6 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             if self.symmetrize:
                 r, c, v = np.concatenate([r, c]), np.concatenate([c, r]), np.concatenate([v, v])
             cons, shape = (r, c, v), (n, n)
-        rs = check_random_state(self.random_state)
         imc = InductiveMatrixCompletion(
             n_components=self.n_clusters,
             lam=self.lam,

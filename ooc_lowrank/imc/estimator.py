@@ -11,6 +11,7 @@ Dask or store arrays.  Model ``phi_U(X_row) W H^T phi_V(X_col)^T`` (SPEC 1.5.1),
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -115,7 +116,38 @@ def _side_blocked(X, n_expected, what, name, block_rows):
             f"have {n_expected} {what}s, {name} has {X.shape[0]} rows. Pass the features of "
             f"every {what} in index order (or fix shape=)"
         )
+    if int(X.shape[1]) < 1:
+        raise param_error(
+            name, "must have at least one feature column", tuple(X.shape),
+            f"Pass the {what} features as an (n, d) array with d >= 1",
+        )  # fmt: skip
     return engine.as_blocked(X, block_rows=block_rows, name=name)
+
+
+def _physical_memory():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def check_map_fits(n_features_map, B, what):
+    """Refuse, before any work, a feature map whose parameters (``d x n_features_map``
+    float64: Fourier directions or Nystrom landmarks) and the features of one row block
+    (``rows x 2 n_features_map``) cannot fit in half of this machine's memory."""
+    rows = int(np.diff(np.asarray(B.bounds, dtype=np.int64)).max(initial=0))
+    per_m = 8 * (int(B.shape[1]) + 2 * rows)
+    need = per_m * int(n_features_map)
+    ram = _physical_memory()
+    if ram is not None and need > ram // 2:
+        raise param_error(
+            "n_features_map",
+            f"needs {need / 2**30:.3g} GiB for the {what} feature map and one block of its "
+            f"features ({B.shape[1]} features, {rows} rows a block), more than half of this "
+            f"machine's {ram / 2**30:.3g} GiB",
+            n_features_map,
+            f"Use n_features_map <= {max(1, ram // 2 // per_m)}",
+        )
 
 
 class InductiveMatrixCompletion(BaseEstimator):
@@ -250,6 +282,9 @@ class InductiveMatrixCompletion(BaseEstimator):
         obs, shape = observations(X, shape, self.block_rows, name)
         Br = _side_blocked(X_row, shape[0], "row", "X_row", self.block_rows)
         Bc = _side_blocked(X_col, shape[1], "column", "X_col", self.block_rows)
+        for mp, B, what in ((self.row_map, Br, "row"), (self.col_map, Bc, "column")):
+            if mp != "identity":
+                check_map_fits(self.n_features_map, B, what)
         check_observations(obs, shape, name, zero_one=zero_one)
         return obs, shape, Br, Bc
 
