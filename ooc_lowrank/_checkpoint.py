@@ -100,6 +100,58 @@ def check_checkpoint_args(checkpoint, checkpoint_every):
         low=1,
         fix="Save every N >= 1 iterations, e.g. checkpoint_every=5",
     )
+    if checkpoint is not None:
+        _check_checkpoint_dir(os.fspath(checkpoint))
+
+
+def _is_ours(name) -> bool:
+    """A file a :class:`Checkpoint` writes (arrays files, temporaries)."""
+    return name.startswith((f".{STATE}.tmp-", "arrays-", ".arrays-"))
+
+
+def _check_checkpoint_dir(path):
+    """Refuse, before any work, a ``checkpoint`` path that exists and is not a directory, or is
+    a non-empty directory that is not an ooc_lowrank checkpoint (a store, a model, a user
+    folder): nothing is ever written into it.  A missing path or an empty folder is fine."""
+    if "://" in path:
+        import fsspec.core
+
+        fs, root = fsspec.core.url_to_fs(path)
+        if not fs.exists(root):
+            return
+        if not fs.isdir(root):
+            names = None
+        else:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
+    else:
+        if not os.path.lexists(path):
+            return
+        names = os.listdir(path) if os.path.isdir(path) else None
+    if names is None:
+        raise param_error(
+            "checkpoint",
+            "must be a directory (or a path that does not exist yet)",
+            path,
+            "Pass a new folder name, e.g. checkpoint='fit.ckpt'",
+        )
+    if not names:
+        return
+    if STATE in names:  # damaged JSON is left to Checkpoint.load, which names the damage
+        try:
+            doc = json.loads(Checkpoint(path, 1, {})._read(STATE))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            doc = {"format": FORMAT}
+        ours = isinstance(doc, dict) and doc.get("format") == FORMAT
+    else:  # only the files of a first save that was interrupted
+        ours = all(_is_ours(n) for n in names)
+    if not ours:
+        raise param_error(
+            "checkpoint",
+            f"exists and is not an ooc_lowrank checkpoint (a non-empty folder without a {STATE} "
+            f"of format {FORMAT!r}), so nothing is written into it",
+            path,
+            "Pass a new or empty folder, e.g. checkpoint='fit.ckpt'",
+        )
 
 
 class CheckpointMismatchError(ValueError):

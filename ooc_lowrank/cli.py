@@ -399,33 +399,14 @@ def _exists(loc, arg):
     return fs.exists(p)
 
 
-def _has_file(loc, name, arg):
-    if not _is_url(loc):
-        return os.path.isfile(os.path.join(_norm(loc), name))
-    fs, p = _fs(loc, arg)
-    return fs.isfile(f"{p.rstrip('/')}/{name}")
+def _is_ours(loc, arg, what):
+    """Whether ``loc`` holds an ooc_lowrank ``what`` ("model" or "store")."""
+    from ._persist import is_model
+    from .storage import is_store
 
-
-def _is_model(loc, arg):
-    from ._persist import MODEL_FORMAT
-
-    if not _has_file(loc, "model.json", arg):
-        return False
-    try:
-        if _is_url(loc):
-            fs, p = _fs(loc, arg)
-            with fs.open(f"{p.rstrip('/')}/model.json") as f:
-                doc = json.loads(f.read())
-        else:
-            with open(os.path.join(_norm(loc), "model.json")) as f:
-                doc = json.load(f)
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT
-
-
-def _is_store(loc, arg):
-    return _has_file(loc, "zarr.json", arg)
+    if _is_url(loc):
+        _fs(loc, arg)  # a missing filesystem driver is an error naming ARG
+    return (is_model if what == "model" else is_store)(_norm(loc))
 
 
 def check_output(loc, arg, what, *, overwrite, inputs=()):
@@ -445,9 +426,8 @@ def check_output(loc, arg, what, *, overwrite, inputs=()):
                 f"Write the {what} to another path",
             )
     if _exists(loc, arg):
-        ours = _is_model(loc, arg) if what == "model" else _is_store(loc, arg)
-        if not ours:
-            marker = "model.json" if what == "model" else "zarr.json"
+        if not _is_ours(loc, arg, what):
+            marker = "model.json" if what == "model" else "zarr.json with ooc_lowrank metadata"
             raise _error(
                 arg,
                 f"exists and is not an ooc_lowrank {what} (no {marker}), so it is never replaced",
@@ -906,7 +886,7 @@ def cmd_fit(args, extra):
     _fit_naming_options(est, opts, ds, **fit_kw)
     # again: something may have appeared at MODEL during a long fit
     check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
-    est.save(args.model, overwrite=True)
+    est.save(args.model, overwrite=args.overwrite)
     best = getattr(est, "best_params_", None)  # a search (scikit-learn's naming): say its choice
     if best is not None and not args.quiet:
         score = getattr(est, "best_score_", None)

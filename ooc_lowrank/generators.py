@@ -57,7 +57,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._validation import check_scalar
-from .storage import Dataset, DatasetWriter, _exists, _is_url, open_dataset
+from .storage import Dataset, DatasetWriter, _is_url, check_store_destination, open_dataset
 
 __all__ = [
     "GENERATORS",
@@ -298,13 +298,8 @@ def _check_common(dest, n_rows, seed, overwrite, companion=False):
     n_rows = _int_opt(n_rows, "n_rows", low=1)
     seed = _check_seed(seed)
     targets = [str(dest)] + ([columns_store_url(dest)] if companion else [])
-    if not overwrite:
-        for t in targets:
-            if _exists(t):
-                raise FileExistsError(
-                    f"store {t!r} already exists; pass overwrite=True (CLI: "
-                    "--overwrite) to replace it, or choose another destination"
-                )
+    for t in targets:  # before any work: a store there is replaced only with overwrite
+        check_store_destination(t, overwrite=overwrite)
     return n_rows, seed
 
 

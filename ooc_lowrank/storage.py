@@ -59,7 +59,13 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
-from ._validation import OOCLowRankWarning, StoreError, check_csr_structure, check_finite_block
+from ._validation import (
+    OOCLowRankWarning,
+    StoreError,
+    check_csr_structure,
+    check_finite_block,
+    param_error,
+)
 
 __all__ = [
     "FORMAT_NAME",
@@ -136,6 +142,57 @@ def _remove(loc: str) -> None:
     fs, path = _fs(loc)
     if fs.exists(path):
         fs.rm(path, recursive=True)
+
+
+def is_store(loc) -> bool:
+    """Whether ``loc`` (local path or fsspec URL) holds an ooc_lowrank store: a root
+    ``zarr.json`` carrying the ooc_lowrank metadata.  Unreadable or foreign means False."""
+    loc = os.fspath(loc) if isinstance(loc, os.PathLike) else str(loc)
+    try:
+        doc = json.loads(_read_file(loc, "zarr.json"))
+    except (OSError, ValueError):
+        return False
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    meta = attrs.get(_META_KEY) if isinstance(attrs, dict) else None
+    return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+def _norm(loc: str) -> str:
+    return loc.rstrip("/") if _is_url(loc) else os.path.realpath(_local_path(loc))
+
+
+def check_store_destination(loc, *, overwrite, inputs=(), name="dest") -> None:
+    """Refuse to write a store at ``loc`` when it is, contains or lies inside one of the
+    ``inputs``, when something other than a store is there (whatever ``overwrite`` says), or a
+    store is there and not ``overwrite``.  Does no work otherwise."""
+    loc = os.fspath(loc) if isinstance(loc, os.PathLike) else str(loc)
+    out = _norm(loc)
+    for inp in inputs:
+        i = _norm(os.fspath(inp) if isinstance(inp, os.PathLike) else str(inp))
+        if out == i or out.startswith(i.rstrip("/") + "/") or i.startswith(out.rstrip("/") + "/"):
+            raise param_error(
+                name,
+                f"must not be, contain or lie inside the input store {inp!r}",
+                loc,
+                "Write to another path",
+            )
+    exists = _exists(loc) or (not _is_url(loc) and os.path.islink(_local_path(loc)))
+    if not exists:
+        return
+    if not is_store(loc):
+        raise param_error(
+            name,
+            "exists and is not an ooc_lowrank store (no zarr.json with ooc_lowrank metadata), "
+            "so it is never replaced",
+            loc,
+            "Choose a new path, or remove it yourself if it is really disposable",
+            exc=FileExistsError,
+        )
+    if not overwrite:
+        raise FileExistsError(
+            f"store {loc!r} already exists; pass overwrite=True (CLI: --overwrite) "
+            "to replace it, or choose another destination"
+        )
 
 
 class StoreAccessError(PermissionError):
@@ -644,7 +701,7 @@ class DatasetWriter:
         JSON-serialisable user attributes (label names, source file...).
     overwrite : bool, default False
         Replace an existing store at ``url``.  The old store stays intact until the new one is
-        complete.
+        complete.  Anything else at ``url`` (a model, a folder, a file) is never replaced.
 
     Examples
     --------
@@ -656,19 +713,14 @@ class DatasetWriter:
     """
 
     def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False):
-        self.url = str(url)
+        self.url = os.fspath(url) if isinstance(url, os.PathLike) else str(url)
         try:
-            exists = _exists(self.url)
+            check_store_destination(self.url, overwrite=overwrite, name="url")
         except Exception as e:
             err = _access_error(self.url, e, "write a store at")
             if err is None:
                 raise
             raise err from None
-        if exists and not overwrite:
-            raise FileExistsError(
-                f"store {self.url!r} already exists; pass overwrite=True (CLI: --overwrite) "
-                "to replace it, or choose another destination"
-            )
         if block_rows is not None and (int(block_rows) < 1):
             raise ValueError(f"block_rows must be >= 1; got {block_rows!r}")
         self.block_rows = None if block_rows is None else int(block_rows)

@@ -451,7 +451,7 @@ class ToyCV(BaseEstimator):
     def format_cv_table(self):
         return "alpha  mean\n1.0    0.5000"
 
-    def save(self, path, *, overwrite=True):
+    def save(self, path, *, overwrite=False):
         save_model(path, "ToyCV", self.get_params(), {}, overwrite=overwrite)
 
 

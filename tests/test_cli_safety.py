@@ -362,7 +362,7 @@ def test_url_save_interrupted_keeps_old_model(base, monkeypatch):
     est = load(str(base / "m"))
     est.n_components = 6  # so that the old and the new model differ
     with pytest.raises(KeyboardInterrupt):
-        est.save("memory://cli-safety/m")
+        est.save("memory://cli-safety/m", overwrite=True)
     _memory_model_intact(base, "")
 
 

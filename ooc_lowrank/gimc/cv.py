@@ -675,9 +675,13 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ persistence
 
-    def save(self, path, *, overwrite=True):
+    def save(self, path, *, overwrite=False):
         """Save the CV table and the refitted model (JSON + npz, no pickle);
-        ``ooc_lowrank.load(path)`` returns a GIMCCV."""
+        ``ooc_lowrank.load(path)`` returns a GIMCCV.
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         check_is_fitted(self, "cv_results_")
         params = self.get_params()
         arrays = {}

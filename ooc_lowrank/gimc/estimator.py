@@ -1012,8 +1012,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ persistence
 
-    def save(self, path, *, overwrite=True):
-        """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``."""
+    def save(self, path, *, overwrite=False):
+        """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``.
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         save_model(path, "GIMC", *self._state(), overwrite=overwrite)
 
     def _state(self):

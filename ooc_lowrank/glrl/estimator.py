@@ -737,8 +737,12 @@ class GreedyLowRank(BaseEstimator):
         return observation_metrics(B, self.U_, self.V_, self.theta_, metrics)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite=True):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+    def save(self, path, *, overwrite=False):
+        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         params, arrays, extra = self._state()
         save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
 

@@ -463,8 +463,12 @@ class InductiveMatrixCompletion(BaseEstimator):
         check_is_fitted(self, "W_")
         return self._embed(X, self.col_params_, self._col_spec, self.H_)
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite=True):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+    def save(self, path, *, overwrite=False):
+        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         check_is_fitted(self, "W_")
         params = {k: v for k, v in self.get_params().items() if k != "callback"}
         arrays = {

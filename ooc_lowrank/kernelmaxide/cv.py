@@ -251,9 +251,13 @@ class _ObservedSearch(BaseEstimator):
     def observed_ranking_loss(self, X, Y):
         return self._best().observed_ranking_loss(X, Y)
 
-    def save(self, path, *, overwrite=True):
+    def save(self, path, *, overwrite=False):
         """Save the refitted model (``ooc_lowrank.load(path)`` returns the refitted
-        :class:`KernelMaxide` / :class:`Maxide`; the table is in ``cv_results_``)."""
+        :class:`KernelMaxide` / :class:`Maxide`; the table is in ``cv_results_``).
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         self._best().save(path, overwrite=overwrite)
 
 

@@ -473,8 +473,12 @@ class _MaxideBase(BaseEstimator):
         return float(s / c) if c else float("nan")
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, path, *, overwrite=True):
-        """Save to a directory (JSON + npz, loaded without pickle): ``ooc_lowrank.load(path)``."""
+    def save(self, path, *, overwrite=False):
+        """Save to a directory (JSON + npz, loaded without pickle): ``ooc_lowrank.load(path)``.
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         check_is_fitted(self, "coef_")
         arrays = {"U": self.fmap_.U, "coef": self.coef_, "objective": self.objective_}
         extra = {

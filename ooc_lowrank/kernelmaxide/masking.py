@@ -233,12 +233,17 @@ def mask_labels_store(
     CSR) and ``train`` (dense (n, 1) int8: 1 for training rows), streaming row blocks.
 
     Two passes over ``src[labels]`` (counts, then selection) and one over the other arrays.
-    The CLI form is ``ooc-lowrank mask-labels SRC DEST --omega 20 --seed 0``.
+    The CLI form is ``ooc-lowrank mask-labels SRC DEST --omega 20 --seed 0``.  ``src`` and
+    ``dest`` are paths (str or os.PathLike) or fsspec URLs; an existing store at ``dest`` is
+    replaced only with ``overwrite=True``, anything else there (or ``src`` itself) never.
     """
-    from ooc_lowrank.storage import DatasetWriter, open_dataset
+    import os
+
+    from ooc_lowrank.storage import DatasetWriter, check_store_destination, open_dataset
 
     _check_omega(omega)
-    ds = open_dataset(src) if isinstance(src, str) else src
+    ds = open_dataset(src) if isinstance(src, (str, os.PathLike)) else src
+    check_store_destination(dest, overwrite=overwrite, inputs=[ds.url])
     if labels not in ds:
         raise param_error(
             "labels", f"must name an array of store {ds.url!r} (has {ds.names})", labels

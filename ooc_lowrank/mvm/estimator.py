@@ -433,8 +433,12 @@ class _BaseMVM(BaseEstimator):
             start += w
         return out
 
-    def save(self, path, *, overwrite=True):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``."""
+    def save(self, path, *, overwrite=False):
+        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
+
+        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
+        there (a store, a folder, a file) is never replaced.
+        """
         self._check_fitted()
         params = {k: v for k, v in self.get_params().items() if k not in _NOT_SAVED}
         if params.get("view_sizes") is not None:
