@@ -161,6 +161,18 @@ def _norm(loc: str) -> str:
     return loc.rstrip("/") if _is_url(loc) else os.path.realpath(_local_path(loc))
 
 
+def input_stores(*objs):
+    """The paths or URLs of the ``objs`` that name a store (a path, or a :class:`Dataset` /
+    array handle opened from one): the inputs an output must not overwrite."""
+    out = []
+    for obj in objs:
+        if isinstance(obj, (str, os.PathLike)):
+            out.append(os.fspath(obj))
+        elif isinstance(getattr(obj, "url", None), str):
+            out.append(obj.url)
+    return out
+
+
 def check_store_destination(loc, *, overwrite, inputs=(), name="dest") -> None:
     """Refuse to write a store at ``loc`` when it is, contains or lies inside one of the
     ``inputs``, when something other than a store is there (whatever ``overwrite`` says), or a

@@ -154,3 +154,40 @@ def test_checkpoint_into_an_empty_folder_is_fine(data, tmp_path):
     assert (ck / "state.json").is_file()
     # and resuming from that (non-empty) checkpoint is fine too
     KernelMaxide(n_landmarks=20, max_iter=4, random_state=0).fit(X, Yobs, checkpoint=ck)
+
+
+def test_predict_to_store_refuses_its_input_and_existing_stores_before_any_work(
+    tmp_path, data, monkeypatch
+):
+    """``predict_to_store`` (GIMC, IMC) refuses to write onto (or into) its own input store even
+    with ``overwrite=True``, and an existing store without it, before predicting anything."""
+    from ooc_lowrank import GIMC, engine
+    from ooc_lowrank.imc import InductiveMatrixCompletion
+
+    X, Y, _ = data
+    src = str(tmp_path / "src.zarr")
+    write_arrays(src, {"X": X.astype(np.float32), "Y": sp.csr_matrix(Y, dtype=np.float32)})
+    gimc = GIMC(n_components=10, max_iter=2, random_state=0).fit(X, Y)
+    rng = np.random.default_rng(1)
+    rows, cols = rng.integers(0, 60, 200), rng.integers(0, 30, 200)
+    imc = InductiveMatrixCompletion(n_components=2, max_iter=2, random_state=0).fit(
+        (rows, cols, rng.random(200)), X_row=X, X_col=rng.random((30, 3)), shape=(60, 30)
+    )
+    other = str(tmp_path / "other.zarr")
+    write_arrays(other, {"X": X.astype(np.float32)})
+    before = _snapshot(src), _snapshot(other)
+
+    def no_work(*a, **k):
+        raise AssertionError("predicted before checking the destination")
+
+    monkeypatch.setattr(engine, "compute", no_work)
+    for est in (gimc, imc):
+        monkeypatch.setattr(est, "transform_rows", no_work, raising=False)
+        for dest, kw, exc in [
+            (src, {"overwrite": True}, ValueError),
+            (src + "/sub", {"overwrite": True}, ValueError),
+            (other, {}, FileExistsError),
+        ]:
+            with pytest.raises(exc, match="out_url|already exists"):
+                est.predict_to_store(src, dest, **kw)
+    assert (_snapshot(src), _snapshot(other)) == before

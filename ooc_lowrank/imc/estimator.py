@@ -150,6 +150,7 @@ def check_map_fits(n_features_map, B, what):
         )
 
 
+
 class InductiveMatrixCompletion(BaseEstimator):
     """Two-sided inductive matrix completion with ALS + CG (LEML-style), optionally with learned
     Fourier / Nystrom features on both sides (GIMC-LFF / GIMC-LNYS, SPEC 1.5).
@@ -417,10 +418,13 @@ class InductiveMatrixCompletion(BaseEstimator):
         ``top_k`` best columns by ``phi_U(x) W H^T phi_V(X_col)^T`` to a new store: dense
         ``labels`` (int64 column indices) and ``scores`` (float32), (n_rows, top_k), computed
         one row block at a time."""
-        from ooc_lowrank.storage import DatasetWriter
+        from ooc_lowrank.storage import DatasetWriter, check_store_destination, input_stores
 
         check_is_fitted(self, "W_")
         check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one")
+        check_store_destination(  # before any work
+            out_url, overwrite=overwrite, inputs=input_stores(dataset), name="out_url"
+        )
         X = features_of(dataset, "dataset")
         k = min(int(top_k), self.shape_[1])
         P = self.transform_rows(X)
