@@ -33,6 +33,7 @@ import numpy as np
 import scipy.optimize
 
 from ooc_lowrank import engine
+from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.kernels import mvm as _k
 from ooc_lowrank.mvm import _blocks
 
@@ -159,7 +160,7 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
         pen, dpen = penalty(th, reg)
         obj = float(total[0]) / n + reg_weight * pen
         if not np.isfinite(obj):
-            raise FloatingPointError(
+            raise NonFiniteError(
                 "the MVM objective became non-finite; the model is a degree-m polynomial in "
                 "the factors (SPEC 3.5): scale the features (e.g. to unit variance) or lower "
                 "init_std"
@@ -204,9 +205,18 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
     return res.x[:size].reshape(shape), float(res.x[size]), it[0], passes[0]
 
 
+#: SGD has diverged when an epoch's mean training loss exceeds this many times ``loss_scale``
+DIVERGED = 1e6
+
+
 def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_epochs,
-            learning_rate, rng, monitor, checkpoint=None):
+            learning_rate, rng, monitor, checkpoint=None, loss_scale=np.inf):
     """AdaGrad SGD, one streaming pass per epoch.
+
+    ``loss_scale``: the mean loss of a trivial model (regression: the mean of ``y^2`` plus 1;
+    classification: 1); an epoch whose mean training loss exceeds ``DIVERGED`` times it, or
+    non-finite factors, raise :class:`~ooc_lowrank._validation.NonFiniteError` (the steps were
+    too large: the factors exploded while staying finite).
 
     ``checkpoint``: save the factors, AdaGrad's accumulators, the intercept (and its
     accumulator), the state of ``rng`` (a ``RandomState``) and the monitor after every
@@ -266,11 +276,14 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
                 )
             pen, _ = penalty(theta, reg)
             obj = total / n + reg_weight * pen
-            if not np.isfinite(obj) or not np.isfinite(theta).all():
-                raise FloatingPointError(
-                    f"SGD diverged in epoch {epoch} (non-finite loss or factors): lower "
-                    f"learning_rate (now {learning_rate}), scale the features, or use "
-                    "solver='lbfgs'"
+            finite = np.isfinite(obj) and np.isfinite(theta).all() and np.isfinite(bias).all()
+            if not finite or total / n > DIVERGED * loss_scale:
+                what = ("non-finite loss or factors" if not finite else
+                        f"mean training loss {total / n:.3g}, over {DIVERGED:.0e} times the "
+                        f"{loss_scale:.3g} of a trivial model")
+                raise NonFiniteError(
+                    f"SGD diverged in epoch {epoch} ({what}): lower learning_rate (now "
+                    f"{learning_rate}), scale the features, or use solver='lbfgs'"
                 )
             stopped = monitor(epoch, obj, (theta, float(bias[0])))
             if stopped:

@@ -26,8 +26,21 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 
 from ooc_lowrank import _checkpoint, _estimate, engine
-from ooc_lowrank._persist import load_model, save_model
-from ooc_lowrank._validation import check_random_state, check_scalar, param_error
+from ooc_lowrank._persist import (
+    ModelFileError,
+    ModelReader,
+    build_checked,
+    check_params,
+    check_value,
+    load_as,
+    save_model,
+)
+from ooc_lowrank._validation import (
+    check_finite_block,
+    check_random_state,
+    check_scalar,
+    param_error,
+)
 from ooc_lowrank.mvm import _blocks
 from ooc_lowrank.mvm.core import REG_CODES, _Layout, _Monitor, fit_lbfgs, fit_sgd
 
@@ -59,6 +72,50 @@ def _store_views(ds):
     if [int(n[1:]) for n in names] != list(range(len(names))):
         raise ValueError(f"store views must be named X0..X{len(names) - 1} without gaps; got {names}")
     return [ds[n] for n in names]
+
+
+def _check_view_shape(v, name):
+    """Refuse a view that is not 2-D, has no rows or has no columns, before any block is read."""
+    shape = getattr(v, "shape", None)
+    if shape is None:
+        return
+    if len(shape) != 2:
+        raise ValueError(
+            f"{name} must be 2-D (n_samples, n_features of the view); got shape {tuple(shape)}. "
+            "Reshape a single feature with x.reshape(-1, 1)"
+        )
+    if shape[0] == 0:
+        raise ValueError(
+            f"{name} must have at least one row (sample); got shape {tuple(shape)}. Pass a "
+            "non-empty data set"
+        )
+    if shape[1] == 0:
+        raise ValueError(
+            f"{name} must have at least one column (feature); got shape {tuple(shape)}. Drop "
+            "the empty view"
+        )
+
+
+def _finite_block(block, name=None, block_info=None):
+    where = ""
+    if block_info is not None and 0 in block_info:
+        start, stop = block_info[0]["array-location"][0]
+        where = f" in rows {start}..{stop - 1}"
+    check_finite_block(block, name, where)
+    return block
+
+
+def _checked_finite(b, raw, name):
+    """A Dask-array view whose blocks are checked for NaN/inf as each pass reads them (NumPy and
+    scipy inputs were checked whole by ``engine.as_blocked``, store arrays as they are read):
+    the first pass over the data names the view, instead of the solver failing after it."""
+    import dask.array as da
+
+    if not isinstance(raw, da.Array) or b.dtype.kind != "f":
+        return b
+    arr = b.dask.map_blocks(functools.partial(_finite_block, name=name), dtype=b.dtype,
+                            meta=b.dask._meta)
+    return engine.Blocked(arr, b.kind, b.source, b.nnz)
 
 
 class _BaseMVM(BaseEstimator):
@@ -124,6 +181,12 @@ class _BaseMVM(BaseEstimator):
         if not self.init_std > 0:
             raise param_error("init_std", "must be > 0 (zero factors are a stationary point, "
                               "SPEC 3.4)", self.init_std)
+        if self.init_std > 1.0:
+            raise param_error(
+                "init_std", "must be <= 1 (the model is a degree-m product of the factors: larger "
+                "starting factors overflow the first predictions)", self.init_std,
+                "Keep init_std small (default 0.1) and scale the features instead",
+            )
         if not self.learning_rate > 0:
             raise param_error("learning_rate", "must be > 0", self.learning_rate)
         if self.solver not in SOLVERS:
@@ -132,6 +195,7 @@ class _BaseMVM(BaseEstimator):
             check_scalar(getattr(self, name), name, kind=numbers.Integral, low=1)
         if self.n_iter_no_change is not None:
             check_scalar(self.n_iter_no_change, "n_iter_no_change", kind=numbers.Integral, low=1)
+        self._check_block_rows()
         if self.view_sizes is not None:
             vs = self.view_sizes
             if isinstance(vs, numbers.Integral) or not all(
@@ -141,9 +205,15 @@ class _BaseMVM(BaseEstimator):
                                   "width of each view, in column order)", vs)
         return self._resolved_loss()
 
+    def _check_block_rows(self):
+        if self.block_rows is not None:
+            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1,
+                         fix="Use an integer number of rows per block, or None for the default")
+
     # ------------------------------------------------------------------ inputs
     def _views(self, X, *, name="X", expected=None):
         """(list of Blocked views aligned to the first, view sizes, dataset or None)."""
+        self._check_block_rows()
         ds = None
         if isinstance(X, (str, os.PathLike)):
             from ooc_lowrank.storage import open_dataset
@@ -152,13 +222,16 @@ class _BaseMVM(BaseEstimator):
         if _is_dataset(X):
             ds = X
             raw = _store_views(ds)
-        elif isinstance(X, (list, tuple)) and X and all(_is_arraylike_2d(a) for a in X):
-            raw = list(X)
+        elif isinstance(X, (list, tuple)) and X and any(_is_arraylike_2d(a) for a in X):
+            raw = list(X)  # a list of views (a view that is not 2-D is refused below)
         else:
             raw = [X]
+        names = [f"{name}[{p}]" if len(raw) > 1 else name for p in range(len(raw))]
+        for v, vname in zip(raw, names, strict=True):
+            _check_view_shape(v, vname)
         views = [
-            engine.as_blocked(v, block_rows=self.block_rows, name=f"{name}[{p}]" if len(raw) > 1 else name)
-            for p, v in enumerate(raw)
+            _checked_finite(engine.as_blocked(v, block_rows=self.block_rows, name=vname), v, vname)
+            for v, vname in zip(raw, names, strict=True)
         ]
         for p, v in enumerate(views[1:], 1):
             views[p] = engine.align(views[0], v, names=(f"{name}[0]", f"{name}[{p}]"))
@@ -239,19 +312,19 @@ class _BaseMVM(BaseEstimator):
         self
         """
         loss = self._check_params()
+        rng = check_random_state(self.random_state)
         _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         views, sizes, ds = self._views(X)
         yb = self._target(y, ds, views[0])
         if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
             _estimate.check_fits(_estimate.mvm_estimate(self, views, yb))
-        n, offset = self._target_summary(yb)
+        n, offset, loss_scale = self._target_summary(yb)
         ckpt = _checkpoint.open_checkpoint(
             checkpoint, checkpoint_every, self, **{f"X{p}": v for p, v in enumerate(views)}, y=yb
         )
         if ckpt is not None:  # more epochs extend a fit (as max_iter does)
             ckpt.fingerprint["params"].pop("n_epochs", None)
         layout = _Layout(sizes)
-        rng = check_random_state(self.random_state)
         theta0 = rng.normal(0.0, self.init_std, size=(layout.n_feat + layout.n_views, self.n_factors))
         score = None
         if eval_set is not None:
@@ -270,7 +343,8 @@ class _BaseMVM(BaseEstimator):
         else:
             theta, b0, n_iter, n_passes = fit_sgd(
                 views, yb, theta0, offset, layout, n_epochs=self.n_epochs,
-                learning_rate=float(self.learning_rate), rng=rng, **common,
+                learning_rate=float(self.learning_rate), rng=rng, loss_scale=loss_scale,
+                **common,
             )
         if monitor.best_theta is not None:
             (theta, b0), self.best_iter_ = monitor.best_theta, monitor.best_iter
@@ -304,7 +378,7 @@ class _BaseMVM(BaseEstimator):
         return _estimate.mvm_estimate(self, views, yb, client=client)
 
     def _target_summary(self, yb):
-        """One pass: row count and target offset; classification labels checked."""
+        """One pass: row count, target offset and loss scale; classification labels checked."""
         if self._task == "classification":
             counts = engine.map_reduce(_blocks.label_counts, yb)
             neg, zero, pos, other, bad = (int(c) for c in counts)
@@ -321,13 +395,16 @@ class _BaseMVM(BaseEstimator):
             else:
                 self.classes_ = self._pending_classes
                 del self._pending_classes
-            return neg + zero + pos, 0.0
-        cnt, s, _, bad = engine.map_reduce(_blocks.target_stats, yb)
+            return neg + zero + pos, 0.0, 1.0
+        cnt, s, ss, bad = engine.map_reduce(_blocks.target_stats, yb)
         if bad:
             raise ValueError(f"y contains {int(bad)} NaN or inf values; remove those rows")
         if cnt == 0:
             raise ValueError("no training rows: X has 0 samples")
-        return int(cnt), float(s / cnt) if self.fit_intercept_enabled() else 0.0
+        # loss_scale: the mean loss of predicting 0 (plus 1), the yardstick of SGD's divergence
+        # check; classification: 1 (a logistic or hinge loss at yhat = 0 is below 1)
+        offset = float(s / cnt) if self.fit_intercept_enabled() else 0.0
+        return int(cnt), offset, float(ss / cnt) + 1.0
 
     def fit_intercept_enabled(self):
         return True
@@ -389,7 +466,10 @@ class _BaseMVM(BaseEstimator):
         """Streaming metrics over row blocks; returns ``{metric: value}``.
 
         Regressor: ``rmse``, ``mae``; classifier: ``accuracy`` and ``auc`` (AUC sorts the
-        ``(n_samples,)`` scores, O(n) memory; everything else is O(1) per block)."""
+        ``(n_samples,)`` scores, O(n) memory; everything else is O(1) per block).  A
+        classifier's ``y`` holds labels of ``classes_`` (encoded as in ``fit``; in memory also
+        the signed coding -1 / +1 for ``classes_[0]`` / ``classes_[1]``); another label is an
+        error."""
         self._check_fitted()
         metrics = self._default_metrics if metrics is None else metrics
         if isinstance(metrics, str):
@@ -462,43 +542,89 @@ class _BaseMVM(BaseEstimator):
 
     @classmethod
     def load(cls, path):
-        """Load a model saved by :meth:`save` (shapes checked against its metadata)."""
-        name, params, arrays, extra = load_model(path)
-        if name != cls.__name__:
-            raise ValueError(f"model {path!r} holds a {name!r}, not a {cls.__name__}")
-        return cls._from_saved(params, arrays, extra, path=path)
+        """Load a model saved by :meth:`save`; a model of another estimator is refused."""
+        return load_as(cls, path)
 
     @classmethod
-    def _from_saved(cls, params, arrays, extra, path="<model>"):
-        try:
-            params = {k: v for k, v in params.items() if k in cls._get_param_names()}
-            if params.get("view_sizes") is not None:
-                params["view_sizes"] = tuple(params["view_sizes"])
-            est = cls(**params)
-            est.view_sizes_ = tuple(int(v) for v in extra["view_sizes"])
-            coef = np.asarray(arrays["coef"], dtype=np.float64)
-            est.intercept_ = float(extra["intercept"])
-            est.loss_ = str(extra["loss"])
-            est.n_iter_ = int(extra["n_iter"])
-            est.best_iter_ = int(extra["best_iter"])
-            est.n_passes_ = int(extra["n_passes"])
-            est.objective_path_ = np.asarray(arrays["objective_path"], float)
-            est.validation_path_ = np.asarray(arrays["validation_path"], float)
-            if "classes" in extra:
-                est.classes_ = np.asarray(extra["classes"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"model {path!r} is malformed: {type(e).__name__}: {e}") from None
-        if coef.ndim != 2 or coef.shape[0] != sum(est.view_sizes_) + len(est.view_sizes_):
-            raise ValueError(
-                f"model {path!r} is inconsistent: coef has shape {coef.shape}, view_sizes "
-                f"{list(est.view_sizes_)} need {sum(est.view_sizes_) + len(est.view_sizes_)} rows"
-            )
-        if not np.isfinite(coef).all() or not np.isfinite(est.intercept_):
-            raise ValueError(f"model {path!r} holds non-finite factors")
-        est.coef_ = np.ascontiguousarray(coef)
-        est.n_views_ = len(est.view_sizes_)
-        est.n_features_in_ = sum(est.view_sizes_)
+    def _from_saved(cls, params, arrays, extra):
+        """The estimator of a loaded model: hyperparameters pass the fit-time checks, and every
+        JSON value and array is checked (type, shape against ``view_sizes`` and ``n_factors``,
+        finiteness, two classes) before the estimator is built."""
+        params = check_params(cls, params, ignore_unknown=True)
+        if isinstance(params.get("view_sizes"), list):
+            params["view_sizes"] = tuple(params["view_sizes"])
+        est = build_checked(cls, params, cls._check_params)
+        r = ModelReader(arrays, extra)
+        sizes = r.value("view_sizes", "list")
+        if not sizes:
+            raise ModelFileError("model.json", "extra.view_sizes", "must not be empty", "[]")
+        for p, w in enumerate(sizes):
+            check_value(w, f"extra.view_sizes[{p}]", "int", low=1)
+        if est.view_sizes is not None and tuple(est.view_sizes) != tuple(sizes):
+            raise ModelFileError("model.json", "params.view_sizes",
+                                 f"must equal extra.view_sizes {sizes}", list(est.view_sizes))
+        rows = sum(sizes) + len(sizes)
+        coef = r.array("coef", (rows, est.n_factors),
+                       meaning="sum(view_sizes) + n_views x n_factors")
+        est.objective_path_ = np.asarray(r.array("objective_path", (None,)), float)
+        est.validation_path_ = np.asarray(r.array("validation_path", (None,), finite=False), float)
+        est.intercept_ = float(r.value("intercept", "float"))
+        est.loss_ = r.value("loss", "str", choices=cls._losses)
+        for key in ("n_iter", "best_iter", "n_passes"):
+            setattr(est, key + "_", r.value(key, "int", low=0))
+        if cls._task == "classification":
+            est.classes_ = _saved_classes(r.value("classes", "list"))
+        r.finish()
+        est.view_sizes_ = tuple(sizes)
+        est.coef_ = np.ascontiguousarray(coef, dtype=np.float64)
+        est.n_views_ = len(sizes)
+        est.n_features_in_ = sum(sizes)
         return est
+
+
+def _saved_classes(classes):
+    """``extra.classes`` of a saved classifier: two distinct labels of one JSON type."""
+    key = "extra.classes"
+    if len(classes) != 2:
+        raise ModelFileError("model.json", key, "must hold exactly two class labels", classes)
+    kinds = {"bool" if isinstance(c, bool) else "str" if isinstance(c, str) else
+             "number" if isinstance(c, (int, float)) else "other" for c in classes}
+    if len(kinds) != 1 or "other" in kinds:
+        raise ModelFileError("model.json", key, "must hold two numbers, two strings or two "
+                             "booleans", classes)
+    out = np.asarray(classes)
+    if out.dtype.kind == "f" and not np.isfinite(out).all():
+        raise ModelFileError("model.json", key, "must hold finite labels", classes)
+    if not out[0] < out[1]:
+        raise ModelFileError("model.json", key, "must hold two distinct labels in increasing "
+                             "order (the positive class last)", classes)
+    return out
+
+
+
+
+def _encode_labels(y, classes, name, *, lazy=False):
+    """Labels as +1 (``classes[1]``) / -1 (``classes[0]``); any other label is refused.
+
+    In memory, a ``y`` none of whose labels is a class may be the signed coding {-1, +1}
+    (``-1`` for ``classes[0]``).  A lazy ``y`` (store or Dask, encoded block by block) may use
+    either store coding, {-1, +1} or {0, 1}, when ``classes`` is one of them."""
+    y = np.asarray(y.toarray() if sp.issparse(y) else y)
+    pos, neg = y == classes[1], y == classes[0]
+    unknown = ~(pos | neg)
+    if unknown.any():
+        signed = y.dtype.kind in "iuf" and np.isin(y, (-1, 1)).all()
+        if lazy and classes.tolist() in ([0, 1], [-1, 1]):
+            if y.dtype.kind in "iuf" and np.isin(y, (-1, 0, 1)).all():
+                return np.where(y == 1, 1.0, -1.0)
+        elif not lazy and signed and not (pos | neg).any():
+            return np.where(y == 1, 1.0, -1.0)
+        raise ValueError(
+            f"{name} holds labels that are not classes of the model {classes.tolist()}; "
+            f"got {np.unique(y[unknown])[:5].tolist()}. Pass labels of the two classes the "
+            "model was fitted on (classes_)"
+        )
+    return np.where(pos, 1.0, -1.0)
 
 
 def _returns_lazy(X):
@@ -539,7 +665,7 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         (validation RMSE 0.922 / 0.942 against 0.938 / 0.956 at 3e-3) and within 0.001 of
         SGD's best (3e-3).
     init_std : float, default 0.1
-        Factors start as ``N(0, init_std^2)`` (zero is a stationary point).
+        Factors start as ``N(0, init_std^2)`` (zero is a stationary point); in ``(0, 1]``.
     solver : {"sgd", "lbfgs"}, default "sgd"
         ``lbfgs``: batch L-BFGS-B, one pass per evaluation, identical results on any cluster
         and chunking (to rounding); ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per
@@ -624,17 +750,24 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
         return False
 
     def _encode_memory(self, y, name):
-        if not hasattr(self, "_fitting_y"):
-            return np.where(np.asarray(y, float) > 0, 1.0, -1.0)
-        classes = np.unique(y)
-        if classes.size != 2:
-            raise ValueError(
-                f"{name} must hold exactly two classes for {type(self).__name__}; got "
-                f"{classes.size} ({classes[:10].tolist()}). For more classes use "
-                "sklearn.multiclass.OneVsRestClassifier(MultiViewMachineClassifier(view_sizes=...))"
-            )
-        self._pending_classes = classes
-        return np.where(y == classes[1], 1.0, -1.0)
+        """In-memory labels as +1 (``classes_[1]``) / -1 (``classes_[0]``).  The training ``y``
+        defines the classes; any other ``y`` (``evaluate``, ``eval_set``) is encoded through the
+        fitted ``classes_`` exactly as the training ``y`` was, and a label outside them is
+        refused."""
+        if y.dtype.kind == "f" and not np.isfinite(y).all():
+            raise ValueError(f"{name} contains NaN or inf; remove or impute those rows")
+        if hasattr(self, "_fitting_y") and name == "y":
+            classes = np.unique(y)
+            if classes.size != 2:
+                raise ValueError(
+                    f"{name} must hold exactly two classes for {type(self).__name__}; got "
+                    f"{classes.size} ({classes[:10].tolist()}). For more classes use "
+                    "sklearn.multiclass.OneVsRestClassifier("
+                    "MultiViewMachineClassifier(view_sizes=...))"
+                )
+            self._pending_classes = classes
+        return _encode_labels(y, self._pending_classes if hasattr(self, "_pending_classes")
+                              else self.classes_, name)
 
     def fit(self, X, y=None, *, eval_set=None, checkpoint=None, checkpoint_every=5):
         self._fitting_y = True
@@ -644,15 +777,20 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
             )
         finally:
             del self._fitting_y
+            self.__dict__.pop("_pending_classes", None)
 
     fit.__doc__ = _BaseMVM.fit.__doc__
 
     def _target(self, y, ds, ref, name="y"):
-        if y is not None and name == "eval_set y" and hasattr(self, "_pending_classes"):
-            y = np.asarray(y)
-            classes = self._pending_classes
-            return super()._target(np.where(y == classes[1], 1.0, -1.0), ds, ref, name)
-        return super()._target(y, ds, ref, name)
+        yb = super()._target(y, ds, ref, name)
+        if hasattr(self, "_fitting_y") and name == "y":
+            return yb  # the training labels: checked (and their classes set) by _target_summary
+        if y is not None and not _is_arraylike_2d(y) and not isinstance(y, engine.Blocked):
+            return yb  # in memory: already encoded by _encode_memory (as _BaseMVM._target does)
+        # a lazy y (store or Dask): encoded through classes_ block by block, as it is read
+        fn = functools.partial(_encode_labels, classes=self.classes_, name=name, lazy=True)
+        arr = yb.dask.map_blocks(fn, dtype=np.float64, meta=np.empty((0, 0)))
+        return engine.Blocked(arr, "dense", yb.source)
 
     def predict(self, X):
         """Predicted class labels (values of ``classes_``), shape ``(n_samples,)``."""
