@@ -19,8 +19,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ooc_lowrank import metrics
+from ooc_lowrank._validation import NonFiniteError, check_finite_block
 from ooc_lowrank.kernels import kernelmaxide as kernels
 from ooc_lowrank.gimc import _blocks as gimc_blocks
+
+#: the error of an overflowing ``X^T X`` (Maxide; ``X`` itself finite)
+XTX_OVERFLOW = (
+    "X: the Gram matrix X^T X overflows float64 (feature values too large for their squares "
+    "to be summed over the rows). Scale or standardize X before fitting (e.g. "
+    "sklearn.preprocessing.StandardScaler or MaxAbsScaler), or fix the bad entries"
+)
 
 
 @dataclass(frozen=True)
@@ -76,13 +84,17 @@ def _residual(F, Yu, W):
 
 
 def label_stats_block(Yb):
-    """``(bad, per_label, n_ut)``: stored values other than +-1, observed entries per label and
-    rows with an observation, for one block of observed labels."""
+    """``([bad, n_ut, n_neg, dense_zeros], per_label)`` for one block of observed labels:
+    stored values other than +-1, rows with an observation, observed negatives (stored -1),
+    zeros of a dense block (a dense matrix cannot mark an entry missing), and observed entries
+    per label."""
+    zeros = Yb.size - np.count_nonzero(Yb) if isinstance(Yb, np.ndarray) else 0
     Yb = sp.csr_matrix(Yb)
     d = Yb.data
     bad = np.count_nonzero((d != 1.0) & (d != -1.0))
     per = np.bincount(Yb.indices, minlength=Yb.shape[1]).astype(np.float64)
-    return np.array([bad, np.count_nonzero(np.diff(Yb.indptr))], dtype=np.float64), per
+    stats = [bad, np.count_nonzero(np.diff(Yb.indptr)), np.count_nonzero(d == -1.0), zeros]
+    return np.array(stats, dtype=np.float64), per
 
 
 def ut_rows_block(Yb):
@@ -91,16 +103,27 @@ def ut_rows_block(Yb):
 
 
 def xtx_block(Xb):
-    """``X_b^T X_b`` (d x d, float64) for Maxide's left singular vectors."""
-    if sp.issparse(Xb):
-        X64 = sp.csr_matrix(Xb, dtype=np.float64)
-        return np.asarray((X64.T @ X64).toarray())
-    X64 = np.asarray(Xb, dtype=np.float64)
-    return X64.T @ X64
+    """``X_b^T X_b`` (d x d, float64) for Maxide's left singular vectors (Maxide's first pass
+    over ``X``: NaN / inf are refused here, also in Dask blocks)."""
+    check_finite_block(Xb, "X")
+    with np.errstate(over="ignore", invalid="ignore"):
+        if sp.issparse(Xb):
+            X64 = sp.csr_matrix(Xb, dtype=np.float64)
+            G = np.asarray((X64.T @ X64).toarray())
+        else:
+            X64 = np.asarray(Xb, dtype=np.float64)
+            G = X64.T @ X64
+    if not np.isfinite(G).all():
+        raise NonFiniteError(XTX_OVERFLOW)
+    return G
 
 
 def gram_block(Xb, Yb, kind, U, M, gamma):
-    """``(F_u^T F_u, n_observed)``: the r x r Gram of the UT rows and the observed count."""
+    """``(F_u^T F_u, n_observed)``: the r x r Gram of the UT rows and the observed count.
+    From ``X`` (streamed ``F``: the fit's first pass over ``X``) every row is checked for
+    NaN / inf, also those outside UT."""
+    if kind is not None:
+        check_finite_block(Xb, "X")
     F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
     F64 = F.astype(np.float64, copy=False)
     return F64.T @ F64, np.array([Yu.nnz], dtype=np.float64)
@@ -126,7 +149,10 @@ def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
 
 
 def features_rows_block(row_start, Xb, ut, kind, U, M, gamma):
-    """``F`` for the cache: the block's UT rows computed, the other rows zero."""
+    """``F`` for the cache: the block's UT rows computed, the other rows zero.  The fit's first
+    pass over ``X``: every row of the block is checked for NaN / inf (Dask blocks are not
+    checked before)."""
+    check_finite_block(Xb, "X", f" (rows {row_start}..{row_start + Xb.shape[0] - 1})")
     rows = np.flatnonzero(ut[row_start : row_start + Xb.shape[0]])
     dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     out = np.zeros((Xb.shape[0], U.shape[1]), dtype=dt)

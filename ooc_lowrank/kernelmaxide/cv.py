@@ -31,8 +31,18 @@ from sklearn.utils.validation import check_is_fitted
 from ooc_lowrank import engine
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc.cv import GIMCCV
+from ooc_lowrank.gimc.estimator import _open_if_path
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
-from ooc_lowrank.kernelmaxide.estimator import _SAMPLE, KernelMaxide, Maxide, _is_dataset, _is_lazy
+from ooc_lowrank.kernelmaxide.estimator import (
+    _SAMPLE,
+    KernelMaxide,
+    Maxide,
+    _check_label_dtype,
+    _check_not_empty,
+    _is_dataset,
+    _is_lazy,
+    no_negative_error,
+)
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
 
 logger = logging.getLogger("ooc_lowrank")
@@ -71,7 +81,12 @@ def _labels_in_memory(Y):
     """Observed labels as CSR in memory (a store array is read once: ``nnz`` entries)."""
     if _is_lazy(Y):
         (Y,) = engine.compute(engine.as_blocked(Y, name="Y").dask)
-    return check_observed_labels(sp.csr_matrix(Y), name="Y")
+    else:
+        _check_label_dtype(Y)
+    Y = check_observed_labels(Y if sp.issparse(Y) else np.asarray(Y), name="Y")
+    if Y.nnz and not np.any(Y.data == -1.0):
+        raise no_negative_error("Y")
+    return Y
 
 
 def _setup_groups(grid):
@@ -130,9 +145,18 @@ class _ObservedSearch(BaseEstimator):
         if not isinstance(self.refit, (bool, np.bool_)):
             raise param_error("refit", "must be True or False", self.refit, exc=TypeError)
         seed = 0 if self.random_state is None else self.random_state
-        if not isinstance(seed, numbers.Integral):
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, (bool, np.bool_)):
             raise param_error(
                 "random_state", "must be an int or None (it seeds the hold-outs)", seed, exc=TypeError
+            )
+        top = 2**32 - int(self.n_splits)  # the hold-outs use the seeds random_state + s
+        if not 0 <= int(seed) <= top:
+            raise param_error(
+                "random_state",
+                f"must be in [0, 2**32 - n_splits] = [0, {top}] (hold-out s uses the seed "
+                "random_state + s)",
+                seed,
+                "e.g. random_state=0",
             )
         return int(seed)
 
@@ -151,6 +175,10 @@ class _ObservedSearch(BaseEstimator):
         """
         seed = self._check_common()
         grid = self._settings(X, None, validate_only=True)  # bad grids fail before any work
+        base = self._base(seed)
+        for s in grid:  # the estimator's own checks (gamma_scales stand in for gammas)
+            self._estimator(**base, **s)._validate_params()
+        X = _open_if_path(X)
         if _is_dataset(X):
             ds = X
             X = ds["X"]
@@ -163,11 +191,9 @@ class _ObservedSearch(BaseEstimator):
                 Y = ds["Y_obs"]
         if Y is None:
             raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
+        _check_not_empty(X)
         Y = _labels_in_memory(Y)
         grid = self._settings(X, seed)
-        base = self._base(seed)
-        for s in grid:  # the estimator's own checks, before any work
-            self._estimator(**base, **s)._validate_params()
         t0 = time.perf_counter()
         scores = np.empty((int(self.n_splits), len(grid)))
         for k in range(int(self.n_splits)):
@@ -179,6 +205,16 @@ class _ObservedSearch(BaseEstimator):
                     f"validation_fraction={self.validation_fraction} leaves "
                     f"{'no held-out' if Yval.nnz == 0 else 'no training'} observed label "
                     f"(Y has {Y.nnz} observed entries); observe more labels or change it"
+                )
+            if not np.any(Yfit.data == -1.0):
+                # a fit without any observed negative is refused (every score would be
+                # positive): say which hold-out took them, not what the fit would say
+                raise ValueError(
+                    f"hold-out {k} (validation_fraction={self.validation_fraction}, "
+                    f"holdout={self.holdout!r}, seed {seed + k}) holds out every observed "
+                    f"negative (-1) of Y ({int(np.sum(Y.data == -1.0))} in all), so its fit would "
+                    "have none; observe more negatives, lower validation_fraction or use "
+                    'holdout="entries"'
                 )
             for idx in _setup_groups(grid):
                 # one setup (feature map, cached F, Gram, span root) per (split, gamma / k),

@@ -24,7 +24,15 @@ from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
-from ooc_lowrank._validation import OOCLowRankWarning, check_random_state, check_scalar, param_error
+from ooc_lowrank._validation import (
+    NonFiniteError,
+    OOCLowRankWarning,
+    check_finite_block,
+    check_random_state,
+    check_scalar,
+    param_error,
+)
+from ooc_lowrank.gimc.estimator import _open_if_path, check_X_scale
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
 from ooc_lowrank.kernelmaxide import _blocks, core
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
@@ -34,6 +42,10 @@ __all__ = ["KernelMaxide", "Maxide"]
 logger = logging.getLogger("ooc_lowrank")
 
 _SAMPLE = 1000
+
+#: upper bound of ``n_trials``: a line search never needs more candidates per pass (one pass
+#: with 64 trials covers L .. 2^63 L); a huge value would only allocate ``n_trials`` arrays
+MAX_TRIALS = 64
 
 
 def _is_dataset(obj):
@@ -84,6 +96,59 @@ class _Setup:
     ckpt: object
 
 
+def no_negative_error(name="Y", where=""):
+    """The error for observed labels without any observed negative (no stored -1)."""
+    return ValueError(
+        f"{name} has no observed negative (no stored -1){where}: every observed label would be "
+        "positive and every score would come out positive. Observed negatives must be stored "
+        "as -1 (missing entries are not stored), so full 0/1 labels are not observed labels. "
+        "Make observed labels with ooc_lowrank.kernelmaxide.mask_labels(Y01, omega) from a full "
+        "0/1 matrix, or pass Y01 * 2 - 1 when every entry is observed"
+    )
+
+
+def _check_label_dtype(Y, name="Y"):
+    """Refuse non-numeric and complex label matrices (scipy would drop an imaginary part)."""
+    dt = getattr(Y, "dtype", None)
+    dt = np.asarray(Y).dtype if dt is None else np.dtype(dt)
+    if dt.kind not in "fiub":
+        raise param_error(
+            name,
+            "must have a real numeric dtype (observed labels +1 / -1)",
+            str(dt),
+            f"Pass {name} with a float or integer dtype",
+            exc=TypeError,
+        )
+
+
+def _check_not_empty(X, name="X"):
+    """Refuse an ``X`` with no row or no column, before any work."""
+    shape = tuple(getattr(X, "shape", None) or np.shape(X))
+    if len(shape) != 2:
+        return  # as_blocked names the dimension error
+    if shape[0] == 0:
+        raise param_error(
+            name,
+            "has no rows: fitting needs at least one row (shape)",
+            shape,
+            f"Pass a {name} with at least one row",
+        )
+    if shape[1] == 0:
+        raise param_error(
+            name,
+            "has no features (0 columns): the model would be a constant (shape)",
+            shape,
+            f"Pass {name} with at least one feature column",
+        )
+
+
+def _check_sample(S, what):
+    """NaN / inf and overflowing feature values in rows of X read before the first pass."""
+    where = f" ({what})"
+    check_finite_block(S, "X", where)
+    check_X_scale(S, "X", f", {what}")
+
+
 def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
@@ -119,7 +184,14 @@ class _MaxideBase(BaseEstimator):
         check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
         check_scalar(self.tol, "tol", low=0.0)
         if self.n_trials is not None:
-            check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1)
+            check_scalar(
+                self.n_trials,
+                "n_trials",
+                kind=numbers.Integral,
+                low=1,
+                high=MAX_TRIALS,
+                fix="Use a small count, e.g. n_trials=2, or None for the default",
+            )
         if self.cache_bytes is not None:
             check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
         if self.callback is not None and not callable(self.callback):
@@ -130,6 +202,7 @@ class _MaxideBase(BaseEstimator):
         return engine.DEFAULT_CACHE_BYTES if self.cache_bytes is None else int(self.cache_bytes)
 
     def _inputs(self, X, Y):
+        X = _open_if_path(X)
         if _is_dataset(X):
             ds = X
             X = ds["X"]
@@ -142,13 +215,21 @@ class _MaxideBase(BaseEstimator):
                 Y = ds["Y_obs"]
         if Y is None:
             raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
+        _check_not_empty(X)
         if not _is_lazy(Y):
+            _check_label_dtype(Y)
             Y = check_observed_labels(Y, name="Y")
         return X, Y
 
     def _check_labels(self, YB):
         """One cheap pass over the observed labels: bad values, rows in UT, entries per label."""
         stats, per = engine.map_reduce(_blocks.label_stats_block, YB)
+        if stats[3] > 0:
+            raise ValueError(
+                f"Y is dense and holds {int(stats[3])} 0 entries: a dense matrix cannot say which "
+                "entries are missing. Pass a sparse matrix whose stored entries are the observed "
+                "labels (+1 / -1), e.g. ooc_lowrank.kernelmaxide.mask_labels(Y01, 20)"
+            )
         if stats[0] > 0:
             raise ValueError(
                 f"Y must store only observed labels +1 or -1; found {int(stats[0])} other "
@@ -159,6 +240,8 @@ class _MaxideBase(BaseEstimator):
                 "Y has no observed label at all (no stored entry); observe at least one label of "
                 "one row, e.g. with ooc_lowrank.kernelmaxide.mask_labels(Y01, omega=20)"
             )
+        if stats[2] == 0:
+            raise no_negative_error("Y")
         empty = np.flatnonzero(per == 0)
         if empty.size:
             warnings.warn(
@@ -197,11 +280,15 @@ class _MaxideBase(BaseEstimator):
 
         Parameters
         ----------
-        X : ndarray, scipy.sparse matrix, dask array, store array or store Dataset
-            All instances (training and, transductively, test rows without observed labels).
-            A store ``Dataset`` with ``Y=None`` uses ``ds["X"]`` and ``ds["Y_obs"]``.
+        X : ndarray, scipy.sparse matrix, dask array, store array, store Dataset or store path
+            All instances (training and, transductively, test rows without observed labels),
+            at least one row and one feature.  A store ``Dataset`` (or its path / URL, a str
+            or os.PathLike) with ``Y=None`` uses ``ds["X"]`` and ``ds["Y_obs"]``.
         Y : sparse matrix of shape (n_samples, n_labels), dask array or store array
-            Observed labels: stored ``+1`` / ``-1``, missing entries not stored.
+            Observed labels: stored ``+1`` / ``-1``, missing entries not stored, at least one
+            observed negative (full 0/1 labels are refused: make observed labels with
+            :func:`~ooc_lowrank.kernelmaxide.mask_labels`, or pass ``Y01 * 2 - 1`` when every
+            entry is observed).
         checkpoint : str, os.PathLike or None
             Directory (or fsspec URL) for the fit's small state (the APG iterates, ``theta``,
             ``L``, the objective path, the feature map and the span root; JSON + npz, written
@@ -253,13 +340,15 @@ class _MaxideBase(BaseEstimator):
         """Everything of a fit before the APG, none of it depending on ``lam``: a
         :class:`_Setup`.  Sets the fitted feature attributes (``gamma_``, ``landmarks_``, ...)
         on ``self``; :meth:`_solve` copies them to the estimator it fits."""
+        rs = check_random_state(self.random_state)  # before any work
+        rng = np.random.default_rng(rs.randint(2**31 - 1))
         XB = engine.as_blocked(X, name="X")
+        if XB.in_memory:  # lazy X: its row samples and first pass check the scale
+            check_X_scale(XB.source, "X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
             _estimate.check_fits(_estimate.maxide_estimate(self, XB, YB))
         n_ut, nobs = self._check_labels(YB)
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(rs.randint(2**31 - 1))
         self.n_features_in_ = int(XB.shape[1])
         self.n_labels_ = int(YB.shape[1])
         ckpt = _checkpoint.open_checkpoint(checkpoint, checkpoint_every, self, X=XB, Y=YB)
@@ -375,6 +464,19 @@ class _MaxideBase(BaseEstimator):
             )
         return X, B
 
+    def _labels_for(self, B, Y, name="Y"):
+        """Labels ``Y`` blocked like ``X`` (``B``), refused unless they have the model's
+        labels as columns (checked before any pass)."""
+        YB = engine.align(B, engine.as_blocked(Y, name=name), names=("X", name))
+        if YB.shape[1] != self.n_labels_:
+            raise param_error(
+                name,
+                f"must have {self.n_labels_} columns, one per label of the model (as in fit)",
+                int(YB.shape[1]),
+                f"Pass {name} with the {self.n_labels_} label columns the model was fitted on",
+            )
+        return YB
+
     def decision_function(self, X):
         """Scores ``F(X) coef_`` of shape (n_samples, n_labels); lazy for lazy input."""
         X, B = self._prepare_X(X)
@@ -430,7 +532,7 @@ class _MaxideBase(BaseEstimator):
         if Y is None:
             raise ValueError("evaluate needs labels: pass a dataset with 'Y' or Y=...")
         X, B = self._prepare_X(dataset)
-        YB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        YB = self._labels_for(B, Y)
         K = min(metrics.max_k(parsed), self.n_labels_)
         sums = np.asarray(
             engine.map_reduce(
@@ -465,8 +567,9 @@ class _MaxideBase(BaseEstimator):
         labels ``Y`` aligned to it, in one pass (NaN when the count is 0)."""
         X, B = self._prepare_X(X)
         if not _is_lazy(Y):
+            _check_label_dtype(Y)
             Y = check_observed_labels(Y, name="Y")
-        VB = engine.align(B, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
+        VB = self._labels_for(B, Y)
         s, c = np.asarray(
             engine.map_reduce(block_fn, B, VB, args=(*self.fmap_.args(), self.coef_))
         ).ravel()
@@ -558,8 +661,9 @@ class KernelMaxide(_MaxideBase):
         Stop when ``|F_k - F_{k-1}| < tol * F_k`` (the Maxide code's rule).
     n_trials : int or None, default=None
         Line-search trials ``L, 2L, ...`` evaluated per pass (the result does not depend on
-        it).  ``None``: 1 when ``F`` is cached (a pass is one product), 2 when it is streamed
-        (a pass recomputes the kernel blocks, so an extra candidate is cheap).
+        it), at most 64 (``MAX_TRIALS``: one pass then covers ``L .. 2^63 L``).  ``None``: 1
+        when ``F`` is cached (a pass is one product), 2 when it is streamed (a pass
+        recomputes the kernel blocks, so an extra candidate is cheap).
     cache_bytes : int or None
         Keep ``F`` (n x r) in memory when it fits this budget (default
         ``engine.DEFAULT_CACHE_BYTES``); otherwise recompute its blocks from ``X`` every pass.
@@ -632,10 +736,9 @@ class KernelMaxide(_MaxideBase):
                     "raise cache_bytes"
                 )
             # exact kernel: F = K(X, X_UT), R = I, Chat = C (no eigendecomposition)
-            self.gamma_ = (
-                median_gamma(sample_rows(src, _SAMPLE, rng)) if self.gamma is None else float(self.gamma)
-            )
+            self.gamma_ = self._gamma(src, rng)
             self.landmarks_ = _take_rows(XB, np.flatnonzero(_ut_mask(YB)))
+            _check_sample(self.landmarks_, "a row with an observed label")
             self.normalization_ = None
             return _blocks.FeatureMap("kernel", np.ascontiguousarray(self.landmarks_.T), None, self.gamma_)
         else:
@@ -647,15 +750,29 @@ class KernelMaxide(_MaxideBase):
                     r,
                     f"Use n_landmarks <= {n}, or None for every row",
                 )
-        self.gamma_ = (
-            median_gamma(sample_rows(src, _SAMPLE, rng)) if self.gamma is None else float(self.gamma)
-        )
+        self.gamma_ = self._gamma(src, rng)
         L = sample_rows(src, r, rng)
         L = L.toarray() if sp.issparse(L) else np.asarray(L)
+        _check_sample(L, "a landmark row")
         self.landmarks_ = np.ascontiguousarray(L, dtype=np.float64)
         U = np.ascontiguousarray(self.landmarks_.T)
         self.normalization_ = nystrom_normalization(U, self.gamma_)
         return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
+
+    def _gamma(self, src, rng):
+        """``gamma`` or, for ``gamma=None``, the median heuristic on a checked row sample."""
+        if self.gamma is not None:
+            return float(self.gamma)
+        S = sample_rows(src, _SAMPLE, rng)
+        _check_sample(S, "the row sample of the median heuristic")
+        gamma = median_gamma(S)
+        if not (np.isfinite(gamma) and gamma > 0):
+            raise NonFiniteError(
+                f"gamma=None: the median heuristic gave the kernel width {gamma!r} on a sample "
+                "of X (its squared distances overflow float64). Scale or standardize X before "
+                "fitting (e.g. sklearn.preprocessing.StandardScaler), or pass gamma= explicitly"
+            )
+        return gamma
 
     def _root(self, passes, fmap):
         if fmap.kind == "kernel":
@@ -715,6 +832,8 @@ class Maxide(_MaxideBase):
 
     def _make_feature_map(self, XB, YB, X, rng):
         XtX = np.asarray(engine.map_reduce(_blocks.xtx_block, XB))
+        if not np.isfinite(XtX).all():  # finite blocks whose sum overflowed
+            raise NonFiniteError(_blocks.XTX_OVERFLOW)
         ev, V = np.linalg.eigh(0.5 * (XtX + XtX.T))
         ev, V = ev[::-1], V[:, ::-1]
         top = max(float(ev[0]), 0.0) if ev.size else 0.0

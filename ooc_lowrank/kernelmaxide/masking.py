@@ -21,10 +21,12 @@ Masking protocol (SPEC 4.6)
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import scipy.sparse as sp
 
-from ooc_lowrank._validation import check_scalar, param_error
+from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 
 __all__ = ["check_observed_labels", "mask_labels", "mask_labels_store", "split_rows"]
 
@@ -209,21 +211,63 @@ def mask_labels(Y, omega, *, train=None, random_state=None, block_rows=None):
         Stored entries: ``+1`` observed positive, ``-1`` observed negative.
     """
     _check_omega(omega)
-    if not sp.issparse(Y):
-        Y = np.asarray(Y)
-        if Y.ndim != 2:
-            raise ValueError(f"Y must be 2-D (n_samples, n_labels); got shape {Y.shape}")
+    if block_rows is not None:
+        check_scalar(block_rows, "block_rows", kind=numbers.Integral, low=1, fix="e.g. 100000")
+    seed = _checked_seed(random_state)
+    Y = _check_full_labels(Y)
     n = Y.shape[0]
     tr = _train_mask(train, n)
     br = n if block_rows is None else int(block_rows)
-    if br < 1:
-        raise param_error("block_rows", "must be >= 1", block_rows)
-    bounds = np.unique(np.r_[np.arange(0, n, br), n]) if n else np.zeros(1, np.int64)
+    bounds = np.unique(np.r_[np.arange(0, n, br), n])
     Yc = sp.csr_matrix(Y)
-    parts = [blk for _, _, blk in _mask_blocks(lambda s, e: Yc[s:e], bounds, tr, omega, _seed(random_state))]
-    if not parts:
-        return sp.csr_matrix(Y.shape, dtype=np.float64)
+    parts = [blk for _, _, blk in _mask_blocks(lambda s, e: Yc[s:e], bounds, tr, omega, seed)]
     return sp.vstack(parts, format="csr")
+
+
+def _checked_seed(random_state):
+    """:func:`_seed` after the range of an integer seed is checked (the error names
+    ``random_state``), so a bad seed fails before the first pass."""
+    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
+        check_random_state(random_state)
+    return _seed(random_state)
+
+
+def _check_full_labels(Y, name="Y"):
+    """Full labels for :func:`mask_labels`: 2-D, at least one row, a real numeric dtype,
+    finite values (a NaN would silently become an observed negative); CSR or ndarray."""
+    if not sp.issparse(Y):
+        Y = np.asarray(Y)
+        if Y.ndim != 2:
+            raise ValueError(f"{name} must be 2-D (n_samples, n_labels); got shape {Y.shape}")
+    if Y.dtype.kind not in "fiub":
+        raise param_error(
+            name,
+            "must hold full 0/1 labels (entries > 0 positive, the others negative) of a real "
+            "numeric dtype",
+            str(Y.dtype),
+            f"Pass {name} as a float, integer or bool array",
+            exc=TypeError,
+        )
+    if Y.shape[0] == 0:
+        raise param_error(
+            name,
+            "has no rows: there is no label to mask (shape)",
+            Y.shape,
+            f"Pass a {name} with at least one row",
+        )
+    data = Y.data if sp.issparse(Y) else Y
+    if data.dtype.kind == "f" and data.size and not np.isfinite(data).all():
+        bad = float(data[~np.isfinite(data)][0])
+        raise param_error(
+            name,
+            "must hold full 0/1 labels (entries > 0 positive, the others negative), every "
+            "value finite: a NaN is not a missing label here, it would become an observed "
+            "negative",
+            bad,
+            f"Fill the unknown entries of {name} (0 or 1), or build the observed labels "
+            "(+1 / -1 stored, missing not stored) yourself",
+        )
+    return Y
 
 
 def mask_labels_store(
