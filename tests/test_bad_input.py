@@ -336,3 +336,15 @@ def test_clustering_refuses_before_any_work(monkeypatch):
             GIMCClustering(**params).fit(XX, constraints=cons)
     with pytest.raises(ValueError, match="n_pairs must be <= 1770"):
         sample_constraints(np.repeat([0, 1, 2], 20), 10**12)
+
+
+@pytest.mark.parametrize(
+    "lams, exc", [((), ValueError), ((1.0, -1.0), ValueError), (("a",), TypeError)]
+)
+def test_select_lam_refuses_a_bad_grid(lams, exc):
+    from ooc_lowrank.imc.clustering import GIMCClustering, sample_constraints, select_lam
+
+    X = np.random.default_rng(0).random((30, 3))
+    cons = sample_constraints(np.repeat([0, 1], 15), 100, random_state=0)
+    with pytest.raises(exc, match="lams"):
+        select_lam(GIMCClustering(), X, cons, lams=lams)

@@ -176,6 +176,11 @@ def select_lam(
 
     r, c, v = (np.asarray(a) for a in constraints)
     check_scalar(holdout, "holdout", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    lams = list(np.atleast_1d(np.asarray(lams, dtype=object)).ravel())
+    if not lams:
+        raise param_error("lams", "must hold at least one value", lams, "e.g. lams=(0.1, 1, 10)")
+    for lam in lams:
+        check_scalar(lam, "lams[i]", low=0.0, low_inclusive=False)
     rs = check_random_state(random_state)
     perm = np.random.default_rng(rs.randint(2**31 - 1)).permutation(r.size)
     n_val = max(1, int(round(holdout * r.size)))
