@@ -214,3 +214,26 @@ def test_random_state_checked_before_any_pass(data, monkeypatch):
         Maxide(random_state="a").fit(X, Yo)
     with pytest.raises(ValueError, match=r"^random_state must be in \[0, 2\*\*32 - n_splits\]"):
         KernelMaxideCV(n_landmarks=20, n_splits=2, random_state=2**32 - 1).fit(X, Yo)
+
+
+def test_a_model_file_relabelled_as_the_other_estimator_is_refused(tmp_path):
+    """A KernelMaxide model whose model.json says "Maxide" (and the reverse) no longer loads
+    as the other estimator with the wrong kind of feature map."""
+    import json
+
+    import ooc_lowrank
+    from ooc_lowrank._persist import ModelFileError
+    from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide, mask_labels
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 4))
+    Yo = mask_labels((rng.random((40, 3)) < 0.4).astype(float), 50, random_state=0)
+    for est, other in ((KernelMaxide(n_landmarks=10, max_iter=2), "Maxide"),
+                       (Maxide(max_iter=2), "KernelMaxide")):  # fmt: skip
+        path = tmp_path / type(est).__name__
+        est.fit(X, Yo).save(path)
+        doc = json.loads((path / "model.json").read_text())
+        doc["estimator"] = other
+        (path / "model.json").write_text(json.dumps(doc))
+        with pytest.raises(ModelFileError, match="kind"):
+            ooc_lowrank.load(path)

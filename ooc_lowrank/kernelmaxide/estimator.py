@@ -609,7 +609,9 @@ class _MaxideBase(BaseEstimator):
             cls, check_params(cls, params, ignore_unknown=True), cls._validate_params
         )
         r = ModelReader(arrays, extra)
-        kind = r.value("kind", "str", choices=("nystrom", "kernel", "linear"))
+        # a model file's kind must be its estimator's (a KernelMaxide file relabelled as Maxide
+        # would load as a "Maxide" with a kernel feature map)
+        kind = r.value("kind", "str", choices=cls._saved_kinds)
         d = r.value("n_features_in", "int", low=1)
         m = r.value("n_labels", "int", low=1)
         U = r.array("U", (d, None), meaning="n_features_in x r")
@@ -686,6 +688,8 @@ class KernelMaxide(_MaxideBase):
     objective_ : ndarray of shape (n_iter_ + 1,)
     n_iter_, n_passes_, converged_, rank_, n_ut_, n_features_in_, n_labels_
     """
+
+    _saved_kinds = ("nystrom", "kernel")  # the feature maps its model files may hold
 
     def __init__(
         self,
@@ -801,6 +805,8 @@ class Maxide(_MaxideBase):
     singular_values_ : ndarray of shape (k,)
     coef_ : ndarray of shape (k, n_labels)
     """
+
+    _saved_kinds = ("linear",)  # the feature maps its model files may hold
 
     def __init__(
         self,
