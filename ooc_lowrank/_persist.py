@@ -24,7 +24,7 @@ import zlib
 
 import numpy as np
 
-from ooc_lowrank._validation import error_message, param_error
+from ooc_lowrank._validation import error_message
 
 MODEL_FORMAT = "ooc_lowrank.model"
 MODEL_FORMAT_VERSION = 1
@@ -209,16 +209,12 @@ def _jsonable(v):
     raise TypeError(f"cannot save value of type {type(v).__name__} in model JSON: {v!r}")
 
 
-def _is_url(path: str) -> bool:
-    return "://" in path
-
-
 def is_model(path) -> bool:
     """Whether ``path`` (local path or fsspec URL) holds a saved ooc_lowrank model: a directory
     whose ``model.json`` declares the model format.  Unreadable or foreign means False."""
     path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
     try:
-        if _is_url(path):
+        if "://" in path:
             import fsspec.core
 
             fs, p = fsspec.core.url_to_fs(path)
@@ -230,37 +226,6 @@ def is_model(path) -> bool:
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT
-
-
-def check_model_destination(path, overwrite) -> None:
-    """Refuse to save at ``path`` when something other than a model is there (whatever
-    ``overwrite`` says), or a model is there and not ``overwrite``."""
-    if _is_url(path):
-        import fsspec.core
-
-        fs, p = fsspec.core.url_to_fs(path)
-        exists = fs.exists(p)
-    else:
-        exists = os.path.lexists(path)
-    if not exists:
-        return
-    if not is_model(path):
-        raise param_error(
-            "path",
-            "exists and is not an ooc_lowrank model (no model.json of format "
-            f"{MODEL_FORMAT!r}), so it is never replaced",
-            path,
-            "Choose a new path, or remove it yourself if it is really disposable",
-            exc=FileExistsError,
-        )
-    if not overwrite:
-        raise param_error(
-            "path",
-            "already holds an ooc_lowrank model",
-            path,
-            "pass overwrite=True to replace it, or choose another path",
-            exc=FileExistsError,
-        )
 
 
 def save_model(
@@ -275,10 +240,12 @@ def save_model(
     """Save a model atomically.  ``params`` and ``extra`` must be JSON-serialisable.
 
     An existing model at ``path`` is replaced only when ``overwrite``; anything else there (a
-    store, a user folder, a file) is never replaced (:func:`check_model_destination`).
+    store, a user folder, a file) is never replaced (:func:`storage.check_destination`).
     """
+    from ooc_lowrank.storage import check_destination
+
     path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
-    check_model_destination(path, overwrite)
+    check_destination(path, "model", overwrite=overwrite, name="path")
     doc = {
         "format": MODEL_FORMAT,
         "format_version": MODEL_FORMAT_VERSION,
@@ -302,7 +269,8 @@ def save_model(
                 f.write(buf.getvalue())
             with fs.open(f"{tmp}/model.json", "w") as f:
                 f.write(json.dumps(doc, indent=1))
-            check_model_destination(path, overwrite)  # again: something may have appeared
+            # again: something may have appeared
+            check_destination(path, "model", overwrite=overwrite, name="path")
             # the old model is moved aside, not deleted, until the new one is in place
             old = f"{p.rstrip('/')}.old-{uuid.uuid4().hex[:8]}" if fs.exists(p) else None
             if old is not None:
@@ -330,7 +298,8 @@ def save_model(
             f.write(buf.getvalue())
         with open(os.path.join(tmp, "model.json"), "w") as f:
             json.dump(doc, f, indent=1)
-        check_model_destination(path, overwrite)  # again: something may have appeared
+        # again: something may have appeared
+        check_destination(path, "model", overwrite=overwrite, name="path")
         if os.path.exists(p):
             old = os.path.join(
                 os.path.dirname(p), f".{os.path.basename(p)}.old-{uuid.uuid4().hex[:8]}"

@@ -365,14 +365,15 @@ def _number(flag, text, kind):
 
 
 def _is_url(loc):
-    return "://" in str(loc) and not str(loc).startswith("file://")
+    from .storage import _is_url
+
+    return _is_url(str(loc))
 
 
 def _norm(loc):
-    loc = str(loc)
-    if _is_url(loc):
-        return loc.rstrip("/")
-    return os.path.realpath(loc[len("file://") :] if loc.startswith("file://") else loc)
+    from .storage import _norm
+
+    return _norm(loc)
 
 
 def _fs(loc, arg):
@@ -413,18 +414,16 @@ def check_output(loc, arg, what, *, overwrite, inputs=()):
     """Refuse to write ``what`` ("model" or "store") at ``loc`` unless nothing is there, or a
     ``what`` is there and ``overwrite``; refuse any overlap with ``inputs``; check that the
     location is writable.  Raises :class:`CLIError`; does no work otherwise."""
-    out = _norm(loc)
-    for inp in inputs:
-        if inp is None:
-            continue
-        i = _norm(inp)
-        if out == i or out.startswith(i.rstrip("/") + "/") or i.startswith(out.rstrip("/") + "/"):
-            raise _error(
-                arg,
-                f"must not be, contain or lie inside an input of this command ({inp})",
-                str(loc),
-                f"Write the {what} to another path",
-            )
+    from .storage import overlapping_input
+
+    inp = overlapping_input(loc, inputs)
+    if inp is not None:
+        raise _error(
+            arg,
+            f"must not be, contain or lie inside an input of this command ({inp})",
+            str(loc),
+            f"Write the {what} to another path",
+        )
     if _exists(loc, arg):
         if not _is_ours(loc, arg, what):
             marker = "model.json" if what == "model" else "zarr.json with ooc_lowrank metadata"

@@ -45,6 +45,7 @@ Lost workers
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -244,6 +245,16 @@ def _default_rows(row_bytes, n):
     return max(1, -(-n // n_blocks))
 
 
+def _finite_rows(block, name=None, block_info=None):
+    """A Dask block, checked for NaN / inf as a pass reads it (the error names its rows)."""
+    where = ""
+    if block_info and 0 in block_info:
+        start, stop = block_info[0]["array-location"][0]
+        where = f" (rows {start}..{stop - 1})"
+    check_finite_block(block, name, where)
+    return block
+
+
 def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None) -> Blocked:
     """Wrap any supported 2-D input as a :class:`Blocked` collection, validating it.
 
@@ -251,7 +262,7 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None)
     ----------
     X : ndarray, scipy.sparse matrix, dask.array.Array, ArrayHandle or Blocked
         Shape ``(n_rows, n_cols)``.  In-memory inputs are checked for NaN/inf and structure
-        now; store inputs are checked block by block as they are read.
+        now; store and Dask inputs are checked block by block as they are read.
     block_rows : int, optional
         Rows per block.  Default: the store's blocks, the Dask array's chunks, or equal blocks
         of about 16 MB for in-memory data.
@@ -288,6 +299,10 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None)
         if X.dtype.kind not in "fiub":
             raise TypeError(f"{name} must have a numeric dtype; got {X.dtype}")
         kind = "csr" if sp.issparse(X._meta) else "dense"
+        if X.dtype.kind == "f":  # NaN / inf: checked by every pass, as store blocks are
+            X = X.map_blocks(
+                functools.partial(_finite_rows, name=name), dtype=X.dtype, meta=X._meta
+            )
         b = Blocked(X, kind, None)
         if block_rows is not None:
             b = b.rechunk(_even_bounds(X.shape[0], int(block_rows)))

@@ -57,7 +57,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._validation import check_scalar
-from .storage import Dataset, DatasetWriter, _is_url, check_store_destination, open_dataset
+from .storage import Dataset, DatasetWriter, _is_url, check_destination, open_dataset
 
 __all__ = [
     "GENERATORS",
@@ -299,7 +299,7 @@ def _check_common(dest, n_rows, seed, overwrite, companion=False):
     seed = _check_seed(seed)
     targets = [str(dest)] + ([columns_store_url(dest)] if companion else [])
     for t in targets:  # before any work: a store there is replaced only with overwrite
-        check_store_destination(t, overwrite=overwrite)
+        check_destination(t, overwrite=overwrite)
     return n_rows, seed
 
 

@@ -157,7 +157,9 @@ def is_store(loc) -> bool:
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
 
 
-def _norm(loc: str) -> str:
+def _norm(loc) -> str:
+    """A location in one spelling: URLs without a trailing slash, local paths resolved."""
+    loc = str(loc)
     return loc.rstrip("/") if _is_url(loc) else os.path.realpath(_local_path(loc))
 
 
@@ -173,38 +175,60 @@ def input_stores(*objs):
     return out
 
 
-def check_store_destination(loc, *, overwrite, inputs=(), name="dest") -> None:
-    """Refuse to write a store at ``loc`` when it is, contains or lies inside one of the
-    ``inputs``, when something other than a store is there (whatever ``overwrite`` says), or a
-    store is there and not ``overwrite``.  Does no work otherwise."""
-    loc = os.fspath(loc) if isinstance(loc, os.PathLike) else str(loc)
+def overlapping_input(loc, inputs):
+    """The first of ``inputs`` (None entries skipped) that ``loc`` is, contains or lies
+    inside, or None."""
     out = _norm(loc)
     for inp in inputs:
-        i = _norm(os.fspath(inp) if isinstance(inp, os.PathLike) else str(inp))
+        if inp is None:
+            continue
+        i = _norm(os.fspath(inp) if isinstance(inp, os.PathLike) else inp)
         if out == i or out.startswith(i.rstrip("/") + "/") or i.startswith(out.rstrip("/") + "/"):
-            raise param_error(
-                name,
-                f"must not be, contain or lie inside the input store {inp!r}",
-                loc,
-                "Write to another path",
-            )
+            return inp
+    return None
+
+
+#: what each kind of output is recognised by, for the messages
+_MARKERS = {
+    "store": "no zarr.json with ooc_lowrank metadata",
+    "model": "no model.json of format 'ooc_lowrank.model'",
+}
+
+
+def check_destination(loc, what="store", *, overwrite, inputs=(), name="dest") -> None:
+    """Refuse to write ``what`` ("store" or "model") at ``loc`` when it is, contains or lies
+    inside one of the input stores ``inputs``, when something other than a ``what`` is there
+    (whatever ``overwrite`` says), or a ``what`` is there and not ``overwrite``.  Does no work
+    otherwise.  The CLI's ``check_output`` applies the same rules with its own wording."""
+    loc = os.fspath(loc) if isinstance(loc, os.PathLike) else str(loc)
+    inp = overlapping_input(loc, inputs)
+    if inp is not None:
+        raise param_error(
+            name, f"must not be, contain or lie inside the input store {inp!r}", loc,
+            "Write to another path",
+        )  # fmt: skip
     exists = _exists(loc) or (not _is_url(loc) and os.path.islink(_local_path(loc)))
     if not exists:
         return
-    if not is_store(loc):
+    if what == "model":
+        from ._persist import is_model as ours
+    else:
+        ours = is_store
+    if not ours(loc):
         raise param_error(
             name,
-            "exists and is not an ooc_lowrank store (no zarr.json with ooc_lowrank metadata), "
-            "so it is never replaced",
+            f"exists and is not an ooc_lowrank {what} ({_MARKERS[what]}), so it is never "
+            "replaced",
             loc,
             "Choose a new path, or remove it yourself if it is really disposable",
             exc=FileExistsError,
         )
     if not overwrite:
-        raise FileExistsError(
-            f"store {loc!r} already exists; pass overwrite=True (CLI: --overwrite) "
-            "to replace it, or choose another destination"
-        )
+        raise param_error(
+            name, f"already holds an ooc_lowrank {what}", loc,
+            "pass overwrite=True (CLI: --overwrite) to replace it, or choose another path",
+            exc=FileExistsError,
+        )  # fmt: skip
 
 
 class StoreAccessError(PermissionError):
@@ -727,7 +751,7 @@ class DatasetWriter:
     def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False):
         self.url = os.fspath(url) if isinstance(url, os.PathLike) else str(url)
         try:
-            check_store_destination(self.url, overwrite=overwrite, name="url")
+            check_destination(self.url, overwrite=overwrite, name="url")
         except Exception as e:
             err = _access_error(self.url, e, "write a store at")
             if err is None:

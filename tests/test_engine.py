@@ -552,3 +552,16 @@ def test_sparse_dask_input_rechunked_block_by_block(data):
     got = engine.map_reduce(_gram_and_cross, rb, Y, args=(w,))
     for g, r in zip(got, _reference(Xs, Y, w), strict=True):
         np.testing.assert_allclose(g, r, rtol=1e-12, atol=1e-12)
+
+
+def test_dask_blocks_are_checked_for_nan_as_they_are_read():
+    """NaN / inf in a Dask input is refused by the engine in the first pass that reads the
+    block, naming the argument and the block's rows, for every method (as store blocks)."""
+    X = np.ones((60, 3))
+    X[25, 1] = np.nan
+    B = engine.as_blocked(da.from_array(X, chunks=(20, 3)), name="X_row")
+    msg = r"^X_row must hold only finite values; found nan \(rows 20\.\.39\)"
+    with pytest.raises(ValueError, match=msg):
+        engine.map_reduce(lambda b: np.array([b.sum()]), B)
+    ok = engine.as_blocked(da.from_array(np.ones((60, 3)), chunks=(20, 3)))
+    assert engine.map_reduce(lambda b: np.array([b.sum()]), ok)[0] == 180.0

@@ -977,12 +977,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
     def predict_to_store(self, dataset, out_url, top_k=5, *, overwrite=False):
         """Write the top-k labels (int64) and scores (float32) of every row to a new store with
         dense arrays ``labels`` and ``scores`` of shape (n_samples, top_k)."""
-        from ooc_lowrank.storage import DatasetWriter, check_store_destination, input_stores
+        from ooc_lowrank.storage import DatasetWriter, check_destination, input_stores
 
         dataset = _open_if_path(dataset)
         check_is_fitted(self, "coef_")
         check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one label")
-        check_store_destination(  # before any work
+        check_destination(  # before any work
             out_url, overwrite=overwrite, inputs=input_stores(dataset), name="out_url"
         )
         X = dataset["X"] if _is_dataset(dataset) else dataset

@@ -418,11 +418,11 @@ class InductiveMatrixCompletion(BaseEstimator):
         ``top_k`` best columns by ``phi_U(x) W H^T phi_V(X_col)^T`` to a new store: dense
         ``labels`` (int64 column indices) and ``scores`` (float32), (n_rows, top_k), computed
         one row block at a time."""
-        from ooc_lowrank.storage import DatasetWriter, check_store_destination, input_stores
+        from ooc_lowrank.storage import DatasetWriter, check_destination, input_stores
 
         check_is_fitted(self, "W_")
         check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one")
-        check_store_destination(  # before any work
+        check_destination(  # before any work
             out_url, overwrite=overwrite, inputs=input_stores(dataset), name="out_url"
         )
         X = features_of(dataset, "dataset")

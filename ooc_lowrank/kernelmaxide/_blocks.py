@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ooc_lowrank import metrics
-from ooc_lowrank._validation import NonFiniteError, check_finite_block
+from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.kernels import kernelmaxide as kernels
 from ooc_lowrank.gimc import _blocks as gimc_blocks
 
@@ -103,9 +103,8 @@ def ut_rows_block(Yb):
 
 
 def xtx_block(Xb):
-    """``X_b^T X_b`` (d x d, float64) for Maxide's left singular vectors (Maxide's first pass
-    over ``X``: NaN / inf are refused here, also in Dask blocks)."""
-    check_finite_block(Xb, "X")
+    """``X_b^T X_b`` (d x d, float64) for Maxide's left singular vectors; a non-finite sum of
+    finite entries (the engine refuses NaN / inf as blocks are read) is an overflow."""
     with np.errstate(over="ignore", invalid="ignore"):
         if sp.issparse(Xb):
             X64 = sp.csr_matrix(Xb, dtype=np.float64)
@@ -119,11 +118,7 @@ def xtx_block(Xb):
 
 
 def gram_block(Xb, Yb, kind, U, M, gamma):
-    """``(F_u^T F_u, n_observed)``: the r x r Gram of the UT rows and the observed count.
-    From ``X`` (streamed ``F``: the fit's first pass over ``X``) every row is checked for
-    NaN / inf, also those outside UT."""
-    if kind is not None:
-        check_finite_block(Xb, "X")
+    """``(F_u^T F_u, n_observed)``: the r x r Gram of the UT rows and the observed count."""
     F, Yu = _ut(Xb, Yb, kind, U, M, gamma)
     F64 = F.astype(np.float64, copy=False)
     return F64.T @ F64, np.array([Yu.nnz], dtype=np.float64)
@@ -149,10 +144,7 @@ def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
 
 
 def features_rows_block(row_start, Xb, ut, kind, U, M, gamma):
-    """``F`` for the cache: the block's UT rows computed, the other rows zero.  The fit's first
-    pass over ``X``: every row of the block is checked for NaN / inf (Dask blocks are not
-    checked before)."""
-    check_finite_block(Xb, "X", f" (rows {row_start}..{row_start + Xb.shape[0] - 1})")
+    """``F`` for the cache: the block's UT rows computed, the other rows zero."""
     rows = np.flatnonzero(ut[row_start : row_start + Xb.shape[0]])
     dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     out = np.zeros((Xb.shape[0], U.shape[1]), dtype=dt)

@@ -22,6 +22,7 @@ Masking protocol (SPEC 4.6)
 from __future__ import annotations
 
 import numbers
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -76,12 +77,12 @@ def split_rows(n_rows, test_fraction, random_state=None):
 
 
 def _seed(random_state):
-    """An integer seed: an int is used as given, anything else draws one."""
+    """An integer seed: an int is used as given (its range checked, the error naming
+    ``random_state``), anything else draws one."""
+    rs = check_random_state(random_state)
     if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
         return int(random_state)
-    from ooc_lowrank._validation import check_random_state
-
-    return int(check_random_state(random_state).randint(2**31 - 1))
+    return int(rs.randint(2**31 - 1))
 
 
 def _n_keep(count, omega):
@@ -213,7 +214,7 @@ def mask_labels(Y, omega, *, train=None, random_state=None, block_rows=None):
     _check_omega(omega)
     if block_rows is not None:
         check_scalar(block_rows, "block_rows", kind=numbers.Integral, low=1, fix="e.g. 100000")
-    seed = _checked_seed(random_state)
+    seed = _seed(random_state)
     Y = _check_full_labels(Y)
     n = Y.shape[0]
     tr = _train_mask(train, n)
@@ -222,14 +223,6 @@ def mask_labels(Y, omega, *, train=None, random_state=None, block_rows=None):
     Yc = sp.csr_matrix(Y)
     parts = [blk for _, _, blk in _mask_blocks(lambda s, e: Yc[s:e], bounds, tr, omega, seed)]
     return sp.vstack(parts, format="csr")
-
-
-def _checked_seed(random_state):
-    """:func:`_seed` after the range of an integer seed is checked (the error names
-    ``random_state``), so a bad seed fails before the first pass."""
-    if isinstance(random_state, (int, np.integer)) and not isinstance(random_state, bool):
-        check_random_state(random_state)
-    return _seed(random_state)
 
 
 def _check_full_labels(Y, name="Y"):
@@ -281,13 +274,11 @@ def mask_labels_store(
     ``dest`` are paths (str or os.PathLike) or fsspec URLs; an existing store at ``dest`` is
     replaced only with ``overwrite=True``, anything else there (or ``src`` itself) never.
     """
-    import os
-
-    from ooc_lowrank.storage import DatasetWriter, check_store_destination, open_dataset
+    from ooc_lowrank.storage import DatasetWriter, check_destination, open_dataset
 
     _check_omega(omega)
     ds = open_dataset(src) if isinstance(src, (str, os.PathLike)) else src
-    check_store_destination(dest, overwrite=overwrite, inputs=[ds.url])
+    check_destination(dest, overwrite=overwrite, inputs=[ds.url])
     if labels not in ds:
         raise param_error(
             "labels", f"must name an array of store {ds.url!r} (has {ds.names})", labels

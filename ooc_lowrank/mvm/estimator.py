@@ -36,7 +36,6 @@ from ooc_lowrank._persist import (
     save_model,
 )
 from ooc_lowrank._validation import (
-    check_finite_block,
     check_random_state,
     check_scalar,
     param_error,
@@ -94,28 +93,6 @@ def _check_view_shape(v, name):
             f"{name} must have at least one column (feature); got shape {tuple(shape)}. Drop "
             "the empty view"
         )
-
-
-def _finite_block(block, name=None, block_info=None):
-    where = ""
-    if block_info is not None and 0 in block_info:
-        start, stop = block_info[0]["array-location"][0]
-        where = f" in rows {start}..{stop - 1}"
-    check_finite_block(block, name, where)
-    return block
-
-
-def _checked_finite(b, raw, name):
-    """A Dask-array view whose blocks are checked for NaN/inf as each pass reads them (NumPy and
-    scipy inputs were checked whole by ``engine.as_blocked``, store arrays as they are read):
-    the first pass over the data names the view, instead of the solver failing after it."""
-    import dask.array as da
-
-    if not isinstance(raw, da.Array) or b.dtype.kind != "f":
-        return b
-    arr = b.dask.map_blocks(functools.partial(_finite_block, name=name), dtype=b.dtype,
-                            meta=b.dask._meta)
-    return engine.Blocked(arr, b.kind, b.source, b.nnz)
 
 
 class _BaseMVM(BaseEstimator):
@@ -230,7 +207,7 @@ class _BaseMVM(BaseEstimator):
         for v, vname in zip(raw, names, strict=True):
             _check_view_shape(v, vname)
         views = [
-            _checked_finite(engine.as_blocked(v, block_rows=self.block_rows, name=vname), v, vname)
+            engine.as_blocked(v, block_rows=self.block_rows, name=vname)
             for v, vname in zip(raw, names, strict=True)
         ]
         for p, v in enumerate(views[1:], 1):
