@@ -12,6 +12,11 @@ Sub-commands::
                         [--n-clusters K] [--param value ...] [--overwrite]
     ooc-lowrank demo [--rows N] [--workdir DIR]
 
+Every command runs its work on the local threaded scheduler, or on a dask.distributed cluster
+with ``--scheduler ADDRESS`` (or the environment variable ``DASK_SCHEDULER_ADDRESS``, as Dask's
+own tools read it) or ``--local-cluster N`` (N local worker processes).  ``fit METHOD ...
+--dry-run`` prints the estimate of the fit (passes, memory per worker, bytes read) and exits.
+
 ``fit METHOD`` takes one option per parameter of the method's estimator, derived from the
 estimator's signature and its numpydoc ``Parameters`` section (``fit METHOD --help`` lists them
 with their defaults); a few ``fit`` keywords (:data:`FIT_OPTIONS`) become options too when the
@@ -33,6 +38,7 @@ temporaries of unfinished writes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -872,7 +878,8 @@ def cmd_fit(args, extra):
                     p,
                     "Choose a separate path",
                 )
-    check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
+    if not args.dry_run:
+        check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
     ds = open_dataset(args.train)
     for name, (_flag, loc) in stores.items():
         if isinstance(loc, str):
@@ -881,8 +888,14 @@ def cmd_fit(args, extra):
     if "verbose" in params and getattr(args, "opt_verbose", None) is None:
         params["verbose"] = type(params["verbose"])(not args.quiet and sys.stderr.isatty())
     est = cls(**params)
+    if args.dry_run:
+        _dry_run(args, est, ds, opts)
+        return
     t0 = time.perf_counter()
-    _fit_naming_options(est, opts, ds, **fit_kw)
+    try:
+        _fit_naming_options(est, opts, ds, **fit_kw)
+    except MemoryError as e:  # the estimate's refusal: name the options, not the parameters
+        raise CLIError(_flags_for_params(str(e), opts)) from e
     # again: something may have appeared at MODEL during a long fit
     check_output(args.model, "MODEL", "model", overwrite=args.overwrite, inputs=inputs)
     est.save(args.model, overwrite=args.overwrite)
@@ -906,6 +919,52 @@ def cmd_fit(args, extra):
             f"fitted {args.method} on {args.train} in {time.perf_counter() - t0:.1f} s; "
             f"saved to {args.model}"
         )
+
+
+def _flags_for_params(text, opts):
+    """``text`` with the estimator's parameter names written as the command's options."""
+    for o in opts:
+        text = re.sub(rf"\b{re.escape(o.name)}\b(?= \(<=|=)", o.flag, text)
+    return text
+
+
+def _dry_run(args, est, ds, opts):
+    """``fit ... --dry-run``: the fit's estimate (nothing read but metadata, nothing written)."""
+    from . import engine
+
+    def plain(v):
+        return v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
+
+    if hasattr(est, "estimate"):
+        out = dict(est.estimate(ds, client=engine.active_client()))
+    else:  # no memory model for this method: what the store says
+        info = ds.info()
+        out = {
+            "method": type(est).__name__,
+            "memory_model": None,
+            "note": f"{type(est).__name__} has no memory model; store size and blocks only",
+            "store_bytes": info["bytes_on_disk"],
+            "n_rows": info["n_rows"],
+            "n_blocks": info["n_blocks"],
+            "block_rows": info["block_rows"],
+        }
+    out = {k: plain(v) for k, v in out.items()}
+    out["method"] = args.method
+    fits = out.get("fits")
+    if args.json:
+        _print_json(out)
+    else:
+        for k, v in out.items():
+            if isinstance(v, int) and str(k).endswith("bytes"):
+                v = f"{v / 2**20:.1f} MiB"
+            print(f"{k:>28s}: {v}")
+    if fits is False:
+        from ._estimate import check_fits
+
+        try:
+            check_fits(out)
+        except MemoryError as e:
+            raise CLIError(_flags_for_params(str(e), opts)) from None
 
 
 def cmd_evaluate(args, extra):
@@ -1047,6 +1106,22 @@ def _common_options(parser, suppress):
         help="logging level (INFO shows the engine's caching decisions)",
         **({"default": "WARNING"} if not suppress else kw),
     )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="run the work on the dask.distributed scheduler at ADDRESS (e.g. "
+        "tcp://10.0.0.1:8786); default: the environment variable DASK_SCHEDULER_ADDRESS, "
+        "else the local threaded scheduler",
+        **({"default": None} if not suppress else kw),
+    )
+    parser.add_argument(
+        "--local-cluster",
+        metavar="N",
+        type=int,
+        help="run the work on a local dask.distributed cluster of N worker processes "
+        "(the cores shared among them); for testing a cluster setup on one machine",
+        **({"default": None} if not suppress else kw),
+    )
 
 
 def build_parser(method: str | None = None, cluster: bool = False) -> argparse.ArgumentParser:
@@ -1116,6 +1191,13 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
             action="store_true",
             help="replace a model already saved at MODEL (nothing else is replaced)",
         )
+        mp.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print the fit's estimate (passes, memory per worker, bytes read) and exit; "
+            "nothing is fitted or written",
+        )
+        mp.add_argument("--json", action="store_true", help="with --dry-run: one JSON object")
         if name == method:
             _add_method_options(mp, name)
         mp.set_defaults(func=cmd_fit)
@@ -1195,13 +1277,16 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
     return p
 
 
+_VALUED_COMMON = ("--log-level", "--scheduler", "--local-cluster")
+
+
 def _words(argv, n=2):
     """The first ``n`` words of argv that are not options (nor --log-level's value)."""
     words, skip = [], False
     for tok in argv:
         if skip:
             skip = False
-        elif tok == "--log-level":
+        elif tok in _VALUED_COMMON:
             skip = True
         elif not tok.startswith("-"):
             words.append(tok)
@@ -1242,6 +1327,66 @@ def _index_subparsers(parser):
                 if isinstance(b, argparse._SubParsersAction):
                     out.update({f"{name} {m}": mp for m, mp in b.choices.items()})
     parser._ooc_sub = out
+
+
+_log = logging.getLogger("ooc_lowrank")
+
+
+@contextlib.contextmanager
+def _cluster(args):
+    """The Dask scheduler the command's work runs on: ``--scheduler ADDRESS`` (or
+    ``DASK_SCHEDULER_ADDRESS``), ``--local-cluster N``, else the local threaded scheduler.
+    A client is the default scheduler (the engine finds it) until the command ends."""
+    address = getattr(args, "scheduler", None) or os.environ.get("DASK_SCHEDULER_ADDRESS")
+    n_local = getattr(args, "local_cluster", None)
+    if address and n_local is not None:
+        raise _error(
+            "--local-cluster",
+            "cannot be combined with a scheduler address (--scheduler or "
+            "DASK_SCHEDULER_ADDRESS)",
+            n_local,
+            "Give one of the two",
+        )
+    if n_local is not None and not 1 <= n_local <= 256:
+        raise _error("--local-cluster", "must be between 1 and 256 workers", n_local, "")
+    if not address and n_local is None:
+        yield None
+        return
+    if not logging.getLogger("ooc_lowrank").isEnabledFor(logging.INFO):
+        # the cluster's own INFO lines (workers starting and stopping) only with --log-level INFO
+        logging.getLogger("distributed").setLevel(logging.WARNING)
+    try:
+        import distributed
+    except ImportError as e:  # pragma: no cover - a dependency of the package
+        raise CLIError("--scheduler / --local-cluster need dask.distributed installed") from e
+    cluster = None
+    try:
+        if n_local is not None:
+            threads = max(1, (os.cpu_count() or 1) // n_local)
+            cluster = distributed.LocalCluster(
+                n_workers=n_local,
+                threads_per_worker=threads,
+                processes=True,
+                dashboard_address=None,
+            )
+            address = cluster.scheduler_address
+        try:
+            client = distributed.Client(address, timeout="30s", set_as_default=True)
+        except OSError as e:
+            raise _error(
+                "--scheduler",
+                "must be the address of a running dask.distributed scheduler",
+                address,
+                f"Start one (`dask scheduler`) or check the address ({e})",
+            ) from None
+        try:
+            _log.info("running on the dask.distributed scheduler at %s", address)
+            yield client
+        finally:
+            client.close()
+    finally:
+        if cluster is not None:
+            cluster.close()
 
 
 class _Terminated(KeyboardInterrupt):
@@ -1307,7 +1452,8 @@ def _main(argv, debug) -> int:
         if rest and not getattr(args, "passthrough", False):
             raise _unknown(parser, args, rest)
         extra = _extra_options(rest)
-        args.func(args, extra)
+        with _cluster(args):
+            args.func(args, extra)
     except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated)
         with _SignalsIgnored():
             _remove_temporaries()

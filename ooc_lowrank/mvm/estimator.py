@@ -351,7 +351,7 @@ class _BaseMVM(BaseEstimator):
         """
         self._check_params()
         views, _, ds = self._views(X)
-        yb = self._target(y, ds, views[0])
+        yb = _BaseMVM._target(self, y, ds, views[0])  # sizes only: no class encoding yet
         return _estimate.mvm_estimate(self, views, yb, client=client)
 
     def _target_summary(self, yb):
