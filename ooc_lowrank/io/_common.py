@@ -374,11 +374,14 @@ def write_blocks(
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
     expected_rows: int | None = None,
+    side_files: dict[str, str] | None = None,
 ) -> str:
     """Stream aligned row blocks into a new dataset at ``dest``; returns ``dest``.
 
     The store appears only when every block was written (the writer renames atomically), so an
     exception raised by the parser mid-way leaves nothing that opens as a valid store.
+    ``side_files`` maps ``"side/<name>"`` to local files copied into the store at the end
+    (read at close, so they may be completed while the blocks are consumed).
     """
     from ooc_lowrank.storage import DatasetWriter  # storage layer; imported lazily
 
@@ -387,6 +390,8 @@ def write_blocks(
         adders = {"dense": w.add_dense, "csr": w.add_csr, "coo": w.add_coo}
         for name, kind, n_cols, dtype in specs:
             adders[kind](name, n_cols=int(n_cols), dtype=np.dtype(dtype).name)
+        for rel, path in (side_files or {}).items():
+            w.add_file(rel, path)
         # the writer buffers appended rows and cuts them into its own row blocks
         for b in blocks:
             w.append(**b)
