@@ -280,13 +280,12 @@ class TableSource:
                 )
         if self._dataset is None:
             return
-        part_names = set()
-        part = getattr(self._dataset, "partitioning", None)
-        if part is not None and getattr(part, "schema", None) is not None:
-            part_names = set(part.schema.names)
         first = None
+        import pyarrow.dataset as ds
+
         for frag in self._dataset.get_fragments():
             phys = frag.physical_schema
+            part_names = set(ds.get_partition_keys(frag.partition_expression))
             for col in columns:
                 if col in part_names:
                     continue
@@ -344,7 +343,8 @@ class TableSource:
 
 
 def _is_pandas(obj) -> bool:
-    return type(obj).__module__.startswith("pandas.") and type(obj).__name__ == "DataFrame"
+    mod = type(obj).__module__
+    return (mod == "pandas" or mod.startswith("pandas.")) and type(obj).__name__ == "DataFrame"
 
 
 def as_source(src, **kw) -> TableSource:

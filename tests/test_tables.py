@@ -1,0 +1,294 @@
+"""Table converters (io.tables): Parquet / CSV / Arrow / pandas / Dask tables to stores.
+
+Acceptance: MovieLens u1.base written to Parquet with string keys converts to exactly the
+entries ``convert movielens`` writes; Bibtex as a table with a list-of-labels column gives the
+store ``convert arff`` gives.  Bad input: a named error and nothing left behind.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from conftest import data_file
+
+from ooc_lowrank.cli import main
+from ooc_lowrank.io import ConversionError, convert, read_vocabulary, topk_to_parquet
+from ooc_lowrank.io.tables import convert_table
+from ooc_lowrank.storage import open_dataset
+
+
+def _obs(store):
+    return open_dataset(store)["obs"].read().tocoo()
+
+
+def _entries(store, row_keys=None, col_keys=None):
+    """{(row key, col key): value} of an observation store (keys from its vocabularies)."""
+    m = _obs(store)
+    rk = read_vocabulary(store, "rows").to_pylist() if row_keys is None else row_keys
+    ck = read_vocabulary(store, "cols").to_pylist() if col_keys is None else col_keys
+    out = {}
+    for r, c, v in zip(m.row, m.col, m.data, strict=True):
+        assert (rk[r], ck[c]) not in out
+        out[rk[r], ck[c]] = v
+    return out
+
+
+def _left_behind(folder):
+    return sorted(f for f in os.listdir(folder) if f.startswith("."))
+
+
+@pytest.fixture
+def u1():
+    src = data_file("movielens-100k", "u1.base.gz")
+    return src, np.loadtxt(src, dtype=np.int64)
+
+
+def test_movielens_parquet_string_keys_equals_convert_movielens(tmp_path, u1):
+    """Acceptance: u1.base as shuffled Parquet files with string keys ("u196", "i242"): the
+    store holds exactly the entries of `convert movielens`, under the key mapping."""
+    src, a = u1
+    t = pa.table(
+        {
+            "user_id": [f"u{u}" for u in a[:, 0]],
+            "movie_id": [f"i{i}" for i in a[:, 1]],
+            "rating": a[:, 2].astype(np.int32),
+        }
+    ).take(np.random.default_rng(0).permutation(len(a)))
+    d = tmp_path / "ratings"
+    d.mkdir()
+    for k, s in enumerate(range(0, len(a), 30000)):  # a directory of three files
+        pq.write_table(t.slice(s, 30000), d / f"part-{k}.parquet", row_group_size=4000)
+    convert(
+        "parquet", str(d), str(tmp_path / "t.zarr"), kind="interactions", row_key="user_id",
+        col_key="movie_id", value="rating", batch_rows=5000, bucket_nnz=9000, block_rows=100,
+    )
+    convert("movielens", src, str(tmp_path / "m.zarr"))
+    m = _obs(tmp_path / "m.zarr")
+    want = {(f"u{r + 1}", f"i{c + 1}"): v for r, c, v in zip(m.row, m.col, m.data, strict=True)}
+    got = _entries(tmp_path / "t.zarr")
+    assert got == want and len(got) == 80000
+    rows = read_vocabulary(tmp_path / "t.zarr", "rows").to_pylist()
+    assert rows == sorted(rows) and len(rows) == 943
+    ds = open_dataset(tmp_path / "t.zarr")
+    assert ds["obs"].shape == (943, len(read_vocabulary(ds, "cols")))
+    # entries of each row sorted by column
+    o = ds["obs"].read()
+    assert all(np.all(np.diff(o.indices[o.indptr[i] : o.indptr[i + 1]]) > 0) for i in range(943))
+
+
+def test_int_keys_from_pandas_and_csv(tmp_path, u1):
+    pd = pytest.importorskip("pandas")
+    src, a = u1
+    a = a[:3000]
+    df = pd.DataFrame({"u": a[:, 0] * 1000, "i": a[:, 1], "r": a[:, 2].astype(float)})
+    convert_table(df, str(tmp_path / "p.zarr"), kind="interactions", row_key="u", col_key="i",
+                  value="r", batch_rows=700)
+    pcsv.write_csv(pa.Table.from_pandas(df), tmp_path / "r.csv")
+    convert("csv", str(tmp_path / "r.csv"), str(tmp_path / "c.zarr"), kind="interactions",
+            row_key="u", col_key="i", value="r")
+    want = {(int(u) * 1000, int(i)): float(r) for u, i, r in a[:, :3]}
+    assert _entries(tmp_path / "p.zarr") == want == _entries(tmp_path / "c.zarr")
+    assert read_vocabulary(tmp_path / "p.zarr", "rows").type == pa.int64()
+
+
+def _dups():
+    return pa.table({"r": ["a", "b", "a", "a", "b"], "c": [1, 2, 1, 3, 2],
+                     "v": [1.0, 2.0, 5.0, 7.0, 4.0], "w": [1.0, 1.0, 3.0, 1.0, 2.0]})
+
+
+@pytest.mark.parametrize(
+    "policy, want",
+    [("last", {("a", 1): 5.0, ("a", 3): 7.0, ("b", 2): 4.0}),
+     ("sum", {("a", 1): 6.0, ("a", 3): 7.0, ("b", 2): 6.0}),
+     ("mean", {("a", 1): 3.0, ("a", 3): 7.0, ("b", 2): 3.0})],
+)
+def test_duplicate_policies(tmp_path, policy, want):
+    dest = tmp_path / "d.zarr"
+    convert_table(_dups(), str(dest), kind="interactions", row_key="r", col_key="c", value="v",
+                  weight="w", duplicates=policy, batch_rows=2)
+    assert _entries(dest) == want
+    w = open_dataset(dest)["weight"].read()
+    assert w.nnz == 3
+    if policy == "sum":
+        assert sorted(w.data) == [1.0, 3.0, 4.0]
+
+
+def test_vocabulary_from_a_training_store(tmp_path):
+    train = pa.table({"r": ["x", "y", "z"], "c": ["p", "q", "p"], "v": [1.0, 2.0, 3.0]})
+    convert_table(train, str(tmp_path / "tr.zarr"), kind="interactions", row_key="r",
+                  col_key="c", value="v")
+    test = pa.table({"r": ["z"], "c": ["q"], "v": [4.0]})
+    convert_table(test, str(tmp_path / "te.zarr"), kind="interactions", row_key="r",
+                  col_key="c", value="v", vocabulary_from=str(tmp_path / "tr.zarr"))
+    o = _obs(tmp_path / "te.zarr")
+    assert o.shape == (3, 2) and (o.row.tolist(), o.col.tolist()) == ([2], [1])
+    with pytest.raises(ConversionError, match="'w'.*not in the vocabulary"):
+        convert_table(pa.table({"r": ["w"], "c": ["q"], "v": [1.0]}), str(tmp_path / "x.zarr"),
+                      kind="interactions", row_key="r", col_key="c", value="v",
+                      vocabulary_from=str(tmp_path / "tr.zarr"))
+
+
+def _inter(**kw):
+    return dict(kind="interactions", row_key="r", col_key="c", value="v", **kw)
+
+
+@pytest.mark.parametrize(
+    "table, kw, match",
+    [
+        (pa.table({"r": [1, 2], "c": [1, 2]}), _inter(), "value column 'v' is missing"),
+        (pa.table({"r": ["a", None], "c": [1, 2], "v": [1.0, 2.0]}), _inter(),
+         "row key column 'r' holds a null \\(row 1"),
+        (pa.table({"r": [1, 2], "c": [1, 2], "v": ["x", "y"]}), _inter(),
+         "value column 'v' has type string"),
+        (pa.table({"r": [1, 2], "c": [1, 2], "v": [1.0, np.nan]}), _inter(),
+         "non-finite value"),
+        (_dups(), _inter(), r"duplicate \(row, column\) pairs.*\('a', 1\)"),
+        (pa.table({"tags": [["x"], ["y", None]]}), dict(kind="labels", label_list="tags"),
+         "list of row 1 of the table holds a null"),
+        (pa.table({"tags": [["x"], None]}), dict(kind="labels", label_list="tags"),
+         "holds a null"),
+        (pa.table({"a": [1.0]}), dict(kind="labels"), "needs label_list or class_column"),
+        (pa.table({"a": [1.0]}), dict(kind="matrix"), "kind must be one of"),
+    ],
+)
+def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
+    dest = tmp_path / "bad.zarr"
+    with pytest.raises(ConversionError, match=match):
+        convert_table(table, str(dest), batch_rows=1, **kw)
+    assert not dest.exists() and _left_behind(tmp_path) == []
+
+
+def test_schema_change_between_files(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(pa.table({"r": [1], "c": [1], "v": [1.0]}), d / "a.parquet")
+    pq.write_table(pa.table({"r": ["x"], "c": [1], "v": [1.0]}), d / "b.parquet")
+    with pytest.raises(ConversionError, match="schema changes between files: column 'r' is "
+                       "integer in .*a.parquet but string in .*b.parquet"):
+        convert("parquet", str(d / "*.parquet"), str(tmp_path / "s.zarr"), **_inter())
+    pq.write_table(pa.table({"r": [1], "v": [1.0]}), d / "b.parquet")
+    with pytest.raises(ConversionError, match="column 'c' is missing from .*b.parquet"):
+        convert("parquet", str(d), str(tmp_path / "s.zarr"), **_inter())
+    # int32 in one file, int64 in another: one type class, converted
+    pq.write_table(pa.table({"r": pa.array([2], pa.int32()), "c": [1], "v": [2.0]}),
+                   d / "b.parquet")
+    convert("parquet", [str(d / "a.parquet"), str(d / "b.parquet")], str(tmp_path / "s.zarr"),
+            **_inter())
+    assert _entries(tmp_path / "s.zarr") == {(1, 1): 1.0, (2, 1): 2.0}
+    assert not (tmp_path / "missing.zarr").exists() and _left_behind(tmp_path) == []
+
+
+def test_dask_partitions_and_schema_change(tmp_path):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    df = pd.DataFrame({"r": [3, 1, 2, 1], "c": [1, 1, 2, 2], "v": [1.0, 2.0, 3.0, 4.0]})
+    ddf = dd.from_pandas(df, npartitions=2)
+    convert_table(ddf, str(tmp_path / "d.zarr"), **_inter())
+    assert _entries(tmp_path / "d.zarr") == {(3, 1): 1.0, (1, 1): 2.0, (2, 2): 3.0, (1, 2): 4.0}
+    bad = dd.concat([dd.from_pandas(df.iloc[:2], npartitions=1),
+                     dd.from_pandas(df.iloc[2:].astype({"r": str}), npartitions=1)])
+    with pytest.raises(ConversionError, match="schema changes between partitions"):
+        convert_table(bad, str(tmp_path / "e.zarr"), **_inter())
+    assert not (tmp_path / "e.zarr").exists()
+
+
+def test_bibtex_table_equals_convert_arff(tmp_path):
+    """Acceptance: Bibtex as a table (feature index / value lists, a list of label names per
+    row, labels in shuffled order within a row) gives the store `convert arff` writes."""
+    src = data_file("bibtex", "bibtex-train.arff.gz")
+    xml = data_file("bibtex", "bibtex.xml")
+    convert("arff", src, str(tmp_path / "a.zarr"), xml=xml)
+    ds = open_dataset(tmp_path / "a.zarr")
+    X, Y = ds["X"].read(), ds["Y"].read()
+    names = np.array(ds.attrs["label_names"], dtype=object)
+    rng = np.random.default_rng(0)
+    rows = range(X.shape[0])
+    table = pa.table(
+        {
+            "doc": [f"d{i}" for i in rows],
+            "idx": [X.indices[X.indptr[i] : X.indptr[i + 1]].tolist() for i in rows],
+            "val": [X.data[X.indptr[i] : X.indptr[i + 1]].tolist() for i in rows],
+            "tags": [rng.permutation(names[Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]).tolist()
+                     for i in rows],
+        }
+    )
+    pq.write_table(table, tmp_path / "bibtex.parquet", row_group_size=1000)
+    convert("parquet", str(tmp_path / "bibtex.parquet"), str(tmp_path / "t.zarr"), kind="labels",
+            row_key="doc", feature_indices="idx", feature_values="val", n_features=X.shape[1],
+            label_list="tags", labels=list(names), batch_rows=777)
+    t = open_dataset(tmp_path / "t.zarr")
+    X2, Y2 = t["X"].read(), t["Y"].read()
+    assert t["X"].kind == "csr" and t["Y"].kind == "csr" and t["Y"].dtype == np.float32
+    assert X2.shape == X.shape and (X2 != X).nnz == 0 and np.array_equal(X2.indices, X.indices)
+    assert Y2.shape == Y.shape and (Y2 != Y).nnz == 0 and np.array_equal(Y2.indptr, Y.indptr)
+    assert t.attrs["label_names"] == ds.attrs["label_names"]
+    assert read_vocabulary(t, "rows")[5].as_py() == "d5"
+    # without labels=: the sorted vocabulary, the same matrix with permuted columns
+    convert("parquet", str(tmp_path / "bibtex.parquet"), str(tmp_path / "s.zarr"), kind="labels",
+            label_list="tags")
+    s = open_dataset(tmp_path / "s.zarr")
+    order = np.argsort(names.astype(str))
+    assert s.attrs["label_names"] == sorted(names) and "X" not in s
+    assert (s["Y"].read() != Y[:, order]).nnz == 0
+
+
+def test_features_dense_list_long_and_class(tmp_path):
+    t = pa.table(
+        {
+            "id": [10, 11, 12],
+            "a": [1.0, 2.0, 3.0],
+            "b": pa.array([4, 5, 6], pa.int16()),
+            "emb": pa.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], pa.list_(pa.float32(), 2)),
+            "cls": pa.array(["dog", "cat", "dog"]).dictionary_encode(),
+        }
+    )
+    convert_table(t, str(tmp_path / "d.zarr"), kind="features", feature_columns="a,b",
+                  class_column="cls", row_key="id", batch_rows=2)
+    d = open_dataset(tmp_path / "d.zarr")
+    assert np.array_equal(d["X"].read(), [[1, 4], [2, 5], [3, 6]])
+    assert d["y"].read().ravel().tolist() == [1.0, 0.0, 1.0]
+    assert d.attrs["class_names"] == ["cat", "dog"] and d.attrs["feature_names"] == ["a", "b"]
+    assert read_vocabulary(d, "rows").to_pylist() == [10, 11, 12]
+    convert_table(t, str(tmp_path / "e.zarr"), kind="features", feature_list="emb",
+                  dtype="float32")
+    e = open_dataset(tmp_path / "e.zarr")["X"]
+    assert e.dtype == np.float32 and np.array_equal(e.read(), [[1, 0], [0, 1], [2, 2]])
+    long = pa.table({"doc": ["d2", "d1", "d2"], "word": ["the", "cat", "cat"],
+                     "n": [3, 1, 1]})
+    convert_table(long, str(tmp_path / "l.zarr"), kind="features", row_key="doc",
+                  feature_key="word", value="n")
+    lx = open_dataset(tmp_path / "l.zarr")["X"]
+    assert lx.kind == "csr" and lx.read().toarray().tolist() == [[1, 0], [1, 3]]
+    assert read_vocabulary(tmp_path / "l.zarr", "cols").to_pylist() == ["cat", "the"]
+    with pytest.raises(ConversionError, match="one length"):
+        convert_table(pa.table({"e": [[1.0], [1.0, 2.0]]}), str(tmp_path / "f.zarr"),
+                      kind="features", feature_list="e")
+
+
+def test_topk_parquet_carries_the_keys(tmp_path):
+    t = pa.table({"r": ["ann", "bob"], "c": ["i9", "i1"], "v": [1.0, 2.0]})
+    convert_table(t, str(tmp_path / "s.zarr"), **_inter())
+    out = topk_to_parquet(tmp_path / "top.parquet", [[1, 0], [0, 1]], [[0.9, 0.1], [0.8, 0.7]],
+                          store=str(tmp_path / "s.zarr"), rows=[1, 0])
+    got = pq.read_table(out).to_pylist()
+    assert got[0] == {"row_key": "bob", "rank": 1, "key": "i9", "score": 0.9}
+    assert [g["key"] for g in got] == ["i9", "i1", "i1", "i9"]
+    assert [g["row_key"] for g in got] == ["bob", "bob", "ann", "ann"]
+
+
+def test_cli_convert_parquet(tmp_path, capsys):
+    pq.write_table(pa.table({"user": ["a", "b"], "item": [5, 6], "rating": [1.0, 2.0]}),
+                   tmp_path / "r.parquet")
+    rc = main(["convert", "parquet", str(tmp_path / "r.parquet"), str(tmp_path / "s.zarr"),
+               "--kind", "interactions", "--row-key", "user", "--col-key", "item",
+               "--value", "rating", "-q"])
+    assert rc == 0 and _entries(tmp_path / "s.zarr") == {("a", 5): 1.0, ("b", 6): 2.0}
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    text = capsys.readouterr().out
+    assert "parquet:" in text and "--row-key" in text and "--duplicates" in text
