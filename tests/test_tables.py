@@ -292,3 +292,35 @@ def test_cli_convert_parquet(tmp_path, capsys):
         main(["convert", "--help"])
     text = capsys.readouterr().out
     assert "parquet:" in text and "--row-key" in text and "--duplicates" in text
+
+
+def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
+    """labels kind -> fit GIMC -> `predict --parquet`: rows and labels under their own keys;
+    the test table takes the training label vocabulary through vocabulary_from."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 4))
+    tags = ["red", "green", "blue"]
+    lab = [[tags[j] for j in range(3) if X[i, j] > 0] for i in range(120)]
+
+    def table(s):
+        return pa.table({"doc": [f"doc{i}" for i in s], "a": X[s, 0], "b": X[s, 1],
+                         "c": X[s, 2], "d": X[s, 3], "tags": [lab[i] for i in s]})
+
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    kw = dict(kind="labels", row_key="doc", feature_columns="a,b,c,d", label_list="tags")
+    convert_table(table(np.arange(100)), tr, **kw)
+    test = table(np.arange(100, 120)).filter(pa.array([i % 2 == 0 for i in range(20)]))
+    test = test.set_column(5, "tags", pa.array([["red"]] * test.num_rows))  # not all labels seen
+    convert_table(test, te, vocabulary_from=tr, **kw)
+    assert read_vocabulary(te, "labels").to_pylist() == ["blue", "green", "red"]
+    model = str(tmp_path / "m")
+    assert main(["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "3", "-q"]) == 0
+    out = str(tmp_path / "top.parquet")
+    assert main(["predict", model, te, str(tmp_path / "p.zarr"), "--top-k", "2",
+                 "--parquet", out, "-q"]) == 0
+    got = pq.read_table(out).to_pylist()
+    assert len(got) == 20 and got[0]["row_key"] == "doc100" and got[2]["row_key"] == "doc102"
+    assert {g["key"] for g in got} <= set(tags) and [g["rank"] for g in got[:2]] == [1, 2]
+    assert main(["predict", model, te, str(tmp_path / "q.zarr"), "--top-k", "2",
+                 "--parquet", out, "-q"]) == 2
+    assert "--parquet must not exist" in capsys.readouterr().err

@@ -50,7 +50,14 @@ from .mat import convert_mat
 from .multiview import convert_movielens_views
 from .ratings import convert_movielens, convert_snap
 from .svmlight import convert_svmlight
-from .tables import convert_csv, convert_parquet, convert_table, read_vocabulary, topk_to_parquet
+from .tables import (
+    convert_csv,
+    convert_parquet,
+    convert_table,
+    predictions_to_parquet,
+    read_vocabulary,
+    topk_to_parquet,
+)
 from .xc import convert_xc
 
 __all__ = [
@@ -71,6 +78,7 @@ __all__ = [
     "convert_svmlight",
     "convert_xc",
     "format_options",
+    "predictions_to_parquet",
     "read_label_names",
 ]
 

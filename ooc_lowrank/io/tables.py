@@ -26,7 +26,7 @@ Four targets (``kind``):
     are stored in the store (``side/rows.parquet``, ``side/cols.parquet``, one column ``key``;
     row ``i`` holds the key of index ``i``) and read back by :func:`read_vocabulary`.
     ``vocabulary_from=STORE`` reuses a training store's vocabularies (a test table then indexes
-    the same matrix; an unseen key is an error naming it).  The input may come in any order: an
+    the same matrix; an unseen key is an error naming it; also for labels and classes).  The input may come in any order: an
     external sort buckets entries by row range into temporary files and sorts each bucket
     (entries of a row end up sorted by column).  Duplicate ``(row, column)`` pairs are an
     error naming them, unless ``duplicates`` is ``"last"`` (the last one read: files in sorted
@@ -87,6 +87,7 @@ __all__ = [
     "convert_csv",
     "convert_parquet",
     "convert_table",
+    "predictions_to_parquet",
     "read_vocabulary",
     "topk_to_parquet",
 ]
@@ -701,7 +702,8 @@ class _RowSpec:
     """What a row-aligned conversion reads and writes; ``validate`` is pass 1."""
 
     def __init__(self, src, *, row_key, feature_columns, feature_list, feature_indices,
-                 feature_values, n_features, label_list, labels, class_column, dtype):
+                 feature_values, n_features, label_list, labels, class_column, dtype,
+                 vocabulary_from=None):
         self.src = src
         self.row_key = row_key
         self.fcols = _names(feature_columns)
@@ -710,7 +712,10 @@ class _RowSpec:
         self.llist, self.ccol = label_list, class_column
         self.dt = as_dtype(dtype)
         self.label_vocab = None if labels is None else _fixed_vocabulary(labels, "labels")
+        if self.label_vocab is None and label_list and vocabulary_from is not None:
+            self.label_vocab = Vocabulary(read_vocabulary(vocabulary_from, "labels"))
         self.class_vocab = None
+        self.vocabulary_from = vocabulary_from
         self.d = None
         need = {}
         if row_key:
@@ -737,7 +742,9 @@ class _RowSpec:
         """Pass 1: every value checked, vocabularies and sizes found; returns the row count."""
         src = self.src
         lab_b = _VocabBuilder() if self.llist and self.label_vocab is None else None
-        cls_b = _VocabBuilder() if self.class_is_key else None
+        if self.class_is_key and self.vocabulary_from is not None:
+            self.class_vocab = Vocabulary(read_vocabulary(self.vocabulary_from, "classes"))
+        cls_b = _VocabBuilder() if self.class_is_key and self.class_vocab is None else None
         max_index, offset = -1, 0
         for batch in src.batches(self.columns):
             if self.row_key:
@@ -793,6 +800,13 @@ class _RowSpec:
             if self.ccol:
                 if cls_b is not None:
                     cls_b.add(_keys(batch, self.ccol, "class", offset, src))
+                elif self.class_vocab is not None:
+                    keys = _keys(batch, self.ccol, "class", offset, src)
+                    idx = self.class_vocab.index(keys)
+                    if (idx < 0).any():
+                        bad = keys[int(np.flatnonzero(idx < 0)[0])].as_py()
+                        raise _err(f"class {bad!r} is not in the classes of {self.vocabulary_from}",
+                                   bad, "drop rows of classes unseen in training", src.name)
                 else:
                     _values(batch, self.ccol, "class", offset, src)
             offset += batch.num_rows
@@ -987,7 +1001,9 @@ def convert_table(
     duplicates : {"error", "last", "sum", "mean"}, default "error"
         What to do with repeated (row, column) pairs.
     vocabulary_from : str, optional
-        interactions: reuse the row / column vocabularies of this store (a test table).
+        Reuse the vocabularies of this (training) store, so that a test table indexes the same
+        columns: interactions / long features: rows and columns; labels: labels and classes.
+        A key it lacks is an error.
     feature_columns : list of str or comma-separated str, optional
         features: numeric columns -> dense X, in this order.
     feature_list : str, optional
@@ -1057,6 +1073,7 @@ def convert_table(
         source, row_key=row_key, feature_columns=feature_columns, feature_list=feature_list,
         feature_indices=feature_indices, feature_values=feature_values, n_features=n_features,
         label_list=label_list, labels=labels, class_column=class_column, dtype=dtype,
+        vocabulary_from=vocabulary_from,
     )
     has_x = bool(spec.fcols or spec.flist or spec.find)
     has_y = bool(spec.llist or spec.ccol)
@@ -1101,22 +1118,63 @@ convert_csv = _file_converter("csv")
 # keys back out
 
 
+def _vocab_or_none(url, name):
+    from ..storage import StoreError
+
+    try:
+        return read_vocabulary(url, name)
+    except StoreError:
+        return None
+
+
+def _write_keyed(dest, chunks, rvoc, cvoc) -> str:
+    """Stream ``(rows, indices, scores)`` chunks to a Parquet file ``row_key, rank, key, score``;
+    a vocabulary that is None leaves the indices as they are."""
+    path, fs = os.fspath(dest), None
+    if "://" in path and not path.startswith("file://"):
+        import fsspec.core
+
+        fs, path = fsspec.core.url_to_fs(path)
+    writer = None
+    try:
+        for rows, indices, scores in chunks:
+            n, k = indices.shape
+            r = pa.array(np.repeat(np.asarray(rows, dtype=np.int64), k))
+            c = pa.array(indices.ravel())
+            t = pa.table(
+                {
+                    "row_key": rvoc.take(r) if rvoc is not None else r,
+                    "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int32), n)),
+                    "key": cvoc.take(c.cast(pa.int64())) if cvoc is not None else c,
+                    "score": pa.array(np.asarray(scores, dtype=np.float64).ravel()),
+                }
+            )
+            if writer is None:
+                writer = pq.ParquetWriter(path, t.schema, filesystem=fs)
+            writer.write_table(t)
+    finally:
+        if writer is not None:
+            writer.close()
+    return os.fspath(dest)
+
+
 def topk_to_parquet(dest, indices, scores, *, store, rows=None, columns="cols", chunk_rows=1 << 16):
     """Write top-k predictions as Parquet with the user's keys.
 
     Parameters
     ----------
     dest : path or URL
-        The Parquet file written.
+        The Parquet file written: columns ``row_key``, ``rank`` (1 = best), ``key``,
+        ``score``, one row per (row, rank).
     indices : ndarray of shape (n_rows_asked, k), int
-        Column (or label) indices, e.g. from ``GLRL.top_k`` or ``predict_topk``.
+        Column (or label) indices, e.g. from ``GreedyLowRank.top_k`` or ``predict_topk``.
     scores : ndarray of shape (n_rows_asked, k)
         Their scores.
     store : str or Dataset
-        The converted store holding the vocabularies.
+        The converted (training) store holding the vocabularies.
     rows : ndarray of shape (n_rows_asked,), optional
         Row indices the predictions belong to (default ``0..n_rows_asked-1``).
-    columns : {"cols", "labels"}, default "cols"
+    columns : {"cols", "labels", "classes"}, default "cols"
         Which vocabulary names the indices.
     chunk_rows : int
         Rows of predictions written at a time.
@@ -1124,44 +1182,57 @@ def topk_to_parquet(dest, indices, scores, *, store, rows=None, columns="cols", 
     Returns
     -------
     dest : str
-        Columns ``row_key``, ``rank`` (1 = best), ``key``, ``score``; row keys are the row
-        indices when the store has no row vocabulary.
+        Row keys are the row indices when the store has no row vocabulary.
     """
     indices = np.asarray(indices)
     scores = np.asarray(scores)
     if indices.ndim != 2 or scores.shape != indices.shape:
-        raise _err("indices and scores must be two arrays of one shape (n_rows, k)",
-                   (indices.shape, scores.shape))
-    n, k = indices.shape
+        raise _err(
+            "indices and scores must be two arrays of one shape (n_rows, k)",
+            (indices.shape, scores.shape),
+        )
+    n = indices.shape[0]
     rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
     if rows.shape != (n,):
         raise _err("rows must have one entry per row of indices", rows.shape)
     url = getattr(store, "url", store)
     cvoc = read_vocabulary(url, columns)
-    try:
-        rvoc = read_vocabulary(url, "rows")
-    except Exception:  # noqa: BLE001 - a store without row keys: the indices are the keys
-        rvoc = None
-    fs_path, fs = os.fspath(dest), None
-    if "://" in fs_path and not fs_path.startswith("file://"):
-        import fsspec.core
+    rvoc = _vocab_or_none(url, "rows")
+    if indices.size and (indices.min() < 0 or indices.max() >= len(cvoc)):
+        raise _err(f"indices must lie in [0, {len(cvoc)}) (the {columns} vocabulary)",
+                   int(indices.max()))
+    chunks = (
+        (rows[s : s + chunk_rows], indices[s : s + chunk_rows], scores[s : s + chunk_rows])
+        for s in range(0, n, chunk_rows)
+    )
+    return _write_keyed(dest, chunks, rvoc, cvoc)
 
-        fs, fs_path = fsspec.core.url_to_fs(fs_path)
-    writer = None
-    try:
-        for s in range(0, max(n, 1), chunk_rows):
-            e = min(s + chunk_rows, n)
-            r = np.repeat(rows[s:e], k)
-            t = pa.table({
-                "row_key": rvoc.take(pa.array(r)) if rvoc is not None else pa.array(r),
-                "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int32), e - s)),
-                "key": cvoc.take(pa.array(indices[s:e].ravel().astype(np.int64))),
-                "score": pa.array(scores[s:e].ravel()),
-            })
-            if writer is None:
-                writer = pq.ParquetWriter(fs_path, t.schema, filesystem=fs)
-            writer.write_table(t)
-    finally:
-        if writer is not None:
-            writer.close()
-    return os.fspath(dest)
+
+def predictions_to_parquet(predictions, store, dest) -> str:
+    """A prediction store (``labels``, ``scores``; as ``predict --top-k`` writes) to Parquet
+    with the keys of ``store`` (the converted table the predictions are for, whose label
+    vocabulary is the training one: convert it with ``labels=`` or ``vocabulary_from=``).
+
+    Label keys come from its ``labels`` vocabulary (multi-label), or ``classes`` (class names;
+    the predicted values are their ranks), else the predicted values are written as they are;
+    row keys from its ``rows`` vocabulary, else the row numbers.  Read block by block.
+    """
+    from ..storage import open_dataset
+
+    pred = open_dataset(predictions) if isinstance(predictions, (str, os.PathLike)) else predictions
+    url = getattr(store, "url", store)
+    n = open_dataset(url).n_rows
+    if pred.n_rows != n:
+        raise _err(f"the predictions have {pred.n_rows} rows, the store {n}", pred.n_rows,
+                   "pass the store the predictions were made for")
+    rvoc = _vocab_or_none(url, "rows")
+    cvoc = _vocab_or_none(url, "labels")
+    if cvoc is None:
+        cvoc = _vocab_or_none(url, "classes")
+
+    def chunks():
+        scores = pred["scores"].iter_blocks()
+        for (s, e, lab), (_, _, sc) in zip(pred["labels"].iter_blocks(), scores, strict=True):
+            yield np.arange(s, e), (lab.astype(np.int64) if cvoc is not None else lab), sc
+
+    return _write_keyed(dest, chunks(), rvoc, cvoc)
