@@ -324,3 +324,46 @@ def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
     assert main(["predict", model, te, str(tmp_path / "q.zarr"), "--top-k", "2",
                  "--parquet", out, "-q"]) == 2
     assert "--parquet must not exist" in capsys.readouterr().err
+
+
+def _ml_table(path, string_keys=True):
+    a = np.loadtxt(path, dtype=np.int64)
+    u = [f"u{x}" for x in a[:, 0]] if string_keys else a[:, 0]
+    i = [f"i{x}" for x in a[:, 1]] if string_keys else a[:, 1]
+    return pa.table({"user_id": u, "movie_id": i, "rating": a[:, 2].astype(float)})
+
+
+@pytest.mark.slow  # ~40 s on the busy 2-core machine (two GLRL fits with their JIT warm-up)
+def test_glrl_on_table_stores_matches_movielens_and_topk_keys(tmp_path):
+    """Acceptance: vocabularies from u.data (string keys), u1.base / u1.test converted with
+    them; the README's GLRL model (L1, rank 10) has the MAE it has on `convert movielens`
+    stores, and its top-k Parquet carries the original keys."""
+    from ooc_lowrank.glrl import GreedyLowRank
+
+    ml = "movielens-100k"
+    kw = dict(kind="interactions", row_key="user_id", col_key="movie_id", value="rating")
+    full = str(tmp_path / "full.zarr")
+    convert_table(_ml_table(data_file(ml, "u.data.gz")), full, **kw)
+    maes, models = [], []
+    for tag, conv in (("t", "table"), ("m", "movielens")):
+        stores = []
+        for part in ("u1.base.gz", "u1.test.gz"):
+            dest = str(tmp_path / f"{tag}-{part}.zarr")
+            if conv == "table":
+                convert_table(_ml_table(data_file(ml, part)), dest, vocabulary_from=full, **kw)
+            else:
+                convert("movielens", data_file(ml, part), dest, shape=(943, 1682))
+            stores.append(dest)
+        model = GreedyLowRank(loss="l1", rank=10, refit="none", random_state=0).fit(stores[0])
+        maes.append(model.evaluate(stores[1], metrics="mae")["mae"])
+        models.append(model)
+    print("u1 test MAE, table stores / movielens stores:", maes)
+    assert abs(maes[0] - maes[1]) < 2e-3, maes
+    assert 0.72 < maes[0] < 0.76
+    users = read_vocabulary(full, "rows").to_pylist()
+    rows = np.array([users.index("u196"), users.index("u1")])
+    idx, scores = models[0].top_k(rows, k=10)
+    out = topk_to_parquet(tmp_path / "top.parquet", idx, scores, store=full, rows=rows)
+    got = pq.read_table(out).to_pylist()
+    assert [g["row_key"] for g in got[:6:5]] == ["u196", "u196"] and got[5]["rank"] == 6
+    assert all(g["key"].startswith("i") for g in got) and got[10]["row_key"] == "u1"
