@@ -367,3 +367,112 @@ def test_glrl_on_table_stores_matches_movielens_and_topk_keys(tmp_path):
     got = pq.read_table(out).to_pylist()
     assert [g["row_key"] for g in got[:6:5]] == ["u196", "u196"] and got[5]["rank"] == 6
     assert all(g["key"].startswith("i") for g in got) and got[10]["row_key"] == "u1"
+
+
+def _ml_joined(ratings, users, items):
+    """Ratings joined to u.user / u.item as one table (ages bucketed as MovieLens 1M does,
+    genres as a list of flag positions)."""
+    a = np.loadtxt(ratings, dtype=np.int64)
+    with open(users, encoding="latin-1") as f:
+        us = {int(p[0]): p for p in (ln.rstrip("\n").split("|") for ln in f if ln.strip())}
+    with open(items, encoding="latin-1") as f:
+        it = {int(p[0]): p for p in (ln.rstrip("\n").split("|") for ln in f if ln.strip())}
+    edges = (18, 25, 35, 45, 50, 56)
+    return pa.table(
+        {
+            "user_id": a[:, 0],
+            "age": [int(np.searchsorted(edges, int(us[u][1]), side="right")) for u in a[:, 0]],
+            "gender": [us[u][2] for u in a[:, 0]],
+            "occupation": [us[u][3] for u in a[:, 0]],
+            "movie_id": a[:, 1],
+            "genres": [[j for j, f in enumerate(it[i][-19:]) if f == "1"] for i in a[:, 1]],
+            "rating": a[:, 2].astype(float),
+        }
+    )
+
+
+def test_movielens_views_from_joined_tables_equal_convert_movielens_views(tmp_path):
+    """Acceptance: u.user / u.item joined to the ratings; vocabularies from u.data, u1.base
+    converted with them (no 'other' bucket): the views `convert movielens_views` writes."""
+    ml = "movielens-100k"
+    side = (data_file(ml, "u.user"), data_file(ml, "u.item"))
+    views = "user=user_id,age,gender,occupation;item=movie_id,genres"
+    kw = dict(kind="views", views=views, target="rating", other=False, dtype="float32")
+    full = str(tmp_path / "full.zarr")
+    convert_table(_ml_joined(data_file(ml, "u.data.gz"), *side), full, **kw)
+    t = str(tmp_path / "t.zarr")
+    convert_table(_ml_joined(data_file(ml, "u1.base.gz"), *side), t, vocabulary_from=full,
+                  kind="views", target="rating", dtype="float32")
+    m = str(tmp_path / "m.zarr")
+    convert("movielens_views", data_file(ml, "u1.base.gz"), m)
+    a, b = open_dataset(t), open_dataset(m)
+    for name in ("X0", "X1"):
+        x, y = a[name].read(), b[name].read()
+        assert x.shape == y.shape and x.dtype == y.dtype and (x != y).nnz == 0, name
+    assert np.array_equal(a["y"].read(), b["y"].read())
+    assert a.attrs["view_names"] == ["user", "item"]
+
+
+def test_views_other_bucket_hashing_and_unseen(tmp_path):
+    t = pa.table({"user": [1, 2, 1, 3], "age": [20.0, 30.0, 20.0, 0.0],
+                  "g": ["F", "M", "F", None], "item": ["a", "b", "c", "a"],
+                  "genres": [[0, 2], [1], [], [2]], "r": [4.0, 3.0, 5.0, 1.0]})
+    v = {"user": ["user", "age", "g"], "item": ["item", "genres"]}
+    tr = str(tmp_path / "v.zarr")
+    convert_table(t, tr, kind="views", views=v, target="r", min_count=2, batch_rows=3)
+    d = open_dataset(tr)
+    # user: {1} + other, age, g: {F} + other (M rare, null missing); item {a} + other,
+    # genres {2} + other
+    assert d["X0"].read().toarray().tolist() == [
+        [1, 0, 20, 1, 0], [0, 1, 30, 0, 1], [1, 0, 20, 1, 0], [0, 1, 0, 0, 1]]
+    assert d["X1"].read().toarray().tolist() == [[1, 0, 1, 1], [0, 1, 0, 1], [0, 1, 0, 0],
+                                                 [1, 0, 1, 0]]
+    # a test table: unseen values go to 'other', no error
+    t2 = pa.table({"user": [9], "age": [1.0], "g": ["X"], "item": ["a"], "genres": [[5]],
+                   "r": [1.0]})
+    convert_table(t2, str(tmp_path / "t.zarr"), kind="views", vocabulary_from=tr, target="r")
+    assert open_dataset(tmp_path / "t.zarr")["X0"].read().toarray().tolist() == [[0, 1, 1, 0, 1]]
+    # without 'other': the unseen value is an error naming it, nothing written
+    convert_table(t, str(tmp_path / "n.zarr"), kind="views", views=v, target="r", other=False)
+    with pytest.raises(ConversionError, match="value 9 of column 'user' is not in the vocab"):
+        convert_table(t2, str(tmp_path / "u.zarr"), kind="views", target="r",
+                      vocabulary_from=str(tmp_path / "n.zarr"))
+    assert not (tmp_path / "u.zarr").exists()
+    # signed hashing: n columns per view, +-1 entries, same result for the test table's keys
+    convert_table(t, str(tmp_path / "h.zarr"), kind="views", views=v, hash_features=16)
+    h = open_dataset(tmp_path / "h.zarr")
+    x0 = h["X0"].read()
+    assert x0.shape == (4, 16) and set(np.abs(x0.data)) <= {1.0, 20.0, 30.0}
+    assert (x0[0] != x0[2]).nnz == 0 and "y" not in h
+    convert_table(t2, str(tmp_path / "h2.zarr"), kind="views", vocabulary_from=str(
+        tmp_path / "h.zarr"))
+    from ooc_lowrank.io.tables import _name_seed, hash_keys
+
+    hh = int(hash_keys(pa.array(["a"]), _name_seed("item"))[0])
+    col, sign = hh % 16, (1.0 if hh >> 63 else -1.0)
+    train_row = h["X1"].read()[0].toarray()[0]
+    test_row = open_dataset(tmp_path / "h2.zarr")["X1"].read()[0].toarray()[0]
+    assert train_row[col] == test_row[col] == sign
+
+
+def naive_hash_strings(strings, seed):
+    """NumPy twin of kernels.hashing.hash_strings."""
+    mask = (1 << 64) - 1
+    out = []
+    for s in strings:
+        h = 0xCBF29CE484222325 ^ seed
+        for byte in s.encode("utf-8"):
+            h = ((h ^ byte) * 0x100000001B3) & mask
+        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(h ^ (h >> 31))
+    return np.array(out, dtype=np.uint64)
+
+
+def test_hash_kernel_matches_its_numpy_twin():
+    from ooc_lowrank.io.tables import hash_keys
+
+    strings = ["", "a", "user=42", "é€😀", "x" * 100]
+    arr = pa.array(["pad"] + strings).slice(1)  # a sliced array: offsets start inside
+    assert np.array_equal(hash_keys(arr, 7), naive_hash_strings(strings, 7))
+    assert len(set(hash_keys(pa.array([str(i) for i in range(1000)])).tolist())) == 1000

@@ -92,7 +92,7 @@ __all__ = [
     "topk_to_parquet",
 ]
 
-KINDS = ("interactions", "features", "labels")
+KINDS = ("interactions", "features", "labels", "views")
 DUPLICATES = ("error", "last", "sum", "mean")
 #: Rows per record batch read (a batch of a few numeric columns is a few MB).
 DEFAULT_BATCH_ROWS = 1 << 18
@@ -825,6 +825,20 @@ class _RowSpec:
                            src.name)
         return offset
 
+    def outputs(self):
+        """(attributes, {name: Vocabulary}) to store."""
+        attrs, side = {}, {}
+        if self.fcols:
+            attrs["feature_names"] = self.fcols
+        if self.label_vocab is not None:
+            if len(self.label_vocab) <= MAX_NAMES_IN_ATTRS:
+                attrs["label_names"] = [str(k) for k in self.label_vocab.keys.to_pylist()]
+            side["labels"] = self.label_vocab
+        if self.class_vocab is not None:
+            attrs["class_names"] = self.class_vocab.keys.to_pylist()
+            side["classes"] = self.class_vocab
+        return attrs, side
+
     def specs(self):
         out = []
         if self.fcols or self.flist:
@@ -896,22 +910,15 @@ def _names(v) -> list[str]:
     return [str(s) for s in v]
 
 
-def _convert_rows(spec: _RowSpec, dest, *, attrs, block_rows, tmpdir, overwrite, progress):
+def _convert_rows(spec, dest, *, attrs, block_rows, tmpdir, overwrite, progress):
+    """Pass 1 ``spec.validate()``, pass 2 ``spec.block()`` per batch into the writer; the
+    spec's vocabularies (``spec.outputs()``) and the row keys become side files."""
     from ..storage import scratch_dir
 
     n = spec.validate()
     specs = spec.specs()
-    attrs = dict(attrs)
-    side = {}
-    if spec.fcols:
-        attrs["feature_names"] = spec.fcols
-    if spec.label_vocab is not None:
-        if len(spec.label_vocab) <= MAX_NAMES_IN_ATTRS:
-            attrs["label_names"] = [str(k) for k in spec.label_vocab.keys.to_pylist()]
-        side["labels"] = spec.label_vocab
-    if spec.class_vocab is not None:
-        attrs["class_names"] = spec.class_vocab.keys.to_pylist()
-        side["classes"] = spec.class_vocab
+    extra, side = spec.outputs()
+    attrs = dict(attrs, **extra)
     with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
         files = {}
         for name, voc in side.items():
@@ -947,6 +954,254 @@ def _convert_rows(spec: _RowSpec, dest, *, attrs, block_rows, tmpdir, overwrite,
 
 
 # ----------------------------------------------------------------------------------------------
+# views (multi-view machines): one-hot through vocabularies, or signed hashing
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def hash_keys(arr, seed: int = 0) -> np.ndarray:
+    """uint64 hash of every key of ``arr`` (int64: splitmix64 of the value xor ``seed``;
+    strings: FNV-1a of the UTF-8 bytes, then splitmix64; kernel ``kernels.hashing``)."""
+    from ooc_lowrank.kernels.hashing import hash_strings
+
+    arr = _norm_keys(_decode(arr))
+    seed = np.uint64(seed)
+    if pa.types.is_integer(arr.type):
+        return _splitmix(arr.to_numpy().astype(np.uint64) ^ seed)
+    n = len(arr)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    out = np.empty(n, np.uint64)
+    hash_strings(data, np.ascontiguousarray(offsets), seed, out)
+    return out
+
+
+def _name_seed(name: str) -> int:
+    return int(hash_keys(pa.array([name]))[0])
+
+
+def _parse_views(views) -> dict[str, list[str]]:
+    if isinstance(views, str):  # CLI: "user=user_id,age;item=movie_id,genres"
+        out = {}
+        for i, part in enumerate(p for p in views.split(";") if p.strip()):
+            name, _, cols = part.rpartition("=")
+            out[name.strip() or f"view{i}"] = _names(cols)
+        views = out
+    elif not isinstance(views, dict):
+        views = {f"view{i}": v for i, v in enumerate(views or [])}
+    views = {str(k): _names(v) for k, v in views.items()}
+    if not views or not all(views.values()):
+        raise _err(
+            "views must name at least one view with at least one column",
+            views,
+            "e.g. views={'user': ['user_id', 'age'], 'item': ['movie_id']} "
+            "(CLI --views 'user=user_id,age;item=movie_id')",
+        )
+    return views
+
+
+def _csr_summed(rows, cols, vals, n, n_cols, dt):
+    """CSR ``(n, n_cols)`` of coordinate entries; repeated (row, col) entries are summed."""
+    order = np.lexsort((cols, rows))
+    r, c, v = rows[order], cols[order], vals[order]
+    if r.size > 1:
+        new = np.ones(r.size, bool)
+        new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+        if not new.all():
+            st = np.flatnonzero(new)
+            r, c, v = r[st], c[st], np.add.reduceat(v, st)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=ptr[1:])
+    return csr_from_parts(ptr, c, v, n_cols, dt)
+
+
+class _ViewSpec:
+    """kind="views": named groups of columns -> csr views ``X0..Xk`` (+ ``y``)."""
+
+    def __init__(self, src, *, views, numeric, min_count, other, hash_features, target,
+                 row_key, dtype, vocabulary_from):
+        self.src, self.row_key, self.target = src, row_key, target
+        self.dt = as_dtype(dtype)
+        self.fixed = vocabulary_from
+        self.vocab: dict[str, Vocabulary] = {}
+        if vocabulary_from is not None:  # the training store's settings and vocabularies
+            from ..storage import open_dataset
+
+            st = open_dataset(getattr(vocabulary_from, "url", vocabulary_from)).attrs.get("views")
+            if not st:
+                raise _err("vocabulary_from names a store without views settings",
+                           vocabulary_from, "pass the store converted with kind='views'")
+            self.views, self.types = st["columns"], st["types"]
+            self.min_count, self.other, self.hash = st["min_count"], st["other"], st["hash"]
+            for col, name in st["vocabularies"].items():
+                self.vocab[col] = Vocabulary(read_vocabulary(vocabulary_from, name))
+        else:
+            self.views = _parse_views(views)
+            self.min_count = as_opt_int(min_count, "min_count", 1) or 1
+            self.other = bool(other)
+            self.hash = as_opt_int(hash_features, "hash_features", 1)
+            numeric = set(_names(numeric))
+            schema = src.schema
+            self.types = {}
+            for cols in self.views.values():
+                for c in cols:
+                    if c not in schema.names:
+                        continue  # src.check names it
+                    cls = _type_class(schema.field(c).type)
+                    if cls == "float" or (c in numeric and cls in _NUM):
+                        self.types[c] = "numeric"
+                    elif cls in ("list<integer>", "list<string>", "list<boolean>"):
+                        self.types[c] = "multi"
+                    else:
+                        self.types[c] = "category"
+        need = {}
+        allowed = {"numeric": _NUM, "category": _KEY + ("boolean",),
+                   "multi": ("list<integer>", "list<string>", "list<boolean>")}
+        for cols in self.views.values():
+            for c in cols:
+                t = self.types.get(c, "category")
+                need[c] = (f"view ({t})", allowed[t])
+        if row_key:
+            need[row_key] = ("row key", _KEY)
+        if target:
+            need[target] = ("target", _NUM)
+        src.check(need)
+        self.columns = list(need)
+
+    def _cat_keys(self, batch, col, offset):
+        """(row numbers, keys, rows of the null values) of a category / multi column."""
+        arr = _decode(batch.column(col))
+        n = batch.num_rows
+        if self.types[col] == "multi":
+            lens, flat = _list_parts(arr, col, "view (multi)", offset, self.src)
+            rows = np.repeat(np.arange(n), lens)
+        else:
+            flat, rows = arr, np.arange(n)
+        null_rows = rows[:0]
+        if flat.null_count:
+            ok = flat.is_valid().to_numpy(zero_copy_only=False)
+            flat, rows, null_rows = flat.filter(pa.array(ok)), rows[ok], rows[~ok]
+        flat = flat.cast(pa.int64()) if pa.types.is_boolean(flat.type) else flat
+        return rows, flat, null_rows
+
+    def validate(self):
+        builders = {}
+        if self.hash is None and self.fixed is None:
+            builders = {c: _VocabBuilder() for c, t in self.types.items() if t != "numeric"}
+        offset = 0
+        for batch in self.src.batches(self.columns):
+            if self.row_key:
+                _keys(batch, self.row_key, "row key", offset, self.src)
+            if self.target:
+                _values(batch, self.target, "target", offset, self.src)
+            for c, t in self.types.items():
+                if t == "numeric":
+                    _values(batch, c, "view (numeric)", offset, self.src)
+                    continue
+                _, keys, _ = self._cat_keys(batch, c, offset)
+                if c in builders and len(keys):
+                    builders[c].add(_norm_keys(keys))
+            offset += batch.num_rows
+        if offset == 0:
+            raise _err("the table has no rows", None, "check the source", self.src.name)
+        for c, b in builders.items():
+            if b._done is None and not b._pending:
+                self.vocab[c] = Vocabulary(pa.array([], pa.large_string()))
+                continue
+            voc, counts = b.finish()
+            self.vocab[c] = Vocabulary(voc.keys.filter(pa.array(counts >= self.min_count)))
+        # column layout: every column's first column in its view
+        self.offset, self.width = {}, {}
+        for name, cols in self.views.items():
+            o = 0
+            for c in cols:
+                self.offset[name, c] = o
+                if self.hash is None:
+                    o += 1 if self.types[c] == "numeric" else len(self.vocab[c]) + self.other
+            self.width[name] = self.hash if self.hash is not None else o
+        return offset
+
+    def specs(self):
+        out = [(f"X{v}", "csr", self.width[name], self.dt) for v, name in enumerate(self.views)]
+        if self.target:
+            out.append(("y", "dense", 1, np.float64))
+        return out
+
+    def outputs(self):
+        names = {} if self.hash is not None else {
+            c: f"view{j}" for j, c in enumerate(self.vocab)
+        }
+        side = {names[c]: self.vocab[c] for c in names}
+        settings = {
+            "columns": self.views, "types": self.types, "min_count": self.min_count,
+            "other": self.other, "hash": self.hash, "vocabularies": names,
+        }
+        return {"view_names": list(self.views), "views": settings}, side
+
+    def block(self, batch, offset):
+        n, b = batch.num_rows, {}
+        for v, (name, cols) in enumerate(self.views.items()):
+            parts = []
+            for c in cols:
+                o = self.offset[name, c]
+                if self.types[c] == "numeric":
+                    val = _values(batch, c, "view (numeric)", offset, self.src)
+                    rows = np.flatnonzero(val)
+                    val = val[rows]
+                    if self.hash is None:
+                        idx = np.full(rows.size, o)
+                    else:
+                        h = hash_keys(pa.array([c]))[0]
+                        idx = np.full(rows.size, int(h % np.uint64(self.hash)))
+                        val = val * (1.0 if h >> np.uint64(63) else -1.0)
+                    parts.append((rows, idx, val))
+                    continue
+                rows, keys, nulls = self._cat_keys(batch, c, offset)
+                if self.hash is not None:  # nulls: no entry
+                    h = hash_keys(keys, _name_seed(c))
+                    idx = (h % np.uint64(self.hash)).astype(np.int64)
+                    val = np.where(h >> np.uint64(63), 1.0, -1.0)
+                    parts.append((rows, idx, val))
+                    continue
+                idx = self.vocab[c].index(keys)
+                miss = idx < 0
+                if miss.any():
+                    if self.other:
+                        idx[miss] = len(self.vocab[c])
+                    elif self.fixed is not None:
+                        bad = keys[int(np.flatnonzero(miss)[0])].as_py()
+                        raise _err(
+                            f"value {bad!r} of column {c!r} is not in the vocabulary of "
+                            f"{self.fixed} (converted with other=False)",
+                            bad,
+                            "convert the training table with other=True (an 'other' bucket "
+                            "for rare and unseen values), or drop such rows",
+                            self.src.name,
+                        )
+                    else:  # rare (below min_count) without an 'other' bucket: no entry
+                        rows, idx = rows[~miss], idx[~miss]
+                if self.other and nulls.size:  # missing values: the 'other' bucket
+                    rows = np.concatenate([rows, nulls])
+                    idx = np.concatenate([idx, np.full(nulls.size, len(self.vocab[c]))])
+                parts.append((rows, idx + o, np.ones(rows.size)))
+            b[f"X{v}"] = _csr_summed(
+                np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]), n, self.width[name], self.dt,
+            )
+        if self.target:
+            b["y"] = _values(batch, self.target, "target", offset, self.src)[:, None]
+        return b
+
+
+# ----------------------------------------------------------------------------------------------
 # public entry points
 
 
@@ -970,6 +1225,12 @@ def convert_table(
     label_list=None,
     labels=None,
     class_column=None,
+    views=None,
+    numeric=None,
+    min_count=1,
+    other=True,
+    hash_features=None,
+    target=None,
     format=None,  # noqa: A002 - the file format's name
     delimiter=None,
     dtype="float64",
@@ -1022,6 +1283,22 @@ def convert_table(
         labels: the label vocabulary in column order (default: the sorted distinct labels).
     class_column : str, optional
         labels: a class column -> y.
+    views : dict or str, optional
+        views: ``{name: [columns]}``, one csr view ``X0, X1, ...`` each (CLI
+        ``"user=user_id,age;item=movie_id,genres"``).  Float columns (and those in
+        ``numeric``) are values; integer, string, boolean and dictionary columns are
+        categories (one-hot); list columns multi-hot.
+    numeric : list or comma-separated str, optional
+        views: integer columns to take as values, not categories.
+    min_count : int, default 1
+        views: categories seen fewer times go to the 'other' bucket (or get no entry).
+    other : bool, default True
+        views: one 'other' column per categorical column, for rare, missing (null) and
+        unseen values; without it a test table's unseen value is an error.
+    hash_features : int, optional
+        views: signed hashing into this many columns per view instead of vocabularies.
+    target : str, optional
+        views: a numeric column -> y.
     format : {"parquet", "csv"}, optional
         File format (default from the extension).
     delimiter : str, optional
@@ -1069,6 +1346,13 @@ def convert_table(
             roles=("row", "feature" if feat else "column"), attrs=attrs,
             bucket_nnz=bucket_nnz, **common,
         )
+    if kind == "views":
+        spec = _ViewSpec(
+            source, views=views, numeric=numeric, min_count=min_count, other=other,
+            hash_features=hash_features, target=target, row_key=row_key, dtype=dtype,
+            vocabulary_from=vocabulary_from,
+        )
+        return _convert_rows(spec, dest, attrs=attrs, **common)
     spec = _RowSpec(
         source, row_key=row_key, feature_columns=feature_columns, feature_list=feature_list,
         feature_indices=feature_indices, feature_values=feature_values, n_features=n_features,
