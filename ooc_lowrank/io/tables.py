@@ -44,6 +44,19 @@ Four targets (``kind``):
     (``class_column``) -> ``"y"`` ``(n, 1)``: numbers as they are, strings as their rank in
     sorted order (names in the attribute ``class_names``, as ``convert arff`` does).
     ``features`` and ``labels`` may be given together: one pass writes ``X`` and ``Y``/``y``.
+``views``
+    named groups of columns (``views={"user": [...], "item": [...]}``) -> one csr view each,
+    ``X0, X1, ...`` (attribute ``view_names``), and ``y`` from ``target``, for multi-view
+    machines.  Float columns (and integer ones listed in ``numeric``) are values; integer,
+    string, boolean and dictionary columns are categories, one-hot through a sorted vocabulary
+    of the values seen at least ``min_count`` times plus (``other=True``) an 'other' column
+    for rare, missing and unseen values; list columns are multi-hot the same way.  With
+    ``hash_features=n`` every view has ``n`` columns instead, filled by signed hashing of the
+    values (FNV-1a + splitmix64 of the UTF-8 bytes, or splitmix64 of the integer, seeded by
+    the column name; the sign from the top bit; collisions add up; nulls get no entry).  The
+    settings and vocabularies are stored (attribute ``views``, ``side/view<j>.parquet``);
+    ``vocabulary_from=TRAIN_STORE`` converts a test table with exactly the training columns
+    (an unseen value goes to 'other', or is an error naming it when there is no 'other').
 
 For the row-aligned kinds, ``row_key`` (optional) stores the row keys in table order as
 ``side/rows.parquet`` (not checked for uniqueness).
@@ -1249,8 +1262,8 @@ def convert_table(
         The table (see the module doc).
     dest : str
         Store location (local path or fsspec URL).
-    kind : {"interactions", "features", "labels"}
-        What the table holds (see the module doc).
+    kind : {"interactions", "features", "labels", "views"}
+        What the table holds: observed entries, feature rows, label rows, or MVM views.
     row_key : str, optional
         Column of row keys (interactions / long features: required; else optional, stored).
     col_key : str, optional
@@ -1322,6 +1335,13 @@ def convert_table(
     -------
     dest : str
     """
+    # column names given on the command line may arrive as numbers ("--value 3")
+    row_key, col_key, value, weight, feature_list, feature_indices, feature_values, \
+        feature_key, label_list, class_column, target = (
+            None if c is None else str(c)
+            for c in (row_key, col_key, value, weight, feature_list, feature_indices,
+                      feature_values, feature_key, label_list, class_column, target)
+        )
     if kind not in KINDS:
         raise _err("kind must be one of " + ", ".join(KINDS), kind,
                    "e.g. kind='interactions' (CLI --kind interactions)")
