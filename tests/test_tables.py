@@ -476,3 +476,16 @@ def test_hash_kernel_matches_its_numpy_twin():
     arr = pa.array(["pad"] + strings).slice(1)  # a sliced array: offsets start inside
     assert np.array_equal(hash_keys(arr, 7), naive_hash_strings(strings, 7))
     assert len(set(hash_keys(pa.array([str(i) for i in range(1000)])).tolist())) == 1000
+
+
+def test_bench_tables_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables.py at tiny size (structure only; no timing is asserted)."""
+    from benchmarks import bench_tables
+
+    res = bench_tables.main(["--rows", "3000", "--files", "3", "--bucket-nnz", "500",
+                             "--in-process", "--quiet", "--workdir", str(tmp_path)])
+    assert [r["keys"] for r in res["results"]] == ["int64", "string"]
+    for r in res["results"]:
+        assert r["convert_seconds"] > 0 and r["scan_seconds"] > 0 and r["convert_peak_rss"] > 0
+        ds = open_dataset(tmp_path / f"{r['keys']}.zarr")
+        assert ds["obs"].nnz <= 3000 and ds.n_rows == len(read_vocabulary(ds, "rows"))

@@ -430,10 +430,15 @@ class Vocabulary:
     def __init__(self, keys: pa.Array):
         self.keys = _norm_keys(_decode(keys))
         self._int = pa.types.is_integer(self.keys.type)
+        self._lut = None
         if self._int:
             k = self.keys.to_numpy()
             self._order = np.argsort(k, kind="stable")
             self._sorted = k[self._order]
+            if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
+                self._lo = int(k.min())
+                self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
+                self._lut[k - self._lo] = np.arange(k.size)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -445,6 +450,10 @@ class Vocabulary:
             return np.full(len(arr), -1, np.int64)
         if self._int:
             a = arr.to_numpy()
+            if self._lut is not None:
+                j = a - self._lo
+                ok = (j >= 0) & (j < self._lut.size)
+                return np.where(ok, self._lut[np.where(ok, j, 0)], -1)
             pos = np.minimum(np.searchsorted(self._sorted, a), max(self._sorted.size - 1, 0))
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
@@ -643,9 +652,13 @@ def _convert_pairs(
         nnz = np.zeros(n_rows, np.int64)
         for bi in range(len(buckets)):
             rec = buckets.load(bi, sort=False)
-            rec = rec[np.lexsort((rec["col"], rec["row"]))]  # stable: read order within a pair
-            rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
             r0, r1 = int(starts[bi]), int(starts[bi + 1])
+            if (r1 - r0) * max(n_cols, 1) < 2**62:  # one int64 key: faster than lexsort
+                order = np.argsort((rec["row"] - r0) * n_cols + rec["col"], kind="stable")
+            else:
+                order = np.lexsort((rec["col"], rec["row"]))
+            rec = rec[order]  # stable: read order within a pair
+            rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
             nnz[r0:r1] = np.bincount(rec["row"] - r0, minlength=r1 - r0)
             buckets.store(bi, rec)
         rv.write(os.path.join(tmp, "rows.parquet"))
