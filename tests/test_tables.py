@@ -489,3 +489,16 @@ def test_bench_tables_body_at_tiny_size(tmp_path):
         assert r["convert_seconds"] > 0 and r["scan_seconds"] > 0 and r["convert_peak_rss"] > 0
         ds = open_dataset(tmp_path / f"{r['keys']}.zarr")
         assert ds["obs"].nnz <= 3000 and ds.n_rows == len(read_vocabulary(ds, "rows"))
+
+
+def test_csv_files_whose_inferred_types_differ(tmp_path):
+    """CSV type inference gives int64 for '2' and double for '2.5': one numeric class, the
+    value read as float64 from both files; a key column of int in one and string in the
+    other is still an error."""
+    (tmp_path / "a.csv").write_text("r,c,v\n1,x,2\n")
+    (tmp_path / "b.csv").write_text("r,c,v\n2,y,2.5\n")
+    convert("csv", str(tmp_path / "*.csv"), str(tmp_path / "s.zarr"), **_inter())
+    assert _entries(tmp_path / "s.zarr") == {(1, "x"): 2.0, (2, "y"): 2.5}
+    (tmp_path / "b.csv").write_text("r,c,v\nk,y,2.5\n")
+    with pytest.raises(ConversionError, match="column 'r' is integer in .*a.csv but string"):
+        convert("csv", str(tmp_path / "*.csv"), str(tmp_path / "t.zarr"), **_inter())

@@ -29,8 +29,9 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it; also for labels and classes).  The input may come in any order: an
     external sort buckets entries by row range into temporary files and sorts each bucket
     (entries of a row end up sorted by column).  Duplicate ``(row, column)`` pairs are an
-    error naming them, unless ``duplicates`` is ``"last"`` (the last one read: files in sorted
-    path order, rows in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
+    error naming them, unless ``duplicates`` is ``"last"`` (the last one read: files in the
+    order given, a glob's or a folder's in sorted path order, rows in file order), ``"sum"`` or
+    ``"mean"`` (the weights follow the same rule).
 ``features``
     numeric columns (``feature_columns``) or one fixed-size list column (``feature_list``) ->
     dense ``"X"``; a list-of-indices column (``feature_indices``, with ``feature_values`` or
@@ -178,6 +179,8 @@ class TableSource:
         self.batch_rows = as_opt_int(batch_rows, "batch_rows", 1) or DEFAULT_BATCH_ROWS
         self._dataset = self._table = self._ddf = None
         self.format = None
+        if isinstance(src, pa.RecordBatch):
+            src = pa.Table.from_batches([src])
         if isinstance(src, pa.Table):
             self._table, self.name = src, "<pyarrow.Table>"
         elif _is_pandas(src):
@@ -230,9 +233,13 @@ class TableSource:
         else:
             file_format = ds.ParquetFileFormat()
         if len(paths) == 1 and not _has_magic(paths[0]) and isdir(paths[0]):
-            self._dataset = ds.dataset(
-                paths[0], format=file_format, filesystem=fs, partitioning="hive"
-            )
+
+            def make(schema=None):
+                return ds.dataset(paths[0], format=file_format, filesystem=fs,
+                                  partitioning="hive", schema=schema)
+
+            self._make = make
+            self._dataset = make()
         else:
             files = []
             for p in paths:
@@ -251,7 +258,12 @@ class TableSource:
                     raise _err("source does not exist", p, "check the path or URL", p)
                 else:
                     files.append(p)
-            self._dataset = ds.dataset(files, format=file_format, filesystem=fs)
+
+            def make(schema=None):
+                return ds.dataset(files, format=file_format, filesystem=fs, schema=schema)
+
+            self._make = make
+            self._dataset = make()
         if not self._dataset.files:
             raise _err("no data files found", self.name, "check the path", self.name)
 
@@ -262,7 +274,9 @@ class TableSource:
             return self._table.schema
         if self._dataset is not None:
             return self._dataset.schema
-        return self._partition(0).schema
+        if getattr(self, "_ddf_schema", None) is None:  # computes the first partition once
+            self._ddf_schema = self._partition(0).schema
+        return self._ddf_schema
 
     def _partition(self, i) -> pa.Table:
         part = self._ddf.get_partition(i).compute()
@@ -297,6 +311,7 @@ class TableSource:
         first = None
         import pyarrow.dataset as ds
 
+        promote = set()
         for frag in self._dataset.get_fragments():
             phys = frag.physical_schema
             part_names = set(ds.get_partition_keys(frag.partition_expression))
@@ -316,7 +331,9 @@ class TableSource:
                 first = (frag.path, classes)
                 continue
             for c, cls in classes.items():
-                if cls != first[1][c]:
+                if {cls, first[1][c]} == {"integer", "float"} and "float" in columns[c][1]:
+                    promote.add(c)  # CSV type inference: 1 in one file, 1.5 in another
+                elif cls != first[1][c]:
                     raise _err(
                         f"the schema changes between files: column {c!r} is {first[1][c]} in "
                         f"{first[0]} but {cls} in {frag.path}",
@@ -324,6 +341,11 @@ class TableSource:
                         "cast the column to one type in every file",
                         self.name,
                     )
+        if promote and getattr(self, "_make", None) is not None:
+            schema = self._dataset.schema
+            for c in promote:
+                schema = schema.set(schema.get_field_index(c), pa.field(c, pa.float64()))
+            self._dataset = self._make(schema)
 
     # -- reading ----------------------------------------------------------------------------
     def batches(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
