@@ -371,3 +371,7 @@ def test_table_converters_read_s3_for_every_kind(s3, tmp_path):
     convert("csv", f"s3://{base}/feat.csv", str(tmp_path / "f.zarr"), kind="features",
             feature_columns="a,b")
     assert open_dataset(tmp_path / "f.zarr")["X"].read().tolist() == [[1, 3], [2, 4]]
+    convert("parquet", f"s3://{base}/ratings", str(tmp_path / "v.zarr"), kind="views",
+            views="user=u;item=i", target="r")
+    v = open_dataset(tmp_path / "v.zarr")
+    assert v["X0"].shape == (4, 4) and v["y"].read().ravel().tolist() == [1.0, 3.0, 2.0, 3.0]

@@ -157,10 +157,11 @@ def _inter(**kw):
     ],
 )
 def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
-    dest = tmp_path / "bad.zarr"
+    dest, scratch = tmp_path / "bad.zarr", tmp_path / "scratch"
+    scratch.mkdir()
     with pytest.raises(ConversionError, match=match):
-        convert_table(table, str(dest), batch_rows=1, **kw)
-    assert not dest.exists() and _left_behind(tmp_path) == []
+        convert_table(table, str(dest), batch_rows=1, tmpdir=str(scratch), **kw)
+    assert not dest.exists() and _left_behind(tmp_path) == [] and os.listdir(scratch) == []
 
 
 def test_schema_change_between_files(tmp_path):
