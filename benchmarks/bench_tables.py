@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -80,7 +79,9 @@ def _run(kind, src, dest, bucket, in_process):
         return json.loads(buf.getvalue())
     out = subprocess.run(
         [sys.executable, "-c", _CHILD, kind, src, dest, str(bucket)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -104,10 +105,14 @@ def main(argv=None):
         dest = os.path.join(work, f"{tag}.zarr")
         conv = _run("convert", src, dest, a.bucket_nnz, a.in_process)
         r = {
-            "keys": tag, "rows": a.rows, "files": a.files,
-            "scan_seconds": scan["seconds"], "convert_seconds": conv["seconds"],
+            "keys": tag,
+            "rows": a.rows,
+            "files": a.files,
+            "scan_seconds": scan["seconds"],
+            "convert_seconds": conv["seconds"],
             "ratio_to_scan": conv["seconds"] / max(scan["seconds"], 1e-9),
-            "scan_peak_rss": scan["peak_rss"], "convert_peak_rss": conv["peak_rss"],
+            "scan_peak_rss": scan["peak_rss"],
+            "convert_peak_rss": conv["peak_rss"],
         }
         results.append(r)
         if not a.quiet:
@@ -116,8 +121,7 @@ def main(argv=None):
                 f"convert {r['convert_seconds']:.2f} s ({r['ratio_to_scan']:.1f}x), peak RSS "
                 f"{r['convert_peak_rss'] / 2**20:.0f} MiB (scan {r['scan_peak_rss'] / 2**20:.0f})"
             )
-    res = {"benchmark": "tables", "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-           "results": results}
+    res = {"benchmark": "tables", "time": time.strftime("%Y-%m-%dT%H:%M:%S"), "results": results}
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -1681,12 +1681,22 @@ def read_side_file(url, rel) -> bytes:
     man = _load_manifest(url, meta) or {}
     entry = man.get("/files", {}).get(rel)
     if entry is None:
-        raise StoreError(url, rel, "the store has no such side file", None,
-                         "write the store with a converter that records it")
+        raise StoreError(
+            url,
+            rel,
+            "the store has no such side file",
+            None,
+            "write the store with a converter that records it",
+        )
     data = _read_file(url, rel)
     if [len(data), zlib.crc32(data)] != list(entry):
-        raise StoreError(url, rel, "side file fails its size/CRC-32 check", None,
-                         "The store is corrupt; write it again")
+        raise StoreError(
+            url,
+            rel,
+            "side file fails its size/CRC-32 check",
+            None,
+            "The store is corrupt; write it again",
+        )
     return data
 
 

@@ -355,23 +355,48 @@ def test_table_converters_read_s3_for_every_kind(s3, tmp_path):
     with fs.open(f"{base}/feat.csv", "wb") as f:
         pcsv.write_csv(pa.table({"a": [1.0, 2.0], "b": [3, 4]}), f)
     dest = f"s3://{BUCKET}/tables/obs.zarr"
-    convert("parquet", f"s3://{base}/ratings/*.parquet", dest, kind="interactions",
-            row_key="u", col_key="i", value="r")
+    convert(
+        "parquet",
+        f"s3://{base}/ratings/*.parquet",
+        dest,
+        kind="interactions",
+        row_key="u",
+        col_key="i",
+        value="r",
+    )
     assert read_vocabulary(dest, "rows").to_pylist() == ["u0", "u1", "u9"]
     assert open_dataset(dest)["obs"].read().toarray().tolist() == [
         [1, 0, 0, 0],
         [0, 2, 0, 0],
         [0, 0, 3, 3],
     ]
-    convert("parquet", f"s3://{base}/docs", str(tmp_path / "l.zarr"), kind="labels",
-            label_list="tags", class_column=None, row_key="doc")
+    convert(
+        "parquet",
+        f"s3://{base}/docs",
+        str(tmp_path / "l.zarr"),
+        kind="labels",
+        label_list="tags",
+        class_column=None,
+        row_key="doc",
+    )
     lab = open_dataset(tmp_path / "l.zarr")
     assert lab["Y"].read().toarray().tolist() == [[1, 0], [1, 1]]
     assert lab.attrs["label_names"] == ["x", "y"]
-    convert("csv", f"s3://{base}/feat.csv", str(tmp_path / "f.zarr"), kind="features",
-            feature_columns="a,b")
+    convert(
+        "csv",
+        f"s3://{base}/feat.csv",
+        str(tmp_path / "f.zarr"),
+        kind="features",
+        feature_columns="a,b",
+    )
     assert open_dataset(tmp_path / "f.zarr")["X"].read().tolist() == [[1, 3], [2, 4]]
-    convert("parquet", f"s3://{base}/ratings", str(tmp_path / "v.zarr"), kind="views",
-            views="user=u;item=i", target="r")
+    convert(
+        "parquet",
+        f"s3://{base}/ratings",
+        str(tmp_path / "v.zarr"),
+        kind="views",
+        views="user=u;item=i",
+        target="r",
+    )
     v = open_dataset(tmp_path / "v.zarr")
     assert v["X0"].shape == (4, 4) and v["y"].read().ravel().tolist() == [1.0, 3.0, 2.0, 3.0]

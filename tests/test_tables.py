@@ -64,8 +64,16 @@ def test_movielens_parquet_string_keys_equals_convert_movielens(tmp_path, u1):
     for k, s in enumerate(range(0, len(a), 30000)):  # a directory of three files
         pq.write_table(t.slice(s, 30000), d / f"part-{k}.parquet", row_group_size=4000)
     convert(
-        "parquet", str(d), str(tmp_path / "t.zarr"), kind="interactions", row_key="user_id",
-        col_key="movie_id", value="rating", batch_rows=5000, bucket_nnz=9000, block_rows=100,
+        "parquet",
+        str(d),
+        str(tmp_path / "t.zarr"),
+        kind="interactions",
+        row_key="user_id",
+        col_key="movie_id",
+        value="rating",
+        batch_rows=5000,
+        bucket_nnz=9000,
+        block_rows=100,
     )
     convert("movielens", src, str(tmp_path / "m.zarr"))
     m = _obs(tmp_path / "m.zarr")
@@ -86,31 +94,62 @@ def test_int_keys_from_pandas_and_csv(tmp_path, u1):
     src, a = u1
     a = a[:3000]
     df = pd.DataFrame({"u": a[:, 0] * 1000, "i": a[:, 1], "r": a[:, 2].astype(float)})
-    convert_table(df, str(tmp_path / "p.zarr"), kind="interactions", row_key="u", col_key="i",
-                  value="r", batch_rows=700)
+    convert_table(
+        df,
+        str(tmp_path / "p.zarr"),
+        kind="interactions",
+        row_key="u",
+        col_key="i",
+        value="r",
+        batch_rows=700,
+    )
     pcsv.write_csv(pa.Table.from_pandas(df), tmp_path / "r.csv")
-    convert("csv", str(tmp_path / "r.csv"), str(tmp_path / "c.zarr"), kind="interactions",
-            row_key="u", col_key="i", value="r")
+    convert(
+        "csv",
+        str(tmp_path / "r.csv"),
+        str(tmp_path / "c.zarr"),
+        kind="interactions",
+        row_key="u",
+        col_key="i",
+        value="r",
+    )
     want = {(int(u) * 1000, int(i)): float(r) for u, i, r in a[:, :3]}
     assert _entries(tmp_path / "p.zarr") == want == _entries(tmp_path / "c.zarr")
     assert read_vocabulary(tmp_path / "p.zarr", "rows").type == pa.int64()
 
 
 def _dups():
-    return pa.table({"r": ["a", "b", "a", "a", "b"], "c": [1, 2, 1, 3, 2],
-                     "v": [1.0, 2.0, 5.0, 7.0, 4.0], "w": [1.0, 1.0, 3.0, 1.0, 2.0]})
+    return pa.table(
+        {
+            "r": ["a", "b", "a", "a", "b"],
+            "c": [1, 2, 1, 3, 2],
+            "v": [1.0, 2.0, 5.0, 7.0, 4.0],
+            "w": [1.0, 1.0, 3.0, 1.0, 2.0],
+        }
+    )
 
 
 @pytest.mark.parametrize(
     "policy, want",
-    [("last", {("a", 1): 5.0, ("a", 3): 7.0, ("b", 2): 4.0}),
-     ("sum", {("a", 1): 6.0, ("a", 3): 7.0, ("b", 2): 6.0}),
-     ("mean", {("a", 1): 3.0, ("a", 3): 7.0, ("b", 2): 3.0})],
+    [
+        ("last", {("a", 1): 5.0, ("a", 3): 7.0, ("b", 2): 4.0}),
+        ("sum", {("a", 1): 6.0, ("a", 3): 7.0, ("b", 2): 6.0}),
+        ("mean", {("a", 1): 3.0, ("a", 3): 7.0, ("b", 2): 3.0}),
+    ],
 )
 def test_duplicate_policies(tmp_path, policy, want):
     dest = tmp_path / "d.zarr"
-    convert_table(_dups(), str(dest), kind="interactions", row_key="r", col_key="c", value="v",
-                  weight="w", duplicates=policy, batch_rows=2)
+    convert_table(
+        _dups(),
+        str(dest),
+        kind="interactions",
+        row_key="r",
+        col_key="c",
+        value="v",
+        weight="w",
+        duplicates=policy,
+        batch_rows=2,
+    )
     assert _entries(dest) == want
     w = open_dataset(dest)["weight"].read()
     assert w.nnz == 3
@@ -120,17 +159,31 @@ def test_duplicate_policies(tmp_path, policy, want):
 
 def test_vocabulary_from_a_training_store(tmp_path):
     train = pa.table({"r": ["x", "y", "z"], "c": ["p", "q", "p"], "v": [1.0, 2.0, 3.0]})
-    convert_table(train, str(tmp_path / "tr.zarr"), kind="interactions", row_key="r",
-                  col_key="c", value="v")
+    convert_table(
+        train, str(tmp_path / "tr.zarr"), kind="interactions", row_key="r", col_key="c", value="v"
+    )
     test = pa.table({"r": ["z"], "c": ["q"], "v": [4.0]})
-    convert_table(test, str(tmp_path / "te.zarr"), kind="interactions", row_key="r",
-                  col_key="c", value="v", vocabulary_from=str(tmp_path / "tr.zarr"))
+    convert_table(
+        test,
+        str(tmp_path / "te.zarr"),
+        kind="interactions",
+        row_key="r",
+        col_key="c",
+        value="v",
+        vocabulary_from=str(tmp_path / "tr.zarr"),
+    )
     o = _obs(tmp_path / "te.zarr")
     assert o.shape == (3, 2) and (o.row.tolist(), o.col.tolist()) == ([2], [1])
     with pytest.raises(ConversionError, match="'w'.*not in the vocabulary"):
-        convert_table(pa.table({"r": ["w"], "c": ["q"], "v": [1.0]}), str(tmp_path / "x.zarr"),
-                      kind="interactions", row_key="r", col_key="c", value="v",
-                      vocabulary_from=str(tmp_path / "tr.zarr"))
+        convert_table(
+            pa.table({"r": ["w"], "c": ["q"], "v": [1.0]}),
+            str(tmp_path / "x.zarr"),
+            kind="interactions",
+            row_key="r",
+            col_key="c",
+            value="v",
+            vocabulary_from=str(tmp_path / "tr.zarr"),
+        )
 
 
 def _inter(**kw):
@@ -141,17 +194,24 @@ def _inter(**kw):
     "table, kw, match",
     [
         (pa.table({"r": [1, 2], "c": [1, 2]}), _inter(), "value column 'v' is missing"),
-        (pa.table({"r": ["a", None], "c": [1, 2], "v": [1.0, 2.0]}), _inter(),
-         "row key column 'r' holds a null \\(row 1"),
-        (pa.table({"r": [1, 2], "c": [1, 2], "v": ["x", "y"]}), _inter(),
-         "value column 'v' has type string"),
-        (pa.table({"r": [1, 2], "c": [1, 2], "v": [1.0, np.nan]}), _inter(),
-         "non-finite value"),
+        (
+            pa.table({"r": ["a", None], "c": [1, 2], "v": [1.0, 2.0]}),
+            _inter(),
+            "row key column 'r' holds a null \\(row 1",
+        ),
+        (
+            pa.table({"r": [1, 2], "c": [1, 2], "v": ["x", "y"]}),
+            _inter(),
+            "value column 'v' has type string",
+        ),
+        (pa.table({"r": [1, 2], "c": [1, 2], "v": [1.0, np.nan]}), _inter(), "non-finite value"),
         (_dups(), _inter(), r"duplicate \(row, column\) pairs.*\('a', 1\)"),
-        (pa.table({"tags": [["x"], ["y", None]]}), dict(kind="labels", label_list="tags"),
-         "list of row 1 of the table holds a null"),
-        (pa.table({"tags": [["x"], None]}), dict(kind="labels", label_list="tags"),
-         "holds a null"),
+        (
+            pa.table({"tags": [["x"], ["y", None]]}),
+            dict(kind="labels", label_list="tags"),
+            "list of row 1 of the table holds a null",
+        ),
+        (pa.table({"tags": [["x"], None]}), dict(kind="labels", label_list="tags"), "holds a null"),
         (pa.table({"a": [1.0]}), dict(kind="labels"), "needs label_list or class_column"),
         (pa.table({"a": [1.0]}), dict(kind="matrix"), "kind must be one of"),
     ],
@@ -169,17 +229,25 @@ def test_schema_change_between_files(tmp_path):
     d.mkdir()
     pq.write_table(pa.table({"r": [1], "c": [1], "v": [1.0]}), d / "a.parquet")
     pq.write_table(pa.table({"r": ["x"], "c": [1], "v": [1.0]}), d / "b.parquet")
-    with pytest.raises(ConversionError, match="schema changes between files: column 'r' is "
-                       "integer in .*a.parquet but string in .*b.parquet"):
+    with pytest.raises(
+        ConversionError,
+        match="schema changes between files: column 'r' is "
+        "integer in .*a.parquet but string in .*b.parquet",
+    ):
         convert("parquet", str(d / "*.parquet"), str(tmp_path / "s.zarr"), **_inter())
     pq.write_table(pa.table({"r": [1], "v": [1.0]}), d / "b.parquet")
     with pytest.raises(ConversionError, match="column 'c' is missing from .*b.parquet"):
         convert("parquet", str(d), str(tmp_path / "s.zarr"), **_inter())
     # int32 in one file, int64 in another: one type class, converted
-    pq.write_table(pa.table({"r": pa.array([2], pa.int32()), "c": [1], "v": [2.0]}),
-                   d / "b.parquet")
-    convert("parquet", [str(d / "a.parquet"), str(d / "b.parquet")], str(tmp_path / "s.zarr"),
-            **_inter())
+    pq.write_table(
+        pa.table({"r": pa.array([2], pa.int32()), "c": [1], "v": [2.0]}), d / "b.parquet"
+    )
+    convert(
+        "parquet",
+        [str(d / "a.parquet"), str(d / "b.parquet")],
+        str(tmp_path / "s.zarr"),
+        **_inter(),
+    )
     assert _entries(tmp_path / "s.zarr") == {(1, 1): 1.0, (2, 1): 2.0}
     assert not (tmp_path / "missing.zarr").exists() and _left_behind(tmp_path) == []
 
@@ -191,8 +259,12 @@ def test_dask_partitions_and_schema_change(tmp_path):
     ddf = dd.from_pandas(df, npartitions=2)
     convert_table(ddf, str(tmp_path / "d.zarr"), **_inter())
     assert _entries(tmp_path / "d.zarr") == {(3, 1): 1.0, (1, 1): 2.0, (2, 2): 3.0, (1, 2): 4.0}
-    bad = dd.concat([dd.from_pandas(df.iloc[:2], npartitions=1),
-                     dd.from_pandas(df.iloc[2:].astype({"r": str}), npartitions=1)])
+    bad = dd.concat(
+        [
+            dd.from_pandas(df.iloc[:2], npartitions=1),
+            dd.from_pandas(df.iloc[2:].astype({"r": str}), npartitions=1),
+        ]
+    )
     with pytest.raises(ConversionError, match="schema changes between partitions"):
         convert_table(bad, str(tmp_path / "e.zarr"), **_inter())
     assert not (tmp_path / "e.zarr").exists()
@@ -214,14 +286,26 @@ def test_bibtex_table_equals_convert_arff(tmp_path):
             "doc": [f"d{i}" for i in rows],
             "idx": [X.indices[X.indptr[i] : X.indptr[i + 1]].tolist() for i in rows],
             "val": [X.data[X.indptr[i] : X.indptr[i + 1]].tolist() for i in rows],
-            "tags": [rng.permutation(names[Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]).tolist()
-                     for i in rows],
+            "tags": [
+                rng.permutation(names[Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]).tolist()
+                for i in rows
+            ],
         }
     )
     pq.write_table(table, tmp_path / "bibtex.parquet", row_group_size=1000)
-    convert("parquet", str(tmp_path / "bibtex.parquet"), str(tmp_path / "t.zarr"), kind="labels",
-            row_key="doc", feature_indices="idx", feature_values="val", n_features=X.shape[1],
-            label_list="tags", labels=list(names), batch_rows=777)
+    convert(
+        "parquet",
+        str(tmp_path / "bibtex.parquet"),
+        str(tmp_path / "t.zarr"),
+        kind="labels",
+        row_key="doc",
+        feature_indices="idx",
+        feature_values="val",
+        n_features=X.shape[1],
+        label_list="tags",
+        labels=list(names),
+        batch_rows=777,
+    )
     t = open_dataset(tmp_path / "t.zarr")
     X2, Y2 = t["X"].read(), t["Y"].read()
     assert t["X"].kind == "csr" and t["Y"].kind == "csr" and t["Y"].dtype == np.float32
@@ -230,8 +314,13 @@ def test_bibtex_table_equals_convert_arff(tmp_path):
     assert t.attrs["label_names"] == ds.attrs["label_names"]
     assert read_vocabulary(t, "rows")[5].as_py() == "d5"
     # without labels=: the sorted vocabulary, the same matrix with permuted columns
-    convert("parquet", str(tmp_path / "bibtex.parquet"), str(tmp_path / "s.zarr"), kind="labels",
-            label_list="tags")
+    convert(
+        "parquet",
+        str(tmp_path / "bibtex.parquet"),
+        str(tmp_path / "s.zarr"),
+        kind="labels",
+        label_list="tags",
+    )
     s = open_dataset(tmp_path / "s.zarr")
     order = np.argsort(names.astype(str))
     assert s.attrs["label_names"] == sorted(names) and "X" not in s
@@ -248,34 +337,54 @@ def test_features_dense_list_long_and_class(tmp_path):
             "cls": pa.array(["dog", "cat", "dog"]).dictionary_encode(),
         }
     )
-    convert_table(t, str(tmp_path / "d.zarr"), kind="features", feature_columns="a,b",
-                  class_column="cls", row_key="id", batch_rows=2)
+    convert_table(
+        t,
+        str(tmp_path / "d.zarr"),
+        kind="features",
+        feature_columns="a,b",
+        class_column="cls",
+        row_key="id",
+        batch_rows=2,
+    )
     d = open_dataset(tmp_path / "d.zarr")
     assert np.array_equal(d["X"].read(), [[1, 4], [2, 5], [3, 6]])
     assert d["y"].read().ravel().tolist() == [1.0, 0.0, 1.0]
     assert d.attrs["class_names"] == ["cat", "dog"] and d.attrs["feature_names"] == ["a", "b"]
     assert read_vocabulary(d, "rows").to_pylist() == [10, 11, 12]
-    convert_table(t, str(tmp_path / "e.zarr"), kind="features", feature_list="emb",
-                  dtype="float32")
+    convert_table(t, str(tmp_path / "e.zarr"), kind="features", feature_list="emb", dtype="float32")
     e = open_dataset(tmp_path / "e.zarr")["X"]
     assert e.dtype == np.float32 and np.array_equal(e.read(), [[1, 0], [0, 1], [2, 2]])
-    long = pa.table({"doc": ["d2", "d1", "d2"], "word": ["the", "cat", "cat"],
-                     "n": [3, 1, 1]})
-    convert_table(long, str(tmp_path / "l.zarr"), kind="features", row_key="doc",
-                  feature_key="word", value="n")
+    long = pa.table({"doc": ["d2", "d1", "d2"], "word": ["the", "cat", "cat"], "n": [3, 1, 1]})
+    convert_table(
+        long,
+        str(tmp_path / "l.zarr"),
+        kind="features",
+        row_key="doc",
+        feature_key="word",
+        value="n",
+    )
     lx = open_dataset(tmp_path / "l.zarr")["X"]
     assert lx.kind == "csr" and lx.read().toarray().tolist() == [[1, 0], [1, 3]]
     assert read_vocabulary(tmp_path / "l.zarr", "cols").to_pylist() == ["cat", "the"]
     with pytest.raises(ConversionError, match="one length"):
-        convert_table(pa.table({"e": [[1.0], [1.0, 2.0]]}), str(tmp_path / "f.zarr"),
-                      kind="features", feature_list="e")
+        convert_table(
+            pa.table({"e": [[1.0], [1.0, 2.0]]}),
+            str(tmp_path / "f.zarr"),
+            kind="features",
+            feature_list="e",
+        )
 
 
 def test_topk_parquet_carries_the_keys(tmp_path):
     t = pa.table({"r": ["ann", "bob"], "c": ["i9", "i1"], "v": [1.0, 2.0]})
     convert_table(t, str(tmp_path / "s.zarr"), **_inter())
-    out = topk_to_parquet(tmp_path / "top.parquet", [[1, 0], [0, 1]], [[0.9, 0.1], [0.8, 0.7]],
-                          store=str(tmp_path / "s.zarr"), rows=[1, 0])
+    out = topk_to_parquet(
+        tmp_path / "top.parquet",
+        [[1, 0], [0, 1]],
+        [[0.9, 0.1], [0.8, 0.7]],
+        store=str(tmp_path / "s.zarr"),
+        rows=[1, 0],
+    )
     got = pq.read_table(out).to_pylist()
     assert got[0] == {"row_key": "bob", "rank": 1, "key": "i9", "score": 0.9}
     assert [g["key"] for g in got] == ["i9", "i1", "i1", "i9"]
@@ -283,11 +392,26 @@ def test_topk_parquet_carries_the_keys(tmp_path):
 
 
 def test_cli_convert_parquet(tmp_path, capsys):
-    pq.write_table(pa.table({"user": ["a", "b"], "item": [5, 6], "rating": [1.0, 2.0]}),
-                   tmp_path / "r.parquet")
-    rc = main(["convert", "parquet", str(tmp_path / "r.parquet"), str(tmp_path / "s.zarr"),
-               "--kind", "interactions", "--row-key", "user", "--col-key", "item",
-               "--value", "rating", "-q"])
+    pq.write_table(
+        pa.table({"user": ["a", "b"], "item": [5, 6], "rating": [1.0, 2.0]}), tmp_path / "r.parquet"
+    )
+    rc = main(
+        [
+            "convert",
+            "parquet",
+            str(tmp_path / "r.parquet"),
+            str(tmp_path / "s.zarr"),
+            "--kind",
+            "interactions",
+            "--row-key",
+            "user",
+            "--col-key",
+            "item",
+            "--value",
+            "rating",
+            "-q",
+        ]
+    )
     assert rc == 0 and _entries(tmp_path / "s.zarr") == {("a", 5): 1.0, ("b", 6): 2.0}
     with pytest.raises(SystemExit):
         main(["convert", "--help"])
@@ -304,8 +428,16 @@ def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
     lab = [[tags[j] for j in range(3) if X[i, j] > 0] for i in range(120)]
 
     def table(s):
-        return pa.table({"doc": [f"doc{i}" for i in s], "a": X[s, 0], "b": X[s, 1],
-                         "c": X[s, 2], "d": X[s, 3], "tags": [lab[i] for i in s]})
+        return pa.table(
+            {
+                "doc": [f"doc{i}" for i in s],
+                "a": X[s, 0],
+                "b": X[s, 1],
+                "c": X[s, 2],
+                "d": X[s, 3],
+                "tags": [lab[i] for i in s],
+            }
+        )
 
     tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
     kw = dict(kind="labels", row_key="doc", feature_columns="a,b,c,d", label_list="tags")
@@ -317,13 +449,21 @@ def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
     model = str(tmp_path / "m")
     assert main(["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "3", "-q"]) == 0
     out = str(tmp_path / "top.parquet")
-    assert main(["predict", model, te, str(tmp_path / "p.zarr"), "--top-k", "2",
-                 "--parquet", out, "-q"]) == 0
+    assert (
+        main(
+            ["predict", model, te, str(tmp_path / "p.zarr"), "--top-k", "2", "--parquet", out, "-q"]
+        )
+        == 0
+    )
     got = pq.read_table(out).to_pylist()
     assert len(got) == 20 and got[0]["row_key"] == "doc100" and got[2]["row_key"] == "doc102"
     assert {g["key"] for g in got} <= set(tags) and [g["rank"] for g in got[:2]] == [1, 2]
-    assert main(["predict", model, te, str(tmp_path / "q.zarr"), "--top-k", "2",
-                 "--parquet", out, "-q"]) == 2
+    assert (
+        main(
+            ["predict", model, te, str(tmp_path / "q.zarr"), "--top-k", "2", "--parquet", out, "-q"]
+        )
+        == 2
+    )
     assert "--parquet must not exist" in capsys.readouterr().err
 
 
@@ -402,8 +542,14 @@ def test_movielens_views_from_joined_tables_equal_convert_movielens_views(tmp_pa
     full = str(tmp_path / "full.zarr")
     convert_table(_ml_joined(data_file(ml, "u.data.gz"), *side), full, **kw)
     t = str(tmp_path / "t.zarr")
-    convert_table(_ml_joined(data_file(ml, "u1.base.gz"), *side), t, vocabulary_from=full,
-                  kind="views", target="rating", dtype="float32")
+    convert_table(
+        _ml_joined(data_file(ml, "u1.base.gz"), *side),
+        t,
+        vocabulary_from=full,
+        kind="views",
+        target="rating",
+        dtype="float32",
+    )
     m = str(tmp_path / "m.zarr")
     convert("movielens_views", data_file(ml, "u1.base.gz"), m)
     a, b = open_dataset(t), open_dataset(m)
@@ -415,9 +561,16 @@ def test_movielens_views_from_joined_tables_equal_convert_movielens_views(tmp_pa
 
 
 def test_views_other_bucket_hashing_and_unseen(tmp_path):
-    t = pa.table({"user": [1, 2, 1, 3], "age": [20.0, 30.0, 20.0, 0.0],
-                  "g": ["F", "M", "F", None], "item": ["a", "b", "c", "a"],
-                  "genres": [[0, 2], [1], [], [2]], "r": [4.0, 3.0, 5.0, 1.0]})
+    t = pa.table(
+        {
+            "user": [1, 2, 1, 3],
+            "age": [20.0, 30.0, 20.0, 0.0],
+            "g": ["F", "M", "F", None],
+            "item": ["a", "b", "c", "a"],
+            "genres": [[0, 2], [1], [], [2]],
+            "r": [4.0, 3.0, 5.0, 1.0],
+        }
+    )
     v = {"user": ["user", "age", "g"], "item": ["item", "genres"]}
     tr = str(tmp_path / "v.zarr")
     convert_table(t, tr, kind="views", views=v, target="r", min_count=2, batch_rows=3)
@@ -425,19 +578,33 @@ def test_views_other_bucket_hashing_and_unseen(tmp_path):
     # user: {1} + other, age, g: {F} + other (M rare, null missing); item {a} + other,
     # genres {2} + other
     assert d["X0"].read().toarray().tolist() == [
-        [1, 0, 20, 1, 0], [0, 1, 30, 0, 1], [1, 0, 20, 1, 0], [0, 1, 0, 0, 1]]
-    assert d["X1"].read().toarray().tolist() == [[1, 0, 1, 1], [0, 1, 0, 1], [0, 1, 0, 0],
-                                                 [1, 0, 1, 0]]
+        [1, 0, 20, 1, 0],
+        [0, 1, 30, 0, 1],
+        [1, 0, 20, 1, 0],
+        [0, 1, 0, 0, 1],
+    ]
+    assert d["X1"].read().toarray().tolist() == [
+        [1, 0, 1, 1],
+        [0, 1, 0, 1],
+        [0, 1, 0, 0],
+        [1, 0, 1, 0],
+    ]
     # a test table: unseen values go to 'other', no error
-    t2 = pa.table({"user": [9], "age": [1.0], "g": ["X"], "item": ["a"], "genres": [[5]],
-                   "r": [1.0]})
+    t2 = pa.table(
+        {"user": [9], "age": [1.0], "g": ["X"], "item": ["a"], "genres": [[5]], "r": [1.0]}
+    )
     convert_table(t2, str(tmp_path / "t.zarr"), kind="views", vocabulary_from=tr, target="r")
     assert open_dataset(tmp_path / "t.zarr")["X0"].read().toarray().tolist() == [[0, 1, 1, 0, 1]]
     # without 'other': the unseen value is an error naming it, nothing written
     convert_table(t, str(tmp_path / "n.zarr"), kind="views", views=v, target="r", other=False)
     with pytest.raises(ConversionError, match="value 9 of column 'user' is not in the vocab"):
-        convert_table(t2, str(tmp_path / "u.zarr"), kind="views", target="r",
-                      vocabulary_from=str(tmp_path / "n.zarr"))
+        convert_table(
+            t2,
+            str(tmp_path / "u.zarr"),
+            kind="views",
+            target="r",
+            vocabulary_from=str(tmp_path / "n.zarr"),
+        )
     assert not (tmp_path / "u.zarr").exists()
     # signed hashing: n columns per view, +-1 entries, same result for the test table's keys
     convert_table(t, str(tmp_path / "h.zarr"), kind="views", views=v, hash_features=16)
@@ -445,8 +612,9 @@ def test_views_other_bucket_hashing_and_unseen(tmp_path):
     x0 = h["X0"].read()
     assert x0.shape == (4, 16) and set(np.abs(x0.data)) <= {1.0, 20.0, 30.0}
     assert (x0[0] != x0[2]).nnz == 0 and "y" not in h
-    convert_table(t2, str(tmp_path / "h2.zarr"), kind="views", vocabulary_from=str(
-        tmp_path / "h.zarr"))
+    convert_table(
+        t2, str(tmp_path / "h2.zarr"), kind="views", vocabulary_from=str(tmp_path / "h.zarr")
+    )
     from ooc_lowrank.io.tables import _name_seed, hash_keys
 
     hh = int(hash_keys(pa.array(["a"]), _name_seed("item"))[0])
@@ -483,8 +651,20 @@ def test_bench_tables_body_at_tiny_size(tmp_path):
     """benchmarks/bench_tables.py at tiny size (structure only; no timing is asserted)."""
     from benchmarks import bench_tables
 
-    res = bench_tables.main(["--rows", "3000", "--files", "3", "--bucket-nnz", "500",
-                             "--in-process", "--quiet", "--workdir", str(tmp_path)])
+    res = bench_tables.main(
+        [
+            "--rows",
+            "3000",
+            "--files",
+            "3",
+            "--bucket-nnz",
+            "500",
+            "--in-process",
+            "--quiet",
+            "--workdir",
+            str(tmp_path),
+        ]
+    )
     assert [r["keys"] for r in res["results"]] == ["int64", "string"]
     for r in res["results"]:
         assert r["convert_seconds"] > 0 and r["scan_seconds"] > 0 and r["convert_peak_rss"] > 0

@@ -26,12 +26,12 @@ Four targets (``kind``):
     are stored in the store (``side/rows.parquet``, ``side/cols.parquet``, one column ``key``;
     row ``i`` holds the key of index ``i``) and read back by :func:`read_vocabulary`.
     ``vocabulary_from=STORE`` reuses a training store's vocabularies (a test table then indexes
-    the same matrix; an unseen key is an error naming it; also for labels and classes).  The input may come in any order: an
-    external sort buckets entries by row range into temporary files and sorts each bucket
-    (entries of a row end up sorted by column).  Duplicate ``(row, column)`` pairs are an
-    error naming them, unless ``duplicates`` is ``"last"`` (the last one read: files in the
-    order given, a glob's or a folder's in sorted path order, rows in file order), ``"sum"`` or
-    ``"mean"`` (the weights follow the same rule).
+    the same matrix; an unseen key is an error naming it; also for labels and classes).  The
+    input may come in any order: an external sort buckets entries by row range into temporary
+    files and sorts each bucket (entries of a row end up sorted by column).  Duplicate
+    ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
+    last one read: files in the order given, a glob's or a folder's in sorted path order, rows
+    in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
 ``features``
     numeric columns (``feature_columns``) or one fixed-size list column (``feature_list``) ->
     dense ``"X"``; a list-of-indices column (``feature_indices``, with ``feature_values`` or
@@ -235,8 +235,9 @@ class TableSource:
         if len(paths) == 1 and not _has_magic(paths[0]) and isdir(paths[0]):
 
             def make(schema=None):
-                return ds.dataset(paths[0], format=file_format, filesystem=fs,
-                                  partitioning="hive", schema=schema)
+                return ds.dataset(
+                    paths[0], format=file_format, filesystem=fs, partitioning="hive", schema=schema
+                )
 
             self._make = make
             self._dataset = make()
@@ -556,8 +557,9 @@ def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
         return rec
     if policy == "error":
         dup = np.flatnonzero(~new)[:3]
-        pairs = [(rv.keys[int(rec["row"][k])].as_py(), cv.keys[int(rec["col"][k])].as_py())
-                 for k in dup]
+        pairs = [
+            (rv.keys[int(rec["row"][k])].as_py(), cv.keys[int(rec["col"][k])].as_py()) for k in dup
+        ]
         raise _err(
             f"duplicate ({roles[0]}, {roles[1]}) pairs: {int((~new).sum())} repeat(s) in one "
             f"bucket, e.g. {pairs}",
@@ -749,9 +751,22 @@ def _list_parts(arr, col, role, offset, src, allow_null_items=False):
 class _RowSpec:
     """What a row-aligned conversion reads and writes; ``validate`` is pass 1."""
 
-    def __init__(self, src, *, row_key, feature_columns, feature_list, feature_indices,
-                 feature_values, n_features, label_list, labels, class_column, dtype,
-                 vocabulary_from=None):
+    def __init__(
+        self,
+        src,
+        *,
+        row_key,
+        feature_columns,
+        feature_list,
+        feature_indices,
+        feature_values,
+        n_features,
+        label_list,
+        labels,
+        class_column,
+        dtype,
+        vocabulary_from=None,
+    ):
         self.src = src
         self.row_key = row_key
         self.fcols = _names(feature_columns)
@@ -775,16 +790,19 @@ class _RowSpec:
         if self.find:
             need[self.find] = ("feature index list", ("list<integer>",))
         if self.fval:
-            need[self.fval] = ("feature value list", ("list<integer>", "list<float>",
-                                                      "list<boolean>"))
+            need[self.fval] = (
+                "feature value list",
+                ("list<integer>", "list<float>", "list<boolean>"),
+            )
         if self.llist:
             need[self.llist] = ("label list", ("list<integer>", "list<string>"))
         if self.ccol:
             need[self.ccol] = ("class", _NUM + ("string",))
         src.check(need)
         self.columns = list(need)
-        self.class_is_key = bool(self.ccol) and _type_class(src.schema.field(self.ccol).type) \
-            == "string"
+        self.class_is_key = (
+            bool(self.ccol) and _type_class(src.schema.field(self.ccol).type) == "string"
+        )
 
     def validate(self):
         """Pass 1: every value checked, vocabularies and sizes found; returns the row count."""
@@ -800,8 +818,9 @@ class _RowSpec:
             for c in self.fcols:
                 _values(batch, c, "feature", offset, src)
             if self.flist:
-                lens, flat = _list_parts(batch.column(self.flist), self.flist, "feature list",
-                                         offset, src)
+                lens, flat = _list_parts(
+                    batch.column(self.flist), self.flist, "feature list", offset, src
+                )
                 if lens.size and (lens != (self.d or lens[0])).any():
                     k = int(np.flatnonzero(lens != (self.d or lens[0]))[0])
                     raise _err(
@@ -814,16 +833,22 @@ class _RowSpec:
                 self.d = self.d or (int(lens[0]) if lens.size else None)
                 _flat_values(flat, self.flist, src)
             if self.find:
-                lens, flat = _list_parts(batch.column(self.find), self.find, "feature index list",
-                                         offset, src)
+                lens, flat = _list_parts(
+                    batch.column(self.find), self.find, "feature index list", offset, src
+                )
                 ind = flat.cast(pa.int64()).to_numpy(zero_copy_only=False)
                 if ind.size and ind.min() < 0:
-                    raise _err(f"feature index list {self.find!r} holds a negative index",
-                               int(ind.min()), "indices are 0-based", src.name)
+                    raise _err(
+                        f"feature index list {self.find!r} holds a negative index",
+                        int(ind.min()),
+                        "indices are 0-based",
+                        src.name,
+                    )
                 max_index = max(max_index, int(ind.max()) if ind.size else -1)
                 if self.fval:
-                    vl, vflat = _list_parts(batch.column(self.fval), self.fval,
-                                            "feature value list", offset, src)
+                    vl, vflat = _list_parts(
+                        batch.column(self.fval), self.fval, "feature value list", offset, src
+                    )
                     if (vl != lens).any():
                         k = int(np.flatnonzero(vl != lens)[0])
                         raise _err(
@@ -835,16 +860,21 @@ class _RowSpec:
                         )
                     _flat_values(vflat, self.fval, src)
             if self.llist:
-                lens, flat = _list_parts(batch.column(self.llist), self.llist, "label list",
-                                         offset, src)
+                lens, flat = _list_parts(
+                    batch.column(self.llist), self.llist, "label list", offset, src
+                )
                 if lab_b is not None:
                     lab_b.add(_norm_keys(flat))
                 else:
                     idx = self.label_vocab.index(flat)
                     if (idx < 0).any():
                         bad = flat[int(np.flatnonzero(idx < 0)[0])].as_py()
-                        raise _err(f"label {bad!r} of column {self.llist!r} is not in labels=",
-                                   bad, "add it to labels=, or omit labels=", src.name)
+                        raise _err(
+                            f"label {bad!r} of column {self.llist!r} is not in labels=",
+                            bad,
+                            "add it to labels=, or omit labels=",
+                            src.name,
+                        )
             if self.ccol:
                 if cls_b is not None:
                     cls_b.add(_keys(batch, self.ccol, "class", offset, src))
@@ -853,8 +883,12 @@ class _RowSpec:
                     idx = self.class_vocab.index(keys)
                     if (idx < 0).any():
                         bad = keys[int(np.flatnonzero(idx < 0)[0])].as_py()
-                        raise _err(f"class {bad!r} is not in the classes of {self.vocabulary_from}",
-                                   bad, "drop rows of classes unseen in training", src.name)
+                        raise _err(
+                            f"class {bad!r} is not in the classes of {self.vocabulary_from}",
+                            bad,
+                            "drop rows of classes unseen in training",
+                            src.name,
+                        )
                 else:
                     _values(batch, self.ccol, "class", offset, src)
             offset += batch.num_rows
@@ -868,9 +902,12 @@ class _RowSpec:
             if self.n_features is None:
                 self.n_features = max_index + 1
             elif max_index >= self.n_features:
-                raise _err(f"feature index {max_index} out of range for n_features="
-                           f"{self.n_features}", max_index, "pass a larger n_features",
-                           src.name)
+                raise _err(
+                    f"feature index {max_index} out of range for n_features={self.n_features}",
+                    max_index,
+                    "pass a larger n_features",
+                    src.name,
+                )
         return offset
 
     def outputs(self):
@@ -919,10 +956,18 @@ class _RowSpec:
             ptr = np.zeros(n + 1, np.int64)
             np.cumsum(lens, out=ptr[1:])
             nums = np.arange(offset, offset + n)
-            ptr, ind, val = canonical_rows(src.name, nums, ptr, ind, val, "feature index",
-                                           dedupe=False)
-            check_range(src.name, nums, ptr, ind, self.n_features, "feature index",
-                        "pass a larger n_features")
+            ptr, ind, val = canonical_rows(
+                src.name, nums, ptr, ind, val, "feature index", dedupe=False
+            )
+            check_range(
+                src.name,
+                nums,
+                ptr,
+                ind,
+                self.n_features,
+                "feature index",
+                "pass a larger n_features",
+            )
             b["X"] = csr_from_parts(ptr, ind, val, self.n_features, self.dt)
         if self.llist:
             lens, flat = _list_parts(batch.column(self.llist), self.llist, "", offset, src)
@@ -930,8 +975,9 @@ class _RowSpec:
             ptr = np.zeros(n + 1, np.int64)
             np.cumsum(lens, out=ptr[1:])
             nums = np.arange(offset, offset + n)
-            ptr, ind, val = canonical_rows(src.name, nums, ptr, ind, np.ones(ind.size), "label",
-                                           dedupe=True)
+            ptr, ind, val = canonical_rows(
+                src.name, nums, ptr, ind, np.ones(ind.size), "label", dedupe=True
+            )
             b["Y"] = csr_from_parts(ptr, ind, val, len(self.label_vocab), np.float32)
         elif self.ccol:
             if self.class_vocab is not None:
@@ -945,8 +991,12 @@ class _RowSpec:
 def _flat_values(flat, col, src) -> np.ndarray:
     v = flat.cast(pa.float64()).to_numpy(zero_copy_only=False)
     if not np.isfinite(v).all():
-        raise _err(f"list column {col!r} holds a non-finite value", float(v[~np.isfinite(v)][0]),
-                   "impute or drop NaN/inf values before converting", src.name)
+        raise _err(
+            f"list column {col!r} holds a non-finite value",
+            float(v[~np.isfinite(v)][0]),
+            "impute or drop NaN/inf values before converting",
+            src.name,
+        )
     return v
 
 
@@ -993,9 +1043,17 @@ def _convert_rows(spec, dest, *, attrs, block_rows, tmpdir, overwrite, progress)
                 writer.close()
 
         try:
-            return write_blocks(dest, specs, blocks(), attrs=attrs, block_rows=block_rows,
-                                overwrite=overwrite, progress=progress, expected_rows=n,
-                                side_files=files)
+            return write_blocks(
+                dest,
+                specs,
+                blocks(),
+                attrs=attrs,
+                block_rows=block_rows,
+                overwrite=overwrite,
+                progress=progress,
+                expected_rows=n,
+                side_files=files,
+            )
         finally:
             if writer is not None and writer.is_open:
                 writer.close()
@@ -1074,8 +1132,20 @@ def _csr_summed(rows, cols, vals, n, n_cols, dt):
 class _ViewSpec:
     """kind="views": named groups of columns -> csr views ``X0..Xk`` (+ ``y``)."""
 
-    def __init__(self, src, *, views, numeric, min_count, other, hash_features, target,
-                 row_key, dtype, vocabulary_from):
+    def __init__(
+        self,
+        src,
+        *,
+        views,
+        numeric,
+        min_count,
+        other,
+        hash_features,
+        target,
+        row_key,
+        dtype,
+        vocabulary_from,
+    ):
         self.src, self.row_key, self.target = src, row_key, target
         self.dt = as_dtype(dtype)
         self.fixed = vocabulary_from
@@ -1085,8 +1155,11 @@ class _ViewSpec:
 
             st = open_dataset(getattr(vocabulary_from, "url", vocabulary_from)).attrs.get("views")
             if not st:
-                raise _err("vocabulary_from names a store without views settings",
-                           vocabulary_from, "pass the store converted with kind='views'")
+                raise _err(
+                    "vocabulary_from names a store without views settings",
+                    vocabulary_from,
+                    "pass the store converted with kind='views'",
+                )
             self.views, self.types = st["columns"], st["types"]
             self.min_count, self.other, self.hash = st["min_count"], st["other"], st["hash"]
             for col, name in st["vocabularies"].items():
@@ -1111,8 +1184,11 @@ class _ViewSpec:
                     else:
                         self.types[c] = "category"
         need = {}
-        allowed = {"numeric": _NUM, "category": _KEY + ("boolean",),
-                   "multi": ("list<integer>", "list<string>", "list<boolean>")}
+        allowed = {
+            "numeric": _NUM,
+            "category": _KEY + ("boolean",),
+            "multi": ("list<integer>", "list<string>", "list<boolean>"),
+        }
         for cols in self.views.values():
             for c in cols:
                 t = self.types.get(c, "category")
@@ -1184,13 +1260,15 @@ class _ViewSpec:
         return out
 
     def outputs(self):
-        names = {} if self.hash is not None else {
-            c: f"view{j}" for j, c in enumerate(self.vocab)
-        }
+        names = {} if self.hash is not None else {c: f"view{j}" for j, c in enumerate(self.vocab)}
         side = {names[c]: self.vocab[c] for c in names}
         settings = {
-            "columns": self.views, "types": self.types, "min_count": self.min_count,
-            "other": self.other, "hash": self.hash, "vocabularies": names,
+            "columns": self.views,
+            "types": self.types,
+            "min_count": self.min_count,
+            "other": self.other,
+            "hash": self.hash,
+            "vocabularies": names,
         }
         return {"view_names": list(self.views), "views": settings}, side
 
@@ -1241,8 +1319,12 @@ class _ViewSpec:
                     idx = np.concatenate([idx, np.full(nulls.size, len(self.vocab[c]))])
                 parts.append((rows, idx + o, np.ones(rows.size)))
             b[f"X{v}"] = _csr_summed(
-                np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                np.concatenate([p[2] for p in parts]), n, self.width[name], self.dt,
+                np.concatenate([p[0] for p in parts]),
+                np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]),
+                n,
+                self.width[name],
+                self.dt,
             )
         if self.target:
             b["y"] = _values(batch, self.target, "target", offset, self.src)[:, None]
@@ -1371,15 +1453,40 @@ def convert_table(
     dest : str
     """
     # column names given on the command line may arrive as numbers ("--value 3")
-    row_key, col_key, value, weight, feature_list, feature_indices, feature_values, \
-        feature_key, label_list, class_column, target = (
-            None if c is None else str(c)
-            for c in (row_key, col_key, value, weight, feature_list, feature_indices,
-                      feature_values, feature_key, label_list, class_column, target)
+    (
+        row_key,
+        col_key,
+        value,
+        weight,
+        feature_list,
+        feature_indices,
+        feature_values,
+        feature_key,
+        label_list,
+        class_column,
+        target,
+    ) = (
+        None if c is None else str(c)
+        for c in (
+            row_key,
+            col_key,
+            value,
+            weight,
+            feature_list,
+            feature_indices,
+            feature_values,
+            feature_key,
+            label_list,
+            class_column,
+            target,
         )
+    )
     if kind not in KINDS:
-        raise _err("kind must be one of " + ", ".join(KINDS), kind,
-                   "e.g. kind='interactions' (CLI --kind interactions)")
+        raise _err(
+            "kind must be one of " + ", ".join(KINDS),
+            kind,
+            "e.g. kind='interactions' (CLI --kind interactions)",
+        )
     source = as_source(src, format=format, batch_rows=batch_rows, delimiter=delimiter)
     block_rows = as_opt_int(block_rows, "block_rows", 1)
     bucket_nnz = as_opt_int(bucket_nnz, "bucket_nnz", 1) or DEFAULT_BUCKET_NNZ
@@ -1395,35 +1502,66 @@ def convert_table(
                 "name the key columns, e.g. row_key='user_id', col_key='movie_id'",
             )
         return _convert_pairs(
-            source, dest, row=row_key, col=other, value=value, weight=weight,
-            duplicates=duplicates, vocabulary_from=vocabulary_from, dtype=dtype,
-            array="X" if feat else "obs", kind="csr" if feat else "coo",
-            roles=("row", "feature" if feat else "column"), attrs=attrs,
-            bucket_nnz=bucket_nnz, **common,
+            source,
+            dest,
+            row=row_key,
+            col=other,
+            value=value,
+            weight=weight,
+            duplicates=duplicates,
+            vocabulary_from=vocabulary_from,
+            dtype=dtype,
+            array="X" if feat else "obs",
+            kind="csr" if feat else "coo",
+            roles=("row", "feature" if feat else "column"),
+            attrs=attrs,
+            bucket_nnz=bucket_nnz,
+            **common,
         )
     if kind == "views":
         spec = _ViewSpec(
-            source, views=views, numeric=numeric, min_count=min_count, other=other,
-            hash_features=hash_features, target=target, row_key=row_key, dtype=dtype,
+            source,
+            views=views,
+            numeric=numeric,
+            min_count=min_count,
+            other=other,
+            hash_features=hash_features,
+            target=target,
+            row_key=row_key,
+            dtype=dtype,
             vocabulary_from=vocabulary_from,
         )
         return _convert_rows(spec, dest, attrs=attrs, **common)
     spec = _RowSpec(
-        source, row_key=row_key, feature_columns=feature_columns, feature_list=feature_list,
-        feature_indices=feature_indices, feature_values=feature_values, n_features=n_features,
-        label_list=label_list, labels=labels, class_column=class_column, dtype=dtype,
+        source,
+        row_key=row_key,
+        feature_columns=feature_columns,
+        feature_list=feature_list,
+        feature_indices=feature_indices,
+        feature_values=feature_values,
+        n_features=n_features,
+        label_list=label_list,
+        labels=labels,
+        class_column=class_column,
+        dtype=dtype,
         vocabulary_from=vocabulary_from,
     )
     has_x = bool(spec.fcols or spec.flist or spec.find)
     has_y = bool(spec.llist or spec.ccol)
     if sum(map(bool, (spec.fcols, spec.flist, spec.find))) > 1 or (spec.llist and spec.ccol):
-        raise _err("give one feature source (feature_columns, feature_list or feature_indices) "
-                   "and one label source (label_list or class_column)", None)
+        raise _err(
+            "give one feature source (feature_columns, feature_list or feature_indices) "
+            "and one label source (label_list or class_column)",
+            None,
+        )
     if (kind == "features" and not has_x) or (kind == "labels" and not has_y):
         raise _err(
             f"kind={kind!r} needs "
-            + ("feature_columns, feature_list, feature_indices or feature_key"
-               if kind == "features" else "label_list or class_column"),
+            + (
+                "feature_columns, feature_list, feature_indices or feature_key"
+                if kind == "features"
+                else "label_list or class_column"
+            ),
             None,
             "name the column(s) holding them",
         )
@@ -1538,8 +1676,9 @@ def topk_to_parquet(dest, indices, scores, *, store, rows=None, columns="cols", 
     cvoc = read_vocabulary(url, columns)
     rvoc = _vocab_or_none(url, "rows")
     if indices.size and (indices.min() < 0 or indices.max() >= len(cvoc)):
-        raise _err(f"indices must lie in [0, {len(cvoc)}) (the {columns} vocabulary)",
-                   int(indices.max()))
+        raise _err(
+            f"indices must lie in [0, {len(cvoc)}) (the {columns} vocabulary)", int(indices.max())
+        )
     chunks = (
         (rows[s : s + chunk_rows], indices[s : s + chunk_rows], scores[s : s + chunk_rows])
         for s in range(0, n, chunk_rows)
@@ -1562,8 +1701,11 @@ def predictions_to_parquet(predictions, store, dest) -> str:
     url = getattr(store, "url", store)
     n = open_dataset(url).n_rows
     if pred.n_rows != n:
-        raise _err(f"the predictions have {pred.n_rows} rows, the store {n}", pred.n_rows,
-                   "pass the store the predictions were made for")
+        raise _err(
+            f"the predictions have {pred.n_rows} rows, the store {n}",
+            pred.n_rows,
+            "pass the store the predictions were made for",
+        )
     rvoc = _vocab_or_none(url, "rows")
     cvoc = _vocab_or_none(url, "labels")
     if cvoc is None:
