@@ -1000,6 +1000,10 @@ def _flat_values(flat, col, src) -> np.ndarray:
     return v
 
 
+def _colname(v) -> str | None:
+    return None if v is None else str(v)
+
+
 def _names(v) -> list[str]:
     if v is None:
         return []
@@ -1453,34 +1457,10 @@ def convert_table(
     dest : str
     """
     # column names given on the command line may arrive as numbers ("--value 3")
-    (
-        row_key,
-        col_key,
-        value,
-        weight,
-        feature_list,
-        feature_indices,
-        feature_values,
-        feature_key,
-        label_list,
-        class_column,
-        target,
-    ) = (
-        None if c is None else str(c)
-        for c in (
-            row_key,
-            col_key,
-            value,
-            weight,
-            feature_list,
-            feature_indices,
-            feature_values,
-            feature_key,
-            label_list,
-            class_column,
-            target,
-        )
-    )
+    row_key, col_key, value, weight = map(_colname, (row_key, col_key, value, weight))
+    feature_list, feature_indices = map(_colname, (feature_list, feature_indices))
+    feature_values, feature_key = map(_colname, (feature_values, feature_key))
+    label_list, class_column, target = map(_colname, (label_list, class_column, target))
     if kind not in KINDS:
         raise _err(
             "kind must be one of " + ", ".join(KINDS),
