@@ -994,6 +994,10 @@ def cmd_predict(args, extra):
     check_output(
         args.out, "OUT", "store", overwrite=args.overwrite, inputs=[args.model, args.store]
     )
+    if args.parquet and os.path.exists(args.parquet) and not args.overwrite:
+        raise _error(
+            "--parquet", "must not exist", args.parquet, "Pass --overwrite to replace the file"
+        )
     model = load(args.model)
     if not hasattr(model, "predict_to_store"):
         raise _error(
@@ -1006,11 +1010,16 @@ def cmd_predict(args, extra):
         open_dataset(args.store), args.out, top_k=args.top_k, overwrite=args.overwrite
     )
     k = open_dataset(args.out)["labels"].shape[1]
+    if args.parquet:  # keys back out: the STORE's row / label vocabularies (table converters)
+        from .io import predictions_to_parquet
+
+        predictions_to_parquet(args.out, args.store, args.parquet)
     if not args.quiet:
         note = (
             f" (--top-k {args.top_k} clipped to the model's {k} labels)" if k < args.top_k else ""
         )
-        print(f"wrote top-{k} predictions to {args.out}{note}")
+        extra_out = f" and {args.parquet}" if args.parquet else ""
+        print(f"wrote top-{k} predictions to {args.out}{extra_out}{note}")
 
 
 def cmd_demo(args, extra):
@@ -1219,6 +1228,13 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
         "--top-k", type=int, required=True, help=">= 1; clipped to the model's number of labels"
     )
     r.add_argument("--overwrite", action="store_true", help="replace an existing store at OUT")
+    r.add_argument(
+        "--parquet",
+        metavar="FILE",
+        default=None,
+        help="also write the top-k as Parquet (row_key, rank, key, score) with the keys of "
+        "STORE's vocabularies (a store converted from a table)",
+    )
     r.set_defaults(func=cmd_predict)
 
     cl = sp(

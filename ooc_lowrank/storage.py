@@ -778,6 +778,7 @@ class DatasetWriter:
         self._arrays: dict[str, zarr.Array] = {}
         self._direct: dict[str, np.dtype] = {}  # dense arrays whose chunks are written as raw bytes
         self._written: dict[str, tuple[int, int]] = {}  # chunk path -> (bytes, crc32) written
+        self._files: dict[str, str] = {}  # side files: path in the store -> local source file
         _remove_stale(self.url)
 
     # -- declaration ---------------------------------------------------------------------------
@@ -815,6 +816,18 @@ class DatasetWriter:
     def add_coo(self, name, n_cols, dtype="float64"):
         """Declare an observed-entry (COO, sorted by row) array with ``n_cols`` columns."""
         self._add(name, "coo", n_cols, dtype)
+
+    def add_file(self, rel, src):
+        """Copy the local file ``src`` into the store as ``rel`` when the store is written.
+
+        For side data that is not row-aligned (key vocabularies of the table converters):
+        ``rel`` is ``"side/<name>"``; the manifest records its size and CRC-32 under
+        ``"/files"`` and :func:`read_side_file` checks them.  ``src`` must exist until close.
+        """
+        rel = str(rel)
+        if not rel.startswith("side/") or ".." in rel.split("/"):
+            raise ValueError(f"side file name must look like 'side/<name>'; got {rel!r}")
+        self._files[rel] = os.fspath(src)
 
     # -- writing -------------------------------------------------------------------------------
     def __enter__(self):
@@ -1088,6 +1101,13 @@ class DatasetWriter:
         for name in self._direct:  # chunks written directly: the shape is set once, now
             self._arrays[name].resize((n, self._specs[name].n_cols))
         manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]), self._written)
+        if self._files:
+            manifest["/files"] = {}
+            for rel, src in self._files.items():
+                with open(src, "rb") as fh:
+                    data = fh.read()
+                _write_file(self._tmp, rel, data)
+                manifest["/files"][rel] = [len(data), zlib.crc32(data)]
         _write_file(self._tmp, MANIFEST_FILE, json.dumps(manifest).encode())
         self._group.attrs[_META_KEY] = meta  # the completion marker: written last
         self._closed = True
@@ -1651,6 +1671,33 @@ def _open_dataset(url, verify):
     elif verify != "metadata":
         raise ValueError(f"verify must be 'metadata' or 'full'; got {verify!r}")
     return ds
+
+
+def read_side_file(url, rel) -> bytes:
+    """The bytes of side file ``rel`` of the store at ``url`` (see
+    :meth:`DatasetWriter.add_file`), checked against the size and CRC-32 in its manifest."""
+    url = os.fspath(url) if isinstance(url, os.PathLike) else str(url)
+    meta = open_dataset(url).meta
+    man = _load_manifest(url, meta) or {}
+    entry = man.get("/files", {}).get(rel)
+    if entry is None:
+        raise StoreError(
+            url,
+            rel,
+            "the store has no such side file",
+            None,
+            "write the store with a converter that records it",
+        )
+    data = _read_file(url, rel)
+    if [len(data), zlib.crc32(data)] != list(entry):
+        raise StoreError(
+            url,
+            rel,
+            "side file fails its size/CRC-32 check",
+            None,
+            "The store is corrupt; write it again",
+        )
+    return data
 
 
 def rebuild_manifest(url) -> dict:

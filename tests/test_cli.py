@@ -86,9 +86,9 @@ def test_convert_svmlight_and_unknown_format(tmp_path, capsys):
     assert main(["convert", "svmlight", str(src), dest, "-q"]) == 0
     X = open_dataset(dest)["X"].read().toarray()
     np.testing.assert_allclose(X, [[0.5, 0, 1.0], [0, 2.0, 0], [1.5, 0, 0]])
-    assert main(["convert", "parquet", str(src), str(tmp_path / "b.zarr")]) == 2
+    assert main(["convert", "xlsx", str(src), str(tmp_path / "b.zarr")]) == 2
     err = capsys.readouterr().err
-    assert "unknown format 'parquet'" in err and err.count("\n") == 1
+    assert "unknown format 'xlsx'" in err and err.count("\n") == 1
 
 
 def test_convert_movielens_with_shared_shape(tmp_path):

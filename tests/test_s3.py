@@ -331,3 +331,72 @@ def test_checkpoint_on_s3_resumes_to_the_same_model(s3):
     res = GreedyLowRank(**kw).fit(X, shape=shape, checkpoint=ck, checkpoint_every=1)
     np.testing.assert_array_equal(res.U_, ref.U_)
     np.testing.assert_array_equal(res.theta_, ref.theta_)
+
+
+def test_table_converters_read_s3_for_every_kind(s3, tmp_path):
+    """Parquet (a glob, a Hive-partitioned folder) and CSV on s3://, one kind each; the store
+    written to s3:// and its vocabularies read back from there."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+    import s3fs
+
+    from ooc_lowrank.io import convert, read_vocabulary
+
+    fs = s3fs.S3FileSystem()
+    base = f"{BUCKET}/tables"
+    for k in range(2):
+        t = pa.table({"u": [f"u{k}", "u9"], "i": [k, 5 + k], "r": [1.0 + k, 3.0]})
+        with fs.open(f"{base}/ratings/part-{k}.parquet", "wb") as f:
+            pq.write_table(t, f)
+        t = pa.table({"doc": [f"d{k}"], "tags": [["x", "y"][: k + 1]]})
+        with fs.open(f"{base}/docs/year={2020 + k}/p.parquet", "wb") as f:
+            pq.write_table(t, f)
+    with fs.open(f"{base}/feat.csv", "wb") as f:
+        pcsv.write_csv(pa.table({"a": [1.0, 2.0], "b": [3, 4]}), f)
+    dest = f"s3://{BUCKET}/tables/obs.zarr"
+    convert(
+        "parquet",
+        f"s3://{base}/ratings/*.parquet",
+        dest,
+        kind="interactions",
+        row_key="u",
+        col_key="i",
+        value="r",
+    )
+    assert read_vocabulary(dest, "rows").to_pylist() == ["u0", "u1", "u9"]
+    assert open_dataset(dest)["obs"].read().toarray().tolist() == [
+        [1, 0, 0, 0],
+        [0, 2, 0, 0],
+        [0, 0, 3, 3],
+    ]
+    convert(
+        "parquet",
+        f"s3://{base}/docs",
+        str(tmp_path / "l.zarr"),
+        kind="labels",
+        label_list="tags",
+        class_column=None,
+        row_key="doc",
+    )
+    lab = open_dataset(tmp_path / "l.zarr")
+    assert lab["Y"].read().toarray().tolist() == [[1, 0], [1, 1]]
+    assert lab.attrs["label_names"] == ["x", "y"]
+    convert(
+        "csv",
+        f"s3://{base}/feat.csv",
+        str(tmp_path / "f.zarr"),
+        kind="features",
+        feature_columns="a,b",
+    )
+    assert open_dataset(tmp_path / "f.zarr")["X"].read().tolist() == [[1, 3], [2, 4]]
+    convert(
+        "parquet",
+        f"s3://{base}/ratings",
+        str(tmp_path / "v.zarr"),
+        kind="views",
+        views="user=u;item=i",
+        target="r",
+    )
+    v = open_dataset(tmp_path / "v.zarr")
+    assert v["X0"].shape == (4, 4) and v["y"].read().ravel().tolist() == [1.0, 3.0, 2.0, 3.0]

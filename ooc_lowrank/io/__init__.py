@@ -26,6 +26,10 @@ format          arrays written                options (besides block_rows, dtype
 views``         (item), y (n,1)               beside the ratings), target ("rating"|"binary")
 ``snap``        obs coo (nodes x nodes)       shape, square (True), one_based (False),
                                               bucket_nnz, tmpdir
+``parquet``,    by kind: obs coo + key        kind (interactions|features|labels), row_key,
+``csv``         vocabularies; X; Y / y        col_key, value, duplicates, feature_columns,
+                                              label_list, ... (see ``io.tables``; sources:
+                                              files, directories, globs, s3:// URLs)
 ==============  ============================  ===================================================
 
 Common options: ``block_rows`` (int, rows per stored block; default the writer's choice),
@@ -46,6 +50,14 @@ from .mat import convert_mat
 from .multiview import convert_movielens_views
 from .ratings import convert_movielens, convert_snap
 from .svmlight import convert_svmlight
+from .tables import (
+    convert_csv,
+    convert_parquet,
+    convert_table,
+    predictions_to_parquet,
+    read_vocabulary,
+    topk_to_parquet,
+)
 from .xc import convert_xc
 
 __all__ = [
@@ -53,6 +65,11 @@ __all__ = [
     "ConversionError",
     "convert",
     "convert_arff",
+    "convert_csv",
+    "convert_parquet",
+    "convert_table",
+    "read_vocabulary",
+    "topk_to_parquet",
     "convert_dense_text",
     "convert_mat",
     "convert_movielens",
@@ -61,6 +78,7 @@ __all__ = [
     "convert_svmlight",
     "convert_xc",
     "format_options",
+    "predictions_to_parquet",
     "read_label_names",
 ]
 
@@ -75,6 +93,8 @@ FORMATS = {
     "movielens": convert_movielens,
     "movielens_views": convert_movielens_views,
     "snap": convert_snap,
+    "parquet": convert_parquet,
+    "csv": convert_csv,
 }
 
 

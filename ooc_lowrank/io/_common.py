@@ -374,11 +374,14 @@ def write_blocks(
     overwrite: bool = False,
     progress: Callable[[int], None] | None = None,
     expected_rows: int | None = None,
+    side_files: dict[str, str] | None = None,
 ) -> str:
     """Stream aligned row blocks into a new dataset at ``dest``; returns ``dest``.
 
     The store appears only when every block was written (the writer renames atomically), so an
     exception raised by the parser mid-way leaves nothing that opens as a valid store.
+    ``side_files`` maps ``"side/<name>"`` to local files copied into the store at the end
+    (read at close, so they may be completed while the blocks are consumed).
     """
     from ooc_lowrank.storage import DatasetWriter  # storage layer; imported lazily
 
@@ -387,6 +390,8 @@ def write_blocks(
         adders = {"dense": w.add_dense, "csr": w.add_csr, "coo": w.add_coo}
         for name, kind, n_cols, dtype in specs:
             adders[kind](name, n_cols=int(n_cols), dtype=np.dtype(dtype).name)
+        for rel, path in (side_files or {}).items():
+            w.add_file(rel, path)
         # the writer buffers appended rows and cuts them into its own row blocks
         for b in blocks:
             w.append(**b)
@@ -406,3 +411,60 @@ def write_blocks(
             raise RuntimeError(f"converter wrote {done} rows, expected {expected_rows}")
     logger.info("converted %d rows to %s", done, dest)
     return os.fspath(dest) if isinstance(dest, os.PathLike) else dest
+
+
+# ----------------------------------------------------------------------------------------------
+# external sort by row
+
+
+def bucket_starts(counts: np.ndarray, bucket_nnz: int) -> np.ndarray:
+    """Cut rows into consecutive ranges holding at most ``bucket_nnz`` entries (a row with more
+    forms its own range); returns the ``(n_buckets + 1,)`` row boundaries."""
+    starts = [0]
+    acc = 0
+    for i, cnt in enumerate(counts.tolist()):
+        if acc and acc + cnt > bucket_nnz:
+            starts.append(i)
+            acc = 0
+        acc += cnt
+    return np.asarray(starts + [counts.size], dtype=np.int64)
+
+
+class RowBuckets:
+    """Spill files of an external bucket sort by row, in a scratch folder ``tmp``.
+
+    :meth:`spill` appends records (a structured array with an int64 field ``"row"``) to the file
+    of the row range they fall in, keeping their order; :meth:`load` reads one range back,
+    stably sorted by row, and removes its file.  Memory: one spilled chunk, then one bucket.
+    """
+
+    def __init__(self, tmp: str, starts: np.ndarray, rec_dtype: np.dtype):
+        self.starts = starts
+        self.dtype = np.dtype(rec_dtype)
+        self.files = [os.path.join(tmp, f"bucket{b:06d}.bin") for b in range(starts.size - 1)]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def spill(self, rec: np.ndarray) -> None:
+        b = np.searchsorted(self.starts, rec["row"], side="right") - 1
+        order = np.argsort(b, kind="stable")
+        rec, bs = rec[order], b[order]
+        cut = np.flatnonzero(np.diff(bs)) + 1
+        for lo, hi in zip(np.r_[0, cut], np.r_[cut, bs.size], strict=True):
+            if hi > lo:
+                with open(self.files[bs[lo]], "ab") as fh:
+                    rec[lo:hi].tofile(fh)
+
+    def load(self, bi: int, sort: bool = True) -> np.ndarray:
+        f = self.files[bi]
+        if not os.path.exists(f):
+            return np.empty(0, dtype=self.dtype)
+        rec = np.fromfile(f, dtype=self.dtype)
+        os.remove(f)
+        return rec[np.argsort(rec["row"], kind="stable")] if sort else rec
+
+    def store(self, bi: int, rec: np.ndarray) -> None:
+        """Write bucket ``bi`` back (e.g. sorted and merged), replacing its file."""
+        with open(self.files[bi], "wb") as fh:
+            rec.tofile(fh)

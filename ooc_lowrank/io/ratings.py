@@ -40,9 +40,11 @@ import numpy as np
 from ._common import (
     DEFAULT_CHUNK_BYTES,
     ConversionError,
+    RowBuckets,
     as_dtype,
     as_opt_int,
     as_shape,
+    bucket_starts,
     check_sources,
     csr_from_parts,
     fields_per_line,
@@ -261,15 +263,7 @@ def _convert(
             "pass shape=(rows, cols) to write an empty matrix",
         )
 
-    # bucket boundaries: consecutive row ranges with <= bucket_nnz entries (or a single row)
-    starts = [0]
-    acc = 0
-    for i, cnt in enumerate(counts.tolist()):
-        if acc and acc + cnt > bucket_nnz:
-            starts.append(i)
-            acc = 0
-        acc += cnt
-    starts = np.asarray(starts + [n_rows], dtype=np.int64)
+    starts = bucket_starts(counts, bucket_nnz)
 
     attrs = {
         "source_format": fmt,
@@ -283,29 +277,17 @@ def _convert(
     # conversion removes it (its name carries the pid)
     with scratch_dir("ooc_lowrank_sort_", tmpdir) as tmp:
         # pass 2: spill every entry to its bucket file
-        files = [os.path.join(tmp, f"bucket{b:06d}.bin") for b in range(starts.size - 1)]
+        buckets = RowBuckets(tmp, starts, _REC)
         for _, _, (r, c, v) in _chunks(srcs, chunk_bytes, offset, signs, comment):
-            b = np.searchsorted(starts, r, side="right") - 1
-            order = np.argsort(b, kind="stable")
             rec = np.empty(r.size, dtype=_REC)
-            rec["row"], rec["col"], rec["val"] = r[order], c[order], v[order]
-            bs = b[order]
-            cut = np.flatnonzero(np.diff(bs)) + 1
-            for lo, hi in zip(np.r_[0, cut], np.r_[cut, bs.size], strict=True):
-                if hi > lo:
-                    with open(files[bs[lo]], "ab") as fh:
-                        rec[lo:hi].tofile(fh)
+            rec["row"], rec["col"], rec["val"] = r, c, v
+            buckets.spill(rec)
             del rec
 
         def blocks():
-            for bi in range(starts.size - 1):
+            for bi in range(len(buckets)):
                 r0, r1 = int(starts[bi]), int(starts[bi + 1])
-                if os.path.exists(files[bi]):
-                    rec = np.fromfile(files[bi], dtype=_REC)
-                    os.remove(files[bi])
-                    rec = rec[np.argsort(rec["row"], kind="stable")]
-                else:
-                    rec = np.empty(0, dtype=_REC)
+                rec = buckets.load(bi)
                 ptr = np.zeros(r1 - r0 + 1, np.int64)
                 np.cumsum(counts[r0:r1], out=ptr[1:])
                 yield {"obs": csr_from_parts(ptr, rec["col"], rec["val"], n_cols, dt)}

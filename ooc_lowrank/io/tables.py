@@ -1,0 +1,1699 @@
+"""Tables (Parquet, CSV, Arrow, pandas / Dask DataFrames) to datasets, with the user's own keys.
+
+Sources (:class:`TableSource`), all read as a stream of Arrow record batches:
+
+* a Parquet or CSV file, a directory of them (Hive partitions become columns), a glob
+  (``data/part-*.parquet``), or a list of these; local paths or fsspec URLs (``s3://...`` with
+  s3fs installed; the filesystem is handed to ``pyarrow.dataset``);
+* a ``pyarrow.Table`` or ``pyarrow.dataset.Dataset``;
+* a pandas DataFrame (pandas is imported only then) or a Dask DataFrame (read one partition at
+  a time; every pass recomputes the partitions).
+
+Never more than one batch (``batch_rows`` rows, default 2**18) is held, plus small state: the
+key vocabularies and 8 bytes per stored row.  Before a read, the columns used are checked in
+every file (or partition): present, of a usable type, and of the same type class everywhere
+(``int64`` in one file and ``int32`` in another is fine, a string in one and a number in the
+other is not).  Columns not used are never read and may differ.
+
+Four targets (``kind``):
+
+``interactions``
+    ``(row key, column key[, value][, weight])`` -> an observation store ``"obs"`` (coo) as
+    ``convert movielens`` writes, plus ``"weight"`` (coo, same entries) when a weight column is
+    given (side data; the estimators do not read it).  Keys of any integer or string type are
+    mapped to contiguous indices by **sorted** key order (numbers numerically, strings by their
+    UTF-8 bytes), so the indices never depend on the order of files or rows.  The vocabularies
+    are stored in the store (``side/rows.parquet``, ``side/cols.parquet``, one column ``key``;
+    row ``i`` holds the key of index ``i``) and read back by :func:`read_vocabulary`.
+    ``vocabulary_from=STORE`` reuses a training store's vocabularies (a test table then indexes
+    the same matrix; an unseen key is an error naming it; also for labels and classes).  The
+    input may come in any order: an external sort buckets entries by row range into temporary
+    files and sorts each bucket (entries of a row end up sorted by column).  Duplicate
+    ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
+    last one read: files in the order given, a glob's or a folder's in sorted path order, rows
+    in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
+``features``
+    numeric columns (``feature_columns``) or one fixed-size list column (``feature_list``) ->
+    dense ``"X"``; a list-of-indices column (``feature_indices``, with ``feature_values`` or
+    ones) -> csr ``"X"``; a long ``(row, feature, value)`` table (``row_key`` + ``feature_key``
+    + ``value``) -> csr ``"X"`` with feature and row vocabularies, through the interactions
+    path (its ``duplicates`` rule applies).
+``labels``
+    a list column of label keys (``label_list``) -> csr 0/1 ``"Y"`` (float32) with the label
+    vocabulary (sorted, or the order given by ``labels=``), stored as ``side/labels.parquet``
+    and, up to 65536 labels, as the attribute ``label_names``; or a class column
+    (``class_column``) -> ``"y"`` ``(n, 1)``: numbers as they are, strings as their rank in
+    sorted order (names in the attribute ``class_names``, as ``convert arff`` does).
+    ``features`` and ``labels`` may be given together: one pass writes ``X`` and ``Y``/``y``.
+``views``
+    named groups of columns (``views={"user": [...], "item": [...]}``) -> one csr view each,
+    ``X0, X1, ...`` (attribute ``view_names``), and ``y`` from ``target``, for multi-view
+    machines.  Float columns (and integer ones listed in ``numeric``) are values; integer,
+    string, boolean and dictionary columns are categories, one-hot through a sorted vocabulary
+    of the values seen at least ``min_count`` times plus (``other=True``) an 'other' column
+    for rare, missing and unseen values; list columns are multi-hot the same way.  With
+    ``hash_features=n`` every view has ``n`` columns instead, filled by signed hashing of the
+    values (FNV-1a + splitmix64 of the UTF-8 bytes, or splitmix64 of the integer, seeded by
+    the column name; the sign from the top bit; collisions add up; nulls get no entry).  The
+    settings and vocabularies are stored (attribute ``views``, ``side/view<j>.parquet``);
+    ``vocabulary_from=TRAIN_STORE`` converts a test table with exactly the training columns
+    (an unseen value goes to 'other', or is an error naming it when there is no 'other').
+
+For the row-aligned kinds, ``row_key`` (optional) stores the row keys in table order as
+``side/rows.parquet`` (not checked for uniqueness).
+
+Bad input raises :class:`ConversionError` naming the column, the rule, the value and the fix,
+before the store is opened for writing: a missing column, a null key, a non-numeric value
+column, a non-finite value, duplicate pairs without a policy, a label list holding nulls, a
+column whose type changes between files.  (A row-aligned conversion validates everything in a
+first pass, then writes in a second.)  A store appears only when complete.
+
+Keys back out: :func:`topk_to_parquet` writes top-k predictions with the user's keys.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import inspect
+import os
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ._common import (
+    ConversionError,
+    RowBuckets,
+    as_dtype,
+    as_opt_int,
+    bucket_starts,
+    canonical_rows,
+    check_range,
+    csr_from_parts,
+    write_blocks,
+)
+
+__all__ = [
+    "KINDS",
+    "TableSource",
+    "convert_csv",
+    "convert_parquet",
+    "convert_table",
+    "predictions_to_parquet",
+    "read_vocabulary",
+    "topk_to_parquet",
+]
+
+KINDS = ("interactions", "features", "labels", "views")
+DUPLICATES = ("error", "last", "sum", "mean")
+#: Rows per record batch read (a batch of a few numeric columns is a few MB).
+DEFAULT_BATCH_ROWS = 1 << 18
+#: Entries per external-sort bucket (32 bytes each while sorting).
+DEFAULT_BUCKET_NNZ = 1 << 21
+#: Up to this many labels, their names also go to the attribute ``label_names``.
+MAX_NAMES_IN_ATTRS = 1 << 16
+_SIDE = "side/{}.parquet"
+
+
+def _err(rule, value=None, fix=None, where=None):
+    return ConversionError(where, None, rule, value, fix)
+
+
+# ----------------------------------------------------------------------------------------------
+# sources
+
+
+def _type_class(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return _type_class(t.value_type)
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "float"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return "list<" + _type_class(t.value_type) + ">"
+    return str(t)
+
+
+def _has_magic(s: str) -> bool:
+    return any(ch in s for ch in "*?[")
+
+
+def _format_of(path: str, fmt):
+    if fmt is not None:
+        f = str(fmt).strip().lower()
+        if f not in ("parquet", "csv"):
+            raise _err("format must be 'parquet' or 'csv'", fmt)
+        return f
+    low = path.lower()
+    for ext in (".gz", ".bz2", ".zst"):
+        low = low[: -len(ext)] if low.endswith(ext) else low
+    if low.endswith((".csv", ".tsv", ".txt")):
+        return "csv"
+    return "parquet"
+
+
+class TableSource:
+    """A re-readable stream of record batches from files, Arrow or DataFrames.
+
+    Parameters
+    ----------
+    src : path, URL, glob, list of these, pyarrow.Table, pyarrow.dataset.Dataset, pandas or
+        Dask DataFrame
+    format : {"parquet", "csv"}, optional
+        For files; default from the first file's extension (``.csv``/``.tsv``: csv, else
+        parquet).
+    batch_rows : int, optional
+        Rows per batch (default 2**18).
+    delimiter : str, optional
+        CSV field separator (default ``","``, ``"\\t"`` for ``.tsv``).
+    """
+
+    def __init__(self, src, *, format=None, batch_rows=None, delimiter=None):  # noqa: A002
+        self.batch_rows = as_opt_int(batch_rows, "batch_rows", 1) or DEFAULT_BATCH_ROWS
+        self._dataset = self._table = self._ddf = None
+        self.format = None
+        if isinstance(src, pa.RecordBatch):
+            src = pa.Table.from_batches([src])
+        if isinstance(src, pa.Table):
+            self._table, self.name = src, "<pyarrow.Table>"
+        elif _is_pandas(src):
+            self._table = pa.Table.from_pandas(src, preserve_index=False)
+            self.name = "<pandas.DataFrame>"
+        elif hasattr(src, "npartitions") and hasattr(src, "get_partition"):
+            self._ddf, self.name = src, "<dask DataFrame>"
+        elif type(src).__module__.startswith("pyarrow._dataset"):
+            self._dataset, self.name = src, "<pyarrow.dataset>"
+        elif isinstance(src, (pa.RecordBatchReader, Iterator)):
+            raise _err(
+                "a one-shot stream (RecordBatchReader / iterator) cannot be converted: the "
+                "converters read their source more than once",
+                type(src).__name__,
+                "write it to Parquet first, or pass a pyarrow.Table / dataset",
+            )
+        else:
+            self._open_files(src, format, delimiter)
+
+    # -- files ------------------------------------------------------------------------------
+    def _open_files(self, src, fmt, delimiter):
+        import pyarrow.dataset as ds
+
+        srcs = [src] if isinstance(src, (str, os.PathLike)) else list(src)
+        srcs = [os.fspath(s) for s in srcs]
+        if not srcs:
+            raise _err("at least one source is required", srcs)
+        self.name = ", ".join(srcs)
+        is_url = ["://" in s and not s.startswith("file://") for s in srcs]
+        fs = None
+        if any(is_url):
+            import fsspec.core
+
+            fs, _ = fsspec.core.url_to_fs(srcs[0])
+            paths = [fsspec.core.url_to_fs(s)[1] for s in srcs]
+            isdir, glob, exists = fs.isdir, fs.glob, fs.exists
+        else:
+            paths = [s[len("file://") :] if s.startswith("file://") else s for s in srcs]
+            isdir, exists = os.path.isdir, os.path.exists
+
+            def glob(p):
+                return _glob.glob(p, recursive=True)
+
+        self.format = _format_of(paths[0], fmt)
+        if self.format == "csv":
+            import pyarrow.csv as pcsv
+
+            sep = delimiter or ("\t" if paths[0].lower().endswith(".tsv") else ",")
+            file_format = ds.CsvFileFormat(parse_options=pcsv.ParseOptions(delimiter=sep))
+        else:
+            file_format = ds.ParquetFileFormat()
+        if len(paths) == 1 and not _has_magic(paths[0]) and isdir(paths[0]):
+
+            def make(schema=None):
+                return ds.dataset(
+                    paths[0], format=file_format, filesystem=fs, partitioning="hive", schema=schema
+                )
+
+            self._make = make
+            self._dataset = make()
+        else:
+            files = []
+            for p in paths:
+                if _has_magic(p):
+                    hits = sorted(glob(p))
+                    if not hits:
+                        raise _err("no file matches the pattern", p, "check the glob", p)
+                    files += hits
+                elif isdir(p):
+                    raise _err(
+                        "a directory can only be the single source",
+                        p,
+                        "pass one directory, or files / globs",
+                    )
+                elif not exists(p):
+                    raise _err("source does not exist", p, "check the path or URL", p)
+                else:
+                    files.append(p)
+
+            def make(schema=None):
+                return ds.dataset(files, format=file_format, filesystem=fs, schema=schema)
+
+            self._make = make
+            self._dataset = make()
+        if not self._dataset.files:
+            raise _err("no data files found", self.name, "check the path", self.name)
+
+    # -- schema -----------------------------------------------------------------------------
+    @property
+    def schema(self) -> pa.Schema:
+        if self._table is not None:
+            return self._table.schema
+        if self._dataset is not None:
+            return self._dataset.schema
+        if getattr(self, "_ddf_schema", None) is None:  # computes the first partition once
+            self._ddf_schema = self._partition(0).schema
+        return self._ddf_schema
+
+    def _partition(self, i) -> pa.Table:
+        part = self._ddf.get_partition(i).compute()
+        return pa.Table.from_pandas(part, preserve_index=False)
+
+    def check(self, columns: dict[str, tuple[str, Sequence[str]]]) -> None:
+        """Check each ``column: (role, allowed type classes)`` in every file, before reading.
+
+        Raises a :class:`ConversionError` for a missing column, a type outside the allowed
+        classes, or a type class that changes between files.
+        """
+        schema = self.schema
+        for col, (role, allowed) in columns.items():
+            if col not in schema.names:
+                raise _err(
+                    f"{role} column {col!r} is missing from the table",
+                    col,
+                    f"choose one of the columns {schema.names}",
+                    self.name,
+                )
+            cls = _type_class(schema.field(col).type)
+            if not any(cls == a or (a.endswith("*") and cls.startswith(a[:-1])) for a in allowed):
+                raise _err(
+                    f"{role} column {col!r} has type {schema.field(col).type} ({cls}); "
+                    f"it must be {' or '.join(allowed)}",
+                    str(schema.field(col).type),
+                    "cast the column (e.g. pyarrow.compute.cast / DataFrame.astype)",
+                    self.name,
+                )
+        if self._dataset is None:
+            return
+        first = None
+        import pyarrow.dataset as ds
+
+        promote = set()
+        for frag in self._dataset.get_fragments():
+            phys = frag.physical_schema
+            part_names = set(ds.get_partition_keys(frag.partition_expression))
+            for col in columns:
+                if col in part_names:
+                    continue
+                if col not in phys.names:
+                    raise _err(
+                        f"the schema changes between files: column {col!r} is missing from "
+                        f"{frag.path}",
+                        phys.names,
+                        "convert files with the same columns together",
+                        self.name,
+                    )
+            classes = {c: _type_class(phys.field(c).type) for c in columns if c in phys.names}
+            if first is None:
+                first = (frag.path, classes)
+                continue
+            for c, cls in classes.items():
+                if {cls, first[1][c]} == {"integer", "float"} and "float" in columns[c][1]:
+                    promote.add(c)  # CSV type inference: 1 in one file, 1.5 in another
+                elif cls != first[1][c]:
+                    raise _err(
+                        f"the schema changes between files: column {c!r} is {first[1][c]} in "
+                        f"{first[0]} but {cls} in {frag.path}",
+                        cls,
+                        "cast the column to one type in every file",
+                        self.name,
+                    )
+        if promote and getattr(self, "_make", None) is not None:
+            schema = self._dataset.schema
+            for c in promote:
+                schema = schema.set(schema.get_field_index(c), pa.field(c, pa.float64()))
+            self._dataset = self._make(schema)
+
+    # -- reading ----------------------------------------------------------------------------
+    def batches(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        """Record batches holding ``columns`` in source order (one batch in memory at a time)."""
+        cols = list(dict.fromkeys(columns))
+        if self._table is not None:
+            yield from self._table.select(cols).to_batches(max_chunksize=self.batch_rows)
+        elif self._dataset is not None:
+            yield from self._dataset.to_batches(
+                columns=cols,
+                batch_size=self.batch_rows,
+                batch_readahead=1,
+                fragment_readahead=1,
+            )
+        else:
+            first = None
+            for i in range(self._ddf.npartitions):
+                t = self._partition(i).select(cols)
+                classes = [_type_class(f.type) for f in t.schema]
+                if first is None:
+                    first = classes
+                elif classes != first:
+                    raise _err(
+                        f"the schema changes between partitions: partition {i} has column "
+                        f"types {classes}, partition 0 {first}",
+                        classes,
+                        "cast the columns to one type in every partition (DataFrame.astype)",
+                        self.name,
+                    )
+                yield from t.to_batches(max_chunksize=self.batch_rows)
+
+
+def _is_pandas(obj) -> bool:
+    mod = type(obj).__module__
+    return (mod == "pandas" or mod.startswith("pandas.")) and type(obj).__name__ == "DataFrame"
+
+
+def as_source(src, **kw) -> TableSource:
+    return src if isinstance(src, TableSource) else TableSource(src, **kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# columns of a batch
+
+_KEY = ("integer", "string")
+_NUM = ("integer", "float", "boolean")
+
+
+def _decode(arr):
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    return arr
+
+
+def _no_nulls(arr, col, role, offset, src):
+    if arr.null_count:
+        k = int(np.flatnonzero(arr.is_null().to_numpy(zero_copy_only=False))[0])
+        raise _err(
+            f"{role} column {col!r} holds a null (row {offset + k} of the table)",
+            None,
+            "drop or fill the rows with missing values before converting",
+            src.name,
+        )
+
+
+def _keys(batch, col, role, offset, src):
+    """A key column as int64 or large_string, without nulls."""
+    arr = _decode(batch.column(col))
+    _no_nulls(arr, col, role, offset, src)
+    return _norm_keys(arr)
+
+
+def _norm_keys(arr):
+    if pa.types.is_integer(arr.type):
+        return arr.cast(pa.int64())
+    return arr.cast(pa.large_string())
+
+
+def _values(batch, col, role, offset, src) -> np.ndarray:
+    """A numeric column as finite float64."""
+    arr = _decode(batch.column(col))
+    _no_nulls(arr, col, role, offset, src)
+    v = arr.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if not np.isfinite(v).all():
+        k = int(np.flatnonzero(~np.isfinite(v))[0])
+        raise _err(
+            f"{role} column {col!r} holds a non-finite value (row {offset + k} of the table)",
+            float(v[k]),
+            "impute or drop NaN/inf values before converting",
+            src.name,
+        )
+    return v
+
+
+# ----------------------------------------------------------------------------------------------
+# vocabularies
+
+
+class Vocabulary:
+    """Keys (int64 or string) <-> contiguous indices; index ``i`` is ``keys[i]``."""
+
+    def __init__(self, keys: pa.Array):
+        self.keys = _norm_keys(_decode(keys))
+        self._int = pa.types.is_integer(self.keys.type)
+        self._lut = None
+        if self._int:
+            k = self.keys.to_numpy()
+            self._order = np.argsort(k, kind="stable")
+            self._sorted = k[self._order]
+            if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
+                self._lo = int(k.min())
+                self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
+                self._lut[k - self._lo] = np.arange(k.size)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def index(self, arr) -> np.ndarray:
+        """int64 index of every key of ``arr``; -1 for a key not in the vocabulary."""
+        arr = _norm_keys(_decode(arr))
+        if self._int != pa.types.is_integer(arr.type):
+            return np.full(len(arr), -1, np.int64)
+        if self._int:
+            a = arr.to_numpy()
+            if self._lut is not None:
+                j = a - self._lo
+                ok = (j >= 0) & (j < self._lut.size)
+                return np.where(ok, self._lut[np.where(ok, j, 0)], -1)
+            pos = np.minimum(np.searchsorted(self._sorted, a), max(self._sorted.size - 1, 0))
+            if self._sorted.size == 0:
+                return np.full(a.size, -1, np.int64)
+            return np.where(self._sorted[pos] == a, self._order[pos], -1).astype(np.int64)
+        out = pc.index_in(arr, value_set=self.keys)
+        return out.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def write(self, path) -> None:
+        pq.write_table(pa.table({"key": self.keys}), path)
+
+
+class _VocabBuilder:
+    """Distinct keys (and how often each occurs) of a stream of key arrays, merged in bulk."""
+
+    def __init__(self):
+        self._done = None  # pa.Table (key, n)
+        self._pending: list[pa.Table] = []
+        self._n_pending = 0
+
+    def add(self, keys: pa.Array) -> None:
+        vc = pc.value_counts(keys)
+        self._pending.append(
+            pa.table({"key": vc.field("values"), "n": vc.field("counts").cast(pa.int64())})
+        )
+        self._n_pending += len(vc)
+        if self._n_pending > max(1 << 20, 0 if self._done is None else self._done.num_rows):
+            self._merge()
+
+    def _merge(self):
+        parts = ([self._done] if self._done is not None else []) + self._pending
+        if parts:
+            t = pa.concat_tables(parts).group_by("key").aggregate([("n", "sum")])
+            self._done = t.rename_columns(["key", "n"])
+        self._pending, self._n_pending = [], 0
+
+    def finish(self) -> tuple[Vocabulary, np.ndarray]:
+        """The sorted vocabulary and the count of every key."""
+        self._merge()
+        t = self._done.sort_by("key")
+        return Vocabulary(t.column("key")), t.column("n").to_numpy().astype(np.int64)
+
+
+def read_vocabulary(store, name: str) -> pa.Array:
+    """The keys of vocabulary ``name`` (``"rows"``, ``"cols"``, ``"labels"``) of a store written
+    by a table converter: element ``i`` is the key of index ``i``."""
+    import io as _io
+
+    from ..storage import read_side_file
+
+    url = getattr(store, "url", store)
+    data = read_side_file(url, _SIDE.format(name))
+    return pq.read_table(_io.BytesIO(data)).column("key").combine_chunks()
+
+
+def _fixed_vocabulary(keys, what) -> Vocabulary:
+    if isinstance(keys, str):
+        keys = [k for k in keys.split(",") if k]
+    arr = keys if isinstance(keys, (pa.Array, pa.ChunkedArray)) else pa.array(list(keys))
+    arr = _decode(arr)
+    if arr.null_count or len(pc.unique(arr)) != len(arr):
+        raise _err(f"{what} must be distinct non-null keys", None, f"remove repeats from {what}")
+    return Vocabulary(arr)
+
+
+# ----------------------------------------------------------------------------------------------
+# interactions (and long feature tables)
+
+_REC = np.dtype([("row", "<i8"), ("col", "<i8"), ("val", "<f8"), ("w", "<f8")])
+
+
+def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
+    """Merge runs of equal (row, col) of a bucket sorted by (row, col, read order)."""
+    if rec.size < 2:
+        return rec
+    new = np.ones(rec.size, bool)
+    new[1:] = (rec["row"][1:] != rec["row"][:-1]) | (rec["col"][1:] != rec["col"][:-1])
+    if new.all():
+        return rec
+    if policy == "error":
+        dup = np.flatnonzero(~new)[:3]
+        pairs = [
+            (rv.keys[int(rec["row"][k])].as_py(), cv.keys[int(rec["col"][k])].as_py()) for k in dup
+        ]
+        raise _err(
+            f"duplicate ({roles[0]}, {roles[1]}) pairs: {int((~new).sum())} repeat(s) in one "
+            f"bucket, e.g. {pairs}",
+            pairs[0],
+            "pass duplicates='last', 'sum' or 'mean' (CLI --duplicates sum), or deduplicate "
+            "the table",
+            src.name,
+        )
+    starts = np.flatnonzero(new)
+    if policy == "last":
+        return rec[np.r_[starts[1:], rec.size] - 1]
+    out = rec[starts].copy()
+    n = np.diff(np.r_[starts, rec.size]).astype(np.float64)
+    for f in ("val", "w"):
+        s = np.add.reduceat(rec[f], starts)
+        out[f] = s / n if policy == "mean" else s
+    return out
+
+
+def _convert_pairs(
+    src: TableSource,
+    dest,
+    *,
+    row,
+    col,
+    value,
+    weight,
+    duplicates,
+    vocabulary_from,
+    dtype,
+    array,
+    kind,
+    roles,
+    attrs,
+    block_rows,
+    bucket_nnz,
+    tmpdir,
+    overwrite,
+    progress,
+):
+    from ..storage import scratch_dir  # storage layer; imported lazily
+
+    if duplicates not in DUPLICATES:
+        raise _err("duplicates must be one of " + ", ".join(DUPLICATES), duplicates)
+    need = {row: (roles[0] + " key", _KEY), col: (roles[1] + " key", _KEY)}
+    if value is not None:
+        need[value] = ("value", _NUM)
+    if weight is not None:
+        need[weight] = ("weight", _NUM)
+    src.check(need)
+    cols = list(need)
+
+    def columns(batch, offset):
+        r = _keys(batch, row, roles[0] + " key", offset, src)
+        c = _keys(batch, col, roles[1] + " key", offset, src)
+        n = batch.num_rows
+        v = _values(batch, value, "value", offset, src) if value else np.ones(n)
+        w = _values(batch, weight, "weight", offset, src) if weight else np.ones(n)
+        return r, c, v, w
+
+    # pass 1: validate, vocabularies, entries per row
+    fixed = None
+    if vocabulary_from is not None:
+        fixed = (
+            Vocabulary(read_vocabulary(vocabulary_from, "rows")),
+            Vocabulary(read_vocabulary(vocabulary_from, "cols")),
+        )
+        counts = np.zeros(len(fixed[0]), np.int64)
+    else:
+        builders = (_VocabBuilder(), _VocabBuilder())
+    offset = 0
+    for batch in src.batches(cols):
+        r, c, _, _ = columns(batch, offset)
+        if fixed is None:
+            builders[0].add(r)
+            builders[1].add(c)
+        else:
+            for keys, voc, role in ((r, fixed[0], roles[0]), (c, fixed[1], roles[1])):
+                idx = voc.index(keys)
+                if (idx < 0).any():
+                    k = int(np.flatnonzero(idx < 0)[0])
+                    raise _err(
+                        f"{role} key {keys[k].as_py()!r} (row {offset + k} of the table) is not "
+                        f"in the vocabulary of {vocabulary_from}",
+                        keys[k].as_py(),
+                        "drop rows with keys unseen in training, or convert without "
+                        "vocabulary_from",
+                        src.name,
+                    )
+                if role == roles[0]:
+                    counts += np.bincount(idx, minlength=counts.size)
+        offset += batch.num_rows
+    if offset == 0:
+        raise _err("the table has no rows", None, "check the source", src.name)
+    if fixed is None:
+        rv, counts = builders[0].finish()
+        cv, _ = builders[1].finish()
+    else:
+        rv, cv = fixed
+    n_rows, n_cols = len(rv), len(cv)
+    dt = as_dtype(dtype)
+    starts = bucket_starts(counts, bucket_nnz)
+    with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
+        buckets = RowBuckets(tmp, starts, _REC)
+        # pass 2: spill every entry to its row range's file
+        offset = 0
+        for batch in src.batches(cols):
+            r, c, v, w = columns(batch, offset)
+            rec = np.empty(batch.num_rows, _REC)
+            rec["row"], rec["col"], rec["val"], rec["w"] = rv.index(r), cv.index(c), v, w
+            buckets.spill(rec)
+            offset += batch.num_rows
+        # pass 3: sort every bucket by (row, col), apply the duplicates rule, count per row
+        nnz = np.zeros(n_rows, np.int64)
+        for bi in range(len(buckets)):
+            rec = buckets.load(bi, sort=False)
+            r0, r1 = int(starts[bi]), int(starts[bi + 1])
+            if (r1 - r0) * max(n_cols, 1) < 2**62:  # one int64 key: faster than lexsort
+                order = np.argsort((rec["row"] - r0) * n_cols + rec["col"], kind="stable")
+            else:
+                order = np.lexsort((rec["col"], rec["row"]))
+            rec = rec[order]  # stable: read order within a pair
+            rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
+            nnz[r0:r1] = np.bincount(rec["row"] - r0, minlength=r1 - r0)
+            buckets.store(bi, rec)
+        rv.write(os.path.join(tmp, "rows.parquet"))
+        cv.write(os.path.join(tmp, "cols.parquet"))
+
+        # pass 4: write
+        def blocks():
+            for bi in range(len(buckets)):
+                r0, r1 = int(starts[bi]), int(starts[bi + 1])
+                rec = buckets.load(bi, sort=False)
+                ptr = np.zeros(r1 - r0 + 1, np.int64)
+                np.cumsum(nnz[r0:r1], out=ptr[1:])
+                b = {array: csr_from_parts(ptr, rec["col"], rec["val"], n_cols, dt)}
+                if weight is not None:
+                    b["weight"] = csr_from_parts(ptr, rec["col"], rec["w"], n_cols, dt)
+                yield b
+
+        specs = [(array, kind, n_cols, dt)]
+        if weight is not None:
+            specs.append(("weight", kind, n_cols, dt))
+        attrs = dict(
+            attrs,
+            shape=[n_rows, n_cols],
+            duplicates=duplicates,
+            key_order="sorted" if fixed is None else f"from {vocabulary_from}",
+            vocabularies={"rows": _SIDE.format("rows"), "cols": _SIDE.format("cols")},
+        )
+        return write_blocks(
+            dest,
+            specs,
+            blocks(),
+            attrs=attrs,
+            block_rows=block_rows,
+            overwrite=overwrite,
+            progress=progress,
+            side_files={
+                _SIDE.format("rows"): os.path.join(tmp, "rows.parquet"),
+                _SIDE.format("cols"): os.path.join(tmp, "cols.parquet"),
+            },
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# row-aligned tables: features and labels
+
+
+def _list_parts(arr, col, role, offset, src, allow_null_items=False):
+    """(lengths, flat values) of a list column; a null list or a null item is an error."""
+    arr = _decode(arr)
+    _no_nulls(arr, col, role, offset, src)
+    flat = arr.flatten()
+    if flat.null_count and not allow_null_items:
+        lens = pc.list_value_length(arr).to_numpy(zero_copy_only=False)
+        k = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
+        row = int(np.searchsorted(np.cumsum(lens), k, side="right"))
+        raise _err(
+            f"{role} column {col!r}: the list of row {offset + row} of the table holds a null",
+            None,
+            "remove the nulls from the lists (an empty list is a row without entries)",
+            src.name,
+        )
+    lens = pc.list_value_length(arr).to_numpy(zero_copy_only=False).astype(np.int64)
+    return lens, flat
+
+
+class _RowSpec:
+    """What a row-aligned conversion reads and writes; ``validate`` is pass 1."""
+
+    def __init__(
+        self,
+        src,
+        *,
+        row_key,
+        feature_columns,
+        feature_list,
+        feature_indices,
+        feature_values,
+        n_features,
+        label_list,
+        labels,
+        class_column,
+        dtype,
+        vocabulary_from=None,
+    ):
+        self.src = src
+        self.row_key = row_key
+        self.fcols = _names(feature_columns)
+        self.flist, self.find, self.fval = feature_list, feature_indices, feature_values
+        self.n_features = as_opt_int(n_features, "n_features", 1)
+        self.llist, self.ccol = label_list, class_column
+        self.dt = as_dtype(dtype)
+        self.label_vocab = None if labels is None else _fixed_vocabulary(labels, "labels")
+        if self.label_vocab is None and label_list and vocabulary_from is not None:
+            self.label_vocab = Vocabulary(read_vocabulary(vocabulary_from, "labels"))
+        self.class_vocab = None
+        self.vocabulary_from = vocabulary_from
+        self.d = None
+        need = {}
+        if row_key:
+            need[row_key] = ("row key", _KEY)
+        for c in self.fcols:
+            need[c] = ("feature", _NUM)
+        if self.flist:
+            need[self.flist] = ("feature list", ("list<integer>", "list<float>", "list<boolean>"))
+        if self.find:
+            need[self.find] = ("feature index list", ("list<integer>",))
+        if self.fval:
+            need[self.fval] = (
+                "feature value list",
+                ("list<integer>", "list<float>", "list<boolean>"),
+            )
+        if self.llist:
+            need[self.llist] = ("label list", ("list<integer>", "list<string>"))
+        if self.ccol:
+            need[self.ccol] = ("class", _NUM + ("string",))
+        src.check(need)
+        self.columns = list(need)
+        self.class_is_key = (
+            bool(self.ccol) and _type_class(src.schema.field(self.ccol).type) == "string"
+        )
+
+    def validate(self):
+        """Pass 1: every value checked, vocabularies and sizes found; returns the row count."""
+        src = self.src
+        lab_b = _VocabBuilder() if self.llist and self.label_vocab is None else None
+        if self.class_is_key and self.vocabulary_from is not None:
+            self.class_vocab = Vocabulary(read_vocabulary(self.vocabulary_from, "classes"))
+        cls_b = _VocabBuilder() if self.class_is_key and self.class_vocab is None else None
+        max_index, offset = -1, 0
+        for batch in src.batches(self.columns):
+            if self.row_key:
+                _keys(batch, self.row_key, "row key", offset, src)
+            for c in self.fcols:
+                _values(batch, c, "feature", offset, src)
+            if self.flist:
+                lens, flat = _list_parts(
+                    batch.column(self.flist), self.flist, "feature list", offset, src
+                )
+                if lens.size and (lens != (self.d or lens[0])).any():
+                    k = int(np.flatnonzero(lens != (self.d or lens[0]))[0])
+                    raise _err(
+                        f"feature list column {self.flist!r} must hold lists of one length; "
+                        f"row {offset + k} of the table has {lens[k]}, not {self.d or lens[0]}",
+                        int(lens[k]),
+                        "pad the lists, or use feature_indices / feature_values for sparse rows",
+                        src.name,
+                    )
+                self.d = self.d or (int(lens[0]) if lens.size else None)
+                _flat_values(flat, self.flist, src)
+            if self.find:
+                lens, flat = _list_parts(
+                    batch.column(self.find), self.find, "feature index list", offset, src
+                )
+                ind = flat.cast(pa.int64()).to_numpy(zero_copy_only=False)
+                if ind.size and ind.min() < 0:
+                    raise _err(
+                        f"feature index list {self.find!r} holds a negative index",
+                        int(ind.min()),
+                        "indices are 0-based",
+                        src.name,
+                    )
+                max_index = max(max_index, int(ind.max()) if ind.size else -1)
+                if self.fval:
+                    vl, vflat = _list_parts(
+                        batch.column(self.fval), self.fval, "feature value list", offset, src
+                    )
+                    if (vl != lens).any():
+                        k = int(np.flatnonzero(vl != lens)[0])
+                        raise _err(
+                            f"row {offset + k}: the lists {self.find!r} and {self.fval!r} "
+                            "differ in length",
+                            (int(lens[k]), int(vl[k])),
+                            "give one value per index",
+                            src.name,
+                        )
+                    _flat_values(vflat, self.fval, src)
+            if self.llist:
+                lens, flat = _list_parts(
+                    batch.column(self.llist), self.llist, "label list", offset, src
+                )
+                if lab_b is not None:
+                    lab_b.add(_norm_keys(flat))
+                else:
+                    idx = self.label_vocab.index(flat)
+                    if (idx < 0).any():
+                        bad = flat[int(np.flatnonzero(idx < 0)[0])].as_py()
+                        raise _err(
+                            f"label {bad!r} of column {self.llist!r} is not in labels=",
+                            bad,
+                            "add it to labels=, or omit labels=",
+                            src.name,
+                        )
+            if self.ccol:
+                if cls_b is not None:
+                    cls_b.add(_keys(batch, self.ccol, "class", offset, src))
+                elif self.class_vocab is not None:
+                    keys = _keys(batch, self.ccol, "class", offset, src)
+                    idx = self.class_vocab.index(keys)
+                    if (idx < 0).any():
+                        bad = keys[int(np.flatnonzero(idx < 0)[0])].as_py()
+                        raise _err(
+                            f"class {bad!r} is not in the classes of {self.vocabulary_from}",
+                            bad,
+                            "drop rows of classes unseen in training",
+                            src.name,
+                        )
+                else:
+                    _values(batch, self.ccol, "class", offset, src)
+            offset += batch.num_rows
+        if offset == 0:
+            raise _err("the table has no rows", None, "check the source", src.name)
+        if lab_b is not None:
+            self.label_vocab = lab_b.finish()[0]
+        if cls_b is not None:
+            self.class_vocab = cls_b.finish()[0]
+        if self.find:
+            if self.n_features is None:
+                self.n_features = max_index + 1
+            elif max_index >= self.n_features:
+                raise _err(
+                    f"feature index {max_index} out of range for n_features={self.n_features}",
+                    max_index,
+                    "pass a larger n_features",
+                    src.name,
+                )
+        return offset
+
+    def outputs(self):
+        """(attributes, {name: Vocabulary}) to store."""
+        attrs, side = {}, {}
+        if self.fcols:
+            attrs["feature_names"] = self.fcols
+        if self.label_vocab is not None:
+            if len(self.label_vocab) <= MAX_NAMES_IN_ATTRS:
+                attrs["label_names"] = [str(k) for k in self.label_vocab.keys.to_pylist()]
+            side["labels"] = self.label_vocab
+        if self.class_vocab is not None:
+            attrs["class_names"] = self.class_vocab.keys.to_pylist()
+            side["classes"] = self.class_vocab
+        return attrs, side
+
+    def specs(self):
+        out = []
+        if self.fcols or self.flist:
+            out.append(("X", "dense", len(self.fcols) or (self.d or 0), self.dt))
+        elif self.find:
+            out.append(("X", "csr", self.n_features, self.dt))
+        if self.llist:
+            out.append(("Y", "csr", len(self.label_vocab), np.float32))
+        elif self.ccol:
+            out.append(("y", "dense", 1, np.float64))
+        return out
+
+    def block(self, batch, offset):
+        src, n, b = self.src, batch.num_rows, {}
+        if self.fcols:
+            b["X"] = np.column_stack(
+                [_values(batch, c, "feature", offset, src) for c in self.fcols]
+            ).astype(self.dt, copy=False)
+        elif self.flist:
+            _, flat = _list_parts(batch.column(self.flist), self.flist, "", offset, src)
+            b["X"] = _flat_values(flat, self.flist, src).reshape(n, self.d).astype(self.dt)
+        elif self.find:
+            lens, flat = _list_parts(batch.column(self.find), self.find, "", offset, src)
+            ind = flat.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            if self.fval:
+                _, vflat = _list_parts(batch.column(self.fval), self.fval, "", offset, src)
+                val = _flat_values(vflat, self.fval, src)
+            else:
+                val = np.ones(ind.size)
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(lens, out=ptr[1:])
+            nums = np.arange(offset, offset + n)
+            ptr, ind, val = canonical_rows(
+                src.name, nums, ptr, ind, val, "feature index", dedupe=False
+            )
+            check_range(
+                src.name,
+                nums,
+                ptr,
+                ind,
+                self.n_features,
+                "feature index",
+                "pass a larger n_features",
+            )
+            b["X"] = csr_from_parts(ptr, ind, val, self.n_features, self.dt)
+        if self.llist:
+            lens, flat = _list_parts(batch.column(self.llist), self.llist, "", offset, src)
+            ind = self.label_vocab.index(flat)
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(lens, out=ptr[1:])
+            nums = np.arange(offset, offset + n)
+            ptr, ind, val = canonical_rows(
+                src.name, nums, ptr, ind, np.ones(ind.size), "label", dedupe=True
+            )
+            b["Y"] = csr_from_parts(ptr, ind, val, len(self.label_vocab), np.float32)
+        elif self.ccol:
+            if self.class_vocab is not None:
+                y = self.class_vocab.index(_keys(batch, self.ccol, "class", offset, src))
+            else:
+                y = _values(batch, self.ccol, "class", offset, src)
+            b["y"] = y.astype(np.float64)[:, None]
+        return b
+
+
+def _flat_values(flat, col, src) -> np.ndarray:
+    v = flat.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    if not np.isfinite(v).all():
+        raise _err(
+            f"list column {col!r} holds a non-finite value",
+            float(v[~np.isfinite(v)][0]),
+            "impute or drop NaN/inf values before converting",
+            src.name,
+        )
+    return v
+
+
+def _colname(v) -> str | None:
+    return None if v is None else str(v)
+
+
+def _names(v) -> list[str]:
+    if v is None:
+        return []
+    if isinstance(v, str):
+        return [s.strip() for s in v.split(",") if s.strip()]
+    return [str(s) for s in v]
+
+
+def _convert_rows(spec, dest, *, attrs, block_rows, tmpdir, overwrite, progress):
+    """Pass 1 ``spec.validate()``, pass 2 ``spec.block()`` per batch into the writer; the
+    spec's vocabularies (``spec.outputs()``) and the row keys become side files."""
+    from ..storage import scratch_dir
+
+    n = spec.validate()
+    specs = spec.specs()
+    extra, side = spec.outputs()
+    attrs = dict(attrs, **extra)
+    with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
+        files = {}
+        for name, voc in side.items():
+            files[_SIDE.format(name)] = os.path.join(tmp, f"{name}.parquet")
+            voc.write(files[_SIDE.format(name)])
+        writer = None
+        if spec.row_key:
+            files[_SIDE.format("rows")] = os.path.join(tmp, "rows.parquet")
+        attrs["vocabularies"] = {k.split("/")[1].split(".")[0]: k for k in files}
+
+        def blocks():
+            nonlocal writer
+            offset = 0
+            for batch in spec.src.batches(spec.columns):
+                if spec.row_key:
+                    keys = _keys(batch, spec.row_key, "row key", offset, spec.src)
+                    t = pa.table({"key": keys})
+                    if writer is None:
+                        writer = pq.ParquetWriter(files[_SIDE.format("rows")], t.schema)
+                    writer.write_table(t)
+                yield spec.block(batch, offset)
+                offset += batch.num_rows
+            if writer is not None:
+                writer.close()
+
+        try:
+            return write_blocks(
+                dest,
+                specs,
+                blocks(),
+                attrs=attrs,
+                block_rows=block_rows,
+                overwrite=overwrite,
+                progress=progress,
+                expected_rows=n,
+                side_files=files,
+            )
+        finally:
+            if writer is not None and writer.is_open:
+                writer.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# views (multi-view machines): one-hot through vocabularies, or signed hashing
+
+_MASK64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def hash_keys(arr, seed: int = 0) -> np.ndarray:
+    """uint64 hash of every key of ``arr`` (int64: splitmix64 of the value xor ``seed``;
+    strings: FNV-1a of the UTF-8 bytes, then splitmix64; kernel ``kernels.hashing``)."""
+    from ooc_lowrank.kernels.hashing import hash_strings
+
+    arr = _norm_keys(_decode(arr))
+    seed = np.uint64(seed)
+    if pa.types.is_integer(arr.type):
+        return _splitmix(arr.to_numpy().astype(np.uint64) ^ seed)
+    n = len(arr)
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    out = np.empty(n, np.uint64)
+    hash_strings(data, np.ascontiguousarray(offsets), seed, out)
+    return out
+
+
+def _name_seed(name: str) -> int:
+    return int(hash_keys(pa.array([name]))[0])
+
+
+def _parse_views(views) -> dict[str, list[str]]:
+    if isinstance(views, str):  # CLI: "user=user_id,age;item=movie_id,genres"
+        out = {}
+        for i, part in enumerate(p for p in views.split(";") if p.strip()):
+            name, _, cols = part.rpartition("=")
+            out[name.strip() or f"view{i}"] = _names(cols)
+        views = out
+    elif not isinstance(views, dict):
+        views = {f"view{i}": v for i, v in enumerate(views or [])}
+    views = {str(k): _names(v) for k, v in views.items()}
+    if not views or not all(views.values()):
+        raise _err(
+            "views must name at least one view with at least one column",
+            views,
+            "e.g. views={'user': ['user_id', 'age'], 'item': ['movie_id']} "
+            "(CLI --views 'user=user_id,age;item=movie_id')",
+        )
+    return views
+
+
+def _csr_summed(rows, cols, vals, n, n_cols, dt):
+    """CSR ``(n, n_cols)`` of coordinate entries; repeated (row, col) entries are summed."""
+    order = np.lexsort((cols, rows))
+    r, c, v = rows[order], cols[order], vals[order]
+    if r.size > 1:
+        new = np.ones(r.size, bool)
+        new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+        if not new.all():
+            st = np.flatnonzero(new)
+            r, c, v = r[st], c[st], np.add.reduceat(v, st)
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(r, minlength=n), out=ptr[1:])
+    return csr_from_parts(ptr, c, v, n_cols, dt)
+
+
+class _ViewSpec:
+    """kind="views": named groups of columns -> csr views ``X0..Xk`` (+ ``y``)."""
+
+    def __init__(
+        self,
+        src,
+        *,
+        views,
+        numeric,
+        min_count,
+        other,
+        hash_features,
+        target,
+        row_key,
+        dtype,
+        vocabulary_from,
+    ):
+        self.src, self.row_key, self.target = src, row_key, target
+        self.dt = as_dtype(dtype)
+        self.fixed = vocabulary_from
+        self.vocab: dict[str, Vocabulary] = {}
+        if vocabulary_from is not None:  # the training store's settings and vocabularies
+            from ..storage import open_dataset
+
+            st = open_dataset(getattr(vocabulary_from, "url", vocabulary_from)).attrs.get("views")
+            if not st:
+                raise _err(
+                    "vocabulary_from names a store without views settings",
+                    vocabulary_from,
+                    "pass the store converted with kind='views'",
+                )
+            self.views, self.types = st["columns"], st["types"]
+            self.min_count, self.other, self.hash = st["min_count"], st["other"], st["hash"]
+            for col, name in st["vocabularies"].items():
+                self.vocab[col] = Vocabulary(read_vocabulary(vocabulary_from, name))
+        else:
+            self.views = _parse_views(views)
+            self.min_count = as_opt_int(min_count, "min_count", 1) or 1
+            self.other = bool(other)
+            self.hash = as_opt_int(hash_features, "hash_features", 1)
+            numeric = set(_names(numeric))
+            schema = src.schema
+            self.types = {}
+            for cols in self.views.values():
+                for c in cols:
+                    if c not in schema.names:
+                        continue  # src.check names it
+                    cls = _type_class(schema.field(c).type)
+                    if cls == "float" or (c in numeric and cls in _NUM):
+                        self.types[c] = "numeric"
+                    elif cls in ("list<integer>", "list<string>", "list<boolean>"):
+                        self.types[c] = "multi"
+                    else:
+                        self.types[c] = "category"
+        need = {}
+        allowed = {
+            "numeric": _NUM,
+            "category": _KEY + ("boolean",),
+            "multi": ("list<integer>", "list<string>", "list<boolean>"),
+        }
+        for cols in self.views.values():
+            for c in cols:
+                t = self.types.get(c, "category")
+                need[c] = (f"view ({t})", allowed[t])
+        if row_key:
+            need[row_key] = ("row key", _KEY)
+        if target:
+            need[target] = ("target", _NUM)
+        src.check(need)
+        self.columns = list(need)
+
+    def _cat_keys(self, batch, col, offset):
+        """(row numbers, keys, rows of the null values) of a category / multi column."""
+        arr = _decode(batch.column(col))
+        n = batch.num_rows
+        if self.types[col] == "multi":
+            lens, flat = _list_parts(arr, col, "view (multi)", offset, self.src)
+            rows = np.repeat(np.arange(n), lens)
+        else:
+            flat, rows = arr, np.arange(n)
+        null_rows = rows[:0]
+        if flat.null_count:
+            ok = flat.is_valid().to_numpy(zero_copy_only=False)
+            flat, rows, null_rows = flat.filter(pa.array(ok)), rows[ok], rows[~ok]
+        flat = flat.cast(pa.int64()) if pa.types.is_boolean(flat.type) else flat
+        return rows, flat, null_rows
+
+    def validate(self):
+        builders = {}
+        if self.hash is None and self.fixed is None:
+            builders = {c: _VocabBuilder() for c, t in self.types.items() if t != "numeric"}
+        offset = 0
+        for batch in self.src.batches(self.columns):
+            if self.row_key:
+                _keys(batch, self.row_key, "row key", offset, self.src)
+            if self.target:
+                _values(batch, self.target, "target", offset, self.src)
+            for c, t in self.types.items():
+                if t == "numeric":
+                    _values(batch, c, "view (numeric)", offset, self.src)
+                    continue
+                _, keys, _ = self._cat_keys(batch, c, offset)
+                if c in builders and len(keys):
+                    builders[c].add(_norm_keys(keys))
+            offset += batch.num_rows
+        if offset == 0:
+            raise _err("the table has no rows", None, "check the source", self.src.name)
+        for c, b in builders.items():
+            if b._done is None and not b._pending:
+                self.vocab[c] = Vocabulary(pa.array([], pa.large_string()))
+                continue
+            voc, counts = b.finish()
+            self.vocab[c] = Vocabulary(voc.keys.filter(pa.array(counts >= self.min_count)))
+        # column layout: every column's first column in its view
+        self.offset, self.width = {}, {}
+        for name, cols in self.views.items():
+            o = 0
+            for c in cols:
+                self.offset[name, c] = o
+                if self.hash is None:
+                    o += 1 if self.types[c] == "numeric" else len(self.vocab[c]) + self.other
+            self.width[name] = self.hash if self.hash is not None else o
+        return offset
+
+    def specs(self):
+        out = [(f"X{v}", "csr", self.width[name], self.dt) for v, name in enumerate(self.views)]
+        if self.target:
+            out.append(("y", "dense", 1, np.float64))
+        return out
+
+    def outputs(self):
+        names = {} if self.hash is not None else {c: f"view{j}" for j, c in enumerate(self.vocab)}
+        side = {names[c]: self.vocab[c] for c in names}
+        settings = {
+            "columns": self.views,
+            "types": self.types,
+            "min_count": self.min_count,
+            "other": self.other,
+            "hash": self.hash,
+            "vocabularies": names,
+        }
+        return {"view_names": list(self.views), "views": settings}, side
+
+    def block(self, batch, offset):
+        n, b = batch.num_rows, {}
+        for v, (name, cols) in enumerate(self.views.items()):
+            parts = []
+            for c in cols:
+                o = self.offset[name, c]
+                if self.types[c] == "numeric":
+                    val = _values(batch, c, "view (numeric)", offset, self.src)
+                    rows = np.flatnonzero(val)
+                    val = val[rows]
+                    if self.hash is None:
+                        idx = np.full(rows.size, o)
+                    else:
+                        h = hash_keys(pa.array([c]))[0]
+                        idx = np.full(rows.size, int(h % np.uint64(self.hash)))
+                        val = val * (1.0 if h >> np.uint64(63) else -1.0)
+                    parts.append((rows, idx, val))
+                    continue
+                rows, keys, nulls = self._cat_keys(batch, c, offset)
+                if self.hash is not None:  # nulls: no entry
+                    h = hash_keys(keys, _name_seed(c))
+                    idx = (h % np.uint64(self.hash)).astype(np.int64)
+                    val = np.where(h >> np.uint64(63), 1.0, -1.0)
+                    parts.append((rows, idx, val))
+                    continue
+                idx = self.vocab[c].index(keys)
+                miss = idx < 0
+                if miss.any():
+                    if self.other:
+                        idx[miss] = len(self.vocab[c])
+                    elif self.fixed is not None:
+                        bad = keys[int(np.flatnonzero(miss)[0])].as_py()
+                        raise _err(
+                            f"value {bad!r} of column {c!r} is not in the vocabulary of "
+                            f"{self.fixed} (converted with other=False)",
+                            bad,
+                            "convert the training table with other=True (an 'other' bucket "
+                            "for rare and unseen values), or drop such rows",
+                            self.src.name,
+                        )
+                    else:  # rare (below min_count) without an 'other' bucket: no entry
+                        rows, idx = rows[~miss], idx[~miss]
+                if self.other and nulls.size:  # missing values: the 'other' bucket
+                    rows = np.concatenate([rows, nulls])
+                    idx = np.concatenate([idx, np.full(nulls.size, len(self.vocab[c]))])
+                parts.append((rows, idx + o, np.ones(rows.size)))
+            b[f"X{v}"] = _csr_summed(
+                np.concatenate([p[0] for p in parts]),
+                np.concatenate([p[1] for p in parts]),
+                np.concatenate([p[2] for p in parts]),
+                n,
+                self.width[name],
+                self.dt,
+            )
+        if self.target:
+            b["y"] = _values(batch, self.target, "target", offset, self.src)[:, None]
+        return b
+
+
+# ----------------------------------------------------------------------------------------------
+# public entry points
+
+
+def convert_table(
+    src,
+    dest,
+    *,
+    kind=None,
+    row_key=None,
+    col_key=None,
+    value=None,
+    weight=None,
+    duplicates="error",
+    vocabulary_from=None,
+    feature_columns=None,
+    feature_list=None,
+    feature_indices=None,
+    feature_values=None,
+    feature_key=None,
+    n_features=None,
+    label_list=None,
+    labels=None,
+    class_column=None,
+    views=None,
+    numeric=None,
+    min_count=1,
+    other=True,
+    hash_features=None,
+    target=None,
+    format=None,  # noqa: A002 - the file format's name
+    delimiter=None,
+    dtype="float64",
+    block_rows=None,
+    batch_rows=None,
+    bucket_nnz=None,
+    tmpdir=None,
+    overwrite=False,
+    progress=None,
+):
+    """Convert a table (files, Arrow, pandas / Dask DataFrame) to a dataset store.
+
+    Parameters
+    ----------
+    src : path, URL, glob, list of these, pyarrow.Table / dataset, pandas or Dask DataFrame
+        The table (see the module doc).
+    dest : str
+        Store location (local path or fsspec URL).
+    kind : {"interactions", "features", "labels", "views"}
+        What the table holds: observed entries, feature rows, label rows, or MVM views.
+    row_key : str, optional
+        Column of row keys (interactions / long features: required; else optional, stored).
+    col_key : str, optional
+        interactions: the column key column.
+    value : str, optional
+        interactions / long features: the value column (default: every entry is 1).
+    weight : str, optional
+        interactions: a weight column, written as the coo array ``weight``.
+    duplicates : {"error", "last", "sum", "mean"}, default "error"
+        What to do with repeated (row, column) pairs.
+    vocabulary_from : str, optional
+        Reuse the vocabularies of this (training) store, so that a test table indexes the same
+        columns: interactions / long features: rows and columns; labels: labels and classes.
+        A key it lacks is an error.
+    feature_columns : list of str or comma-separated str, optional
+        features: numeric columns -> dense X, in this order.
+    feature_list : str, optional
+        features: a fixed-length list column -> dense X.
+    feature_indices : str, optional
+        features: a list column of 0-based feature indices -> csr X.
+    feature_values : str, optional
+        features: the list column of values matching ``feature_indices`` (default ones).
+    feature_key : str, optional
+        features, long table ``(row_key, feature_key, value)``: the feature key column.
+    n_features : int, optional
+        features with ``feature_indices``: the number of columns (default largest index + 1).
+    label_list : str, optional
+        labels: a list column of label keys -> Y.
+    labels : list or comma-separated str, optional
+        labels: the label vocabulary in column order (default: the sorted distinct labels).
+    class_column : str, optional
+        labels: a class column -> y.
+    views : dict or str, optional
+        views: ``{name: [columns]}``, one csr view ``X0, X1, ...`` each (CLI
+        ``"user=user_id,age;item=movie_id,genres"``).  Float columns (and those in
+        ``numeric``) are values; integer, string, boolean and dictionary columns are
+        categories (one-hot); list columns multi-hot.
+    numeric : list or comma-separated str, optional
+        views: integer columns to take as values, not categories.
+    min_count : int, default 1
+        views: categories seen fewer times go to the 'other' bucket (or get no entry).
+    other : bool, default True
+        views: one 'other' column per categorical column, for rare, missing (null) and
+        unseen values; without it a test table's unseen value is an error.
+    hash_features : int, optional
+        views: signed hashing into this many columns per view instead of vocabularies.
+    target : str, optional
+        views: a numeric column -> y.
+    format : {"parquet", "csv"}, optional
+        File format (default from the extension).
+    delimiter : str, optional
+        CSV separator.
+    dtype : {"float64", "float32"}, default "float64"
+        Dtype of the values / features.
+    block_rows : int, optional
+        Rows per stored block (default: the writer's choice).
+    batch_rows : int, optional
+        Rows read at once (default 2**18).
+    bucket_nnz : int, optional
+        interactions: entries per external-sort bucket (default 2**21, 64 MB while sorting).
+    tmpdir : path, optional
+        Where spill and vocabulary files go (default: the system temporary folder).
+    overwrite : bool, default False
+        Replace an existing store at ``dest``.
+    progress : callable(rows_done) or None
+        Called after every written block.
+
+    Returns
+    -------
+    dest : str
+    """
+    # column names given on the command line may arrive as numbers ("--value 3")
+    row_key, col_key, value, weight = map(_colname, (row_key, col_key, value, weight))
+    feature_list, feature_indices = map(_colname, (feature_list, feature_indices))
+    feature_values, feature_key = map(_colname, (feature_values, feature_key))
+    label_list, class_column, target = map(_colname, (label_list, class_column, target))
+    if kind not in KINDS:
+        raise _err(
+            "kind must be one of " + ", ".join(KINDS),
+            kind,
+            "e.g. kind='interactions' (CLI --kind interactions)",
+        )
+    source = as_source(src, format=format, batch_rows=batch_rows, delimiter=delimiter)
+    block_rows = as_opt_int(block_rows, "block_rows", 1)
+    bucket_nnz = as_opt_int(bucket_nnz, "bucket_nnz", 1) or DEFAULT_BUCKET_NNZ
+    attrs = {"source_format": source.format or "table", "source": source.name[:500], "kind": kind}
+    common = dict(block_rows=block_rows, tmpdir=tmpdir, overwrite=overwrite, progress=progress)
+    if kind == "interactions" or (kind == "features" and feature_key is not None):
+        feat = kind == "features"
+        other = feature_key if feat else col_key
+        if row_key is None or other is None:
+            raise _err(
+                f"kind={kind!r} needs row_key and {'feature_key' if feat else 'col_key'}",
+                (row_key, other),
+                "name the key columns, e.g. row_key='user_id', col_key='movie_id'",
+            )
+        return _convert_pairs(
+            source,
+            dest,
+            row=row_key,
+            col=other,
+            value=value,
+            weight=weight,
+            duplicates=duplicates,
+            vocabulary_from=vocabulary_from,
+            dtype=dtype,
+            array="X" if feat else "obs",
+            kind="csr" if feat else "coo",
+            roles=("row", "feature" if feat else "column"),
+            attrs=attrs,
+            bucket_nnz=bucket_nnz,
+            **common,
+        )
+    if kind == "views":
+        spec = _ViewSpec(
+            source,
+            views=views,
+            numeric=numeric,
+            min_count=min_count,
+            other=other,
+            hash_features=hash_features,
+            target=target,
+            row_key=row_key,
+            dtype=dtype,
+            vocabulary_from=vocabulary_from,
+        )
+        return _convert_rows(spec, dest, attrs=attrs, **common)
+    spec = _RowSpec(
+        source,
+        row_key=row_key,
+        feature_columns=feature_columns,
+        feature_list=feature_list,
+        feature_indices=feature_indices,
+        feature_values=feature_values,
+        n_features=n_features,
+        label_list=label_list,
+        labels=labels,
+        class_column=class_column,
+        dtype=dtype,
+        vocabulary_from=vocabulary_from,
+    )
+    has_x = bool(spec.fcols or spec.flist or spec.find)
+    has_y = bool(spec.llist or spec.ccol)
+    if sum(map(bool, (spec.fcols, spec.flist, spec.find))) > 1 or (spec.llist and spec.ccol):
+        raise _err(
+            "give one feature source (feature_columns, feature_list or feature_indices) "
+            "and one label source (label_list or class_column)",
+            None,
+        )
+    if (kind == "features" and not has_x) or (kind == "labels" and not has_y):
+        raise _err(
+            f"kind={kind!r} needs "
+            + (
+                "feature_columns, feature_list, feature_indices or feature_key"
+                if kind == "features"
+                else "label_list or class_column"
+            ),
+            None,
+            "name the column(s) holding them",
+        )
+    return _convert_rows(spec, dest, attrs=attrs, **common)
+
+
+def _file_converter(fmt):
+    """``convert_parquet`` / ``convert_csv``: :func:`convert_table` with ``format`` fixed (same
+    signature and docstring, so ``convert()`` and the CLI's ``--help`` list every option)."""
+
+    def convert(srcs, dest, **options):
+        return convert_table(srcs, dest, format=fmt, **options)
+
+    sig = inspect.signature(convert_table)
+    convert.__signature__ = sig.replace(
+        parameters=[p for name, p in sig.parameters.items() if name != "format"]
+    )
+    convert.__name__ = convert.__qualname__ = f"convert_{fmt}"
+    convert.__doc__ = (
+        f"Convert {fmt} files (a file, a directory, a glob, ``s3://...``) to a store.\n"
+        + (convert_table.__doc__ or "").split("\n", 1)[-1]
+    )
+    return convert
+
+
+convert_parquet = _file_converter("parquet")
+convert_csv = _file_converter("csv")
+
+
+# ----------------------------------------------------------------------------------------------
+# keys back out
+
+
+def _vocab_or_none(url, name):
+    from ..storage import StoreError
+
+    try:
+        return read_vocabulary(url, name)
+    except StoreError:
+        return None
+
+
+def _write_keyed(dest, chunks, rvoc, cvoc) -> str:
+    """Stream ``(rows, indices, scores)`` chunks to a Parquet file ``row_key, rank, key, score``;
+    a vocabulary that is None leaves the indices as they are."""
+    path, fs = os.fspath(dest), None
+    if "://" in path and not path.startswith("file://"):
+        import fsspec.core
+
+        fs, path = fsspec.core.url_to_fs(path)
+    writer = None
+    try:
+        for rows, indices, scores in chunks:
+            n, k = indices.shape
+            r = pa.array(np.repeat(np.asarray(rows, dtype=np.int64), k))
+            c = pa.array(indices.ravel())
+            t = pa.table(
+                {
+                    "row_key": rvoc.take(r) if rvoc is not None else r,
+                    "rank": pa.array(np.tile(np.arange(1, k + 1, dtype=np.int32), n)),
+                    "key": cvoc.take(c.cast(pa.int64())) if cvoc is not None else c,
+                    "score": pa.array(np.asarray(scores, dtype=np.float64).ravel()),
+                }
+            )
+            if writer is None:
+                writer = pq.ParquetWriter(path, t.schema, filesystem=fs)
+            writer.write_table(t)
+    finally:
+        if writer is not None:
+            writer.close()
+    return os.fspath(dest)
+
+
+def topk_to_parquet(dest, indices, scores, *, store, rows=None, columns="cols", chunk_rows=1 << 16):
+    """Write top-k predictions as Parquet with the user's keys.
+
+    Parameters
+    ----------
+    dest : path or URL
+        The Parquet file written: columns ``row_key``, ``rank`` (1 = best), ``key``,
+        ``score``, one row per (row, rank).
+    indices : ndarray of shape (n_rows_asked, k), int
+        Column (or label) indices, e.g. from ``GreedyLowRank.top_k`` or ``predict_topk``.
+    scores : ndarray of shape (n_rows_asked, k)
+        Their scores.
+    store : str or Dataset
+        The converted (training) store holding the vocabularies.
+    rows : ndarray of shape (n_rows_asked,), optional
+        Row indices the predictions belong to (default ``0..n_rows_asked-1``).
+    columns : {"cols", "labels", "classes"}, default "cols"
+        Which vocabulary names the indices.
+    chunk_rows : int
+        Rows of predictions written at a time.
+
+    Returns
+    -------
+    dest : str
+        Row keys are the row indices when the store has no row vocabulary.
+    """
+    indices = np.asarray(indices)
+    scores = np.asarray(scores)
+    if indices.ndim != 2 or scores.shape != indices.shape:
+        raise _err(
+            "indices and scores must be two arrays of one shape (n_rows, k)",
+            (indices.shape, scores.shape),
+        )
+    n = indices.shape[0]
+    rows = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
+    if rows.shape != (n,):
+        raise _err("rows must have one entry per row of indices", rows.shape)
+    url = getattr(store, "url", store)
+    cvoc = read_vocabulary(url, columns)
+    rvoc = _vocab_or_none(url, "rows")
+    if indices.size and (indices.min() < 0 or indices.max() >= len(cvoc)):
+        raise _err(
+            f"indices must lie in [0, {len(cvoc)}) (the {columns} vocabulary)", int(indices.max())
+        )
+    chunks = (
+        (rows[s : s + chunk_rows], indices[s : s + chunk_rows], scores[s : s + chunk_rows])
+        for s in range(0, n, chunk_rows)
+    )
+    return _write_keyed(dest, chunks, rvoc, cvoc)
+
+
+def predictions_to_parquet(predictions, store, dest) -> str:
+    """A prediction store (``labels``, ``scores``; as ``predict --top-k`` writes) to Parquet
+    with the keys of ``store`` (the converted table the predictions are for, whose label
+    vocabulary is the training one: convert it with ``labels=`` or ``vocabulary_from=``).
+
+    Label keys come from its ``labels`` vocabulary (multi-label), or ``classes`` (class names;
+    the predicted values are their ranks), else the predicted values are written as they are;
+    row keys from its ``rows`` vocabulary, else the row numbers.  Read block by block.
+    """
+    from ..storage import open_dataset
+
+    pred = open_dataset(predictions) if isinstance(predictions, (str, os.PathLike)) else predictions
+    url = getattr(store, "url", store)
+    n = open_dataset(url).n_rows
+    if pred.n_rows != n:
+        raise _err(
+            f"the predictions have {pred.n_rows} rows, the store {n}",
+            pred.n_rows,
+            "pass the store the predictions were made for",
+        )
+    rvoc = _vocab_or_none(url, "rows")
+    cvoc = _vocab_or_none(url, "labels")
+    if cvoc is None:
+        cvoc = _vocab_or_none(url, "classes")
+
+    def chunks():
+        scores = pred["scores"].iter_blocks()
+        for (s, e, lab), (_, _, sc) in zip(pred["labels"].iter_blocks(), scores, strict=True):
+            yield np.arange(s, e), (lab.astype(np.int64) if cvoc is not None else lab), sc
+
+    return _write_keyed(dest, chunks(), rvoc, cvoc)

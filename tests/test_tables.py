@@ -1,0 +1,685 @@
+"""Table converters (io.tables): Parquet / CSV / Arrow / pandas / Dask tables to stores.
+
+Acceptance: MovieLens u1.base written to Parquet with string keys converts to exactly the
+entries ``convert movielens`` writes; Bibtex as a table with a list-of-labels column gives the
+store ``convert arff`` gives.  Bad input: a named error and nothing left behind.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from conftest import data_file
+
+from ooc_lowrank.cli import main
+from ooc_lowrank.io import ConversionError, convert, read_vocabulary, topk_to_parquet
+from ooc_lowrank.io.tables import convert_table
+from ooc_lowrank.storage import open_dataset
+
+
+def _obs(store):
+    return open_dataset(store)["obs"].read().tocoo()
+
+
+def _entries(store, row_keys=None, col_keys=None):
+    """{(row key, col key): value} of an observation store (keys from its vocabularies)."""
+    m = _obs(store)
+    rk = read_vocabulary(store, "rows").to_pylist() if row_keys is None else row_keys
+    ck = read_vocabulary(store, "cols").to_pylist() if col_keys is None else col_keys
+    out = {}
+    for r, c, v in zip(m.row, m.col, m.data, strict=True):
+        assert (rk[r], ck[c]) not in out
+        out[rk[r], ck[c]] = v
+    return out
+
+
+def _left_behind(folder):
+    return sorted(f for f in os.listdir(folder) if f.startswith("."))
+
+
+@pytest.fixture
+def u1():
+    src = data_file("movielens-100k", "u1.base.gz")
+    return src, np.loadtxt(src, dtype=np.int64)
+
+
+def test_movielens_parquet_string_keys_equals_convert_movielens(tmp_path, u1):
+    """Acceptance: u1.base as shuffled Parquet files with string keys ("u196", "i242"): the
+    store holds exactly the entries of `convert movielens`, under the key mapping."""
+    src, a = u1
+    t = pa.table(
+        {
+            "user_id": [f"u{u}" for u in a[:, 0]],
+            "movie_id": [f"i{i}" for i in a[:, 1]],
+            "rating": a[:, 2].astype(np.int32),
+        }
+    ).take(np.random.default_rng(0).permutation(len(a)))
+    d = tmp_path / "ratings"
+    d.mkdir()
+    for k, s in enumerate(range(0, len(a), 30000)):  # a directory of three files
+        pq.write_table(t.slice(s, 30000), d / f"part-{k}.parquet", row_group_size=4000)
+    convert(
+        "parquet",
+        str(d),
+        str(tmp_path / "t.zarr"),
+        kind="interactions",
+        row_key="user_id",
+        col_key="movie_id",
+        value="rating",
+        batch_rows=5000,
+        bucket_nnz=9000,
+        block_rows=100,
+    )
+    convert("movielens", src, str(tmp_path / "m.zarr"))
+    m = _obs(tmp_path / "m.zarr")
+    want = {(f"u{r + 1}", f"i{c + 1}"): v for r, c, v in zip(m.row, m.col, m.data, strict=True)}
+    got = _entries(tmp_path / "t.zarr")
+    assert got == want and len(got) == 80000
+    rows = read_vocabulary(tmp_path / "t.zarr", "rows").to_pylist()
+    assert rows == sorted(rows) and len(rows) == 943
+    ds = open_dataset(tmp_path / "t.zarr")
+    assert ds["obs"].shape == (943, len(read_vocabulary(ds, "cols")))
+    # entries of each row sorted by column
+    o = ds["obs"].read()
+    assert all(np.all(np.diff(o.indices[o.indptr[i] : o.indptr[i + 1]]) > 0) for i in range(943))
+
+
+def test_int_keys_from_pandas_and_csv(tmp_path, u1):
+    pd = pytest.importorskip("pandas")
+    src, a = u1
+    a = a[:3000]
+    df = pd.DataFrame({"u": a[:, 0] * 1000, "i": a[:, 1], "r": a[:, 2].astype(float)})
+    convert_table(
+        df,
+        str(tmp_path / "p.zarr"),
+        kind="interactions",
+        row_key="u",
+        col_key="i",
+        value="r",
+        batch_rows=700,
+    )
+    pcsv.write_csv(pa.Table.from_pandas(df), tmp_path / "r.csv")
+    convert(
+        "csv",
+        str(tmp_path / "r.csv"),
+        str(tmp_path / "c.zarr"),
+        kind="interactions",
+        row_key="u",
+        col_key="i",
+        value="r",
+    )
+    want = {(int(u) * 1000, int(i)): float(r) for u, i, r in a[:, :3]}
+    assert _entries(tmp_path / "p.zarr") == want == _entries(tmp_path / "c.zarr")
+    assert read_vocabulary(tmp_path / "p.zarr", "rows").type == pa.int64()
+
+
+def _dups():
+    return pa.table(
+        {
+            "r": ["a", "b", "a", "a", "b"],
+            "c": [1, 2, 1, 3, 2],
+            "v": [1.0, 2.0, 5.0, 7.0, 4.0],
+            "w": [1.0, 1.0, 3.0, 1.0, 2.0],
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "policy, want",
+    [
+        ("last", {("a", 1): 5.0, ("a", 3): 7.0, ("b", 2): 4.0}),
+        ("sum", {("a", 1): 6.0, ("a", 3): 7.0, ("b", 2): 6.0}),
+        ("mean", {("a", 1): 3.0, ("a", 3): 7.0, ("b", 2): 3.0}),
+    ],
+)
+def test_duplicate_policies(tmp_path, policy, want):
+    dest = tmp_path / "d.zarr"
+    convert_table(
+        _dups(),
+        str(dest),
+        kind="interactions",
+        row_key="r",
+        col_key="c",
+        value="v",
+        weight="w",
+        duplicates=policy,
+        batch_rows=2,
+    )
+    assert _entries(dest) == want
+    w = open_dataset(dest)["weight"].read()
+    assert w.nnz == 3
+    if policy == "sum":
+        assert sorted(w.data) == [1.0, 3.0, 4.0]
+
+
+def test_vocabulary_from_a_training_store(tmp_path):
+    train = pa.table({"r": ["x", "y", "z"], "c": ["p", "q", "p"], "v": [1.0, 2.0, 3.0]})
+    convert_table(
+        train, str(tmp_path / "tr.zarr"), kind="interactions", row_key="r", col_key="c", value="v"
+    )
+    test = pa.table({"r": ["z"], "c": ["q"], "v": [4.0]})
+    convert_table(
+        test,
+        str(tmp_path / "te.zarr"),
+        kind="interactions",
+        row_key="r",
+        col_key="c",
+        value="v",
+        vocabulary_from=str(tmp_path / "tr.zarr"),
+    )
+    o = _obs(tmp_path / "te.zarr")
+    assert o.shape == (3, 2) and (o.row.tolist(), o.col.tolist()) == ([2], [1])
+    with pytest.raises(ConversionError, match="'w'.*not in the vocabulary"):
+        convert_table(
+            pa.table({"r": ["w"], "c": ["q"], "v": [1.0]}),
+            str(tmp_path / "x.zarr"),
+            kind="interactions",
+            row_key="r",
+            col_key="c",
+            value="v",
+            vocabulary_from=str(tmp_path / "tr.zarr"),
+        )
+
+
+def _inter(**kw):
+    return dict(kind="interactions", row_key="r", col_key="c", value="v", **kw)
+
+
+@pytest.mark.parametrize(
+    "table, kw, match",
+    [
+        (pa.table({"r": [1, 2], "c": [1, 2]}), _inter(), "value column 'v' is missing"),
+        (
+            pa.table({"r": ["a", None], "c": [1, 2], "v": [1.0, 2.0]}),
+            _inter(),
+            "row key column 'r' holds a null \\(row 1",
+        ),
+        (
+            pa.table({"r": [1, 2], "c": [1, 2], "v": ["x", "y"]}),
+            _inter(),
+            "value column 'v' has type string",
+        ),
+        (pa.table({"r": [1, 2], "c": [1, 2], "v": [1.0, np.nan]}), _inter(), "non-finite value"),
+        (_dups(), _inter(), r"duplicate \(row, column\) pairs.*\('a', 1\)"),
+        (
+            pa.table({"tags": [["x"], ["y", None]]}),
+            dict(kind="labels", label_list="tags"),
+            "list of row 1 of the table holds a null",
+        ),
+        (pa.table({"tags": [["x"], None]}), dict(kind="labels", label_list="tags"), "holds a null"),
+        (pa.table({"a": [1.0]}), dict(kind="labels"), "needs label_list or class_column"),
+        (pa.table({"a": [1.0]}), dict(kind="matrix"), "kind must be one of"),
+    ],
+)
+def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
+    dest, scratch = tmp_path / "bad.zarr", tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(ConversionError, match=match):
+        convert_table(table, str(dest), batch_rows=1, tmpdir=str(scratch), **kw)
+    assert not dest.exists() and _left_behind(tmp_path) == [] and os.listdir(scratch) == []
+
+
+def test_schema_change_between_files(tmp_path):
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(pa.table({"r": [1], "c": [1], "v": [1.0]}), d / "a.parquet")
+    pq.write_table(pa.table({"r": ["x"], "c": [1], "v": [1.0]}), d / "b.parquet")
+    with pytest.raises(
+        ConversionError,
+        match="schema changes between files: column 'r' is "
+        "integer in .*a.parquet but string in .*b.parquet",
+    ):
+        convert("parquet", str(d / "*.parquet"), str(tmp_path / "s.zarr"), **_inter())
+    pq.write_table(pa.table({"r": [1], "v": [1.0]}), d / "b.parquet")
+    with pytest.raises(ConversionError, match="column 'c' is missing from .*b.parquet"):
+        convert("parquet", str(d), str(tmp_path / "s.zarr"), **_inter())
+    # int32 in one file, int64 in another: one type class, converted
+    pq.write_table(
+        pa.table({"r": pa.array([2], pa.int32()), "c": [1], "v": [2.0]}), d / "b.parquet"
+    )
+    convert(
+        "parquet",
+        [str(d / "a.parquet"), str(d / "b.parquet")],
+        str(tmp_path / "s.zarr"),
+        **_inter(),
+    )
+    assert _entries(tmp_path / "s.zarr") == {(1, 1): 1.0, (2, 1): 2.0}
+    assert not (tmp_path / "missing.zarr").exists() and _left_behind(tmp_path) == []
+
+
+def test_dask_partitions_and_schema_change(tmp_path):
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    df = pd.DataFrame({"r": [3, 1, 2, 1], "c": [1, 1, 2, 2], "v": [1.0, 2.0, 3.0, 4.0]})
+    ddf = dd.from_pandas(df, npartitions=2)
+    convert_table(ddf, str(tmp_path / "d.zarr"), **_inter())
+    assert _entries(tmp_path / "d.zarr") == {(3, 1): 1.0, (1, 1): 2.0, (2, 2): 3.0, (1, 2): 4.0}
+    bad = dd.concat(
+        [
+            dd.from_pandas(df.iloc[:2], npartitions=1),
+            dd.from_pandas(df.iloc[2:].astype({"r": str}), npartitions=1),
+        ]
+    )
+    with pytest.raises(ConversionError, match="schema changes between partitions"):
+        convert_table(bad, str(tmp_path / "e.zarr"), **_inter())
+    assert not (tmp_path / "e.zarr").exists()
+
+
+def test_bibtex_table_equals_convert_arff(tmp_path):
+    """Acceptance: Bibtex as a table (feature index / value lists, a list of label names per
+    row, labels in shuffled order within a row) gives the store `convert arff` writes."""
+    src = data_file("bibtex", "bibtex-train.arff.gz")
+    xml = data_file("bibtex", "bibtex.xml")
+    convert("arff", src, str(tmp_path / "a.zarr"), xml=xml)
+    ds = open_dataset(tmp_path / "a.zarr")
+    X, Y = ds["X"].read(), ds["Y"].read()
+    names = np.array(ds.attrs["label_names"], dtype=object)
+    rng = np.random.default_rng(0)
+    rows = range(X.shape[0])
+    table = pa.table(
+        {
+            "doc": [f"d{i}" for i in rows],
+            "idx": [X.indices[X.indptr[i] : X.indptr[i + 1]].tolist() for i in rows],
+            "val": [X.data[X.indptr[i] : X.indptr[i + 1]].tolist() for i in rows],
+            "tags": [
+                rng.permutation(names[Y.indices[Y.indptr[i] : Y.indptr[i + 1]]]).tolist()
+                for i in rows
+            ],
+        }
+    )
+    pq.write_table(table, tmp_path / "bibtex.parquet", row_group_size=1000)
+    convert(
+        "parquet",
+        str(tmp_path / "bibtex.parquet"),
+        str(tmp_path / "t.zarr"),
+        kind="labels",
+        row_key="doc",
+        feature_indices="idx",
+        feature_values="val",
+        n_features=X.shape[1],
+        label_list="tags",
+        labels=list(names),
+        batch_rows=777,
+    )
+    t = open_dataset(tmp_path / "t.zarr")
+    X2, Y2 = t["X"].read(), t["Y"].read()
+    assert t["X"].kind == "csr" and t["Y"].kind == "csr" and t["Y"].dtype == np.float32
+    assert X2.shape == X.shape and (X2 != X).nnz == 0 and np.array_equal(X2.indices, X.indices)
+    assert Y2.shape == Y.shape and (Y2 != Y).nnz == 0 and np.array_equal(Y2.indptr, Y.indptr)
+    assert t.attrs["label_names"] == ds.attrs["label_names"]
+    assert read_vocabulary(t, "rows")[5].as_py() == "d5"
+    # without labels=: the sorted vocabulary, the same matrix with permuted columns
+    convert(
+        "parquet",
+        str(tmp_path / "bibtex.parquet"),
+        str(tmp_path / "s.zarr"),
+        kind="labels",
+        label_list="tags",
+    )
+    s = open_dataset(tmp_path / "s.zarr")
+    order = np.argsort(names.astype(str))
+    assert s.attrs["label_names"] == sorted(names) and "X" not in s
+    assert (s["Y"].read() != Y[:, order]).nnz == 0
+
+
+def test_features_dense_list_long_and_class(tmp_path):
+    t = pa.table(
+        {
+            "id": [10, 11, 12],
+            "a": [1.0, 2.0, 3.0],
+            "b": pa.array([4, 5, 6], pa.int16()),
+            "emb": pa.array([[1.0, 0.0], [0.0, 1.0], [2.0, 2.0]], pa.list_(pa.float32(), 2)),
+            "cls": pa.array(["dog", "cat", "dog"]).dictionary_encode(),
+        }
+    )
+    convert_table(
+        t,
+        str(tmp_path / "d.zarr"),
+        kind="features",
+        feature_columns="a,b",
+        class_column="cls",
+        row_key="id",
+        batch_rows=2,
+    )
+    d = open_dataset(tmp_path / "d.zarr")
+    assert np.array_equal(d["X"].read(), [[1, 4], [2, 5], [3, 6]])
+    assert d["y"].read().ravel().tolist() == [1.0, 0.0, 1.0]
+    assert d.attrs["class_names"] == ["cat", "dog"] and d.attrs["feature_names"] == ["a", "b"]
+    assert read_vocabulary(d, "rows").to_pylist() == [10, 11, 12]
+    convert_table(t, str(tmp_path / "e.zarr"), kind="features", feature_list="emb", dtype="float32")
+    e = open_dataset(tmp_path / "e.zarr")["X"]
+    assert e.dtype == np.float32 and np.array_equal(e.read(), [[1, 0], [0, 1], [2, 2]])
+    long = pa.table({"doc": ["d2", "d1", "d2"], "word": ["the", "cat", "cat"], "n": [3, 1, 1]})
+    convert_table(
+        long,
+        str(tmp_path / "l.zarr"),
+        kind="features",
+        row_key="doc",
+        feature_key="word",
+        value="n",
+    )
+    lx = open_dataset(tmp_path / "l.zarr")["X"]
+    assert lx.kind == "csr" and lx.read().toarray().tolist() == [[1, 0], [1, 3]]
+    assert read_vocabulary(tmp_path / "l.zarr", "cols").to_pylist() == ["cat", "the"]
+    with pytest.raises(ConversionError, match="one length"):
+        convert_table(
+            pa.table({"e": [[1.0], [1.0, 2.0]]}),
+            str(tmp_path / "f.zarr"),
+            kind="features",
+            feature_list="e",
+        )
+
+
+def test_topk_parquet_carries_the_keys(tmp_path):
+    t = pa.table({"r": ["ann", "bob"], "c": ["i9", "i1"], "v": [1.0, 2.0]})
+    convert_table(t, str(tmp_path / "s.zarr"), **_inter())
+    out = topk_to_parquet(
+        tmp_path / "top.parquet",
+        [[1, 0], [0, 1]],
+        [[0.9, 0.1], [0.8, 0.7]],
+        store=str(tmp_path / "s.zarr"),
+        rows=[1, 0],
+    )
+    got = pq.read_table(out).to_pylist()
+    assert got[0] == {"row_key": "bob", "rank": 1, "key": "i9", "score": 0.9}
+    assert [g["key"] for g in got] == ["i9", "i1", "i1", "i9"]
+    assert [g["row_key"] for g in got] == ["bob", "bob", "ann", "ann"]
+
+
+def test_cli_convert_parquet(tmp_path, capsys):
+    pq.write_table(
+        pa.table({"user": ["a", "b"], "item": [5, 6], "rating": [1.0, 2.0]}), tmp_path / "r.parquet"
+    )
+    rc = main(
+        [
+            "convert",
+            "parquet",
+            str(tmp_path / "r.parquet"),
+            str(tmp_path / "s.zarr"),
+            "--kind",
+            "interactions",
+            "--row-key",
+            "user",
+            "--col-key",
+            "item",
+            "--value",
+            "rating",
+            "-q",
+        ]
+    )
+    assert rc == 0 and _entries(tmp_path / "s.zarr") == {("a", 5): 1.0, ("b", 6): 2.0}
+    with pytest.raises(SystemExit):
+        main(["convert", "--help"])
+    text = capsys.readouterr().out
+    assert "parquet:" in text and "--row-key" in text and "--duplicates" in text
+
+
+def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
+    """labels kind -> fit GIMC -> `predict --parquet`: rows and labels under their own keys;
+    the test table takes the training label vocabulary through vocabulary_from."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((120, 4))
+    tags = ["red", "green", "blue"]
+    lab = [[tags[j] for j in range(3) if X[i, j] > 0] for i in range(120)]
+
+    def table(s):
+        return pa.table(
+            {
+                "doc": [f"doc{i}" for i in s],
+                "a": X[s, 0],
+                "b": X[s, 1],
+                "c": X[s, 2],
+                "d": X[s, 3],
+                "tags": [lab[i] for i in s],
+            }
+        )
+
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    kw = dict(kind="labels", row_key="doc", feature_columns="a,b,c,d", label_list="tags")
+    convert_table(table(np.arange(100)), tr, **kw)
+    test = table(np.arange(100, 120)).filter(pa.array([i % 2 == 0 for i in range(20)]))
+    test = test.set_column(5, "tags", pa.array([["red"]] * test.num_rows))  # not all labels seen
+    convert_table(test, te, vocabulary_from=tr, **kw)
+    assert read_vocabulary(te, "labels").to_pylist() == ["blue", "green", "red"]
+    model = str(tmp_path / "m")
+    assert main(["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "3", "-q"]) == 0
+    out = str(tmp_path / "top.parquet")
+    assert (
+        main(
+            ["predict", model, te, str(tmp_path / "p.zarr"), "--top-k", "2", "--parquet", out, "-q"]
+        )
+        == 0
+    )
+    got = pq.read_table(out).to_pylist()
+    assert len(got) == 20 and got[0]["row_key"] == "doc100" and got[2]["row_key"] == "doc102"
+    assert {g["key"] for g in got} <= set(tags) and [g["rank"] for g in got[:2]] == [1, 2]
+    assert (
+        main(
+            ["predict", model, te, str(tmp_path / "q.zarr"), "--top-k", "2", "--parquet", out, "-q"]
+        )
+        == 2
+    )
+    assert "--parquet must not exist" in capsys.readouterr().err
+
+
+def _ml_table(path, string_keys=True):
+    a = np.loadtxt(path, dtype=np.int64)
+    u = [f"u{x}" for x in a[:, 0]] if string_keys else a[:, 0]
+    i = [f"i{x}" for x in a[:, 1]] if string_keys else a[:, 1]
+    return pa.table({"user_id": u, "movie_id": i, "rating": a[:, 2].astype(float)})
+
+
+@pytest.mark.slow  # ~40 s on the busy 2-core machine (two GLRL fits with their JIT warm-up)
+def test_glrl_on_table_stores_matches_movielens_and_topk_keys(tmp_path):
+    """Acceptance: vocabularies from u.data (string keys), u1.base / u1.test converted with
+    them; the README's GLRL model (L1, rank 10) has the MAE it has on `convert movielens`
+    stores, and its top-k Parquet carries the original keys."""
+    from ooc_lowrank.glrl import GreedyLowRank
+
+    ml = "movielens-100k"
+    kw = dict(kind="interactions", row_key="user_id", col_key="movie_id", value="rating")
+    full = str(tmp_path / "full.zarr")
+    convert_table(_ml_table(data_file(ml, "u.data.gz")), full, **kw)
+    maes, models = [], []
+    for tag, conv in (("t", "table"), ("m", "movielens")):
+        stores = []
+        for part in ("u1.base.gz", "u1.test.gz"):
+            dest = str(tmp_path / f"{tag}-{part}.zarr")
+            if conv == "table":
+                convert_table(_ml_table(data_file(ml, part)), dest, vocabulary_from=full, **kw)
+            else:
+                convert("movielens", data_file(ml, part), dest, shape=(943, 1682))
+            stores.append(dest)
+        model = GreedyLowRank(loss="l1", rank=10, refit="none", random_state=0).fit(stores[0])
+        maes.append(model.evaluate(stores[1], metrics="mae")["mae"])
+        models.append(model)
+    print("u1 test MAE, table stores / movielens stores:", maes)
+    assert abs(maes[0] - maes[1]) < 2e-3, maes
+    assert 0.72 < maes[0] < 0.76
+    users = read_vocabulary(full, "rows").to_pylist()
+    rows = np.array([users.index("u196"), users.index("u1")])
+    idx, scores = models[0].top_k(rows, k=10)
+    out = topk_to_parquet(tmp_path / "top.parquet", idx, scores, store=full, rows=rows)
+    got = pq.read_table(out).to_pylist()
+    assert [g["row_key"] for g in got[:6:5]] == ["u196", "u196"] and got[5]["rank"] == 6
+    assert all(g["key"].startswith("i") for g in got) and got[10]["row_key"] == "u1"
+
+
+def _ml_joined(ratings, users, items):
+    """Ratings joined to u.user / u.item as one table (ages bucketed as MovieLens 1M does,
+    genres as a list of flag positions)."""
+    a = np.loadtxt(ratings, dtype=np.int64)
+    with open(users, encoding="latin-1") as f:
+        us = {int(p[0]): p for p in (ln.rstrip("\n").split("|") for ln in f if ln.strip())}
+    with open(items, encoding="latin-1") as f:
+        it = {int(p[0]): p for p in (ln.rstrip("\n").split("|") for ln in f if ln.strip())}
+    edges = (18, 25, 35, 45, 50, 56)
+    return pa.table(
+        {
+            "user_id": a[:, 0],
+            "age": [int(np.searchsorted(edges, int(us[u][1]), side="right")) for u in a[:, 0]],
+            "gender": [us[u][2] for u in a[:, 0]],
+            "occupation": [us[u][3] for u in a[:, 0]],
+            "movie_id": a[:, 1],
+            "genres": [[j for j, f in enumerate(it[i][-19:]) if f == "1"] for i in a[:, 1]],
+            "rating": a[:, 2].astype(float),
+        }
+    )
+
+
+def test_movielens_views_from_joined_tables_equal_convert_movielens_views(tmp_path):
+    """Acceptance: u.user / u.item joined to the ratings; vocabularies from u.data, u1.base
+    converted with them (no 'other' bucket): the views `convert movielens_views` writes."""
+    ml = "movielens-100k"
+    side = (data_file(ml, "u.user"), data_file(ml, "u.item"))
+    views = "user=user_id,age,gender,occupation;item=movie_id,genres"
+    kw = dict(kind="views", views=views, target="rating", other=False, dtype="float32")
+    full = str(tmp_path / "full.zarr")
+    convert_table(_ml_joined(data_file(ml, "u.data.gz"), *side), full, **kw)
+    t = str(tmp_path / "t.zarr")
+    convert_table(
+        _ml_joined(data_file(ml, "u1.base.gz"), *side),
+        t,
+        vocabulary_from=full,
+        kind="views",
+        target="rating",
+        dtype="float32",
+    )
+    m = str(tmp_path / "m.zarr")
+    convert("movielens_views", data_file(ml, "u1.base.gz"), m)
+    a, b = open_dataset(t), open_dataset(m)
+    for name in ("X0", "X1"):
+        x, y = a[name].read(), b[name].read()
+        assert x.shape == y.shape and x.dtype == y.dtype and (x != y).nnz == 0, name
+    assert np.array_equal(a["y"].read(), b["y"].read())
+    assert a.attrs["view_names"] == ["user", "item"]
+
+
+def test_views_other_bucket_hashing_and_unseen(tmp_path):
+    t = pa.table(
+        {
+            "user": [1, 2, 1, 3],
+            "age": [20.0, 30.0, 20.0, 0.0],
+            "g": ["F", "M", "F", None],
+            "item": ["a", "b", "c", "a"],
+            "genres": [[0, 2], [1], [], [2]],
+            "r": [4.0, 3.0, 5.0, 1.0],
+        }
+    )
+    v = {"user": ["user", "age", "g"], "item": ["item", "genres"]}
+    tr = str(tmp_path / "v.zarr")
+    convert_table(t, tr, kind="views", views=v, target="r", min_count=2, batch_rows=3)
+    d = open_dataset(tr)
+    # user: {1} + other, age, g: {F} + other (M rare, null missing); item {a} + other,
+    # genres {2} + other
+    assert d["X0"].read().toarray().tolist() == [
+        [1, 0, 20, 1, 0],
+        [0, 1, 30, 0, 1],
+        [1, 0, 20, 1, 0],
+        [0, 1, 0, 0, 1],
+    ]
+    assert d["X1"].read().toarray().tolist() == [
+        [1, 0, 1, 1],
+        [0, 1, 0, 1],
+        [0, 1, 0, 0],
+        [1, 0, 1, 0],
+    ]
+    # a test table: unseen values go to 'other', no error
+    t2 = pa.table(
+        {"user": [9], "age": [1.0], "g": ["X"], "item": ["a"], "genres": [[5]], "r": [1.0]}
+    )
+    convert_table(t2, str(tmp_path / "t.zarr"), kind="views", vocabulary_from=tr, target="r")
+    assert open_dataset(tmp_path / "t.zarr")["X0"].read().toarray().tolist() == [[0, 1, 1, 0, 1]]
+    # without 'other': the unseen value is an error naming it, nothing written
+    convert_table(t, str(tmp_path / "n.zarr"), kind="views", views=v, target="r", other=False)
+    with pytest.raises(ConversionError, match="value 9 of column 'user' is not in the vocab"):
+        convert_table(
+            t2,
+            str(tmp_path / "u.zarr"),
+            kind="views",
+            target="r",
+            vocabulary_from=str(tmp_path / "n.zarr"),
+        )
+    assert not (tmp_path / "u.zarr").exists()
+    # signed hashing: n columns per view, +-1 entries, same result for the test table's keys
+    convert_table(t, str(tmp_path / "h.zarr"), kind="views", views=v, hash_features=16)
+    h = open_dataset(tmp_path / "h.zarr")
+    x0 = h["X0"].read()
+    assert x0.shape == (4, 16) and set(np.abs(x0.data)) <= {1.0, 20.0, 30.0}
+    assert (x0[0] != x0[2]).nnz == 0 and "y" not in h
+    convert_table(
+        t2, str(tmp_path / "h2.zarr"), kind="views", vocabulary_from=str(tmp_path / "h.zarr")
+    )
+    from ooc_lowrank.io.tables import _name_seed, hash_keys
+
+    hh = int(hash_keys(pa.array(["a"]), _name_seed("item"))[0])
+    col, sign = hh % 16, (1.0 if hh >> 63 else -1.0)
+    train_row = h["X1"].read()[0].toarray()[0]
+    test_row = open_dataset(tmp_path / "h2.zarr")["X1"].read()[0].toarray()[0]
+    assert train_row[col] == test_row[col] == sign
+
+
+def naive_hash_strings(strings, seed):
+    """NumPy twin of kernels.hashing.hash_strings."""
+    mask = (1 << 64) - 1
+    out = []
+    for s in strings:
+        h = 0xCBF29CE484222325 ^ seed
+        for byte in s.encode("utf-8"):
+            h = ((h ^ byte) * 0x100000001B3) & mask
+        h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & mask
+        out.append(h ^ (h >> 31))
+    return np.array(out, dtype=np.uint64)
+
+
+def test_hash_kernel_matches_its_numpy_twin():
+    from ooc_lowrank.io.tables import hash_keys
+
+    strings = ["", "a", "user=42", "é€😀", "x" * 100]
+    arr = pa.array(["pad"] + strings).slice(1)  # a sliced array: offsets start inside
+    assert np.array_equal(hash_keys(arr, 7), naive_hash_strings(strings, 7))
+    assert len(set(hash_keys(pa.array([str(i) for i in range(1000)])).tolist())) == 1000
+
+
+def test_bench_tables_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables.py at tiny size (structure only; no timing is asserted)."""
+    from benchmarks import bench_tables
+
+    res = bench_tables.main(
+        [
+            "--rows",
+            "3000",
+            "--files",
+            "3",
+            "--bucket-nnz",
+            "500",
+            "--in-process",
+            "--quiet",
+            "--workdir",
+            str(tmp_path),
+        ]
+    )
+    assert [r["keys"] for r in res["results"]] == ["int64", "string"]
+    for r in res["results"]:
+        assert r["convert_seconds"] > 0 and r["scan_seconds"] > 0 and r["convert_peak_rss"] > 0
+        ds = open_dataset(tmp_path / f"{r['keys']}.zarr")
+        assert ds["obs"].nnz <= 3000 and ds.n_rows == len(read_vocabulary(ds, "rows"))
+
+
+def test_csv_files_whose_inferred_types_differ(tmp_path):
+    """CSV type inference gives int64 for '2' and double for '2.5': one numeric class, the
+    value read as float64 from both files; a key column of int in one and string in the
+    other is still an error."""
+    (tmp_path / "a.csv").write_text("r,c,v\n1,x,2\n")
+    (tmp_path / "b.csv").write_text("r,c,v\n2,y,2.5\n")
+    convert("csv", str(tmp_path / "*.csv"), str(tmp_path / "s.zarr"), **_inter())
+    assert _entries(tmp_path / "s.zarr") == {(1, "x"): 2.0, (2, "y"): 2.5}
+    (tmp_path / "b.csv").write_text("r,c,v\nk,y,2.5\n")
+    with pytest.raises(ConversionError, match="column 'r' is integer in .*a.csv but string"):
+        convert("csv", str(tmp_path / "*.csv"), str(tmp_path / "t.zarr"), **_inter())
