@@ -21,6 +21,8 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank._inputs import as_features, as_labels, check_01_block
+from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -195,14 +197,9 @@ def _split_eval_set(eval_set):
     )
 
 
-def _is_lazy(X):
-    import dask.array as da
-
-    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
-
-
-def _check_X_memory(X, name="X"):
-    """Validate an in-memory X with sklearn-compatible errors (complex, 1-D, object, empty)."""
+def _check_X_memory(X, name="X", min_rows=1):
+    """Validate an in-memory X with sklearn-compatible errors (complex, 1-D, object, empty);
+    ``min_rows=0`` (prediction) lets 0 rows through to an empty result."""
     from sklearn.utils import check_array
 
     if sp.issparse(X):
@@ -212,6 +209,7 @@ def _check_X_memory(X, name="X"):
         accept_sparse="csr",
         dtype=[np.float64, np.float32],
         ensure_all_finite=False,
+        ensure_min_samples=min_rows,
         input_name=name,
     )
     data = X.data if sp.issparse(X) else X
@@ -471,13 +469,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
         return engine._default_rows(self._feature_row_bytes(X), int(X.shape[0]))
 
     def _prepare_X(self, X, *, reset):
-        """Blocked X (validated; in-memory data checked completely now)."""
+        """``(Blocked X, X converted)``: validated; in-memory data checked completely now."""
+        X = as_features(X, "X")
         if _is_lazy(X):
             B = engine.as_blocked(X, name="X")
-            if B.dtype.kind != "f":
-                raise TypeError(f"X must have a float dtype (float32 or float64); got {B.dtype}")
         else:
-            X = _check_X_memory(X)
+            X = _check_X_memory(X, min_rows=1 if reset else 0)
             B = engine.as_blocked(
                 X, block_rows=self.block_rows, row_bytes=self._feature_row_bytes(X), name="X"
             )
@@ -502,6 +499,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             )
         import dask.array as da
 
+        Y = as_labels(Y, "Y")
         is_handle = hasattr(Y, "read") and hasattr(Y, "kind")
         if not (is_handle or sp.issparse(Y) or isinstance(Y, (da.Array, engine.Blocked))):
             Y = np.asarray(Y)
@@ -530,7 +528,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
                     dtype=np.int64,
                 )
                 return (engine.as_blocked(codes_arr, name="Y"), len(classes), True, classes, False)
-            B = Bd or engine.as_blocked(Y, name="Y")
+            # 0/1 checked in each block as the passes read it (a NumPy Y is checked now)
+            B = Bd or engine.as_blocked(Y, name="Y", check=check_01_block)
             return B, int(B.shape[1]), False, None, True
         if sp.issparse(Y) or (np.ndim(Y) == 2 and np.shape(Y)[1] > 1):
             Ycsr = (
@@ -546,6 +545,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
                     "it, e.g. (Y > 0).astype(np.float32), or pass a class vector for multi-class"
                 )
             Ycsr.eliminate_zeros()
+            if Ycsr.nnz == 0:  # refused before any work (lazy labels: after the first pass)
+                raise core.no_label_error()
             return Ycsr, int(Ycsr.shape[1]), False, None, True
         from sklearn.utils.validation import column_or_1d
 

@@ -17,18 +17,13 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
+from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks
 
 __all__ = ["FourierFeatures", "NystromFeatures", "median_gamma", "sample_rows"]
 
 _SAMPLE = 1000
-
-
-def _is_lazy(X):
-    import dask.array as da
-
-    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
 
 
 def sample_rows(X, n_samples, rng):

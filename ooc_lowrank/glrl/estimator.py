@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from ooc_lowrank import _checkpoint, _estimate, engine
+from ooc_lowrank._inputs import as_input
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -80,6 +81,8 @@ def _obs_handle(X, name="X"):
 
 def _pairs_to_csr(X, shape, name="X"):
     """Validate ``(rows, cols, values)`` and build a row-sorted CSR keeping duplicates."""
+    if not isinstance(X, (tuple, list)):  # pydata sparse, np.matrix, float16 -> scipy / float32
+        X = as_input(X, name)
     if sp.issparse(X):
         coo = sp.coo_matrix(X)
         if shape is None:
@@ -119,7 +122,7 @@ def _pairs_to_csr(X, shape, name="X"):
                 f"{name} {nm} must lie in [0, {lim}) for shape {tuple(shape)}; got {int(bad)}. "
                 "Use 0-based indices and a shape that covers every index"
             )
-    vals = vals.astype(np.float64) if vals.dtype.kind != "f" else vals
+    vals = vals.astype(np.float64) if vals.dtype.kind != "f" else as_input(vals, name)
     rows = rows.astype(np.int64)
     order = np.argsort(rows, kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))]).astype(np.int64)

@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
+from ooc_lowrank._inputs import as_features
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -92,7 +93,9 @@ def check_observations(B, shape, name="X", zero_one=False):
 
 
 def features_of(X, name):
-    """A store path or ``Dataset`` gives its array ``X``; anything else is returned as is."""
+    """A store path or ``Dataset`` gives its array ``X``; anything else is converted at the
+    boundary (:func:`ooc_lowrank._inputs.as_features`: DataFrames, pydata sparse, float16 and
+    integer features; 1-D refused)."""
     X = _open_if_path(X)
     if _is_dataset(X):
         if "X" not in X.names:
@@ -101,15 +104,13 @@ def features_of(X, name):
                 f"{list(X.names)}. Convert the features with an ooc-lowrank converter"
             )
         X = X["X"]
-    return X
+    return as_features(X, name)
 
 
 def _side_blocked(X, n_expected, what, name, block_rows):
     if X is None:
         raise param_error(name, "is required", None, f"Pass the {what} features (n, d)")
     X = features_of(X, name)
-    if getattr(X, "ndim", 2) != 2 or not hasattr(X, "shape"):
-        X = np.asarray(X)
     if int(X.shape[0]) != int(n_expected):
         raise ValueError(
             f"{name} must have one row per {what} of the observed matrix: the observations "

@@ -31,16 +31,14 @@ from sklearn.utils.validation import check_is_fitted
 from ooc_lowrank import engine
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc.cv import GIMCCV
-from ooc_lowrank.gimc.estimator import _open_if_path
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
 from ooc_lowrank.kernelmaxide.estimator import (
     _SAMPLE,
     KernelMaxide,
     Maxide,
     _check_label_dtype,
-    _check_not_empty,
-    _is_dataset,
     _is_lazy,
+    fit_inputs,
     no_negative_error,
 )
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
@@ -178,20 +176,7 @@ class _ObservedSearch(BaseEstimator):
         base = self._base(seed)
         for s in grid:  # the estimator's own checks (gamma_scales stand in for gammas)
             self._estimator(**base, **s)._validate_params()
-        X = _open_if_path(X)
-        if _is_dataset(X):
-            ds = X
-            X = ds["X"]
-            if Y is None:
-                if "Y_obs" not in ds:
-                    raise ValueError(
-                        f"store {ds.url!r} has no 'Y_obs' (observed labels); pass Y= or make "
-                        "one with ooc_lowrank.kernelmaxide.mask_labels_store"
-                    )
-                Y = ds["Y_obs"]
-        if Y is None:
-            raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
-        _check_not_empty(X)
+        X, Y = fit_inputs(X, Y)
         Y = _labels_in_memory(Y)
         grid = self._settings(X, seed)
         t0 = time.perf_counter()

@@ -23,6 +23,8 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank._inputs import as_features, as_labels
+from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
 from ooc_lowrank._validation import (
     NonFiniteError,
@@ -50,12 +52,6 @@ MAX_TRIALS = 64
 
 def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
-
-
-def _is_lazy(X):
-    import dask.array as da
-
-    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
 
 
 def _ut_mask(YB):
@@ -119,6 +115,29 @@ def _check_label_dtype(Y, name="Y"):
             f"Pass {name} with a float or integer dtype",
             exc=TypeError,
         )
+
+
+def fit_inputs(X, Y):
+    """``(X, Y)`` of a fit, resolved and converted at the boundary before any work: a store
+    path or ``Dataset`` gives ``X`` and (``Y=None``) ``Y_obs``; DataFrames, pydata sparse,
+    float16 / integer features are converted (:mod:`ooc_lowrank._inputs`); an empty ``X``
+    is refused."""
+    X = _open_if_path(X)
+    if _is_dataset(X):
+        ds = X
+        X = ds["X"]
+        if Y is None:
+            if "Y_obs" not in ds:
+                raise ValueError(
+                    f"store {ds.url!r} has no 'Y_obs' (observed labels, +1/-1 CSR); pass Y= "
+                    "or make one with ooc_lowrank.kernelmaxide.mask_labels_store"
+                )
+            Y = ds["Y_obs"]
+    if Y is None:
+        raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
+    X, Y = as_features(X, "X"), as_labels(Y, "Y")
+    _check_not_empty(X)
+    return X, Y
 
 
 def _check_not_empty(X, name="X"):
@@ -202,20 +221,7 @@ class _MaxideBase(BaseEstimator):
         return engine.DEFAULT_CACHE_BYTES if self.cache_bytes is None else int(self.cache_bytes)
 
     def _inputs(self, X, Y):
-        X = _open_if_path(X)
-        if _is_dataset(X):
-            ds = X
-            X = ds["X"]
-            if Y is None:
-                if "Y_obs" not in ds:
-                    raise ValueError(
-                        f"store {ds.url!r} has no 'Y_obs' (observed labels, +1/-1 CSR); pass Y= "
-                        "or make one with ooc_lowrank.kernelmaxide.mask_labels_store"
-                    )
-                Y = ds["Y_obs"]
-        if Y is None:
-            raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
-        _check_not_empty(X)
+        X, Y = fit_inputs(X, Y)
         if not _is_lazy(Y):
             _check_label_dtype(Y)
             Y = check_observed_labels(Y, name="Y")
@@ -456,6 +462,7 @@ class _MaxideBase(BaseEstimator):
         check_is_fitted(self, "coef_")
         if _is_dataset(X):
             X = X["X"]
+        X = as_features(X, "X")
         B = engine.as_blocked(X, name="X")
         if B.shape[1] != self.n_features_in_:
             raise ValueError(
