@@ -316,6 +316,19 @@ class GreedyLowRank(BaseEstimator):
         Log progress at INFO level on the ``"ooc_lowrank"`` logger.
     callback : callable, optional
         ``callback(iteration, elapsed_seconds, objective)`` after each greedy step.
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit`` takes the observed entries of
+    one (n_rows, n_cols) matrix (a store, ``(rows, cols, values)`` or a scipy.sparse matrix whose
+    stored entries are the observations) and ``predict`` takes ``(rows, cols)`` index pairs. The
+    checks that fit do not apply: they pass a dense (n_samples, n_features) ``X`` and a target
+    ``y``, which here would mean a fully observed matrix whose rows are not samples and whose
+    columns are not features, so ``n_features_in_``, the shapes of ``predict(X)``, sample-order
+    invariance and the handling of ``y`` have no counterpart. The API checks (clone, repr,
+    ``get_params`` / ``set_params``, ``__init__`` storing only its parameters, tags) do apply and
+    run in ``tests/test_sklearn_api.py``.
     """
 
     def __init__(

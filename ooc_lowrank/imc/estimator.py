@@ -199,6 +199,18 @@ class InductiveMatrixCompletion(BaseEstimator):
     cg_iterations_ : ndarray of shape (n_iter_, 2)
     n_iter_, n_passes_ : int
     shape_ : (int, int)
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit`` takes the observed entries of
+    one (n_rows, n_cols) matrix (a store, ``(rows, cols, values)`` or a scipy.sparse matrix whose
+    stored entries are the observations) and ``predict`` takes ``(rows, cols)`` index pairs; it also
+    needs the side features ``X_row=`` and ``X_col=``, which the checks never pass. The checks that
+    fit do not apply: their ``X`` would be a fully observed matrix, their ``y`` has no meaning here,
+    and ``transform_rows`` / ``transform_cols`` embed row or column features, not the samples of
+    ``fit``. The API checks (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing only
+    its parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     def __init__(

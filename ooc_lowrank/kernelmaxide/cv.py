@@ -336,6 +336,15 @@ class KernelMaxideCV(_ObservedSearch):
         ``params``, ``param_<name>``, ``split{k}_test_score``, ``mean_test_score``,
         ``std_test_score``, ``rank_test_score`` (1 = lowest ranking loss).
     best_params_, best_score_, best_index_, best_estimator_, gamma_median_, cv_time_, refit_time_
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes observed labels as
+    :class:`~ooc_lowrank.kernelmaxide.KernelMaxide` (stored ``+1`` / ``-1``, missing entries not
+    stored); the checks' targets are refused on purpose, so the checks that fit do not apply. The
+    API checks (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing only its
+    parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     _estimator = KernelMaxide
@@ -419,6 +428,15 @@ class MaxideCV(_ObservedSearch):
     Attributes
     ----------
     As :class:`KernelMaxideCV` (without ``gamma_median_``).
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes observed labels as
+    :class:`~ooc_lowrank.kernelmaxide.Maxide` (stored ``+1`` / ``-1``, missing entries not stored);
+    the checks' targets are refused on purpose, so the checks that fit do not apply. The API checks
+    (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing only its parameters, tags)
+    do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     _estimator = Maxide

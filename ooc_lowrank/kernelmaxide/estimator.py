@@ -694,6 +694,17 @@ class KernelMaxide(_MaxideBase):
         Scores are ``F(X) coef_``.
     objective_ : ndarray of shape (n_iter_ + 1,)
     n_iter_, n_passes_, converged_, rank_, n_ut_, n_features_in_, n_labels_
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes *observed* labels:
+    stored ``+1`` / ``-1`` entries of a sparse matrix, missing entries not stored, and at least one
+    observed negative (transductive: ``X`` holds the unlabelled rows too). The checks' targets (a
+    class vector or a full 0/1 matrix, in which 0 would mean "missing") are refused on purpose, so
+    the checks that fit do not apply. The API checks (clone, repr, ``get_params`` / ``set_params``,
+    ``__init__`` storing only its parameters, tags) do apply and run in
+    ``tests/test_sklearn_api.py``.
     """
 
     _saved_kinds = ("nystrom", "kernel")  # the feature maps its model files may hold
@@ -811,6 +822,16 @@ class Maxide(_MaxideBase):
         ``V_k Sigma_k^-1``: ``A = X projection_``.
     singular_values_ : ndarray of shape (k,)
     coef_ : ndarray of shape (k, n_labels)
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes *observed* labels
+    (stored ``+1`` / ``-1``, missing entries not stored, at least one observed negative), as
+    :class:`KernelMaxide`; the checks' targets (a class vector or a full 0/1 matrix) are refused on
+    purpose, so the checks that fit do not apply. The API checks (clone, repr, ``get_params`` /
+    ``set_params``, ``__init__`` storing only its parameters, tags) do apply and run in
+    ``tests/test_sklearn_api.py``.
     """
 
     _saved_kinds = ("linear",)  # the feature maps its model files may hold
