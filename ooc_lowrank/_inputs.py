@@ -36,7 +36,15 @@ import scipy.sparse as sp
 
 from ._validation import error_message
 
-__all__ = ["as_features", "as_input", "as_labels", "check_01_block"]
+__all__ = [
+    "as_features",
+    "as_input",
+    "as_labels",
+    "check_01_block",
+    "check_X_scale",
+    "check_features_memory",
+    "is_lazy",
+]
 
 _LABEL_HINT = (
     "For one list of labels per sample (scikit-learn's multi-label style) use "
@@ -239,4 +247,63 @@ def is_lazy(X) -> bool:
         or _is_dask_frame(X)
         or isinstance(X, Blocked)
         or (hasattr(X, "read") and hasattr(X, "kind"))
+    )
+
+
+def check_features_memory(X, name="X", min_rows=1):
+    """An in-memory X (after :func:`as_features`) validated with scikit-learn's errors (complex,
+    1-D, object, empty), NaN / inf and :func:`check_X_scale` refused; CSR with sorted indices,
+    float32 or float64.  ``min_rows=0`` (prediction) lets 0 rows through to an empty result."""
+    from sklearn.utils import check_array
+
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+    X = check_array(
+        X,
+        accept_sparse="csr",
+        dtype=[np.float64, np.float32],
+        ensure_all_finite=False,
+        ensure_min_samples=min_rows,
+        input_name=name,
+    )
+    data = X.data if sp.issparse(X) else X
+    if data.size and not np.isfinite(data).all():
+        bad = data[~np.isfinite(data)][0]
+        raise ValueError(
+            f"{name} must hold only finite values; found {float(bad)!r}. Remove or impute NaN/inf "
+            "entries before fitting (e.g. sklearn.impute.SimpleImputer)"
+        )
+    check_X_scale(X, name)
+    if sp.issparse(X):
+        X.sort_indices()
+    return X
+
+
+def check_X_scale(X, name="X", where=""):
+    """Refuse feature values whose squares overflow a row's squared norm in X's dtype.
+
+    The RBF kernel and the median heuristic use ``||x||^2``; with ``|x_ij| > sqrt(max / d)``
+    (float64, d = 100: 1.3e153) that sum can overflow to inf and the fit would return NaN.
+    """
+    data = X.data if sp.issparse(X) else np.asarray(X)
+    if not data.size or data.dtype.kind != "f":
+        return
+    d = max(int(X.shape[1]), 1)
+    limit = float(np.sqrt(np.finfo(data.dtype).max / d))
+    hi, lo = float(data.max()), float(data.min())  # no temporary copy of X
+    if max(hi, -lo) <= limit:
+        return
+    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
+    j = int(np.argmax(flat) if hi >= -lo else np.argmin(flat))
+    bad = float(flat[j])
+    if sp.issparse(X):
+        row = int(np.searchsorted(X.indptr, j, side="right") - 1)
+        col = int(X.indices[j])
+    else:
+        row, col = (int(i) for i in np.unravel_index(j, data.shape))
+    raise ValueError(
+        f"{name} holds the feature value {bad:.3g} (row {row}, column {col}{where}); feature "
+        f"values must stay within +-{limit:.3g} so that a row's squared norm does not overflow "
+        f"{data.dtype} ({d} features). Scale or normalize {name} before fitting (e.g. "
+        "sklearn.preprocessing.StandardScaler or MaxAbsScaler), or fix the bad entry"
     )

@@ -21,7 +21,13 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
-from ooc_lowrank._inputs import as_features, as_labels, check_01_block
+from ooc_lowrank._inputs import (
+    as_features,
+    as_labels,
+    check_01_block,
+    check_features_memory,
+    check_X_scale,
+)
 from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import (
     ModelFileError,
@@ -195,65 +201,6 @@ def _split_eval_set(eval_set):
         "e.g. fit(X, Y, eval_set=(X_val, Y_val))",
         exc=TypeError,
     )
-
-
-def _check_X_memory(X, name="X", min_rows=1):
-    """Validate an in-memory X with sklearn-compatible errors (complex, 1-D, object, empty);
-    ``min_rows=0`` (prediction) lets 0 rows through to an empty result."""
-    from sklearn.utils import check_array
-
-    if sp.issparse(X):
-        X = sp.csr_matrix(X)
-    X = check_array(
-        X,
-        accept_sparse="csr",
-        dtype=[np.float64, np.float32],
-        ensure_all_finite=False,
-        ensure_min_samples=min_rows,
-        input_name=name,
-    )
-    data = X.data if sp.issparse(X) else X
-    if data.size and not np.isfinite(data).all():
-        bad = data[~np.isfinite(data)][0]
-        raise ValueError(
-            f"{name} must hold only finite values; found {float(bad)!r}. Remove or impute NaN/inf "
-            "entries before fitting (e.g. sklearn.impute.SimpleImputer)"
-        )
-    check_X_scale(X, name)
-    if sp.issparse(X):
-        X.sort_indices()
-    return X
-
-
-def check_X_scale(X, name="X", where=""):
-    """Refuse feature values whose squares overflow a row's squared norm in X's dtype.
-
-    The RBF kernel and the median heuristic use ``||x||^2``; with ``|x_ij| > sqrt(max / d)``
-    (float64, d = 100: 1.3e153) that sum can overflow to inf and the fit would return NaN.
-    """
-    data = X.data if sp.issparse(X) else np.asarray(X)
-    if not data.size or data.dtype.kind != "f":
-        return
-    d = max(int(X.shape[1]), 1)
-    limit = float(np.sqrt(np.finfo(data.dtype).max / d))
-    hi, lo = float(data.max()), float(data.min())  # no temporary copy of X
-    if max(hi, -lo) <= limit:
-        return
-    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
-    j = int(np.argmax(flat) if hi >= -lo else np.argmin(flat))
-    bad = float(flat[j])
-    if sp.issparse(X):
-        row = int(np.searchsorted(X.indptr, j, side="right") - 1)
-        col = int(X.indices[j])
-    else:
-        row, col = (int(i) for i in np.unravel_index(j, data.shape))
-    raise ValueError(
-        f"{name} holds the feature value {bad:.3g} (row {row}, column {col}{where}); feature "
-        f"values must stay within +-{limit:.3g} so that a row's squared norm does not overflow "
-        f"{data.dtype} ({d} features). Scale or normalize {name} before fitting (e.g. "
-        "sklearn.preprocessing.StandardScaler or MaxAbsScaler), or fix the bad entry"
-    )
-
 
 
 class GIMC(ClassifierMixin, BaseEstimator):
@@ -474,7 +421,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         if _is_lazy(X):
             B = engine.as_blocked(X, name="X")
         else:
-            X = _check_X_memory(X, min_rows=1 if reset else 0)
+            X = check_features_memory(X, min_rows=1 if reset else 0)
             B = engine.as_blocked(
                 X, block_rows=self.block_rows, row_bytes=self._feature_row_bytes(X), name="X"
             )

@@ -23,7 +23,7 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
-from ooc_lowrank._inputs import as_features, as_labels
+from ooc_lowrank._inputs import as_features, as_labels, check_X_scale
 from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
 from ooc_lowrank._validation import (
@@ -34,7 +34,7 @@ from ooc_lowrank._validation import (
     check_scalar,
     param_error,
 )
-from ooc_lowrank.gimc.estimator import _open_if_path, check_X_scale
+from ooc_lowrank.gimc.estimator import _open_if_path
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
 from ooc_lowrank.kernelmaxide import _blocks, core
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
