@@ -31,6 +31,8 @@ which :func:`ooc_lowrank.engine.as_blocked` also applies to whatever reaches it.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -110,16 +112,15 @@ def _pydata_to_scipy(X, name):
         return np.asarray(X.todense())
     if X.ndim != 2:
         raise ValueError(error_message(name, "must be 2-D", f"a sparse array of shape {X.shape}"))
-    if hasattr(X, "tocsr"):
-        try:
-            return sp.csr_matrix(X.tocsr())
-        except (AttributeError, NotImplementedError, ValueError, TypeError):
-            pass
+    if X.dtype == np.float16:  # scipy.sparse has no float16
+        X = X.astype(np.float32)
+    if not hasattr(X, "to_scipy_sparse"):  # DOK
+        X = X.asformat("coo")
     return sp.csr_matrix(X.to_scipy_sparse())
 
 
-def _pydata_block(b):
-    return sp.csr_matrix(b.to_scipy_sparse()) if _is_pydata_sparse(b) else b
+def _pydata_block(b, name="X"):
+    return _pydata_to_scipy(b, name) if _is_pydata_sparse(b) else b
 
 
 def _from_list(X, name, labels):
@@ -162,7 +163,12 @@ def as_input(X, name="X", *, labels=False):
     elif isinstance(X, (list, tuple)):
         X = _from_list(X, name, labels)
     elif _is_dask_array(X) and _is_pydata_sparse(getattr(X, "_meta", None)):
-        X = X.map_blocks(_pydata_block, dtype=X.dtype, meta=sp.csr_matrix((0, 0), dtype=X.dtype))
+        dt = np.float32 if X.dtype == np.float16 else X.dtype
+        X = X.map_blocks(  # (not map_blocks' own name=: that names the output's keys)
+            functools.partial(_pydata_block, name=name),
+            dtype=dt,
+            meta=sp.csr_matrix((0, 0), dtype=dt),
+        )
     if getattr(X, "dtype", None) == np.float16:
         X = X.astype(np.float32)
     return X

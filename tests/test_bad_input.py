@@ -393,7 +393,7 @@ def _df(X, **extra):
 
 def _dask_df(X):
     dd = pytest.importorskip("dask.dataframe")
-    return dd.from_pandas(_df(X), npartitions=2)
+    return dd.from_pandas(X if hasattr(X, "columns") else _df(X), npartitions=2)
 
 
 def _pydata(A):
@@ -426,6 +426,18 @@ REFUSED_INPUTS = [
         "numeric columns.*'c' \\(category\\).*OneHotEncoder",
     ),
     ("km-df-str", lambda: _km().fit(_df(_X, s=["a"] * 40), _YO), TypeError, "numeric columns"),
+    (
+        "maxide-dask-df-str",
+        lambda: __import__("ooc_lowrank").Maxide().fit(_dask_df(_df(_X, s=["a"] * 40)), _YO),
+        TypeError,
+        "numeric columns.*'s' \\(str",
+    ),
+    (
+        "gimc-dask-continuous-y",
+        lambda: _gimc().fit(_ddY(_X), da.from_array(_X[:, 0], chunks=20)),
+        ValueError,
+        "Unknown label type",
+    ),
     ("gimc-1d-X", lambda: _gimc().fit(_X[:, 0], _Y), ValueError, "X: must be 2-D.*reshape"),
     ("km-1d-X", lambda: _km().fit(_X[:, 0], _YO), ValueError, "X: must be 2-D.*reshape"),
     ("clustering-1d-X", lambda: _clusters(_X[:, 0]), ValueError, "X: must be 2-D.*reshape"),
@@ -471,6 +483,16 @@ ACCEPTED_INPUTS = [
         lambda: _gimc().fit(_X.astype(np.float16).astype(np.float32), _Y),
     ),
     ("km-dask-df", lambda: _km().fit(_dask_df(_X), _YO), lambda: _km().fit(_X, _YO)),
+    (
+        "gimc-pydata-dok-float16",
+        lambda: _gimc().fit(__import__("sparse").DOK.from_numpy(_X.astype(np.float16)), _Y),
+        lambda: _gimc().fit(sp.csr_matrix(_X.astype(np.float16).astype(np.float32)), _Y),
+    ),
+    (
+        "gimc-dask-of-pydata",
+        lambda: _gimc().fit(da.from_array(_pydata(_X), chunks=(20, 5), asarray=False), _Y),
+        lambda: _gimc().fit(sp.csr_matrix(_X), _Y),
+    ),
     ("km-pydata-X-Y", lambda: _km().fit(_pydata(_X), _pydata(_YO)), lambda: _km().fit(_X, _YO)),
     (
         "maxide-dask-df",

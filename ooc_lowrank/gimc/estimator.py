@@ -467,6 +467,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             Bd = Y if isinstance(Y, engine.Blocked) else None
             if Bd is None and Y.ndim == 1:
                 classes = np.unique(engine.compute(Y)[0])
+                check_classification_targets(classes)  # as for a NumPy y
                 codes_arr = da.map_blocks(
                     lambda b: np.searchsorted(classes, b)[:, None],
                     Y,
