@@ -568,3 +568,17 @@ def test_dask_dataframe_in_gives_dask_out():
     out = g.decision_function(_dask_df(_X))
     assert isinstance(out, da.Array)
     np.testing.assert_allclose(out.compute(), g.decision_function(_X))
+
+
+def test_dask_label_checks_cost_no_compute(counting_scheduler):
+    """The 0/1 check of Dask labels runs inside the passes' block reads and the all-zero check
+    uses ||Y||^2 of the first pass: a fit with Dask labels makes exactly the computes of a fit
+    with the same labels in memory."""
+    Xd = _ddY(_X)
+    _gimc().fit(Xd, _Y)
+    in_memory = counting_scheduler.count
+    g = _gimc().fit(Xd, _ddY(_Y))
+    assert counting_scheduler.count == 2 * in_memory and g.n_passes_ > 0
+    with pytest.raises(ValueError, match="0/1 labels"):
+        _gimc().fit(Xd, _ddY(_Y2))
+    assert counting_scheduler.count == 2 * in_memory + 2  # the row sample, then the first pass
