@@ -56,6 +56,7 @@ import dask.array as da
 import numpy as np
 import scipy.sparse as sp
 
+from ._inputs import as_input
 from ._validation import check_csr_structure, check_finite_block
 from .storage import TARGET_BLOCK_BYTES, default_block_rows
 
@@ -135,7 +136,8 @@ class Blocked:
         bounds = np.asarray(bounds, dtype=np.int64)
         if np.array_equal(bounds, self.bounds):
             return self
-        if bounds[0] != 0 or bounds[-1] != self.shape[0] or np.any(np.diff(bounds) <= 0):
+        steps_ok = np.all(np.diff(bounds) > 0) or bounds.tolist() == [0, 0]  # [0, 0]: no rows
+        if bounds[0] != 0 or bounds[-1] != self.shape[0] or not steps_ok:
             raise ValueError(f"bounds must increase strictly from 0 to {self.shape[0]}")
         if self.source is not None and hasattr(self.source, "read"):
             return _from_handle(self.source, bounds)
@@ -181,11 +183,8 @@ def _rechunk_sparse(b: Blocked, bounds) -> Blocked:
 
 
 def _even_bounds(n: int, block_rows: int) -> np.ndarray:
-    return (
-        np.asarray(list(range(0, n, block_rows)) + [n], dtype=np.int64)
-        if n
-        else np.zeros(1, np.int64)
-    )
+    # no rows: one empty block (predicting on 0 rows gives an empty result, as in scikit-learn)
+    return np.asarray((list(range(0, n, block_rows)) or [0]) + [n], dtype=np.int64)
 
 
 def _read_handle_block(_, handle=None, bounds=None, block_id=None):
@@ -245,17 +244,22 @@ def _default_rows(row_bytes, n):
     return max(1, -(-n // n_blocks))
 
 
-def _finite_rows(block, name=None, block_info=None):
-    """A Dask block, checked for NaN / inf as a pass reads it (the error names its rows)."""
+def _finite_rows(block, name=None, check=None, block_info=None):
+    """A Dask block, checked for NaN / inf (and by ``check``) as a pass reads it (the error
+    names its rows)."""
     where = ""
     if block_info and 0 in block_info:
         start, stop = block_info[0]["array-location"][0]
         where = f" (rows {start}..{stop - 1})"
     check_finite_block(block, name, where)
+    if check is not None:
+        check(block, name, where)
     return block
 
 
-def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None) -> Blocked:
+def as_blocked(
+    X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None, check=None
+) -> Blocked:
     """Wrap any supported 2-D input as a :class:`Blocked` collection, validating it.
 
     Parameters
@@ -272,6 +276,12 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None)
         ``d``).  Default: the input row's own bytes.
     name : str
         Argument name used in error messages.
+    check : callable(block, name, where) or None
+        Dask input only: a further check of each block as a pass reads it (no extra pass),
+        raising a named error, e.g. :func:`ooc_lowrank._inputs.check_01_block` for labels.
+
+    Pandas and Dask DataFrames, pydata ``sparse`` arrays, ``np.matrix`` and float16 data are
+    converted first (:func:`ooc_lowrank._inputs.as_input`).
 
     Returns
     -------
@@ -286,6 +296,7 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None)
     if hasattr(X, "read") and hasattr(X, "kind") and hasattr(X, "block_rows"):  # ArrayHandle
         B = int(block_rows or X.block_rows)
         return _from_handle(X, _even_bounds(X.shape[0], B))
+    X = as_input(X, name)
     if isinstance(X, da.Array):
         if X.ndim != 2:
             raise ValueError(f"{name} must be 2-D (n_samples, n_features); got shape {X.shape}")
@@ -299,9 +310,11 @@ def as_blocked(X, *, block_rows=None, name="X", allow_nd1=False, row_bytes=None)
         if X.dtype.kind not in "fiub":
             raise TypeError(f"{name} must have a numeric dtype; got {X.dtype}")
         kind = "csr" if sp.issparse(X._meta) else "dense"
-        if X.dtype.kind == "f":  # NaN / inf: checked by every pass, as store blocks are
-            X = X.map_blocks(
-                functools.partial(_finite_rows, name=name), dtype=X.dtype, meta=X._meta
+        if X.dtype.kind == "f" or check is not None:  # NaN / inf: checked by every pass,
+            X = X.map_blocks(  # as store blocks are
+                functools.partial(_finite_rows, name=name, check=check),
+                dtype=X.dtype,
+                meta=X._meta,
             )
         b = Blocked(X, kind, None)
         if block_rows is not None:

@@ -459,18 +459,57 @@ def test_median_heuristic(rng):
 # ------------------------------------------------------------------------------ sklearn
 
 
+#: scikit-learn checks GIMC and GIMCCV fail on purpose (their tags say multi_label=True, which
+#: is true): a multi-label predict returns a CSR 0/1 matrix, not a dense ndarray (label counts
+#: reach the thousands); test_multilabel_predict_is_representation_invariant checks the rest.
+SPARSE_MULTILABEL_PREDICT = {
+    "check_classifiers_multilabel_output_format_predict": "multi-label predict returns CSR",
+    "check_classifiers_multilabel_representation_invariance": (
+        "multi-label predict returns CSR (assert_array_equal cannot compare it)"
+    ),
+}
+
+
 def _sklearn_checks():
     from sklearn.utils.estimator_checks import parametrize_with_checks
 
+    from ooc_lowrank import GIMCCV
+
     return parametrize_with_checks(
-        [GIMC(n_components=10, max_iter=3, random_state=0)],
-        expected_failed_checks=lambda est: {},
+        [
+            GIMC(n_components=10, max_iter=3, random_state=0),
+            GIMCCV(
+                n_components=5, gamma_scales=(0.125,), alphas=(1.0,), max_iter=2, cv=2,
+                random_state=0,
+            ),
+            FourierFeatures(n_components=10, random_state=0),
+            NystromFeatures(n_components=5, random_state=0),
+        ],  # fmt: skip
+        expected_failed_checks=lambda est: (
+            SPARSE_MULTILABEL_PREDICT if isinstance(est, (GIMC, GIMCCV)) else {}
+        ),
     )
 
 
 @_sklearn_checks()
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+def test_multilabel_predict_is_representation_invariant():
+    """What check_classifiers_multilabel_representation_invariance asks, for a CSR predict:
+    the same predictions (values, dtype, type) from a label matrix, a list of lists and a list
+    of arrays (lists of lists go through ooc_lowrank._inputs.as_labels)."""
+    from sklearn.datasets import make_multilabel_classification
+
+    X, y = make_multilabel_classification(n_samples=100, n_features=10, n_classes=3, random_state=0)
+    preds = [
+        GIMC(n_components=10, max_iter=3, random_state=0).fit(X[:80], yy).predict(X[80:])
+        for yy in (y[:80], y[:80].tolist(), list(y[:80]))
+    ]
+    for p in preds[1:]:
+        assert type(p) is type(preds[0]) and p.dtype == preds[0].dtype
+        assert (p != preds[0]).nnz == 0
 
 
 def test_in_memory_blocks_are_sized_by_the_feature_dimension():

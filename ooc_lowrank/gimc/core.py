@@ -152,6 +152,20 @@ _SCALE_HINT = (
 )
 
 
+def no_label_error(name="Y"):
+    """The error for a multi-label matrix without a single 1.
+
+    Not a warning: with ``A = 0`` the W-step gives ``W = 0`` exactly, every score of every
+    label is 0 and the gradient in ``U`` is 0, so the "model" predicts nothing and learns
+    nothing; such labels are a mistake upstream (labels lost in a conversion, a wrong column).
+    """
+    return ValueError(
+        f"{name} (multi-label) holds no positive label: every entry is 0, so every score of "
+        "the fitted model would be 0. Pass labels with at least one 1 (check the conversion "
+        "of the labels), or class labels as a vector (n_samples,) for multi-class"
+    )
+
+
 def _check_finite(what, where, *arrays):
     """Stop the fit with :class:`NonFiniteError` when any of ``arrays`` holds NaN or inf."""
     for a in arrays:
@@ -308,6 +322,8 @@ def _fit_gimc(
     else:
         res = stats_pass(U, None, (0.0,), True)
         a2 = float(res[-1])
+        if a2 == 0.0 and not codes:  # lazy labels: known after this first pass, at no cost
+            raise no_label_error()
         S_PP, S_AP = _unpack_stats(res, 1)[0]
         _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
         W = w_step(S_PP, S_AP, alpha)

@@ -53,7 +53,7 @@ from ooc_lowrank._persist import save_model
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc import _blocks, _cv_blocks, core
 from ooc_lowrank.gimc._cv_blocks import req_shapes
-from ooc_lowrank.gimc.estimator import GIMC, _is_dataset, _is_lazy
+from ooc_lowrank.gimc.estimator import GIMC, _is_dataset, _is_lazy, gimc_tags
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
 
 logger = logging.getLogger("ooc_lowrank")
@@ -171,6 +171,8 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         Passes over the data of the cross-validation (the refit's are
         ``best_estimator_.n_passes_``).
     n_batches_ : int
+    n_iter_ : int
+        U-steps of the refitted model (``best_estimator_.n_iter_``).
     cv_time_, refit_time_ : float
         Seconds.
     """
@@ -320,7 +322,10 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         if isinstance(self.cv, numbers.Integral):
             if self.cv > n:
                 raise param_error(
-                    "cv", f"must be at most the number of rows ({n})", self.cv, "use fewer folds"
+                    "cv",
+                    f"must be at most the number of rows (n_samples={n})",
+                    self.cv,
+                    "use fewer folds",
                 )
             return kfold_ids(n, self.cv, seed), int(self.cv)
         ids = np.asarray(self.cv)
@@ -371,8 +376,8 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
             X = ds["X"]
             if Y is None:
                 Y = ds["Y"]
-        X_in, Y_in = X, Y
         XB, Xmem = base._prepare_X(X, reset=True)
+        X_in, Y_in = Xmem, Y  # X as converted at the boundary (a Dask DataFrame once)
         n = XB.shape[0]
         A, n_labels, codes, classes, multilabel = base._prepare_Y(Y, n)
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
@@ -635,6 +640,9 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
             )
         return format_table(lines)
 
+    def __sklearn_tags__(self):
+        return gimc_tags(super().__sklearn_tags__())  # what GIMC accepts, the search accepts
+
     # ------------------------------------------------------------------ delegation
 
     def _best(self):
@@ -648,6 +656,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
 
     classes_ = property(lambda self: self._best().classes_)
     n_features_in_ = property(lambda self: self._best().n_features_in_)
+    n_iter_ = property(lambda self: self._best().n_iter_)  # U-steps of the refit
 
     def predict(self, X):
         """:meth:`GIMC.predict` of the refitted model."""

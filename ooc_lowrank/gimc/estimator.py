@@ -21,6 +21,14 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank._inputs import (
+    as_features,
+    as_labels,
+    check_01_block,
+    check_features_memory,
+    check_X_scale,
+)
+from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -193,69 +201,6 @@ def _split_eval_set(eval_set):
         "e.g. fit(X, Y, eval_set=(X_val, Y_val))",
         exc=TypeError,
     )
-
-
-def _is_lazy(X):
-    import dask.array as da
-
-    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
-
-
-def _check_X_memory(X, name="X"):
-    """Validate an in-memory X with sklearn-compatible errors (complex, 1-D, object, empty)."""
-    from sklearn.utils import check_array
-
-    if sp.issparse(X):
-        X = sp.csr_matrix(X)
-    X = check_array(
-        X,
-        accept_sparse="csr",
-        dtype=[np.float64, np.float32],
-        ensure_all_finite=False,
-        input_name=name,
-    )
-    data = X.data if sp.issparse(X) else X
-    if data.size and not np.isfinite(data).all():
-        bad = data[~np.isfinite(data)][0]
-        raise ValueError(
-            f"{name} must hold only finite values; found {float(bad)!r}. Remove or impute NaN/inf "
-            "entries before fitting (e.g. sklearn.impute.SimpleImputer)"
-        )
-    check_X_scale(X, name)
-    if sp.issparse(X):
-        X.sort_indices()
-    return X
-
-
-def check_X_scale(X, name="X", where=""):
-    """Refuse feature values whose squares overflow a row's squared norm in X's dtype.
-
-    The RBF kernel and the median heuristic use ``||x||^2``; with ``|x_ij| > sqrt(max / d)``
-    (float64, d = 100: 1.3e153) that sum can overflow to inf and the fit would return NaN.
-    """
-    data = X.data if sp.issparse(X) else np.asarray(X)
-    if not data.size or data.dtype.kind != "f":
-        return
-    d = max(int(X.shape[1]), 1)
-    limit = float(np.sqrt(np.finfo(data.dtype).max / d))
-    hi, lo = float(data.max()), float(data.min())  # no temporary copy of X
-    if max(hi, -lo) <= limit:
-        return
-    flat = data.ravel() if sp.issparse(X) else data.reshape(-1)
-    j = int(np.argmax(flat) if hi >= -lo else np.argmin(flat))
-    bad = float(flat[j])
-    if sp.issparse(X):
-        row = int(np.searchsorted(X.indptr, j, side="right") - 1)
-        col = int(X.indices[j])
-    else:
-        row, col = (int(i) for i in np.unravel_index(j, data.shape))
-    raise ValueError(
-        f"{name} holds the feature value {bad:.3g} (row {row}, column {col}{where}); feature "
-        f"values must stay within +-{limit:.3g} so that a row's squared norm does not overflow "
-        f"{data.dtype} ({d} features). Scale or normalize {name} before fitting (e.g. "
-        "sklearn.preprocessing.StandardScaler or MaxAbsScaler), or fix the bad entry"
-    )
-
 
 
 class GIMC(ClassifierMixin, BaseEstimator):
@@ -471,13 +416,12 @@ class GIMC(ClassifierMixin, BaseEstimator):
         return engine._default_rows(self._feature_row_bytes(X), int(X.shape[0]))
 
     def _prepare_X(self, X, *, reset):
-        """Blocked X (validated; in-memory data checked completely now)."""
+        """``(Blocked X, X converted)``: validated; in-memory data checked completely now."""
+        X = as_features(X, "X")
         if _is_lazy(X):
             B = engine.as_blocked(X, name="X")
-            if B.dtype.kind != "f":
-                raise TypeError(f"X must have a float dtype (float32 or float64); got {B.dtype}")
         else:
-            X = _check_X_memory(X)
+            X = check_features_memory(X, min_rows=1 if reset else 0)
             B = engine.as_blocked(
                 X, block_rows=self.block_rows, row_bytes=self._feature_row_bytes(X), name="X"
             )
@@ -502,6 +446,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             )
         import dask.array as da
 
+        Y = as_labels(Y, "Y")
         is_handle = hasattr(Y, "read") and hasattr(Y, "kind")
         if not (is_handle or sp.issparse(Y) or isinstance(Y, (da.Array, engine.Blocked))):
             Y = np.asarray(Y)
@@ -522,6 +467,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             Bd = Y if isinstance(Y, engine.Blocked) else None
             if Bd is None and Y.ndim == 1:
                 classes = np.unique(engine.compute(Y)[0])
+                check_classification_targets(classes)  # as for a NumPy y
                 codes_arr = da.map_blocks(
                     lambda b: np.searchsorted(classes, b)[:, None],
                     Y,
@@ -530,7 +476,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
                     dtype=np.int64,
                 )
                 return (engine.as_blocked(codes_arr, name="Y"), len(classes), True, classes, False)
-            B = Bd or engine.as_blocked(Y, name="Y")
+            # 0/1 checked in each block as the passes read it (a NumPy Y is checked now)
+            B = Bd or engine.as_blocked(Y, name="Y", check=check_01_block)
             return B, int(B.shape[1]), False, None, True
         if sp.issparse(Y) or (np.ndim(Y) == 2 and np.shape(Y)[1] > 1):
             Ycsr = (
@@ -546,6 +493,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
                     "it, e.g. (Y > 0).astype(np.float32), or pass a class vector for multi-class"
                 )
             Ycsr.eliminate_zeros()
+            if Ycsr.nnz == 0:  # refused before any work (lazy labels: after the first pass)
+                raise core.no_label_error()
             return Ycsr, int(Ycsr.shape[1]), False, None, True
         from sklearn.utils.validation import column_or_1d
 
@@ -1121,10 +1070,20 @@ class GIMC(ClassifierMixin, BaseEstimator):
         return est
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        tags.classifier_tags.multi_label = False
-        return tags
+        return gimc_tags(super().__sklearn_tags__())
+
+
+def gimc_tags(tags):
+    """scikit-learn tags of GIMC and GIMCCV: CSR input; multi-class and multi-label targets.
+
+    Two multi-label checks of ``parametrize_with_checks`` fail on purpose (``tests/test_gimc.py``
+    lists them): ``predict`` of a multi-label model returns a ``scipy.sparse`` CSR 0/1 matrix
+    (n_samples, n_labels), not a dense ndarray, because label counts reach the thousands
+    (``predict_topk`` / ``decision_function`` give dense output).
+    """
+    tags.input_tags.sparse = True
+    tags.classifier_tags.multi_label = True
+    return tags
 
 
 def _spec_to_saved(spec):

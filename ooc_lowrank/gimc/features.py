@@ -17,18 +17,14 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
+from ooc_lowrank._inputs import as_features, check_features_memory
+from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks
 
 __all__ = ["FourierFeatures", "NystromFeatures", "median_gamma", "sample_rows"]
 
 _SAMPLE = 1000
-
-
-def _is_lazy(X):
-    import dask.array as da
-
-    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
 
 
 def sample_rows(X, n_samples, rng):
@@ -95,14 +91,21 @@ def _n_features(X):
     return int(X.shape[1])
 
 
-def _transform(X, U, spec, n_features_in, dtype=None):
+def _checked_input(X, min_rows):
+    """X converted at the boundary (:mod:`ooc_lowrank._inputs`); in-memory X validated whole."""
+    X = as_features(X, "X")
+    if not _is_lazy(X):
+        X = check_features_memory(X, "X", min_rows=min_rows)
+    return X
+
+
+def _transform(X, U, spec, n_features_in, owner):
     """Apply a feature spec: ndarray out for in-memory input, lazy Dask array otherwise."""
-    if getattr(X, "ndim", 2) != 2:
-        raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+    X = _checked_input(X, min_rows=0)
     if _n_features(X) != n_features_in:
         raise ValueError(
-            f"X has {_n_features(X)} features, but this transformer was fitted with "
-            f"{n_features_in}; pass data with the same columns as in fit"
+            f"X has {_n_features(X)} features, but {owner} is expecting {n_features_in} "
+            "features as input (as in fit); pass data with the same columns as in fit"
         )
     lazy = _is_lazy(X)
     B = engine.as_blocked(X, name="X")
@@ -152,8 +155,7 @@ class FourierFeatures(TransformerMixin, BaseEstimator):
             fix="Use at least one random feature, e.g. n_components=500",
         )
         _check_gamma(self.gamma)
-        if getattr(X, "ndim", 2) != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+        X = _checked_input(X, min_rows=1)
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         d = _n_features(X)
@@ -173,7 +175,12 @@ class FourierFeatures(TransformerMixin, BaseEstimator):
     def transform(self, X):
         """``Phi`` of shape (n_samples, 2 * n_components); lazy for lazy input."""
         check_is_fitted(self, "components_")
-        return _transform(X, self.components_, self._spec(), self.n_features_in_)
+        return _transform(X, self.components_, self._spec(), self.n_features_in_, "FourierFeatures")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
 
 
 class NystromFeatures(TransformerMixin, BaseEstimator):
@@ -222,8 +229,7 @@ class NystromFeatures(TransformerMixin, BaseEstimator):
         _check_gamma(self.gamma)
         if self.landmarks not in ("random", "kmeans"):
             raise param_error("landmarks", "must be 'random' or 'kmeans'", self.landmarks)
-        if getattr(X, "ndim", 2) != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features); got shape {X.shape}")
+        X = _checked_input(X, min_rows=1)
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         m = self.n_components
@@ -259,7 +265,12 @@ class NystromFeatures(TransformerMixin, BaseEstimator):
     def transform(self, X):
         """``Phi`` of shape (n_samples, n_components); lazy for lazy input."""
         check_is_fitted(self, "components_")
-        return _transform(X, self.components_, self._spec(), self.n_features_in_)
+        return _transform(X, self.components_, self._spec(), self.n_features_in_, "NystromFeatures")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
 
 
 def nystrom_normalization(U, gamma):

@@ -210,6 +210,17 @@ class GreedyLowRankCV(BaseEstimator):
     scoring_ : str
     n_splits_ : int
     cv_time_, refit_time_ : float
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit`` takes the observed entries of
+    one (n_rows, n_cols) matrix (a store, ``(rows, cols, values)`` or a scipy.sparse matrix whose
+    stored entries are the observations) and ``predict`` takes ``(rows, cols)`` index pairs (as
+    :class:`GreedyLowRank`, whose note applies). The checks that fit do not apply: a dense ``X`` and
+    a target ``y`` would be a fully observed matrix whose rows are not samples and whose columns are
+    not features. The API checks (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing
+    only its parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     def __init__(

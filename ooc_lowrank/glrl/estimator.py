@@ -19,6 +19,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
 from ooc_lowrank import _checkpoint, _estimate, engine
+from ooc_lowrank._inputs import as_input
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -80,6 +81,8 @@ def _obs_handle(X, name="X"):
 
 def _pairs_to_csr(X, shape, name="X"):
     """Validate ``(rows, cols, values)`` and build a row-sorted CSR keeping duplicates."""
+    if not isinstance(X, (tuple, list)):  # pydata sparse, np.matrix, float16 -> scipy / float32
+        X = as_input(X, name)
     if sp.issparse(X):
         coo = sp.coo_matrix(X)
         if shape is None:
@@ -119,7 +122,7 @@ def _pairs_to_csr(X, shape, name="X"):
                 f"{name} {nm} must lie in [0, {lim}) for shape {tuple(shape)}; got {int(bad)}. "
                 "Use 0-based indices and a shape that covers every index"
             )
-    vals = vals.astype(np.float64) if vals.dtype.kind != "f" else vals
+    vals = vals.astype(np.float64) if vals.dtype.kind != "f" else as_input(vals, name)
     rows = rows.astype(np.int64)
     order = np.argsort(rows, kind="stable")
     indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))]).astype(np.int64)
@@ -313,6 +316,19 @@ class GreedyLowRank(BaseEstimator):
         Log progress at INFO level on the ``"ooc_lowrank"`` logger.
     callback : callable, optional
         ``callback(iteration, elapsed_seconds, objective)`` after each greedy step.
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit`` takes the observed entries of
+    one (n_rows, n_cols) matrix (a store, ``(rows, cols, values)`` or a scipy.sparse matrix whose
+    stored entries are the observations) and ``predict`` takes ``(rows, cols)`` index pairs. The
+    checks that fit do not apply: they pass a dense (n_samples, n_features) ``X`` and a target
+    ``y``, which here would mean a fully observed matrix whose rows are not samples and whose
+    columns are not features, so ``n_features_in_``, the shapes of ``predict(X)``, sample-order
+    invariance and the handling of ``y`` have no counterpart. The API checks (clone, repr,
+    ``get_params`` / ``set_params``, ``__init__`` storing only its parameters, tags) do apply and
+    run in ``tests/test_sklearn_api.py``.
     """
 
     def __init__(

@@ -239,6 +239,16 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     labels_ : ndarray of shape (n_samples,)
     embedding_ : ndarray of shape (n_samples, n_clusters)
     imc_ : InductiveMatrixCompletion
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit`` needs must-link / cannot-link
+    ``constraints=`` (pairs of rows with a 0/1 value), which the clustering checks never pass (they
+    call ``fit(X)``): without constraints the model is undefined (SPEC: the constraint matrix is
+    what is completed), so the checks that fit do not apply. The API checks (clone, repr,
+    ``get_params`` / ``set_params``, ``__init__`` storing only its parameters, tags) do apply and
+    run in ``tests/test_sklearn_api.py``.
     """
 
     def __init__(

@@ -18,6 +18,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import engine
+from ooc_lowrank._inputs import as_features
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -92,7 +93,9 @@ def check_observations(B, shape, name="X", zero_one=False):
 
 
 def features_of(X, name):
-    """A store path or ``Dataset`` gives its array ``X``; anything else is returned as is."""
+    """A store path or ``Dataset`` gives its array ``X``; anything else is converted at the
+    boundary (:func:`ooc_lowrank._inputs.as_features`: DataFrames, pydata sparse, float16 and
+    integer features; 1-D refused)."""
     X = _open_if_path(X)
     if _is_dataset(X):
         if "X" not in X.names:
@@ -101,15 +104,13 @@ def features_of(X, name):
                 f"{list(X.names)}. Convert the features with an ooc-lowrank converter"
             )
         X = X["X"]
-    return X
+    return as_features(X, name)
 
 
 def _side_blocked(X, n_expected, what, name, block_rows):
     if X is None:
         raise param_error(name, "is required", None, f"Pass the {what} features (n, d)")
     X = features_of(X, name)
-    if getattr(X, "ndim", 2) != 2 or not hasattr(X, "shape"):
-        X = np.asarray(X)
     if int(X.shape[0]) != int(n_expected):
         raise ValueError(
             f"{name} must have one row per {what} of the observed matrix: the observations "
@@ -198,6 +199,18 @@ class InductiveMatrixCompletion(BaseEstimator):
     cg_iterations_ : ndarray of shape (n_iter_, 2)
     n_iter_, n_passes_ : int
     shape_ : (int, int)
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit`` takes the observed entries of
+    one (n_rows, n_cols) matrix (a store, ``(rows, cols, values)`` or a scipy.sparse matrix whose
+    stored entries are the observations) and ``predict`` takes ``(rows, cols)`` index pairs; it also
+    needs the side features ``X_row=`` and ``X_col=``, which the checks never pass. The checks that
+    fit do not apply: their ``X`` would be a fully observed matrix, their ``y`` has no meaning here,
+    and ``transform_rows`` / ``transform_cols`` embed row or column features, not the samples of
+    ``fit``. The API checks (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing only
+    its parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     def __init__(

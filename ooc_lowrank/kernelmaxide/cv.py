@@ -31,16 +31,14 @@ from sklearn.utils.validation import check_is_fitted
 from ooc_lowrank import engine
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc.cv import GIMCCV
-from ooc_lowrank.gimc.estimator import _open_if_path
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
 from ooc_lowrank.kernelmaxide.estimator import (
     _SAMPLE,
     KernelMaxide,
     Maxide,
     _check_label_dtype,
-    _check_not_empty,
-    _is_dataset,
     _is_lazy,
+    fit_inputs,
     no_negative_error,
 )
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
@@ -178,20 +176,7 @@ class _ObservedSearch(BaseEstimator):
         base = self._base(seed)
         for s in grid:  # the estimator's own checks (gamma_scales stand in for gammas)
             self._estimator(**base, **s)._validate_params()
-        X = _open_if_path(X)
-        if _is_dataset(X):
-            ds = X
-            X = ds["X"]
-            if Y is None:
-                if "Y_obs" not in ds:
-                    raise ValueError(
-                        f"store {ds.url!r} has no 'Y_obs' (observed labels); pass Y= or make "
-                        "one with ooc_lowrank.kernelmaxide.mask_labels_store"
-                    )
-                Y = ds["Y_obs"]
-        if Y is None:
-            raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
-        _check_not_empty(X)
+        X, Y = fit_inputs(X, Y)
         Y = _labels_in_memory(Y)
         grid = self._settings(X, seed)
         t0 = time.perf_counter()
@@ -351,6 +336,15 @@ class KernelMaxideCV(_ObservedSearch):
         ``params``, ``param_<name>``, ``split{k}_test_score``, ``mean_test_score``,
         ``std_test_score``, ``rank_test_score`` (1 = lowest ranking loss).
     best_params_, best_score_, best_index_, best_estimator_, gamma_median_, cv_time_, refit_time_
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes observed labels as
+    :class:`~ooc_lowrank.kernelmaxide.KernelMaxide` (stored ``+1`` / ``-1``, missing entries not
+    stored); the checks' targets are refused on purpose, so the checks that fit do not apply. The
+    API checks (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing only its
+    parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     _estimator = KernelMaxide
@@ -434,6 +428,15 @@ class MaxideCV(_ObservedSearch):
     Attributes
     ----------
     As :class:`KernelMaxideCV` (without ``gamma_median_``).
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes observed labels as
+    :class:`~ooc_lowrank.kernelmaxide.Maxide` (stored ``+1`` / ``-1``, missing entries not stored);
+    the checks' targets are refused on purpose, so the checks that fit do not apply. The API checks
+    (clone, repr, ``get_params`` / ``set_params``, ``__init__`` storing only its parameters, tags)
+    do apply and run in ``tests/test_sklearn_api.py``.
     """
 
     _estimator = Maxide

@@ -23,6 +23,8 @@ from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank._inputs import as_features, as_labels, check_X_scale
+from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
 from ooc_lowrank._validation import (
     NonFiniteError,
@@ -32,7 +34,7 @@ from ooc_lowrank._validation import (
     check_scalar,
     param_error,
 )
-from ooc_lowrank.gimc.estimator import _open_if_path, check_X_scale
+from ooc_lowrank.gimc.estimator import _open_if_path
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
 from ooc_lowrank.kernelmaxide import _blocks, core
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
@@ -50,12 +52,6 @@ MAX_TRIALS = 64
 
 def _is_dataset(obj):
     return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
-
-
-def _is_lazy(X):
-    import dask.array as da
-
-    return isinstance(X, (da.Array, engine.Blocked)) or (hasattr(X, "read") and hasattr(X, "kind"))
 
 
 def _ut_mask(YB):
@@ -119,6 +115,29 @@ def _check_label_dtype(Y, name="Y"):
             f"Pass {name} with a float or integer dtype",
             exc=TypeError,
         )
+
+
+def fit_inputs(X, Y):
+    """``(X, Y)`` of a fit, resolved and converted at the boundary before any work: a store
+    path or ``Dataset`` gives ``X`` and (``Y=None``) ``Y_obs``; DataFrames, pydata sparse,
+    float16 / integer features are converted (:mod:`ooc_lowrank._inputs`); an empty ``X``
+    is refused."""
+    X = _open_if_path(X)
+    if _is_dataset(X):
+        ds = X
+        X = ds["X"]
+        if Y is None:
+            if "Y_obs" not in ds:
+                raise ValueError(
+                    f"store {ds.url!r} has no 'Y_obs' (observed labels, +1/-1 CSR); pass Y= "
+                    "or make one with ooc_lowrank.kernelmaxide.mask_labels_store"
+                )
+            Y = ds["Y_obs"]
+    if Y is None:
+        raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
+    X, Y = as_features(X, "X"), as_labels(Y, "Y")
+    _check_not_empty(X)
+    return X, Y
 
 
 def _check_not_empty(X, name="X"):
@@ -202,20 +221,7 @@ class _MaxideBase(BaseEstimator):
         return engine.DEFAULT_CACHE_BYTES if self.cache_bytes is None else int(self.cache_bytes)
 
     def _inputs(self, X, Y):
-        X = _open_if_path(X)
-        if _is_dataset(X):
-            ds = X
-            X = ds["X"]
-            if Y is None:
-                if "Y_obs" not in ds:
-                    raise ValueError(
-                        f"store {ds.url!r} has no 'Y_obs' (observed labels, +1/-1 CSR); pass Y= "
-                        "or make one with ooc_lowrank.kernelmaxide.mask_labels_store"
-                    )
-                Y = ds["Y_obs"]
-        if Y is None:
-            raise ValueError("fit needs observed labels: fit(X, Y_observed) or a store with Y_obs")
-        _check_not_empty(X)
+        X, Y = fit_inputs(X, Y)
         if not _is_lazy(Y):
             _check_label_dtype(Y)
             Y = check_observed_labels(Y, name="Y")
@@ -456,6 +462,7 @@ class _MaxideBase(BaseEstimator):
         check_is_fitted(self, "coef_")
         if _is_dataset(X):
             X = X["X"]
+        X = as_features(X, "X")
         B = engine.as_blocked(X, name="X")
         if B.shape[1] != self.n_features_in_:
             raise ValueError(
@@ -687,6 +694,17 @@ class KernelMaxide(_MaxideBase):
         Scores are ``F(X) coef_``.
     objective_ : ndarray of shape (n_iter_ + 1,)
     n_iter_, n_passes_, converged_, rank_, n_ut_, n_features_in_, n_labels_
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes *observed* labels:
+    stored ``+1`` / ``-1`` entries of a sparse matrix, missing entries not stored, and at least one
+    observed negative (transductive: ``X`` holds the unlabelled rows too). The checks' targets (a
+    class vector or a full 0/1 matrix, in which 0 would mean "missing") are refused on purpose, so
+    the checks that fit do not apply. The API checks (clone, repr, ``get_params`` / ``set_params``,
+    ``__init__`` storing only its parameters, tags) do apply and run in
+    ``tests/test_sklearn_api.py``.
     """
 
     _saved_kinds = ("nystrom", "kernel")  # the feature maps its model files may hold
@@ -804,6 +822,16 @@ class Maxide(_MaxideBase):
         ``V_k Sigma_k^-1``: ``A = X projection_``.
     singular_values_ : ndarray of shape (k,)
     coef_ : ndarray of shape (k, n_labels)
+
+    Notes
+    -----
+    **scikit-learn's estimator checks** (``parametrize_with_checks``) assume ``fit(X, y)`` on
+    samples and targets; this estimator's input is different. ``fit(X, Y)`` takes *observed* labels
+    (stored ``+1`` / ``-1``, missing entries not stored, at least one observed negative), as
+    :class:`KernelMaxide`; the checks' targets (a class vector or a full 0/1 matrix) are refused on
+    purpose, so the checks that fit do not apply. The API checks (clone, repr, ``get_params`` /
+    ``set_params``, ``__init__`` storing only its parameters, tags) do apply and run in
+    ``tests/test_sklearn_api.py``.
     """
 
     _saved_kinds = ("linear",)  # the feature maps its model files may hold
