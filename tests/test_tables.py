@@ -683,3 +683,18 @@ def test_csv_files_whose_inferred_types_differ(tmp_path):
     (tmp_path / "b.csv").write_text("r,c,v\nk,y,2.5\n")
     with pytest.raises(ConversionError, match="column 'r' is integer in .*a.csv but string"):
         convert("csv", str(tmp_path / "*.csv"), str(tmp_path / "t.zarr"), **_inter())
+
+
+def test_sources_local_and_url_mixed_or_missing(tmp_path):
+    pq.write_table(pa.table({"r": [1], "c": [1], "v": [1.0]}), tmp_path / "a.parquet")
+    with pytest.raises(ConversionError, match="all local paths or all URLs"):
+        convert_table(
+            [str(tmp_path / "a.parquet"), "memory://x/b.parquet"],
+            str(tmp_path / "s.zarr"),
+            **_inter(),
+        )
+    with pytest.raises(ConversionError, match="no file matches the pattern"):
+        convert_table(str(tmp_path / "*.csv"), str(tmp_path / "s.zarr"), **_inter())
+    with pytest.raises(ConversionError, match="source does not exist"):
+        convert_table(str(tmp_path / "b.parquet"), str(tmp_path / "s.zarr"), **_inter())
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet"]

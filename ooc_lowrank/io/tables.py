@@ -211,6 +211,12 @@ class TableSource:
         self.name = ", ".join(srcs)
         is_url = ["://" in s and not s.startswith("file://") for s in srcs]
         fs = None
+        if any(is_url) and not all(is_url):
+            raise _err(
+                "sources must be all local paths or all URLs of one filesystem",
+                srcs,
+                "convert local and remote files separately, or copy them to one place",
+            )
         if any(is_url):
             import fsspec.core
 
