@@ -576,8 +576,8 @@ def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
         )
     starts = np.flatnonzero(new)
     if policy == "last":
-        return rec[np.r_[starts[1:], rec.size] - 1]
-    out = rec[starts].copy()
+        return rec.take(np.r_[starts[1:], rec.size] - 1)
+    out = rec.take(starts)
     n = np.diff(np.r_[starts, rec.size]).astype(np.float64)
     for f in ("val", "w"):
         s = np.add.reduceat(rec[f], starts)
@@ -687,7 +687,7 @@ def _convert_pairs(
                 order = np.argsort((rec["row"] - r0) * n_cols + rec["col"], kind="stable")
             else:
                 order = np.lexsort((rec["col"], rec["row"]))
-            rec = rec[order]  # stable: read order within a pair
+            rec = rec.take(order)  # stable: read order within a pair
             rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
             nnz[r0:r1] = np.bincount(rec["row"] - r0, minlength=r1 - r0)
             buckets.store(bi, rec)
