@@ -453,6 +453,27 @@ def _values(batch, col, role, offset, src) -> np.ndarray:
 # vocabularies
 
 
+#: A string vocabulary up to this many bytes (keys x longest key) is also kept as a sorted
+#: fixed-width bytes array, searched per batch; beyond it each batch builds a hash table.
+_MAX_FIXED_BYTES = 1 << 28
+
+
+def _fixed_bytes(arr, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(``S{w}`` array, byte lengths) of a string array, from its Arrow buffers (keys longer
+    than ``w`` are cut: their length tells them apart)."""
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    bufs = arr.buffers()
+    off = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
+    lens = np.diff(off)
+    out = np.zeros((n, w), np.uint8)
+    for j in range(w):  # column j of every key at once (w is small)
+        has = lens > j
+        out[has, j] = data[off[:-1][has] + j]
+    return out.view(f"S{w}").ravel(), lens
+
+
 class Vocabulary:
     """Keys (int64 or string) <-> contiguous indices; index ``i`` is ``keys[i]``."""
 
@@ -468,6 +489,14 @@ class Vocabulary:
                 self._lo = int(k.min())
                 self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
                 self._lut[k - self._lo] = np.arange(k.size)
+        self._fixed = None
+        if not self._int and len(self.keys):
+            w = int(pc.max(pc.binary_length(self.keys)).as_py() or 0)
+            has_nul = pc.any(pc.match_substring(self.keys, "\x00")).as_py()
+            if 0 < w and w * len(self.keys) <= _MAX_FIXED_BYTES and not has_nul:
+                fixed, lens = _fixed_bytes(self.keys, w)
+                order = np.argsort(fixed, kind="stable")
+                self._fixed = (w, fixed[order], lens[order], order)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -487,6 +516,12 @@ class Vocabulary:
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
             return np.where(self._sorted[pos] == a, self._order[pos], -1).astype(np.int64)
+        if self._fixed is not None:  # searchsorted on fixed-width bytes: no hash table per batch
+            w, fixed, flens, order = self._fixed
+            q, qlens = _fixed_bytes(arr, w)
+            pos = np.minimum(np.searchsorted(fixed, q), fixed.size - 1)
+            hit = (fixed[pos] == q) & (flens[pos] == qlens)  # equal lengths: no NUL-padding tie
+            return np.where(hit, order[pos], -1).astype(np.int64)
         out = pc.index_in(arr, value_set=self.keys)
         return out.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
