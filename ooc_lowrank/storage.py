@@ -494,6 +494,23 @@ def _write_file(loc: str, rel: str, data) -> None:
     fs.pipe_file(f"{path.rstrip('/')}/{rel}", bytes(memoryview(data).cast("B")))
 
 
+def _copy_in(loc: str, rel: str, src: str, piece: int = 1 << 23) -> list[int]:
+    """Copy local file ``src`` to ``loc/rel`` piece by piece; returns ``[bytes, crc32]``."""
+    if not _is_url(loc):
+        full = os.path.join(_local_path(loc), *rel.split("/"))
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        out = open(full, "wb")  # noqa: SIM115 - closed below
+    else:
+        fs, path = _fs(loc)
+        out = fs.open(f"{path.rstrip('/')}/{rel}", "wb")
+    size, crc = 0, 0
+    with open(src, "rb") as fh, out:
+        while data := fh.read(piece):
+            out.write(data)
+            size, crc = size + len(data), zlib.crc32(data, crc)
+    return [size, crc]
+
+
 def _raw_chunk_dtype(arr):
     """The dtype whose C-ordered bytes are exactly ``arr``'s chunk files (one ``bytes`` codec,
     no filter or compressor, C order, ``c/i/j`` keys), or None when zarr's encoding is anything
@@ -1104,10 +1121,7 @@ class DatasetWriter:
         if self._files:
             manifest["/files"] = {}
             for rel, src in self._files.items():
-                with open(src, "rb") as fh:
-                    data = fh.read()
-                _write_file(self._tmp, rel, data)
-                manifest["/files"][rel] = [len(data), zlib.crc32(data)]
+                manifest["/files"][rel] = _copy_in(self._tmp, rel, src)
         _write_file(self._tmp, MANIFEST_FILE, json.dumps(manifest).encode())
         self._group.attrs[_META_KEY] = meta  # the completion marker: written last
         self._closed = True

@@ -683,3 +683,38 @@ def test_csv_files_whose_inferred_types_differ(tmp_path):
     (tmp_path / "b.csv").write_text("r,c,v\nk,y,2.5\n")
     with pytest.raises(ConversionError, match="column 'r' is integer in .*a.csv but string"):
         convert("csv", str(tmp_path / "*.csv"), str(tmp_path / "t.zarr"), **_inter())
+
+
+def test_sources_local_and_url_mixed_or_missing(tmp_path):
+    pq.write_table(pa.table({"r": [1], "c": [1], "v": [1.0]}), tmp_path / "a.parquet")
+    with pytest.raises(ConversionError, match="all local paths or all URLs"):
+        convert_table(
+            [str(tmp_path / "a.parquet"), "memory://x/b.parquet"],
+            str(tmp_path / "s.zarr"),
+            **_inter(),
+        )
+    with pytest.raises(ConversionError, match="no file matches the pattern"):
+        convert_table(str(tmp_path / "*.csv"), str(tmp_path / "s.zarr"), **_inter())
+    with pytest.raises(ConversionError, match="source does not exist"):
+        convert_table(str(tmp_path / "b.parquet"), str(tmp_path / "s.zarr"), **_inter())
+    assert sorted(os.listdir(tmp_path)) == ["a.parquet"]
+
+
+def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
+    """Vocabulary.index on strings (sorted fixed-width bytes + searchsorted) against
+    pyarrow's hash lookup (index_in), with unicode, empty, long, unseen and sliced keys; a
+    vocabulary holding NUL bytes falls back to the hash lookup."""
+    import pyarrow.compute as pc
+
+    from ooc_lowrank.io.tables import Vocabulary
+
+    rng = np.random.default_rng(3)
+    alphabet = list("ab\u00e9\u20ac") + ["", "zz", "x" * 40]
+    keys = sorted({"".join(rng.choice(alphabet, rng.integers(0, 4))) for _ in range(300)})
+    voc = Vocabulary(pa.array(rng.permutation(keys).tolist()))
+    assert voc._fixed is not None
+    queries = pa.array(["pad"] + keys + ["unseen", "a" * 50, "b\u00e9" * 7]).slice(1)
+    want = pc.index_in(queries, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
+    assert np.array_equal(voc.index(queries), want)
+    nul = Vocabulary(pa.array(["a", "a\x00"]))
+    assert nul._fixed is None and nul.index(pa.array(["a\x00", "a", "b"])).tolist() == [1, 0, -1]

@@ -26,10 +26,11 @@ format          arrays written                options (besides block_rows, dtype
 views``         (item), y (n,1)               beside the ratings), target ("rating"|"binary")
 ``snap``        obs coo (nodes x nodes)       shape, square (True), one_based (False),
                                               bucket_nnz, tmpdir
-``parquet``,    by kind: obs coo + key        kind (interactions|features|labels), row_key,
-``csv``         vocabularies; X; Y / y        col_key, value, duplicates, feature_columns,
-                                              label_list, ... (see ``io.tables``; sources:
-                                              files, directories, globs, s3:// URLs)
+``parquet``,    by kind: obs coo + key        kind (interactions|features|labels|views),
+``csv``         vocabularies; X; Y / y;       row_key, col_key, value, duplicates,
+                X0..Xk + y                    feature_columns, label_list, views, ... (see
+                                              ``io.tables``; sources: files, folders, globs,
+                                              s3:// URLs)
 ==============  ============================  ===================================================
 
 Common options: ``block_rows`` (int, rows per stored block; default the writer's choice),
@@ -66,20 +67,20 @@ __all__ = [
     "convert",
     "convert_arff",
     "convert_csv",
-    "convert_parquet",
-    "convert_table",
-    "read_vocabulary",
-    "topk_to_parquet",
     "convert_dense_text",
     "convert_mat",
     "convert_movielens",
     "convert_movielens_views",
+    "convert_parquet",
     "convert_snap",
     "convert_svmlight",
+    "convert_table",
     "convert_xc",
     "format_options",
     "predictions_to_parquet",
     "read_label_names",
+    "read_vocabulary",
+    "topk_to_parquet",
 ]
 
 #: format name -> converter ``fn(srcs, dest, **options)``; for the CLI.

@@ -448,8 +448,10 @@ class RowBuckets:
 
     def spill(self, rec: np.ndarray) -> None:
         b = np.searchsorted(self.starts, rec["row"], side="right") - 1
+        if len(self.files) < 2**15:  # numpy's stable sort is a radix sort for 16-bit ints
+            b = b.astype(np.int16)
         order = np.argsort(b, kind="stable")
-        rec, bs = rec[order], b[order]
+        rec, bs = rec.take(order), b[order]  # take: 2x faster than [] on structured arrays
         cut = np.flatnonzero(np.diff(bs)) + 1
         for lo, hi in zip(np.r_[0, cut], np.r_[cut, bs.size], strict=True):
             if hi > lo:
@@ -462,7 +464,7 @@ class RowBuckets:
             return np.empty(0, dtype=self.dtype)
         rec = np.fromfile(f, dtype=self.dtype)
         os.remove(f)
-        return rec[np.argsort(rec["row"], kind="stable")] if sort else rec
+        return rec.take(np.argsort(rec["row"], kind="stable")) if sort else rec
 
     def store(self, bi: int, rec: np.ndarray) -> None:
         """Write bucket ``bi`` back (e.g. sorted and merged), replacing its file."""

@@ -211,6 +211,12 @@ class TableSource:
         self.name = ", ".join(srcs)
         is_url = ["://" in s and not s.startswith("file://") for s in srcs]
         fs = None
+        if any(is_url) and not all(is_url):
+            raise _err(
+                "sources must be all local paths or all URLs of one filesystem",
+                srcs,
+                "convert local and remote files separately, or copy them to one place",
+            )
         if any(is_url):
             import fsspec.core
 
@@ -447,6 +453,27 @@ def _values(batch, col, role, offset, src) -> np.ndarray:
 # vocabularies
 
 
+#: A string vocabulary up to this many bytes (keys x longest key) is also kept as a sorted
+#: fixed-width bytes array, searched per batch; beyond it each batch builds a hash table.
+_MAX_FIXED_BYTES = 1 << 28
+
+
+def _fixed_bytes(arr, w: int) -> tuple[np.ndarray, np.ndarray]:
+    """(``S{w}`` array, byte lengths) of a string array, from its Arrow buffers (keys longer
+    than ``w`` are cut: their length tells them apart)."""
+    arr = arr.cast(pa.large_string())
+    n = len(arr)
+    bufs = arr.buffers()
+    off = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
+    lens = np.diff(off)
+    out = np.zeros((n, w), np.uint8)
+    for j in range(w):  # column j of every key at once (w is small)
+        has = lens > j
+        out[has, j] = data[off[:-1][has] + j]
+    return out.view(f"S{w}").ravel(), lens
+
+
 class Vocabulary:
     """Keys (int64 or string) <-> contiguous indices; index ``i`` is ``keys[i]``."""
 
@@ -462,6 +489,14 @@ class Vocabulary:
                 self._lo = int(k.min())
                 self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
                 self._lut[k - self._lo] = np.arange(k.size)
+        self._fixed = None
+        if not self._int and len(self.keys):
+            w = int(pc.max(pc.binary_length(self.keys)).as_py() or 0)
+            has_nul = pc.any(pc.match_substring(self.keys, "\x00")).as_py()
+            if 0 < w and w * len(self.keys) <= _MAX_FIXED_BYTES and not has_nul:
+                fixed, lens = _fixed_bytes(self.keys, w)
+                order = np.argsort(fixed, kind="stable")
+                self._fixed = (w, fixed[order], lens[order], order)
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -481,6 +516,12 @@ class Vocabulary:
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
             return np.where(self._sorted[pos] == a, self._order[pos], -1).astype(np.int64)
+        if self._fixed is not None:  # searchsorted on fixed-width bytes: no hash table per batch
+            w, fixed, flens, order = self._fixed
+            q, qlens = _fixed_bytes(arr, w)
+            pos = np.minimum(np.searchsorted(fixed, q), fixed.size - 1)
+            hit = (fixed[pos] == q) & (flens[pos] == qlens)  # equal lengths: no NUL-padding tie
+            return np.where(hit, order[pos], -1).astype(np.int64)
         out = pc.index_in(arr, value_set=self.keys)
         return out.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
 
@@ -570,8 +611,8 @@ def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
         )
     starts = np.flatnonzero(new)
     if policy == "last":
-        return rec[np.r_[starts[1:], rec.size] - 1]
-    out = rec[starts].copy()
+        return rec.take(np.r_[starts[1:], rec.size] - 1)
+    out = rec.take(starts)
     n = np.diff(np.r_[starts, rec.size]).astype(np.float64)
     for f in ("val", "w"):
         s = np.add.reduceat(rec[f], starts)
@@ -681,7 +722,7 @@ def _convert_pairs(
                 order = np.argsort((rec["row"] - r0) * n_cols + rec["col"], kind="stable")
             else:
                 order = np.lexsort((rec["col"], rec["row"]))
-            rec = rec[order]  # stable: read order within a pair
+            rec = rec.take(order)  # stable: read order within a pair
             rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
             nnz[r0:r1] = np.bincount(rec["row"] - r0, minlength=r1 - r0)
             buckets.store(bi, rec)
