@@ -494,12 +494,13 @@ def mvm_task_bytes(n, nnz, n_params, n_factors, dense=False, n_views=1):
     Views with a sparse block (the CSR path): the views joined into one float64 CSR matrix
     (``hstack`` and its temporaries: ``2 (12 nnz + 8 (n + 1))``), the signed target (``8 n``),
     the gradient (``8 n_params n_factors``).  Every view dense (the dense path, ``dense=True``):
-    per view its sums, prefix and leave-one-out products (``3 m``) plus a few ``(n, k)``
-    temporaries, about ``8 n k (3 m + 4)``, the target and the gradient.  ``n_factors`` counts
-    the columns of all models (``K k`` for one-vs-rest).  Measured: 0.9-1.0 of the model."""
+    the views' sums ``(m, n, k)`` (overwritten in place by the weighted leave-one-out
+    products), ``8 n k m``, the target, outputs and loss slopes (``24 n``) and the gradient.
+    ``n_factors`` counts the columns of all models (``K k`` for one-vs-rest).  Measured:
+    0.9-1.0 of the model."""
     tail = 8 * int(n) + 8 * int(n_params) * int(n_factors)
     if dense:
-        return int(8 * int(n) * int(n_factors) * (3 * int(n_views) + 4) + tail)
+        return int(8 * int(n) * int(n_factors) * int(n_views) + 16 * int(n) + tail)
     csr = 12 * int(nnz) + 8 * (int(n) + 1)
     return int(2 * csr + tail)
 

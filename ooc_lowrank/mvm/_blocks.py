@@ -4,9 +4,10 @@ small NumPy result out.
 Two paths compute the same numbers (to rounding):
 
 * **dense**: when every view block of a pass is an ndarray, per-view BLAS products
-  ``S_p = X_p @ Theta_p + bias_p`` ``(rows, K k)``, leave-one-out products of the ``S_p`` by
-  prefix and suffix products, and the gradient ``X_p.T @ (dl * G_p)``: two GEMMs per view, no
-  conversion of the block;
+  ``S_p = X_p @ Theta_p + bias_p`` ``(rows, K k)``, the outputs and the slope-weighted
+  leave-one-out products ``dl * prod_{q != p} S_q`` by two Numba sweeps
+  (``kernels.mvm.dense_outputs`` / ``dense_weighted_loo``, in place, no temporaries), and the
+  gradient ``X_p.T @ (...)``: two GEMMs per view, no conversion of the block;
 * **csr**: otherwise the views of a block are joined into one CSR matrix whose columns are the
   views side by side and :mod:`ooc_lowrank.kernels.mvm` walks each row's nonzeros.
 
@@ -70,12 +71,14 @@ def _view_parts(blocks, view_sizes):
     return [B[:, offs[p]:offs[p + 1]] for p in range(len(view_sizes))]
 
 
-def signed_target(yb, task, n_models=1):
+def signed_target(yb, task, n_models=1, models=None):
     """Target block as float64: ``(rows,)`` for one model (classification labels 0 -> -1,
-    SPEC 3.9), ``(rows, n_models)`` of +1 / -1 for one-vs-rest models (``yb``: class index)."""
+    SPEC 3.9), ``(rows, n_models)`` of +1 / -1 for one-vs-rest models (``yb``: class index;
+    ``models``: the classes of the models, default ``0 .. n_models - 1``)."""
     y = np.asarray(yb.toarray() if sp.issparse(yb) else yb, dtype=np.float64).reshape(-1)
-    if n_models > 1:
-        return np.where(y[:, None] == np.arange(n_models), 1.0, -1.0)
+    if models is not None or n_models > 1:
+        models = np.arange(n_models) if models is None else np.asarray(models)
+        return np.where(y[:, None] == models, 1.0, -1.0)
     if task == "classification":
         y = np.where(y > 0, 1.0, -1.0)
     return y
@@ -111,51 +114,41 @@ def loss_and_slope(yhat, y, loss):
 
 
 def dense_sums(parts, theta, n_feat):
-    """``S_p = X_p @ Theta_p + bias row p`` for every view, each ``(rows, K k)`` (MVM-9)."""
-    S, off = [], 0
+    """``S[p] = X_p @ Theta_p + bias row p`` for every view, one ``(m, rows, K k)`` array
+    (MVM-9); float64 whatever the views' dtype."""
+    S = np.empty((len(parts), parts[0].shape[0], theta.shape[1]))
+    off = 0
     for p, X in enumerate(parts):
         w = X.shape[1]
-        S.append(X @ theta[off:off + w] + theta[n_feat + p])
+        if X.dtype == np.float64:
+            np.matmul(X, theta[off:off + w], out=S[p])
+        else:
+            S[p] = X @ theta[off:off + w]
+        S[p] += theta[n_feat + p]
         off += w
     return S
 
 
-def leave_one_out(S):
-    """``(prod_p S_p, [prod_{q != p} S_q for p])`` by prefix and suffix products (no division:
-    a zero factor column is fine, SPEC 3.4)."""
-    m = len(S)
-    pre = [np.ones_like(S[0])]
-    for p in range(m - 1):
-        pre.append(pre[-1] * S[p])
-    G, suf = [None] * m, None
-    for p in range(m - 1, -1, -1):
-        G[p] = pre[p] if suf is None else pre[p] * suf
-        suf = S[p] if suf is None else suf * S[p]
-    return suf, G
-
-
-def _model_outputs(P, b0, n_models):
-    """``b0 + sum_f`` over each model's columns of the full products, ``(rows, K)``."""
-    n = P.shape[0]
-    return P.reshape(n, n_models, -1).sum(axis=2) + b0
+def dense_outputs(S, b0):
+    """Model outputs ``b0 + yhat`` ``(rows, K)`` from the view sums ``S``."""
+    out = np.empty((S.shape[1], b0.shape[0]))
+    _k.dense_outputs(S, S.shape[2] // b0.shape[0], b0, out)
+    return out
 
 
 def dense_loss_grad(parts, y, theta, b0, loss, n_feat):
     """``(loss sums (K,), grad (I + m, K k), grad_b0 (K,))`` of dense views (the twin of
     ``kernels.mvm.loss_grad_block``, one model per ``k`` columns); ``y`` ``(rows, K)``
     signed."""
-    K = b0.shape[0]
     S = dense_sums(parts, theta, n_feat)
-    P, G = leave_one_out(S)
-    val, dl = loss_and_slope(_model_outputs(P, b0, K), y, loss)
-    D = np.repeat(dl, theta.shape[1] // K, axis=1)  # (rows, K k): each model's slope
+    val, dl = loss_and_slope(dense_outputs(S, b0), y, loss)
+    _k.dense_weighted_loo(S, theta.shape[1] // b0.shape[0], dl)  # S[p] <- dl * prod_{q!=p}
     grad = np.empty_like(theta)
     off = 0
     for p, X in enumerate(parts):
-        W = D * G[p]
         w = X.shape[1]
-        grad[off:off + w] = X.T @ W
-        grad[n_feat + p] = W.sum(axis=0)
+        grad[off:off + w] = X.T @ S[p]
+        grad[n_feat + p] = S[p].sum(axis=0)
         off += w
     return val.sum(axis=0), grad, dl.sum(axis=0)
 
@@ -174,9 +167,7 @@ def outputs(blocks, theta, b0, view_sizes):
     """Model outputs ``b0 + yhat`` of a block's rows, ``(rows, K)``, by either path."""
     n_feat, n_views = int(sum(view_sizes)), len(view_sizes)
     if _all_dense(blocks):
-        parts = _view_parts(blocks, view_sizes)
-        P, _ = leave_one_out(dense_sums(parts, theta, n_feat))
-        return _model_outputs(P, b0, b0.shape[0])
+        return dense_outputs(dense_sums(_view_parts(blocks, view_sizes), theta, n_feat), b0)
     M = joined_csr(blocks)
     cv = col_view(view_sizes)
     out = np.empty((M.shape[0], b0.shape[0]))
@@ -186,15 +177,16 @@ def outputs(blocks, theta, b0, view_sizes):
     return out
 
 
-def loss_grad(*items, n_views_in, view_sizes, loss, task, n_models=1):
+def loss_grad(*items, n_views_in, view_sizes, loss, task, n_models=1, models=None):
     """``(loss_sums, grad_theta, grad_b0)`` of a block: the summed loss of each of the
-    ``n_models`` models ``(K,)``, the gradient ``(I + m, K k)`` and the intercepts' ``(K,)``.
+    ``n_models`` models ``(K,)``, the gradient ``(I + m, K k)`` and the intercepts' ``(K,)``;
+    ``models``: the classes of one-vs-rest models when not ``0 .. K-1`` (a subset).
 
     ``items`` = view blocks, target block, theta ``(I + m, K k)``, b0 ``(K,)``."""
     blocks, yb = items[:n_views_in], items[n_views_in]
     theta, b0 = items[n_views_in + 1], np.atleast_1d(np.asarray(items[n_views_in + 2], float))
     n_feat, n_views = int(sum(view_sizes)), len(view_sizes)
-    y = signed_target(yb, task, n_models)
+    y = signed_target(yb, task, n_models, models)
     if _all_dense(blocks):
         return dense_loss_grad(_view_parts(blocks, view_sizes), y.reshape(len(y), -1), theta,
                                b0, loss, n_feat)

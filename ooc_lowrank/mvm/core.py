@@ -272,24 +272,29 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
     Returns ``(theta, b0, n_iter, n_passes)``."""
     K, rows = int(n_models), theta0.shape[0]
     k = theta0.shape[1] // K
-    fn = functools.partial(
-        _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
-        n_models=K,
-    )
     passes = [0]
 
-    def pack(theta, b):  # (I + m, K k), (K,) -> one row per model: its factors, its intercept
-        T = np.asarray(theta).reshape(rows, K, k).transpose(1, 0, 2).reshape(K, rows * k)
-        return np.concatenate([T, np.reshape(b, (K, 1))], axis=1)
+    def pack(theta, b):  # (I + m, K' k), (K',) -> one row per model: factors, intercept
+        Kp = len(b)
+        T = np.asarray(theta).reshape(rows, Kp, k).transpose(1, 0, 2).reshape(Kp, rows * k)
+        return np.concatenate([T, np.reshape(b, (Kp, 1))], axis=1)
 
     def unpack(X):
-        T = X[:, :-1].reshape(K, rows, k).transpose(1, 0, 2).reshape(rows, K * k)
+        Kp = X.shape[0]
+        T = X[:, :-1].reshape(Kp, rows, k).transpose(1, 0, 2).reshape(rows, Kp * k)
         return np.ascontiguousarray(T), X[:, -1].copy()
 
-    def evaluate(X):
-        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(X))
+    def evaluate(Xs, idx=None):
+        """Objectives and gradients of the models ``idx`` (default: all) at ``Xs`` (one row
+        per model): one pass, whose arithmetic covers those models only (a line search that
+        still runs for a few models costs a pass, not K models' products)."""
+        fn = functools.partial(
+            _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
+            n_models=Xs.shape[0], models=None if idx is None else tuple(int(c) for c in idx),
+        )
+        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(Xs))
         passes[0] += 1
-        pen, dpen = penalty(X[:, :-1], reg, axis=1)
+        pen, dpen = penalty(Xs[:, :-1], reg, axis=1)
         G = pack(grad / n, np.asarray(gb) / n)
         G[:, :-1] += reg_weight * dpen
         F = np.asarray(total, float) / n + reg_weight * pen
@@ -337,16 +342,18 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
             Xn, Fn, Gn = X.copy(), F.copy(), G.copy()
             searching = active.copy()
             for _ in range(MAX_LINE_SEARCH):
-                Xt = Xn.copy()
-                Xt[searching] = X[searching] + alpha[searching, None] * P[searching]
-                Ft, Gt = evaluate(Xt)
-                ok = searching & (Ft <= F + 1e-4 * alpha * gp)
-                Xn[ok], Fn[ok], Gn[ok] = Xt[ok], Ft[ok], Gt[ok]
-                searching &= ~ok
+                idx = np.flatnonzero(searching)
+                Xt = X[idx] + alpha[idx, None] * P[idx]
+                Ft, Gt = evaluate(Xt, None if idx.size == K else idx)
+                ok = Ft <= F[idx] + 1e-4 * alpha[idx] * gp[idx]
+                Xn[idx[ok]], Fn[idx[ok]], Gn[idx[ok]] = Xt[ok], Ft[ok], Gt[ok]
+                searching[idx[ok]] = False
                 if not searching.any():
                     break
-                for c in np.flatnonzero(searching):
-                    denom = 2.0 * (Ft[c] - F[c] - alpha[c] * gp[c])
+                for j, c in enumerate(idx):
+                    if ok[j]:
+                        continue
+                    denom = 2.0 * (Ft[j] - F[c] - alpha[c] * gp[c])
                     a = -gp[c] * alpha[c] ** 2 / denom if np.isfinite(denom) and denom > 0 else 0.0
                     alpha[c] = min(max(a, 0.1 * alpha[c]), 0.5 * alpha[c])
             active &= ~searching  # no acceptable step found: that model stops where it is
@@ -415,7 +422,7 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
     the rows of each window in a seeded random order (an approximate global shuffle, SPEC 3.7;
     a true one when ``n <= SHUFFLE_ROWS``).  The order depends on the seed and ``n`` only, so
     the same data in any chunking (NumPy, Dask, a store with any ``block_rows``) give the same
-    model, bitwise.  Cost: a store or Dask input whose blocks are larger than the windows is
+    model (to rounding: the target mean that starts a regressor's intercept is a blocked sum).  Cost: a store or Dask input whose blocks are larger than the windows is
     read about ``1 + block_rows / SHUFFLE_ROWS`` times per epoch (a window reads the rows it
     needs from a store, but the whole overlapping blocks of a Dask array).
 
