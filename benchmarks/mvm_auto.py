@@ -24,8 +24,10 @@ import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DATA = os.environ.get("OOC_LOWRANK_DATA", os.path.join(HERE, "..", "..", "shared", "data"))
+try:
+    from benchmarks.bench_mvm import DATA, HERE, load_mfeat, write_results
+except ImportError:  # run as a script from benchmarks/
+    from bench_mvm import DATA, HERE, load_mfeat, write_results
 
 
 def _run(make, fit, score):
@@ -38,24 +40,10 @@ def _run(make, fit, score):
 
 
 def mfeat(rows=None):
-    import scipy.io
-    from sklearn.model_selection import train_test_split
-    from sklearn.preprocessing import StandardScaler
-
     from ooc_lowrank.mvm import MultiViewMachineClassifier
 
-    mat = scipy.io.loadmat(os.path.join(DATA, "mfeat-handwritten", "handwritten.mat"))
-    views = [np.asarray(v, float) for v in mat["X"].ravel()]
-    y = np.asarray(mat["Y"]).ravel()
-    X = np.hstack(views)
-    if rows:
-        keep = np.random.default_rng(0).choice(len(y), rows, replace=False)
-        X, y = X[keep], y[keep]
-    sizes = [v.shape[1] for v in views]
-    Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.5, stratify=y, random_state=0)
-    sc = StandardScaler().fit(Xtr)
-    Xtr, Xte = sc.transform(Xtr), sc.transform(Xte)
-    c = y.min()
+    Xtr, Xte, ytr, yte, sizes = load_mfeat(rows)
+    c = ytr.min()
     out = {}
     for solver in ("lbfgs", "sgd"):
         out[solver] = _run(
@@ -129,10 +117,7 @@ def main(argv=None):
         if not args.skip_movielens and not args.small:
             res["movielens_u1_sparse"] = movielens(work, args.movielens_lbfgs_iter)
             print("movielens", json.dumps(res["movielens_u1_sparse"]), flush=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-    return res
+    return write_results(res, args.out)
 
 
 if __name__ == "__main__":

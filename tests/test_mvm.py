@@ -462,9 +462,10 @@ def test_auto_solver_lbfgs_for_dense_views_sgd_for_sparse(rng):
     kw = dict(max_iter=3, n_epochs=1, random_state=0)
     assert MultiViewMachineRegressor(**kw).fit(V, y).solver_ == "lbfgs"
     assert MultiViewMachineRegressor(**kw).fit([sp.csr_matrix(V[0]), V[1]], y).solver_ == "sgd"
-    wide = [ooc_engine.as_blocked(np.zeros((2, 6001)))]  # dense, but over 5,000 columns
-    assert MultiViewMachineRegressor()._resolved_solver(wide) == "sgd"
-    assert MultiViewMachineRegressor(solver="lbfgs")._resolved_solver(wide) == "lbfgs"
+    one_sparse = [ooc_engine.as_blocked(np.zeros((2, 3))),
+                  ooc_engine.as_blocked(sp.csr_matrix((2, 4)))]
+    assert MultiViewMachineRegressor()._resolved_solver(one_sparse) == "sgd"
+    assert MultiViewMachineRegressor(solver="lbfgs")._resolved_solver(one_sparse) == "lbfgs"
 
 
 # ------------------------------------------------------------------------------ SGD order
@@ -494,3 +495,21 @@ def test_sgd_model_does_not_depend_on_the_chunking(rng, tmp_path, monkeypatch):
     for got in fits:
         np.testing.assert_allclose(got.coef_, ref.coef_, rtol=1e-9, atol=1e-12)
         assert got.intercept_ == pytest.approx(ref.intercept_, rel=1e-9)
+
+
+def test_mvm_auto_benchmark_runs_at_tiny_size(tmp_path):
+    """benchmarks/mvm_auto.py's body at tiny size: its structure, never a time."""
+    import json
+
+    from conftest import DATA_DIR
+
+    if not (DATA_DIR / "mfeat-handwritten" / "handwritten.mat").exists():
+        pytest.skip("dataset missing: mfeat-handwritten (set OOC_LOWRANK_DATA)")
+    from benchmarks import mvm_auto
+
+    out = tmp_path / "a.json"
+    res = mvm_auto.main(["--small", "--out", str(out)])
+    assert json.loads(out.read_text())["benchmark"] == "mvm_auto"
+    for key in ("mfeat_one_class", "generated_dense_4x5x3"):
+        assert set(res[key]) == {"lbfgs", "sgd"}
+        assert res[key]["lbfgs"]["solver"] == "lbfgs" and res[key]["sgd"]["passes"] == 11

@@ -49,9 +49,6 @@ from ooc_lowrank.mvm.core import REG_CODES, _Layout, _Monitor, fit_lbfgs, fit_sg
 
 SOLVERS = ("auto", "lbfgs", "sgd")
 
-#: ``solver="auto"`` picks L-BFGS when every view is dense and the views together have at most
-#: this many columns, else SGD (measurements: ``docs/mvm.md``, ``benchmarks/results/mvm_auto.json``)
-AUTO_LBFGS_MAX_COLUMNS = 5000
 _NOT_SAVED = ("callback",)
 
 
@@ -453,13 +450,12 @@ class _BaseMVM(BaseEstimator):
         return 1
 
     def _resolved_solver(self, views):
-        """``solver``, with "auto" resolved: L-BFGS on the dense path when every view is dense
-        and the views have at most ``AUTO_LBFGS_MAX_COLUMNS`` columns together, else SGD."""
+        """``solver``, with "auto" resolved: L-BFGS (on the dense path) when every view is
+        dense, SGD when a view is sparse (measurements: ``docs/mvm.md``,
+        ``benchmarks/results/mvm_auto.json``)."""
         if self.solver != "auto":
             return self.solver
-        dense = all(v.kind == "dense" for v in views)
-        width = sum(int(v.shape[1]) for v in views)
-        return "lbfgs" if dense and width <= AUTO_LBFGS_MAX_COLUMNS else "sgd"
+        return "lbfgs" if all(v.kind == "dense" for v in views) else "sgd"
 
     def _set_model(self, theta, b0, K):
         """``coef_`` and ``intercept_`` from the stacked factors ``(I + m, K k)`` and the
@@ -625,6 +621,7 @@ class _BaseMVM(BaseEstimator):
             "view_sizes": list(self.view_sizes_),
             "intercept": np.asarray(self.intercept_).tolist(),
             "loss": self.loss_,
+            "solver": self.solver_,
             "n_iter": self.n_iter_,
             "best_iter": self.best_iter_,
             "n_passes": self.n_passes_,
@@ -677,6 +674,8 @@ class _BaseMVM(BaseEstimator):
             est.intercept_ = np.array([check_value(v, f"extra.intercept[{c}]", "float")
                                        for c, v in enumerate(b)], float)
         est.loss_ = r.value("loss", "str", choices=cls._losses)
+        est.solver_ = r.value("solver", "str", choices=("lbfgs", "sgd"),  # older files: none
+                              default="sgd" if est.solver == "auto" else est.solver)
         for key in ("n_iter", "best_iter", "n_passes"):
             setattr(est, key + "_", r.value(key, "int", low=0))
         r.finish()
@@ -783,10 +782,13 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         SGD's best (3e-3).
     init_std : float, default 0.1
         Factors start as ``N(0, init_std^2)`` (zero is a stationary point); in ``(0, 1]``.
-    solver : {"sgd", "lbfgs"}, default "sgd"
+    solver : {"auto", "lbfgs", "sgd"}, default "auto"
         ``lbfgs``: batch L-BFGS-B, one pass per evaluation, identical results on any cluster
-        and chunking (to rounding); ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per
-        epoch, sequential in the calling process (see ``docs/mvm.md``).
+        and chunking (to rounding); dense views take a BLAS path (two products per view and
+        pass).  ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per epoch, sequential in the
+        calling process, visiting windows of 65,536 rows in a seeded order, so its model too
+        does not depend on the chunking (to rounding).  ``auto``: L-BFGS when every view is
+        dense, SGD when a view is sparse (measured: ``docs/mvm.md``); ``solver_`` says which.
     max_iter : int, default 200
         L-BFGS iterations.
     n_epochs : int, default 10
@@ -818,6 +820,8 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         (regressor) or 0 (classifier).  The CP model has its own constant (the product of the
         bias factors), but a free intercept keeps a rank-k target representable at rank k
         whatever its offset.
+    solver_ : str
+        The solver used ("lbfgs" or "sgd"; ``solver="auto"`` resolved).
     view_sizes_, n_views_, n_features_in_, n_iter_, best_iter_, n_passes_,
     objective_path_, validation_path_
     """
