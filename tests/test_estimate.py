@@ -265,7 +265,7 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     y = rng.standard_normal(300)
     url = str(tmp_path / "mv.zarr")
     write_arrays(url, {"X0": V[0], "X1": V[1], "y": y[:, None]}, block_rows=100)
-    mv = MultiViewMachineRegressor(n_factors=3, n_epochs=4, random_state=0)
+    mv = MultiViewMachineRegressor(n_factors=3, n_epochs=4, random_state=0, solver="sgd")
     em = mv.estimate(url)
     mv.fit(url)
     assert em["n_blocks"] == 3 and em["view_sizes"] == [4, 3]
