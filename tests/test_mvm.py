@@ -513,3 +513,16 @@ def test_mvm_auto_benchmark_runs_at_tiny_size(tmp_path):
     for key in ("mfeat_one_class", "generated_dense_4x5x3"):
         assert set(res[key]) == {"lbfgs", "sgd"}
         assert res[key]["lbfgs"]["solver"] == "lbfgs" and res[key]["sgd"]["passes"] == 11
+
+
+def test_dense_path_with_a_zero_factor_column_needs_no_division(rng):
+    views, layout, theta = _problem(rng)
+    theta[:, 1] = 0.0  # every S[p] column 1 is 0: dividing the product by S[p] would give 0/0
+    y = rng.standard_normal(40)[:, None]
+    kw = dict(view_sizes=layout.view_sizes, loss=_k.SQUARE, task="regression")
+    dense = _blocks.loss_grad(*views, y, theta, np.zeros(1), n_views_in=3, **kw)
+    csr = _blocks.loss_grad(*[sp.csr_matrix(v) for v in views], y, theta, np.zeros(1),
+                            n_views_in=3, **kw)
+    assert np.isfinite(dense[1]).all()
+    for a, b in zip(dense, csr, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)

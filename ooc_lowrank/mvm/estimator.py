@@ -1,6 +1,7 @@
-"""Multi-view machines with the scikit-learn contract: a regressor and a binary classifier.
+"""Multi-view machines with the scikit-learn contract: a regressor and a classifier (two or
+more classes; one-vs-rest models fitted together for more than two).
 
-Inputs (``X`` of ``fit``, ``predict``, ``decision_function``, ``evaluate``):
+Inputs (``X`` of ``fit``, ``predict``, ``decision_function`` (classifier), ``evaluate``):
 
 * a store (path, URL or :class:`~ooc_lowrank.storage.Dataset`) holding the views ``X0 .. X{m-1}``
   (dense or csr, the names the storage format reserves) and the target ``y`` ``(n, 1)``;
