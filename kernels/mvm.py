@@ -190,3 +190,47 @@ def sgd_block(
                 accum[c, f] += gr * gr
                 theta[c, f] = th - eta * gr / (math.sqrt(accum[c, f]) + 1e-12)
     return total
+
+
+# ------------------------------------------------------------------------------ dense path
+# The dense block path (ooc_lowrank.mvm._blocks) forms each view's sums S[p] = X_p @ Theta_p +
+# bias row p with BLAS, ``S`` of shape (m, rows, K k) for K models of k columns each; these two
+# kernels do the elementwise rest in one sweep each, without temporaries.
+
+
+@njit
+def dense_outputs(S, k, b0, out):
+    """``out[i, c] = b0[c] + sum_{f in model c} prod_p S[p, i, c k + f]`` (MVM-9 per model);
+    ``out`` is ``(rows, K)``."""
+    m, n, width = S.shape
+    for i in range(n):
+        for c in range(out.shape[1]):
+            acc = b0[c]
+            for f in range(c * k, (c + 1) * k):
+                prod = 1.0
+                for p in range(m):
+                    prod *= S[p, i, f]
+                acc += prod
+            out[i, c] = acc
+
+
+@njit
+def dense_weighted_loo(S, k, dl):
+    """Overwrite ``S[p, i, j]`` with ``dl[i, j // k] * prod_{q != p} S[q, i, j]`` (the factor
+    of ``z^(p)`` in the gradient, MVM-16 times the loss slope), by prefix and suffix products
+    (no division, SPEC 3.4).  ``S`` is the solver's own temporary; ``dl`` is ``(rows, K)``."""
+    m, n, width = S.shape
+    s = np.empty(m)
+    for i in range(n):
+        for j in range(width):
+            d = dl[i, j // k]
+            for p in range(m):
+                s[p] = S[p, i, j]
+            acc = d
+            for p in range(m):
+                S[p, i, j] = acc
+                acc *= s[p]
+            acc = 1.0
+            for p in range(m - 1, -1, -1):
+                S[p, i, j] *= acc
+                acc *= s[p]

@@ -488,15 +488,21 @@ def maxide_estimate(est, XB, YB, *, client=None):
     return _finish(out, lambda rw, k: worker_bytes(rw, k)[0], limit, rows_max, size_name, r)
 
 
-def mvm_task_bytes(n, nnz, n_params, n_factors, dense=False):
-    """Bytes one multi-view machine loss/gradient block task allocates (not its inputs): the
-    views joined into one float64 CSR matrix (``hstack`` and its temporaries: ``2 (12 nnz +
-    8 (n + 1))``; dense views are first converted to CSR, about ``14 nnz`` more), the signed
-    target (``8 n``), the gradient (``8 n_params n_factors``).  Measured: 0.9-1.0 of the
-    model."""
+def mvm_task_bytes(n, nnz, n_params, n_factors, dense=False, n_views=1):
+    """Bytes one multi-view machine loss/gradient block task allocates (not its inputs).
+
+    Views with a sparse block (the CSR path): the views joined into one float64 CSR matrix
+    (``hstack`` and its temporaries: ``2 (12 nnz + 8 (n + 1))``), the signed target (``8 n``),
+    the gradient (``8 n_params n_factors``).  Every view dense (the dense path, ``dense=True``):
+    the views' sums ``(m, n, k)`` (overwritten in place by the weighted leave-one-out
+    products), ``8 n k m``, the target, outputs and loss slopes (``24 n``) and the gradient.
+    ``n_factors`` counts the columns of all models (``K k`` for one-vs-rest).  Measured:
+    0.9-1.0 of the model."""
+    tail = 8 * int(n) + 8 * int(n_params) * int(n_factors)
+    if dense:
+        return int(8 * int(n) * int(n_factors) * int(n_views) + 16 * int(n) + tail)
     csr = 12 * int(nnz) + 8 * (int(n) + 1)
-    conv = 14 * int(nnz) if dense else 0
-    return int(2 * csr + conv + 8 * int(n) + 8 * int(n_params) * int(n_factors))
+    return int(2 * csr + tail)
 
 
 def mvm_estimate(est, views, yb, *, client=None):
@@ -510,7 +516,8 @@ def mvm_estimate(est, views, yb, *, client=None):
     store_bytes = sum(_input_bytes(v) for v in views) + _input_bytes(yb)
     n_workers, threads, limit = _cluster(client)
     rows_max, _ = _max_block(views[0])
-    sgd = est.solver == "sgd"
+    solver = est._resolved_solver(views)
+    sgd = solver == "sgd"
 
     def worker_bytes(rows, k_):
         inp, nnz, n = 0, 0, rows_max if rows is None else int(rows)
@@ -521,7 +528,8 @@ def mvm_estimate(est, views, yb, *, client=None):
             bn, bnnz = _max_block(v)
             dens = (bnnz / max(bn, 1)) if bnnz is not None else v.shape[1]
             nnz += int(math.ceil(dens * n))
-        t = mvm_task_bytes(n, nnz, P, k_, dense=any(v.kind == "dense" for v in views))
+        t = mvm_task_bytes(n, nnz, P, k_, dense=all(v.kind == "dense" for v in views),
+                           n_views=len(widths))
         task = inp + t
         reduce_b = 0 if sgd else _reduce_per_worker(views[0].n_blocks, P * k_ + 2, n_workers)
         state = 0 if sgd else 8 * (P * k_ + P)
@@ -532,7 +540,7 @@ def mvm_estimate(est, views, yb, *, client=None):
     iters = int(est.n_epochs if sgd else est.max_iter)
     out = {
         "method": type(est).__name__,
-        "solver": est.solver,
+        "solver": solver,
         "n_rows": n_rows,
         "view_sizes": widths,
         "n_factors": k,

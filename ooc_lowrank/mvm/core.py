@@ -16,10 +16,15 @@ Two solvers:
     L-BFGS-B drives it; its line search may take more than one evaluation per iteration
     (``n_passes_`` counts them all).
 ``sgd`` (SPEC Algorithm 1, sequential)
-    AdaGrad steps (the plain rule diverges, SPEC 3.5), one Numba sweep per row block; each epoch
-    visits the blocks in a seeded random order and the rows of a block in a seeded random order
-    (an approximate global shuffle, SPEC 3.7), with the next block read while the kernel runs.
-    One pass per epoch; memory: the factors, AdaGrad's accumulators and two blocks.
+    AdaGrad steps (the plain rule diverges, SPEC 3.5), one Numba sweep per window of rows;
+    each epoch visits windows of :data:`SHUFFLE_ROWS` rows in a seeded random order and the
+    rows of a window in a seeded random order (an approximate global shuffle, SPEC 3.7) that
+    does not depend on the input's chunking, with the next window read while the kernel runs.
+    One pass per epoch; memory: the factors, AdaGrad's accumulators and two windows.
+
+A classifier over ``K > 2`` classes fits ``K`` one-vs-rest models in the same passes: the
+factors are ``(I + m, K k)`` (model ``c`` in columns ``c k .. (c + 1) k - 1``), the objective
+the sum of the models' objectives.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.optimize
+import scipy.sparse as sp
 
 from ooc_lowrank import engine
 from ooc_lowrank._validation import NonFiniteError
@@ -44,14 +50,15 @@ REG_CODES = {"none": 0, "l2": 1, "l1": 2}
 L1_EPS = 1e-8
 
 
-def penalty(theta, reg):
-    """``Omega(theta)`` and its gradient (MVM-14/15, MVM-20/21)."""
+def penalty(theta, reg, axis=None):
+    """``Omega(theta)`` and its gradient (MVM-14/15, MVM-20/21); ``axis``: sum over that axis
+    only (one value per model)."""
     if reg == "l2":
-        return float((theta * theta).sum()), 2.0 * theta
+        return (theta * theta).sum(axis=axis), 2.0 * theta
     if reg == "l1":
         r = np.sqrt(theta * theta + L1_EPS)
-        return float(r.sum()), theta / r
-    return 0.0, np.zeros_like(theta)
+        return r.sum(axis=axis), theta / r
+    return (0.0 if axis is None else np.zeros(theta.shape[0])), np.zeros_like(theta)
 
 
 class _Layout:
@@ -64,8 +71,8 @@ class _Layout:
         self.col_view = np.repeat(np.arange(self.n_views, dtype=np.int64), self.view_sizes)
 
     def kw(self, n_views_in):
-        """Keyword arguments of the block functions (``col_view`` travels in ``args``)."""
-        return dict(n_views_in=n_views_in, n_feat=self.n_feat, n_views=self.n_views)
+        """Keyword arguments of the block functions."""
+        return dict(n_views_in=n_views_in, view_sizes=self.view_sizes)
 
 
 class _Monitor:
@@ -85,10 +92,11 @@ class _Monitor:
             "val_path": np.asarray(self.val_path, float),
             "best": np.array([self.best]),
         }
-        st = {"best_iter": self.best_iter, "bad": self.bad, "best_b0": None}
+        st = {"best_iter": self.best_iter, "bad": self.bad, "has_best": False}
         if self.best_theta is not None:
             arrays["best_theta"] = self.best_theta[0]
-            st["best_b0"] = self.best_theta[1]
+            arrays["best_b0"] = np.asarray(self.best_theta[1], float)
+            st["has_best"] = True
         return st, arrays
 
     def restore(self, st, arrays):
@@ -96,12 +104,13 @@ class _Monitor:
         self.val_path = [float(v) for v in arrays["val_path"]]
         self.best = float(arrays["best"][0])
         self.best_iter, self.bad = int(st["best_iter"]), int(st["bad"])
-        if st["best_b0"] is not None:
-            self.best_theta = (np.array(arrays["best_theta"]), float(st["best_b0"]))
+        if st["has_best"]:
+            self.best_theta = (np.array(arrays["best_theta"]), np.array(arrays["best_b0"]))
 
     def __call__(self, it, objective, theta):
-        """``theta`` is the state ``(factors, intercept)``."""
-        """Record; return True when training should stop (no improvement for ``patience``)."""
+        """Record; return True when training should stop (no improvement for ``patience``).
+
+        ``theta`` is the state ``(factors, intercepts)``."""
         self.path.append(float(objective))
         elapsed = time.perf_counter() - self.t0
         msg = f"MVM iteration {it}: objective {objective:.6g}"
@@ -112,7 +121,7 @@ class _Monitor:
             msg += f", validation {v:.6g}"
             if v < self.best - 1e-12 * abs(self.best if np.isfinite(self.best) else 1.0):
                 self.best, self.best_iter, self.bad = v, it, 0
-                self.best_theta = (theta[0].copy(), float(theta[1]))
+                self.best_theta = (np.array(theta[0]), np.array(theta[1], float))
             else:
                 self.bad += 1
                 stop = self.bad >= self.patience
@@ -133,8 +142,12 @@ def _restore_monitor(monitor, st, arr):
 
 
 def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, max_iter, tol,
-              monitor, checkpoint=None):
-    """Batch L-BFGS-B over engine passes on ``(theta, intercept)``.
+              monitor, checkpoint=None, n_models=1):
+    """Batch L-BFGS-B over engine passes on ``(theta, intercepts)``.
+
+    ``theta0`` is ``(I + m, n_models k)`` and ``b0`` ``(n_models,)``.  One model: SciPy's
+    L-BFGS-B.  Several (a classifier's one-vs-rest models): :func:`_fit_lbfgs_batched`, one
+    L-BFGS per model in lockstep, each evaluation one pass for all of them.
 
     ``checkpoint``: save the iterate (and the counters and monitor) after every
     ``checkpoint.every``-th iteration and at the end; resume from a saved one by starting
@@ -143,33 +156,44 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
     bitwise the uninterrupted one: its first iterations after the restart take steepest-descent
     like steps, and it converges to a solution of the same quality, not the same bits.
 
+    Stopping: SciPy's rules with ``gtol = tol`` (largest gradient entry) and ``ftol = tol``
+    (relative decrease of the objective in one iteration), or ``max_iter`` iterations.
+
     Returns ``(theta, b0, n_iter, n_passes)``."""
+    if n_models > 1:
+        return _fit_lbfgs_batched(
+            views, y, theta0, b0, layout, loss=loss, task=task, reg=reg, reg_weight=reg_weight,
+            n=n, max_iter=max_iter, tol=tol, monitor=monitor, checkpoint=checkpoint,
+            n_models=n_models,
+        )
     shape = theta0.shape
     size = theta0.size
     fn = functools.partial(
-        _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task
+        _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
+        n_models=n_models,
     )
     passes = [0]
 
+    def split(x):
+        return x[:size].reshape(shape), x[size:]
+
     def fun(x):
-        th, b = x[:size].reshape(shape), x[size]
-        total, grad, gb = engine.map_reduce(
-            fn, *views, y, args=(th, layout.col_view, np.array(b))
-        )
+        th, b = split(x)
+        total, grad, gb = engine.map_reduce(fn, *views, y, args=(th, b))
         passes[0] += 1
         pen, dpen = penalty(th, reg)
-        obj = float(total[0]) / n + reg_weight * pen
+        obj = float(total.sum()) / n + reg_weight * pen
         if not np.isfinite(obj):
             raise NonFiniteError(
                 "the MVM objective became non-finite; the model is a degree-m polynomial in "
                 "the factors (SPEC 3.5): scale the features (e.g. to unit variance) or lower "
                 "init_std"
             )
-        g = np.concatenate([(grad / n + reg_weight * dpen).ravel(), [float(gb[0]) / n]])
+        g = np.concatenate([(grad / n + reg_weight * dpen).ravel(), np.ravel(gb) / n])
         return obj, g
 
     it = [0]
-    x0 = np.concatenate([theta0.ravel(), [b0]])
+    x0 = np.concatenate([theta0.ravel(), np.ravel(b0)])
     restored = checkpoint.load() if checkpoint is not None else None
     if restored is not None:
         st, arr = restored[0], restored[1]
@@ -177,7 +201,7 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
         it[0], passes[0] = int(st["n_iter"]), int(st["n_passes"])
         _restore_monitor(monitor, st, arr)
         if st["done"] or it[0] >= int(max_iter):
-            return x0[:size].reshape(shape), float(x0[size]), it[0], passes[0]
+            return (*split(x0), it[0], passes[0])
 
     def save(x, done):
         _save(checkpoint, it[0], monitor, {"n_iter": it[0], "n_passes": passes[0], "done": done},
@@ -186,56 +210,247 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
     def cb(intermediate_result):
         it[0] += 1
         x = intermediate_result.x
-        stop = monitor(it[0], intermediate_result.fun, (x[:size].reshape(shape), float(x[size])))
+        stop = monitor(it[0], intermediate_result.fun, split(x))
         if checkpoint is not None and (stop or checkpoint.due(it[0])):
             save(np.array(x), stop)
         if stop:
             raise StopIteration
 
-    res = scipy.optimize.minimize(
-        fun,
-        x0,
-        jac=True,
-        method="L-BFGS-B",
-        callback=cb,
-        options={"maxiter": int(max_iter) - it[0], "gtol": tol, "ftol": tol * 1e-3},
-    )
+    # one BLAS thread: the products of a pass are small per block and L-BFGS-B's own vector
+    # work is BLAS-1; a second thread only adds synchronisation (3-10x slower measured on the
+    # busy 2-core machine), and on the threaded scheduler Dask owns the cores anyway
+    with engine._blas_controller().limit(limits=1, user_api="blas"):
+        res = scipy.optimize.minimize(
+            fun,
+            x0,
+            jac=True,
+            method="L-BFGS-B",
+            callback=cb,
+            options={"maxiter": int(max_iter) - it[0], "gtol": tol, "ftol": tol * 1e-3},
+        )
     if checkpoint is not None:  # done: stopped before the iteration cap (converged or patience)
         save(res.x, it[0] < int(max_iter))
-    return res.x[:size].reshape(shape), float(res.x[size]), it[0], passes[0]
+    return (*split(res.x), it[0], passes[0])
+
+
+#: L-BFGS memory (curvature pairs kept) and line-search trials of the batched solver
+LBFGS_MEMORY = 10
+MAX_LINE_SEARCH = 20
+
+
+def _two_loop(g, S, Y):
+    """L-BFGS direction ``-H g`` from the curvature pairs ``S``, ``Y`` (oldest first)."""
+    q = g.copy()
+    alphas = []
+    for s_, y_ in zip(reversed(S), reversed(Y), strict=True):
+        a = (s_ @ q) / (y_ @ s_)
+        alphas.append(a)
+        q -= a * y_
+    if S:
+        q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
+    for (s_, y_), a in zip(zip(S, Y, strict=True), reversed(alphas), strict=True):
+        q += (a - (y_ @ q) / (y_ @ s_)) * s_
+    return -q
+
+
+def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n,
+                       max_iter, tol, monitor, checkpoint, n_models):
+    """``n_models`` independent L-BFGS minimizations (one per one-vs-rest model) in lockstep:
+    every evaluation is **one pass** that returns the objective and gradient of every model.
+
+    Each model has its own curvature pairs (:data:`LBFGS_MEMORY`), its own step (first step
+    ``1 / ||g||``, then 1) and its own backtracking line search (Armijo, ``c1 = 1e-4``,
+    quadratic interpolation clipped to [0.1, 0.5] of the step; a pair with ``s.y <= 1e-10
+    y.y`` is skipped), so its iterates are those of a separate fit of that model, not of one
+    L-BFGS on the sum (which mixes the models' curvatures: measured on mfeat, 10 classes, the
+    joint fit reached 0.927 test accuracy after 200 iterations where separate fits reached
+    0.955 after 100).  A model stops when its largest gradient entry is <= ``tol``, its
+    objective decreased by <= ``1e-3 tol`` (relative) in one iteration, or no step is found;
+    an iteration is one step of every model still running.  Checkpoints as
+    :func:`fit_lbfgs` (a resumed fit restarts each model's L-BFGS at the saved iterate).
+
+    Returns ``(theta, b0, n_iter, n_passes)``."""
+    K, rows = int(n_models), theta0.shape[0]
+    k = theta0.shape[1] // K
+    passes = [0]
+
+    def pack(theta, b):  # (I + m, K' k), (K',) -> one row per model: factors, intercept
+        Kp = len(b)
+        T = np.asarray(theta).reshape(rows, Kp, k).transpose(1, 0, 2).reshape(Kp, rows * k)
+        return np.concatenate([T, np.reshape(b, (Kp, 1))], axis=1)
+
+    def unpack(X):
+        Kp = X.shape[0]
+        T = X[:, :-1].reshape(Kp, rows, k).transpose(1, 0, 2).reshape(rows, Kp * k)
+        return np.ascontiguousarray(T), X[:, -1].copy()
+
+    def evaluate(Xs, idx=None):
+        """Objectives and gradients of the models ``idx`` (default: all) at ``Xs`` (one row
+        per model): one pass, whose arithmetic covers those models only (a line search that
+        still runs for a few models costs a pass, not K models' products)."""
+        fn = functools.partial(
+            _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
+            n_models=Xs.shape[0], models=None if idx is None else tuple(int(c) for c in idx),
+        )
+        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(Xs))
+        passes[0] += 1
+        pen, dpen = penalty(Xs[:, :-1], reg, axis=1)
+        G = pack(grad / n, np.asarray(gb) / n)
+        G[:, :-1] += reg_weight * dpen
+        F = np.asarray(total, float) / n + reg_weight * pen
+        bad = ~(np.isfinite(F) & np.isfinite(G).all(axis=1))
+        F[bad] = np.inf
+        return F, G
+
+    X = pack(theta0, b0)
+    it = 0
+    restored = checkpoint.load() if checkpoint is not None else None
+    if restored is not None:
+        st, arr = restored[0], restored[1]
+        X = np.array(arr["x"], dtype=np.float64).reshape(K, -1)
+        it, passes[0] = int(st["n_iter"]), int(st["n_passes"])
+        _restore_monitor(monitor, st, arr)
+        if st["done"] or it >= int(max_iter):
+            return (*unpack(X), it, passes[0])
+
+    def save(done):
+        _save(checkpoint, it, monitor, {"n_iter": it, "n_passes": passes[0], "done": done},
+              {"x": X})
+
+    S, Yp = [[] for _ in range(K)], [[] for _ in range(K)]
+    active = np.ones(K, bool)
+    stopped = False
+    with engine._blas_controller().limit(limits=1, user_api="blas"):  # see fit_lbfgs
+        F, G = evaluate(X)
+        if not np.isfinite(F).all():
+            raise NonFiniteError(
+                "the MVM objective became non-finite; the model is a degree-m polynomial in "
+                "the factors (SPEC 3.5): scale the features (e.g. to unit variance) or lower "
+                "init_std"
+            )
+        while it < int(max_iter) and active.any():
+            P = np.zeros_like(X)
+            alpha = np.ones(K)
+            for c in np.flatnonzero(active):
+                P[c] = _two_loop(G[c], S[c], Yp[c])
+                if not G[c] @ P[c] < 0:  # not a descent direction: forget the pairs
+                    S[c].clear(), Yp[c].clear()
+                    P[c] = -G[c]
+                if not S[c]:
+                    alpha[c] = min(1.0, 1.0 / max(np.linalg.norm(G[c]), 1e-300))
+            gp = (G * P).sum(axis=1)
+            Xn, Fn, Gn = X.copy(), F.copy(), G.copy()
+            searching = active.copy()
+            for _ in range(MAX_LINE_SEARCH):
+                idx = np.flatnonzero(searching)
+                Xt = X[idx] + alpha[idx, None] * P[idx]
+                Ft, Gt = evaluate(Xt, None if idx.size == K else idx)
+                ok = Ft <= F[idx] + 1e-4 * alpha[idx] * gp[idx]
+                Xn[idx[ok]], Fn[idx[ok]], Gn[idx[ok]] = Xt[ok], Ft[ok], Gt[ok]
+                searching[idx[ok]] = False
+                if not searching.any():
+                    break
+                for j, c in enumerate(idx):
+                    if ok[j]:
+                        continue
+                    denom = 2.0 * (Ft[j] - F[c] - alpha[c] * gp[c])
+                    a = -gp[c] * alpha[c] ** 2 / denom if np.isfinite(denom) and denom > 0 else 0.0
+                    alpha[c] = min(max(a, 0.1 * alpha[c]), 0.5 * alpha[c])
+            active &= ~searching  # no acceptable step found: that model stops where it is
+            for c in np.flatnonzero(active):
+                s_, y_ = Xn[c] - X[c], Gn[c] - G[c]
+                if s_ @ y_ > 1e-10 * (y_ @ y_):
+                    S[c].append(s_), Yp[c].append(y_)
+                    if len(S[c]) > LBFGS_MEMORY:
+                        S[c].pop(0), Yp[c].pop(0)
+            scale = np.maximum(np.maximum(np.abs(F), np.abs(Fn)), 1.0)
+            done = (np.abs(Gn).max(axis=1) <= tol) | (F - Fn <= 1e-3 * tol * scale)
+            X, F, G = Xn, Fn, Gn
+            active &= ~done
+            it += 1
+            stopped = monitor(it, float(F.sum()), unpack(X))
+            if checkpoint is not None and (stopped or checkpoint.due(it)):
+                save(stopped)
+            if stopped:
+                break
+    if checkpoint is not None:
+        save(stopped or it < int(max_iter))
+    return (*unpack(X), it, passes[0])
 
 
 #: SGD has diverged when an epoch's mean training loss exceeds this many times ``loss_scale``
 DIVERGED = 1e6
 
+#: SGD's visiting order: each epoch visits windows of this many consecutive rows in a seeded
+#: random order, and the rows of a window in a seeded random order.  The windows are defined on
+#: the row numbers, not on the input's blocks, so the order (and the model) is the same for any
+#: chunking of the same data.
+SHUFFLE_ROWS = 65536
+
+
+def _window_reader(views, y, task, n_models):
+    """``read(start, stop)``: rows ``start:stop`` of every view, joined as one CSR matrix, and
+    the signed target; in-memory inputs are sliced, store arrays read just those rows, Dask
+    arrays compute the blocks that overlap the rows (and slice them)."""
+
+    def rows(b, s, e):
+        if b.in_memory:
+            return b.source[s:e]
+        if b.reads is not None:
+            return b.reads.read(s, e)
+        j0 = int(np.searchsorted(b.bounds, s, side="right") - 1)
+        j1 = int(np.searchsorted(b.bounds, e, side="left"))
+        got = engine.compute(*[b.dask.blocks[j] for j in range(j0, j1)])
+        pieces = [g[max(s, a) - a:min(e, a + g.shape[0]) - a]
+                  for g, a in zip(got, b.bounds[j0:j1], strict=True)]
+        if len(pieces) == 1:
+            return pieces[0]
+        return sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces)
+
+    def read(s, e):
+        got = [rows(v, s, e) for v in (*views, y)]
+        return _blocks.joined_csr(got[:-1]), _blocks.signed_target(got[-1], task, n_models)
+
+    return read
+
 
 def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_epochs,
-            learning_rate, rng, monitor, checkpoint=None, loss_scale=np.inf):
+            learning_rate, rng, monitor, checkpoint=None, loss_scale=np.inf, n_models=1):
     """AdaGrad SGD, one streaming pass per epoch.
+
+    Visiting order: windows of :data:`SHUFFLE_ROWS` consecutive rows in a seeded random order,
+    the rows of each window in a seeded random order (an approximate global shuffle, SPEC 3.7;
+    a true one when ``n <= SHUFFLE_ROWS``).  The order depends on the seed and ``n`` only, so
+    the same data in any chunking (NumPy, Dask, a store with any ``block_rows``) give the same
+    model (to rounding: the target mean that starts a regressor's intercept is a blocked sum).  Cost: a store or Dask input whose blocks are larger than the windows is
+    read about ``1 + block_rows / SHUFFLE_ROWS`` times per epoch (a window reads the rows it
+    needs from a store, but the whole overlapping blocks of a Dask array).
+
+    ``theta0`` is ``(I + m, n_models k)`` and ``b0`` ``(n_models,)``: the one-vs-rest models of
+    a classifier share each window read (one kernel sweep per model).
 
     ``loss_scale``: the mean loss of a trivial model (regression: the mean of ``y^2`` plus 1;
     classification: 1); an epoch whose mean training loss exceeds ``DIVERGED`` times it, or
     non-finite factors, raise :class:`~ooc_lowrank._validation.NonFiniteError` (the steps were
     too large: the factors exploded while staying finite).
 
-    ``checkpoint``: save the factors, AdaGrad's accumulators, the intercept (and its
-    accumulator), the state of ``rng`` (a ``RandomState``) and the monitor after every
+    ``checkpoint``: save the factors, AdaGrad's accumulators, the intercepts (and their
+    accumulators), the state of ``rng`` (a ``RandomState``) and the monitor after every
     ``checkpoint.every``-th epoch and at the end; resume from a saved one bitwise as if never
     interrupted.
 
     Returns ``(theta, b0, n_epochs_run, n_passes)``."""
-    theta = np.array(theta0, dtype=np.float64, order="C")
+    K = int(n_models)
+    k = theta0.shape[1] // K
+    # per model: its factors, AdaGrad's sums, [intercept, its AdaGrad sum] (contiguous)
+    theta = np.ascontiguousarray(np.asarray(theta0, float).reshape(-1, K, k).transpose(1, 0, 2))
     accum = np.zeros_like(theta)
-    bias = np.array([b0, 0.0])
-    ref = views[0]
-    nb = ref.n_blocks
-    bounds = ref.bounds
+    bias = np.zeros((K, 2))
+    bias[:, 0] = np.ravel(b0)
     lcode, rcode = LOSS_CODES[loss], REG_CODES[reg]
-
-    def read(b):
-        blocks = [v.dask.blocks[b] for v in views] + [y.dask.blocks[b]]
-        got = engine.compute(*blocks)
-        return _blocks.joined_csr(got[:-1]), _blocks.signed_target(got[-1], task)
+    cv = _blocks.col_view(layout.view_sizes)
+    starts = np.arange(0, n, SHUFFLE_ROWS)
+    read = _window_reader(views, y, task, K)
 
     epoch, start, stopped = 0, 0, False
     restored = checkpoint.load() if checkpoint is not None else None
@@ -257,39 +472,50 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
               {"epoch": epoch, "stopped": stop, "rng": [name, pos, has_gauss, cached]},
               {"theta": theta, "accum": accum, "bias": bias, "rng_keys": keys})
 
+    def wide():
+        return theta.transpose(1, 0, 2).reshape(theta.shape[1], K * k), bias[:, 0].copy()
+
     if stopped:
-        return theta, float(bias[0]), epoch, epoch
+        return (*wide(), epoch, epoch)
+    nw = len(starts)
     with ThreadPoolExecutor(max_workers=1) as pool:
         for epoch in range(start + 1, int(n_epochs) + 1):
-            order = rng.permutation(nb)
+            order = rng.permutation(nw)
             total = 0.0
-            fut = pool.submit(read, int(order[0]))
-            for j in range(nb):
+
+            def window(j, order=order):
+                s = int(starts[order[j]])
+                return pool.submit(read, s, min(s + SHUFFLE_ROWS, n))
+
+            fut = window(0)
+            for j in range(nw):
                 M, yb = fut.result()
-                if j + 1 < nb:
-                    fut = pool.submit(read, int(order[j + 1]))
-                perm = rng.permutation(int(bounds[order[j] + 1] - bounds[order[j]]))
-                total += _k.sgd_block(
-                    M.indptr, M.indices, M.data, yb, perm.astype(np.int64), theta, accum,
-                    layout.col_view, layout.n_feat, layout.n_views, lcode,
-                    float(learning_rate), rcode, float(reg_weight), L1_EPS, 1.0, bias,
-                )
+                if j + 1 < nw:
+                    fut = window(j + 1)
+                perm = rng.permutation(M.shape[0]).astype(np.int64)
+                for c in range(K):
+                    total += _k.sgd_block(
+                        M.indptr, M.indices, M.data, yb if K == 1 else
+                        np.ascontiguousarray(yb[:, c]), perm, theta[c], accum[c], cv,
+                        layout.n_feat, layout.n_views, lcode, float(learning_rate), rcode,
+                        float(reg_weight), L1_EPS, 1.0, bias[c],
+                    )
             pen, _ = penalty(theta, reg)
             obj = total / n + reg_weight * pen
             finite = np.isfinite(obj) and np.isfinite(theta).all() and np.isfinite(bias).all()
-            if not finite or total / n > DIVERGED * loss_scale:
+            if not finite or total / n > DIVERGED * loss_scale * K:
                 what = ("non-finite loss or factors" if not finite else
                         f"mean training loss {total / n:.3g}, over {DIVERGED:.0e} times the "
-                        f"{loss_scale:.3g} of a trivial model")
+                        f"{loss_scale * K:.3g} of a trivial model")
                 raise NonFiniteError(
                     f"SGD diverged in epoch {epoch} ({what}): lower learning_rate (now "
                     f"{learning_rate}), scale the features, or use solver='lbfgs'"
                 )
-            stopped = monitor(epoch, obj, (theta, float(bias[0])))
+            stopped = monitor(epoch, obj, wide())
             if stopped:
                 break
             if checkpoint is not None and checkpoint.due(epoch):
                 save(False)
     if checkpoint is not None:
         save(stopped)
-    return theta, float(bias[0]), epoch, epoch
+    return (*wide(), epoch, epoch)
