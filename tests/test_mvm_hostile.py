@@ -161,3 +161,29 @@ def test_random_state_is_checked_before_any_pass(data, seed):
     V, _ = data
     with pytest.raises((TypeError, ValueError), match=r"^random_state must be"):
         MVR(n_epochs=2, random_state=seed).fit(V, _unreadable(60))
+
+
+def test_dataframe_views_and_zero_row_predictions():
+    """Issue 23 item 8 for MVM: Dask DataFrames (also inside a list of views) are converted as
+    every estimator converts them (a Dask 'convert to a boolean' error before); 0 rows predict
+    to an empty result, as scikit-learn's estimators do."""
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(120, 6)), rng.normal(size=120)
+    kw = dict(view_sizes=[3, 3], max_iter=5, random_state=0)
+    want = MultiViewMachineRegressor(**kw).fit(X, y).predict(X)
+    for Xi in (
+        dd.from_pandas(pd.DataFrame(X), npartitions=2),
+        [dd.from_pandas(pd.DataFrame(X[:, :3]), npartitions=3), pd.DataFrame(X[:, 3:])],
+    ):
+        got = MultiViewMachineRegressor(**kw).fit(Xi, y).predict(Xi)
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-9, atol=1e-12)
+    reg = MultiViewMachineRegressor(**kw).fit(X, y)
+    assert reg.predict(X[:0]).shape == (0,)
+    clf = MultiViewMachineClassifier(**kw).fit(X, (np.arange(120) % 3))
+    assert clf.predict(X[:0]).shape == (0,) and clf.predict_proba(X[:0]).shape == (0, 3)
+    with pytest.raises(ValueError, match="at least one row"):
+        MultiViewMachineRegressor(**kw).fit(X[:0], y[:0])

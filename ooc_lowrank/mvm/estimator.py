@@ -31,6 +31,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import type_of_target
 
 from ooc_lowrank import _checkpoint, _estimate, engine
+from ooc_lowrank._inputs import as_input
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
@@ -79,8 +80,9 @@ def _store_views(ds):
     return [ds[n] for n in names]
 
 
-def _check_view_shape(v, name):
-    """Refuse a view that is not 2-D, has no rows or has no columns, before any block is read."""
+def _check_view_shape(v, name, allow_empty=False):
+    """Refuse a view that is not 2-D, has no rows (unless ``allow_empty``: prediction) or has no
+    columns, before any block is read."""
     shape = getattr(v, "shape", None)
     if shape is None:
         return
@@ -90,7 +92,7 @@ def _check_view_shape(v, name):
             "Reshape your data: x.reshape(-1, 1) for a single feature, x.reshape(1, -1) for a "
             "single sample"
         )
-    if shape[0] == 0:
+    if shape[0] == 0 and not allow_empty:
         raise ValueError(
             f"{name} must have at least one row (sample): found 0 sample(s) (shape="
             f"{tuple(shape)}) while a minimum of 1 is required. Pass a non-empty data set"
@@ -223,9 +225,11 @@ class _BaseMVM(BaseEstimator):
         else:
             raw = [X]
         names = [f"{name}[{p}]" if len(raw) > 1 else name for p in range(len(raw))]
-        raw = [_numeric_view(v, vname) for v, vname in zip(raw, names, strict=True)]
+        raw = [  # DataFrames (pandas, Dask), pydata sparse, float16: as every estimator does
+            _numeric_view(as_input(v, vname), vname) for v, vname in zip(raw, names, strict=True)
+        ]
         for v, vname in zip(raw, names, strict=True):
-            _check_view_shape(v, vname)
+            _check_view_shape(v, vname, allow_empty=expected is not None)
         views = [
             engine.as_blocked(v, block_rows=self.block_rows, name=vname)
             for v, vname in zip(raw, names, strict=True)
