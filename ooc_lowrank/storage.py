@@ -306,8 +306,9 @@ def _reap_stale(parent: str, prefix: str) -> list[str]:
     return kept
 
 
-def _remove_stale(loc: str) -> None:
-    """Remove temporary stores left next to ``loc`` by dead processes of this host (SIGKILL).
+def _remove_stale(loc: str, what: str = "store") -> None:
+    """Remove temporaries (``what``: store or model) left next to ``loc`` by dead processes of
+    this host (SIGKILL).
 
     Only local destinations: a process on another machine cannot be checked.
     """
@@ -325,7 +326,7 @@ def _remove_stale(loc: str) -> None:
         return  # a new folder: nothing can be stale in it
     for n in os.listdir(parent or "."):
         if n.startswith(f".{base}.old-"):
-            logger.warning("%s holds the previous store of %s; rename it back", n, p)
+            logger.warning("%s holds the previous %s of %s; rename it back", n, what, p)
 
 
 # SIGTERM: abort every open writer, then hand the signal to whoever had it before.
@@ -405,6 +406,23 @@ class _ScratchDir:
     def abort(self):
         _unregister(self)
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+class _SiblingDir(_ScratchDir):
+    """``.<name>.tmp-<pid>-<host>-<random>`` beside ``loc`` (after reaping the stale ones)."""
+
+    def __init__(self, loc, what):  # noqa: D107 - see sibling_temporary
+        _remove_stale(loc, what)
+        self.path = _sibling(loc, "tmp")
+        os.makedirs(self.path)
+
+
+def sibling_temporary(loc, what="store"):
+    """Context manager: a new folder beside the local path ``loc``, named as the store writer
+    names its temporaries (its path).  Temporaries of dead writers of ``loc`` (SIGKILL) are
+    removed first, a live writer's are left alone; the new folder is removed when the block
+    exits (also by an exception or SIGTERM) unless it was renamed away."""
+    return _SiblingDir(loc, what)
 
 
 def scratch_dir(prefix, dir=None):  # noqa: A002
