@@ -14,9 +14,16 @@ from ._blas import prefer_avx512_openblas
 
 prefer_avx512_openblas()  # before anything imports NumPy (OpenBLAS reads it when it loads)
 
-from ._persist import load  # noqa: E402
-from ._validation import OOCLowRankWarning, StoreError  # noqa: E402
-from .storage import DatasetWriter, open_dataset  # noqa: E402
+# Everything else is imported on first use (module __getattr__ below): ``import ooc_lowrank``
+# stays light, so the ``ooc-lowrank`` command (whose entry point imports this package first)
+# handles Ctrl-C itself before NumPy, Zarr or Dask load (issue 23: a traceback otherwise).
+_LAZY = {
+    "load": "._persist",
+    "OOCLowRankWarning": "._validation",
+    "StoreError": "._validation",
+    "DatasetWriter": ".storage",
+    "open_dataset": ".storage",
+}
 
 __version__ = "0.1.0"
 
@@ -32,7 +39,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # lazy access to the estimators (they import numba kernels)
+def __getattr__(name):  # lazy access to everything (the estimators import numba kernels)
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
     if name == "GIMC":
         from .gimc import GIMC
 

@@ -4,7 +4,10 @@ The model counts the arrays each pass allocates per row block (the block functio
 :mod:`ooc_lowrank.gimc._blocks`), the engine's float64 reduction buffers, the small state
 shipped to every worker, the share of cached inputs each worker keeps, and a fixed process
 overhead.  It is checked against the allocations of the real block functions in
-``tests/test_estimate.py``.
+``tests/test_estimate.py``.  Every fit refuses, before any pass, an estimate above
+:data:`WORKER_PAUSE_FRACTION` of a distributed worker's ``memory_limit``, or, on the local
+scheduler, above the memory available to the process now (``psutil``), naming the
+``block_rows`` / size parameter that would fit (:func:`check_fits`).
 
 Notation: ``n`` rows of the largest block, ``d`` input features, ``M`` learned parameters per
 input feature (``m_total``), ``D`` feature-map width (``Phi``), ``L`` labels, ``T`` trials per
@@ -40,7 +43,25 @@ DEFAULT_N_TRIALS = 1
 
 
 class WorkerMemoryError(MemoryError):
-    """A fit would need more memory per worker than the workers' ``memory_limit``."""
+    """A fit would need more memory per worker than the workers' ``memory_limit`` (or, on the
+    local scheduler, than the memory available on this machine)."""
+
+
+def _available_memory() -> int:
+    """Bytes of memory available to a new allocation now (``psutil``; local scheduler)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _cap(n_workers, limit):
+    """Bytes one worker may use, or None (no verdict): :data:`WORKER_PAUSE_FRACTION` of a
+    distributed worker's ``memory_limit``; on the local scheduler (``n_workers`` None) the
+    memory available now, all of it (the estimate errs high, and a fit refused here could
+    only swap or fail)."""
+    if n_workers is None:
+        return _available_memory()
+    return WORKER_PAUSE_FRACTION * limit if limit else None
 
 
 def _csr_bytes(nnz, n_rows, itemsize, index_itemsize=4):
@@ -195,10 +216,12 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         "threads_per_worker": threads,
         "worker_memory_limit": limit,
         "worker_bytes": total,
-        "fits": None if not limit else bool(total <= WORKER_PAUSE_FRACTION * limit),
     }
+    cap = _cap(n_workers, limit)
+    out["memory_cap"] = None if cap is None else int(cap)
+    out["fits"] = None if cap is None else bool(total <= cap)
     if out["fits"] is False:
-        out["suggest"] = _gimc_suggest(worker_bytes, rows_max, m, WORKER_PAUSE_FRACTION * limit)
+        out["suggest"] = _gimc_suggest(worker_bytes, rows_max, m, cap)
     return out
 
 
@@ -222,7 +245,8 @@ def _gimc_suggest(worker_bytes, rows, m, cap):
 
 
 def _gib(b):
-    return f"{b / 2**30:.2f} GiB"
+    g = b / 2**30
+    return f"{g:.2f} GiB" if g < 1e6 else f"{g:.3g} GiB"
 
 
 def check_fits(estimate):
@@ -230,46 +254,43 @@ def check_fits(estimate):
     if estimate.get("fits") is not False:
         return
     e, sug = estimate, estimate["suggest"]
-    if "detail" in e:  # GreedyLowRank, KernelMaxide / Maxide, multi-view machines
-        fixes = []
-        if sug["block_rows"]:
-            fixes.append(
-                f"smaller row blocks (block_rows <= {sug['block_rows']}; for a store, convert "
-                f"it again with --block-rows {sug['block_rows']})"
-            )
-        name = e["suggest_param"]
-        if sug.get(name):
-            fixes.append(f"a smaller {name} (<= {sug[name]})")
-        fixes.append("workers with more memory or fewer threads each")
-        raise WorkerMemoryError(
-            f"{e['method']} would need about {_gib(e['worker_bytes'])} per worker, more than "
-            f"{WORKER_PAUSE_FRACTION:.0%} of the workers' memory_limit "
-            f"{_gib(e['worker_memory_limit'])} ({e['detail']}, threads_per_worker="
-            f"{e['threads_per_worker']}: {_gib(e['task_bytes'])} per task, "
-            f"{_gib(e['reduce_bytes_per_worker'])} of reduction buffers, "
-            f"{_gib(e['state_bytes_per_worker'])} of shipped state, "
-            f"{_gib(e['cache_bytes_per_worker'])} of cached input). Use "
-            + "; or ".join(fixes)
-            + f". Nothing was computed; {e['method']}(...).estimate(...) shows the numbers"
-        )
+    name = e.get("suggest_param", "n_components")
     fixes = []
+    if sug.get(name):
+        fixes.append(f"a smaller {name} (<= {sug[name]})")
     if sug["block_rows"]:
         fixes.append(
             f"smaller row blocks (block_rows <= {sug['block_rows']}; for a store, convert it "
             f"again with --block-rows {sug['block_rows']})"
         )
-    if sug["n_components"]:
-        fixes.append(f"a smaller n_components (<= {sug['n_components']})")
-    fixes.append("workers with more memory or fewer threads each")
+    if e["n_workers"] is None:  # local scheduler
+        where = (
+            f"more than the {_gib(e['memory_cap'])} of memory available on this machine "
+            "(local scheduler"
+        )
+        fixes.append("more free memory, or a Dask cluster with enough memory per worker")
+    else:
+        where = (
+            f"more than {WORKER_PAUSE_FRACTION:.0%} of the workers' memory_limit "
+            f"{_gib(e['worker_memory_limit'])} (threads_per_worker={e['threads_per_worker']}"
+        )
+        fixes.append("workers with more memory or fewer threads each")
+    if "detail" in e:  # GreedyLowRank, KernelMaxide / Maxide, multi-view machines
+        detail = f"{e['detail']}: " + f"{_gib(e['state_bytes_per_worker'])} of shipped state, "
+        call = f"{e['method']}(...).estimate(...)"
+    else:
+        detail = (
+            f"n_components={e['n_components']}, D={e['n_phi']}, block_rows={e['block_rows']}, "
+            f"n_trials={e['n_trials']}: "
+        )
+        call = "GIMC(...).estimate(X, Y)"
     raise WorkerMemoryError(
-        f"{e['method']} would need about {_gib(e['worker_bytes'])} per worker, more than "
-        f"{WORKER_PAUSE_FRACTION:.0%} of the workers' memory_limit {_gib(e['worker_memory_limit'])}"
-        f" (n_components={e['n_components']}, D={e['n_phi']}, block_rows={e['block_rows']}, "
-        f"threads_per_worker={e['threads_per_worker']}, n_trials={e['n_trials']}: "
-        f"{_gib(e['task_bytes'])} per task, {_gib(e['reduce_bytes_per_worker'])} of reduction "
-        f"buffers, {_gib(e['cache_bytes_per_worker'])} of cached input). Use "
+        f"{e['method']} would need about {_gib(e['worker_bytes'])}"
+        f"{' per worker' if e['n_workers'] is not None else ''}, {where}; "
+        f"{detail}{_gib(e['task_bytes'])} per task, {_gib(e['reduce_bytes_per_worker'])} of "
+        f"reduction buffers, {_gib(e['cache_bytes_per_worker'])} of cached input). Use "
         + "; or ".join(fixes)
-        + ". Nothing was computed; GIMC(...).estimate(X, Y) shows the numbers"
+        + f". Nothing was computed; {call} shows the numbers"
     )
 
 
@@ -325,9 +346,10 @@ def _memory_fields(task, reduce_b, state, cached, cluster, total):
 def _finish(out, worker_bytes, limit, rows_max, size_name, size):
     """Common tail: the verdict and, when it does not fit, what would.  ``worker_bytes(rows,
     size)`` is the model with other block rows / another size parameter."""
-    out["fits"] = None if not limit else bool(out["worker_bytes"] <= WORKER_PAUSE_FRACTION * limit)
+    cap = _cap(out["n_workers"], limit)
+    out["memory_cap"] = None if cap is None else int(cap)
+    out["fits"] = None if cap is None else bool(out["worker_bytes"] <= cap)
     if out["fits"] is False:
-        cap = WORKER_PAUSE_FRACTION * limit
         out["suggest"] = {
             "block_rows": _largest(lambda r: worker_bytes(r, size) <= cap, rows_max - 1),
             size_name: _largest(lambda k: worker_bytes(rows_max, k) <= cap, size - 1)

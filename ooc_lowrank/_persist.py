@@ -290,10 +290,11 @@ def save_model(
                 fs.rm(tmp, recursive=True)
             raise
         return
+    from ooc_lowrank.storage import _sibling, sibling_temporary
+
     p = os.path.abspath(path)
-    tmp = os.path.join(os.path.dirname(p), f".{os.path.basename(p)}.tmp-{uuid.uuid4().hex[:8]}")
-    os.makedirs(tmp)
-    try:
+    # temporaries of earlier saves killed by SIGKILL are reaped here, as for stores
+    with sibling_temporary(p, "model") as tmp:
         with open(os.path.join(tmp, "arrays.npz"), "wb") as f:
             f.write(buf.getvalue())
         with open(os.path.join(tmp, "model.json"), "w") as f:
@@ -301,17 +302,16 @@ def save_model(
         # again: something may have appeared
         check_destination(path, "model", overwrite=overwrite, name="path")
         if os.path.exists(p):
-            old = os.path.join(
-                os.path.dirname(p), f".{os.path.basename(p)}.old-{uuid.uuid4().hex[:8]}"
-            )
+            old = _sibling(p, "old")
             os.rename(p, old)
-            os.rename(tmp, p)
+            try:
+                os.rename(tmp, p)
+            except BaseException:
+                os.rename(old, p)  # put the old model back
+                raise
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(tmp, p)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def _read_npz(raw):

@@ -31,31 +31,51 @@ rules and the writability of the output location are checked before any work.
 
 Long work shows a progress bar on a terminal (never when stderr is not a terminal, or with
 ``--quiet``).  Bad input ends with a one-line error on stderr and exit code 2 (``--debug`` shows
-the traceback); an interrupt exits with 130, SIGTERM with 143, in both cases after removing the
-temporaries of unfinished writes.
+the traceback); with ``--json`` the error is also printed on stdout as one JSON object
+``{"error": MESSAGE, "exit_code": CODE}``.  An interrupt (also while the command's modules are
+imported) exits with 130, SIGTERM with 143, in both cases after removing the temporaries of
+unfinished writes.  ``--log-level`` takes DEBUG, INFO, WARNING, ERROR or CRITICAL.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import difflib
-import importlib
-import inspect
-import json
-import logging
-import math
-import os
-import re
-import shutil
 import signal
 import sys
-import tempfile
-import threading
-import time
-import uuid
-import warnings
-from dataclasses import dataclass
+
+
+def _interrupted_early(signum, frame):
+    """Ctrl-C before :func:`main` runs (while Python imports this module): one line, 130."""
+    sys.stderr.write("ooc-lowrank: interrupted\n")
+    raise SystemExit(130)
+
+
+# Run as the ``ooc-lowrank`` command, Ctrl-C during the imports below ends with one line, not a
+# traceback (``import ooc_lowrank`` itself is light; :func:`main` takes over before the heavy
+# imports).  Imported as a library module, the handlers are left alone.
+if sys.argv and sys.argv[0].replace("\\", "/").rsplit("/", 1)[-1].startswith("ooc-lowrank"):
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, _interrupted_early)
+    except ValueError:  # not the main thread
+        pass
+
+import argparse  # noqa: E402
+import contextlib  # noqa: E402
+import difflib  # noqa: E402
+import importlib  # noqa: E402
+import inspect  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+import warnings  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 #: METHOD -> ("module:Class", fixed constructor parameters).  Adding a method is one line here:
 #: its options, help and type conversions come from the class's signature and docstring.
@@ -334,11 +354,17 @@ def _convert(opt: _Option, text):
     if opt.kind in ("int", "float"):
         return _number(opt.flag, text, opt.kind)
     if opt.kind == "list":
-        return tuple(
+        items = tuple(
             _number(opt.flag, t, opt.item) if opt.item != "str" else t.strip()
             for t in text.split(",")
             if t.strip()
         )
+        if not items:
+            raise bad(
+                "must list at least one value (A,B,...)",
+                f"Drop {opt.flag} to use the default ({_cli_text(opt.default)})",
+            )
+        return items
     # choices listed in a docstring are shown in --help but not enforced here: the estimator
     # validates its own values (a docstring may lag behind it) before reading any data
     if opt.kind == "any":
@@ -696,9 +722,9 @@ def cmd_generate(args, extra):
 
 
 def _report_store(dest, args, seconds):
-    from .storage import open_dataset
+    from .storage import open_written
 
-    ds = open_dataset(dest)
+    ds = open_written(dest)
     if not args.quiet:
         arrs = ", ".join(
             f"{k} {h.kind} {h.shape[0]}x{h.shape[1]}" for k, h in ((n, ds[n]) for n in ds.names)
@@ -777,6 +803,14 @@ def _fit_naming_options(est, opts, *args, **kw):
         if word in flags and sep:
             raise CLIError(f"{flags[word]} {rest}") from e
         raise
+    except MemoryError as e:  # refused before any work: "a smaller n_components (<= k)"
+        msg = str(e)
+        if "Nothing was computed" not in msg:
+            raise
+        for o in opts:  # the fixes in the options' spelling
+            msg = msg.replace(f"a smaller {o.name} (", f"a smaller {o.flag} (")
+            msg = msg.replace(f"({o.name} <= ", f"({o.flag} <= ")
+        raise CLIError(msg) from e
 
 
 def cluster_options() -> tuple:
@@ -971,8 +1005,15 @@ def cmd_evaluate(args, extra):
     from ._persist import load
     from .storage import open_dataset
 
+    metrics = None
+    if args.metrics is not None:
+        metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+        if not metrics:
+            raise _error(
+                "--metrics", "must name at least one metric", args.metrics,
+                "Pass e.g. --metrics p@1,p@3 (or mae,rmse), or drop it for the model's defaults",
+            )  # fmt: skip
     model = load(args.model)
-    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     res = model.evaluate(open_dataset(args.store), metrics)
     if args.json:
         _print_json(res)
@@ -1419,6 +1460,10 @@ def main(argv=None) -> int:
     debug = "--debug" in argv
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main else None
+    if in_main and signal.getsignal(signal.SIGINT) is _interrupted_early:
+        # from here on, Ctrl-C is a KeyboardInterrupt that _main turns into one line and 130
+        # (after removing temporaries); the heavy imports all happen inside _main
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     rc = None
     try:
         rc = _main(argv, debug)
@@ -1449,8 +1494,41 @@ class _SignalsIgnored:
         return False
 
 
+def _wants_json(argv) -> bool:
+    """``--json`` among the options (before a ``--``)."""
+    for tok in argv:
+        if tok == "--":
+            return False
+        if tok == "--json":
+            return True
+    return False
+
+
+def _fail(message, rc, as_json):
+    """The one-line error on stderr; with ``--json`` also a JSON error object on stdout."""
+    print(f"ooc-lowrank: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message.removeprefix("error: "), "exit_code": rc}))
+    return rc
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text):
+    """The logging level named by ``--log-level`` (a CLIError for anything else)."""
+    name = str(text).strip().upper()
+    if name not in _LOG_LEVELS:
+        raise _error(
+            "--log-level", f"must be one of {', '.join(_LOG_LEVELS)}", text,
+            "Pass e.g. --log-level INFO (any case)",
+        )  # fmt: skip
+    return getattr(logging, name)
+
+
 def _main(argv, debug) -> int:
     _OUTPUTS.clear()
+    as_json = _wants_json(argv)
     try:
         method = _fit_method(argv)
         if method is not None and method not in METHODS:
@@ -1462,7 +1540,7 @@ def _main(argv, debug) -> int:
         _index_subparsers(parser)
         args, rest = parser.parse_known_args(argv)
         logging.basicConfig(
-            level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+            level=_log_level(args.log_level),
             format="%(levelname)s %(name)s: %(message)s",
         )
         if rest and not getattr(args, "passthrough", False):
@@ -1474,20 +1552,15 @@ def _main(argv, debug) -> int:
         with _SignalsIgnored():
             _remove_temporaries()
         term = isinstance(e, _Terminated)
-        print(
-            f"ooc-lowrank: {'terminated (SIGTERM)' if term else 'interrupted'}; temporary "
-            "files removed",
-            file=sys.stderr,
-        )
-        return 143 if term else 130
+        what = "terminated (SIGTERM)" if term else "interrupted"
+        return _fail(f"{what}; temporary files removed", 143 if term else 130, as_json)
     except Exception as e:  # one line, no traceback, unless --debug
         if debug:
             raise
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if isinstance(e, KeyError) and msg.startswith(("'", '"')):
             msg = msg[1:-1]
-        print(f"ooc-lowrank: error: {msg}", file=sys.stderr)
-        return 2
+        return _fail(f"error: {msg}", 2, as_json)
     return 0
 
 

@@ -33,9 +33,11 @@ attributes hold ``generator`` (the kind), ``params`` (every option, seed and n_r
     multi-view machine model, SPEC 3.2).
 
 Column side of ``lowrank`` and ``imc_toy``
-    A dataset's arrays all share its rows, so column-side arrays (column features ``"Y"``, true
+    A dataset's arrays all share its rows, so column-side arrays (column features ``"X"``, true
     column factors ``"V_true"``) are written as a **companion dataset** whose rows are the
-    columns: ``<dest without .zarr>.cols.zarr`` (or ``<dest>.cols``).  Its name is in the main
+    columns: ``<dest without .zarr>.cols.zarr`` (or ``<dest>.cols``).  It is a feature store
+    (``fit imc ... --col-features NAME.cols.zarr`` reads its ``"X"``; companions written before
+    2026-11-26 named the features ``"Y"`` and are still read).  Its name is in the main
     store's attribute ``"columns_store"``; :func:`open_columns` opens it.  The companion is written
     (atomically) before the main store.  Generating observed entries needs the column factors for
     every column, so these generators hold ``n_cols x rank`` float64 (lowrank) or
@@ -57,7 +59,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._validation import check_scalar
-from .storage import Dataset, DatasetWriter, _is_url, check_destination, open_dataset
+from .storage import (
+    Dataset,
+    DatasetWriter,
+    _is_url,
+    check_destination,
+    open_dataset,
+    open_written,
+)
 
 __all__ = [
     "GENERATORS",
@@ -283,7 +292,9 @@ def _write(
     stream=_ROW_STREAM,
 ):
     """Drive a DatasetWriter: ``make_chunk(rng, start, stop) -> {name: block}`` per gen chunk."""
-    with DatasetWriter(dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite) as w:
+    with DatasetWriter(
+        dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite, expected_rows=n_rows
+    ) as w:  # the size is checked against the free disk space before the first block
         for name, kind, n_cols, dtype in arrays:
             getattr(w, f"add_{kind}")(name, n_cols=n_cols, dtype=dtype)
         for ci, start in enumerate(range(0, n_rows, GEN_CHUNK_ROWS)):
@@ -291,7 +302,7 @@ def _write(
             w.append(**make_chunk(_chunk_rng(seed, stream, ci), start, stop))
             if progress is not None:
                 progress(stop)
-    return open_dataset(dest)
+    return open_written(dest)
 
 
 def _check_common(dest, n_rows, seed, overwrite, companion=False):
@@ -587,7 +598,8 @@ def generate_imc_toy(
     Dataset
         ``"X"`` ``(n_rows, d)`` float64, ``"obs"`` coo float64 (``A`` on the observed entries),
         ``"A"`` ``(n_rows, n_cols)`` float64 when ``store_full``.  The companion store
-        (:func:`open_columns`) holds ``"Y"`` ``(n_cols, d)`` float64.
+        (:func:`open_columns`) holds the column features ``"X"`` ``(n_cols, d)`` float64
+        (``Y`` in the formula above).
     """
     params = dict(locals())
     for k in ("dest", "block_rows", "overwrite", "progress"):
@@ -603,11 +615,11 @@ def generate_imc_toy(
         n_cols=nc,
         seed=seed,
         overwrite=overwrite,
-        arrays=[("Y", "dense", d, "float64")],
-        make_chunk=lambda rng, s, e: {"Y": rng.standard_normal((e - s, d))},
+        arrays=[("X", "dense", d, "float64")],
+        make_chunk=lambda rng, s, e: {"X": rng.standard_normal((e - s, d))},
         attrs=_attrs("imc_toy.columns", params),
     )
-    Y = cols["Y"]
+    Y = cols["X"]
 
     def make_chunk(rng, start, stop):
         m = stop - start
@@ -702,7 +714,7 @@ def generate_lowrank(
         ``"obs"`` coo ``(n_rows, n_cols)`` (sorted by row, columns sorted within a row, no
         duplicates), ``"U_true"`` ``(n_rows, rank)`` float64, ``"X"`` ``(n_rows, d_x)`` float32
         if ``d_x > 0``.  Companion store (:func:`open_columns`): ``"V_true"`` ``(n_cols, rank)``
-        float64 and ``"Y"`` ``(n_cols, d_y)`` float32 if ``d_y > 0``.
+        float64 and the column features ``"X"`` ``(n_cols, d_y)`` float32 if ``d_y > 0``.
     """
     params = dict(locals())
     for k in ("dest", "block_rows", "overwrite", "progress"):
@@ -738,11 +750,11 @@ def generate_lowrank(
     def col_chunk(rng, s, e):
         if dy:
             Yb = rng.standard_normal((e - s, dy)).astype(np.float32)
-            return {"Y": Yb, "V_true": col_map(Yb)}
+            return {"X": Yb, "V_true": col_map(Yb)}
         return {"V_true": rng.standard_normal((e - s, r)) * scale}
 
     col_arrays = [("V_true", "dense", r, "float64")] + (
-        [("Y", "dense", dy, "float32")] if dy else []
+        [("X", "dense", dy, "float32")] if dy else []
     )
     cols, url = _write_columns(
         dest,

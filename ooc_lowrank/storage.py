@@ -42,6 +42,7 @@ Stores may be local paths or fsspec URLs (``memory://``, ``s3://`` with s3fs ins
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -49,6 +50,7 @@ import shutil
 import signal
 import socket
 import threading
+import time
 import uuid
 import warnings
 import zlib
@@ -231,6 +233,45 @@ def check_destination(loc, what="store", *, overwrite, inputs=(), name="dest") -
         )  # fmt: skip
 
 
+class DiskSpaceError(OSError):
+    """A local write would not fit the free space of its filesystem (checked before writing)."""
+
+
+def _bytes_text(n) -> str:
+    n = float(n)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"):
+        if n < 1024 or unit == "EiB":
+            return f"{n:.0f} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} EiB"
+
+
+def check_free_space(loc, need_bytes, *, name="store", what="the output") -> None:
+    """Refuse to write ``what`` (about ``need_bytes``) at the local path ``loc`` when the
+    filesystem holding it has less free space (``shutil.disk_usage`` of the nearest existing
+    folder).  The one place where stores, generators and converters check the disk; fsspec
+    URLs are not checked (an object store reports no free space)."""
+    loc = os.fspath(loc) if isinstance(loc, os.PathLike) else str(loc)
+    if _is_url(loc) or need_bytes <= 0:
+        return
+    folder = os.path.dirname(os.path.abspath(_local_path(loc)))
+    while folder and not os.path.isdir(folder):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return
+        folder = parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return  # cannot tell: the write itself reports a full disk
+    if need_bytes > free:
+        raise DiskSpaceError(
+            f"{name} {loc!r}: {what} needs about {_bytes_text(need_bytes)}, more than the "
+            f"{_bytes_text(free)} free on the filesystem of {folder}; refused before writing it. "
+            "Free disk space, write to another filesystem, or write fewer rows"
+        )
+
+
 class StoreAccessError(PermissionError):
     """An object store refused access to a location, or no credentials were found."""
 
@@ -306,8 +347,9 @@ def _reap_stale(parent: str, prefix: str) -> list[str]:
     return kept
 
 
-def _remove_stale(loc: str) -> None:
-    """Remove temporary stores left next to ``loc`` by dead processes of this host (SIGKILL).
+def _remove_stale(loc: str, what: str = "store") -> None:
+    """Remove temporaries (``what``: store or model) left next to ``loc`` by dead processes of
+    this host (SIGKILL).
 
     Only local destinations: a process on another machine cannot be checked.
     """
@@ -325,7 +367,7 @@ def _remove_stale(loc: str) -> None:
         return  # a new folder: nothing can be stale in it
     for n in os.listdir(parent or "."):
         if n.startswith(f".{base}.old-"):
-            logger.warning("%s holds the previous store of %s; rename it back", n, p)
+            logger.warning("%s holds the previous %s of %s; rename it back", n, what, p)
 
 
 # SIGTERM: abort every open writer, then hand the signal to whoever had it before.
@@ -405,6 +447,23 @@ class _ScratchDir:
     def abort(self):
         _unregister(self)
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+class _SiblingDir(_ScratchDir):
+    """``.<name>.tmp-<pid>-<host>-<random>`` beside ``loc`` (after reaping the stale ones)."""
+
+    def __init__(self, loc, what):  # noqa: D107 - see sibling_temporary
+        _remove_stale(loc, what)
+        self.path = _sibling(loc, "tmp")
+        os.makedirs(self.path)
+
+
+def sibling_temporary(loc, what="store"):
+    """Context manager: a new folder beside the local path ``loc``, named as the store writer
+    names its temporaries (its path).  Temporaries of dead writers of ``loc`` (SIGKILL) are
+    removed first, a live writer's are left alone; the new folder is removed when the block
+    exits (also by an exception or SIGTERM) unless it was renamed away."""
+    return _SiblingDir(loc, what)
 
 
 def scratch_dir(prefix, dir=None):  # noqa: A002
@@ -650,22 +709,65 @@ def _check_manifest(url: str, g, meta: dict, *, checksums: bool) -> bool:
     return True
 
 
+#: Attempts of a local commit that another writer of the same path keeps interrupting.
+_COMMIT_ATTEMPTS = 20
+
+
 def _commit(tmp: str, dest: str) -> None:
-    """Move a finished store from ``tmp`` to ``dest``, replacing an old one atomically (local)."""
+    """Move a finished store from ``tmp`` to ``dest``, replacing an old one atomically (local).
+
+    Two writers committing to one path at once (``generate --overwrite`` twice): each rename
+    may find the other's store just gone or just arrived.  The commit then looks again, and
+    the last writer's store wins, as if the writes had run one after the other."""
     if not _is_url(dest):
-        d = _local_path(dest)
-        if os.path.exists(d):
-            old = _sibling(dest, "old")
-            os.rename(d, old)  # atomic on POSIX; the new store follows at once
-            try:
-                os.rename(_local_path(tmp), d)
-            except BaseException:
-                os.rename(old, d)  # put the old store back
-                raise
+        d, t = _local_path(dest), _local_path(tmp)
+        for _ in range(_COMMIT_ATTEMPTS):
+            if _commit_local(t, d, dest):
+                return
+        raise StoreError(
+            dest,
+            None,
+            f"another process kept replacing this store while this write was moving into "
+            f"place ({_COMMIT_ATTEMPTS} attempts); this write was discarded",
+            None,
+            "Write a path from one process at a time, then run the command again",
+        )
+    _commit_remote(tmp, dest)
+
+
+def _commit_local(t: str, d: str, dest: str) -> bool:
+    """One attempt of :func:`_commit`; False when another writer's rename got in between."""
+    if not os.path.lexists(d):
+        try:
+            os.rename(t, d)
+            return True
+        except OSError as e:
+            if e.errno in (errno.ENOTEMPTY, errno.EEXIST):  # another writer's store arrived
+                return False
+            raise
+    old = _sibling(dest, "old")
+    try:
+        os.rename(d, old)  # atomic on POSIX; the new store follows at once
+    except FileNotFoundError:  # another writer moved it aside just now
+        return False
+    try:
+        os.rename(t, d)
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            # another writer's store arrived in between: it replaced the one moved aside,
+            # which is now only a stale copy; this store replaces the other writer's next
             shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(_local_path(tmp), d)
-        return
+            return False
+        os.rename(old, d)  # put the old store back
+        raise
+    except BaseException:
+        os.rename(old, d)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def _commit_remote(tmp: str, dest: str) -> None:
     # Object stores have no atomic rename: copy every file but the root metadata first, then the
     # root zarr.json (which carries the completion marker), so a reader never sees a half store
     # as valid.  An existing remote store is first copied to a ``.old`` sibling (complete, with
@@ -755,6 +857,11 @@ class DatasetWriter:
     overwrite : bool, default False
         Replace an existing store at ``url``.  The old store stays intact until the new one is
         complete.  Anything else at ``url`` (a model, a folder, a file) is never replaced.
+    expected_rows : int, optional
+        Rows the store will hold, when known (generators, converters that count first).  Before
+        the first block is written, the store's size is extrapolated from the appended rows
+        and checked against the free disk space (:func:`check_free_space`); every block is
+        checked before it is written in any case.
 
     Examples
     --------
@@ -765,8 +872,9 @@ class DatasetWriter:
     ...         w.append(X=Xb, Y=Yb)
     """
 
-    def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False):
+    def __init__(self, url, *, block_rows=None, attrs=None, overwrite=False, expected_rows=None):
         self.url = os.fspath(url) if isinstance(url, os.PathLike) else str(url)
+        self.expected_rows = None if expected_rows is None else int(expected_rows)
         try:
             check_destination(self.url, overwrite=overwrite, name="url")
         except Exception as e:
@@ -1016,7 +1124,33 @@ class DatasetWriter:
         self._buf[name] = [tail] if tail.shape[0] else []
         return head
 
+    def _row_bytes(self) -> float:
+        """Bytes per row the buffered rows take in the store (uncompressed chunks)."""
+        total = 0.0
+        for name, s in self._specs.items():
+            pieces = self._buf[name]
+            if s.kind == "dense":
+                total += s.n_cols * s.dtype.itemsize
+                continue
+            rows = sum(p.shape[0] for p in pieces)
+            per_entry = s.dtype.itemsize + s.index_dtype.itemsize + (8 if s.kind == "coo" else 0)
+            total += sum(p.nnz for p in pieces) * per_entry / max(rows, 1) + 8
+        return total
+
+    def _check_space(self, nrows):
+        """Refuse a block (or, before the first one, the whole expected store) that does not
+        fit the free disk space."""
+        rows = nrows
+        if self._n_rows == 0 and self.expected_rows is not None:
+            rows = max(self.expected_rows, nrows)
+        if self._n_rows == 0 and self.expected_rows is not None:
+            what = f"the whole store of {self.expected_rows} rows"
+        else:
+            what = f"the next {nrows} rows"
+        check_free_space(self.url, int(self._row_bytes() * rows), what=what)
+
     def _flush(self, nrows):
+        self._check_space(nrows)
         if self._group is None:
             self._open(self._sample)
         start, stop = self._n_rows, self._n_rows + nrows
@@ -1540,6 +1674,31 @@ def open_dataset(url, *, verify="metadata") -> Dataset:
         if err is None:
             raise
         raise err from None
+
+
+def open_written(url) -> Dataset:
+    """:func:`open_dataset` of a store this process has just written.
+
+    Another process writing the same path at the same moment (two ``generate --overwrite``,
+    the last one wins) may replace the store between the reads of one open, which then sees
+    parts of two stores; the open is tried again, and a store that still does not open is
+    reported as a concurrent write, not as damage.
+    """
+    last = None
+    for attempt in range(5):
+        try:
+            return open_dataset(url)
+        except (StoreError, OSError) as e:
+            last = e
+            time.sleep(0.05 * (attempt + 1))
+    raise StoreError(
+        str(url),
+        None,
+        "this write finished, but the store could not be opened right after it: another "
+        f"process replaced or removed it at the same time ({last})",
+        None,
+        "Write a path from one process at a time, then check it with `ooc-lowrank info`",
+    ) from last
 
 
 def _open_dataset(url, verify):

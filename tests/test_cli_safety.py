@@ -97,6 +97,27 @@ def _memory_model_intact(tmp, out):
     assert saved["params"]["n_components"] == 4  # the old model, untouched
 
 
+def _generate(kind, name, *opts):
+    """A setup that writes ``generate KIND`` output (and its ``.cols.zarr`` companion)."""
+
+    def setup(tmp, monkeypatch):
+        argv = ["generate", kind, str(tmp / name), "--rows", "30", "--n-cols", "20", *opts, "-q"]
+        assert main(argv) == 0
+
+    return setup
+
+
+def _old_columns_store(tmp, monkeypatch):
+    """A companion column store as generators wrote it before issue 23 (features as Y)."""
+    rng = np.random.default_rng(1)
+    attrs = {"generator": "lowrank.columns"}
+    write_arrays(str(tmp / "old.cols.zarr"), {"Y": rng.normal(size=(20, 2))}, attrs=attrs)
+
+
+def _model_saved(name):
+    return lambda tmp, out: os.path.isfile(tmp / name / "model.json")
+
+
 ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
 ROWS = [
@@ -143,6 +164,23 @@ ROWS = [
         "500"], 0, out="wrote top-5 predictions to",
         check=lambda tmp, out: "clipped to the model's 5 labels" in out
         and open_dataset(str(tmp / "p.zarr"))["labels"].shape == (120, 5)),
+    # issue 23 item 7: named refusals, JSON errors
+    Row("param-log-level-unknown", ["info", "{tr}", "--log-level", "LOUD"],
+        2, "--log-level must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL; got 'LOUD'",
+        no_work=True),
+    Row("param-log-level-after-command", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--log-level",
+        "verbose"], 2, "--log-level must be one of", no_work=True),
+    Row("param-eval-metrics-empty", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--eval-store",
+        "{va}", "--eval-metrics", ""], 2, "--eval-metrics must list at least one value (A,B,...)"
+        "; got ''. Drop --eval-metrics to use the default", no_work=True),
+    Row("param-evaluate-metrics-empty", ["evaluate", "{m}", "{va}", "--metrics", " , "],
+        2, "--metrics must name at least one metric; got ' , '"),
+    Row("param-json-error-object", ["info", "{tmp}/nothing.zarr", "--json"], 2,
+        "no store at this location", out='"error"', check=lambda tmp, out: _json_strict(out)[
+            "exit_code"] == 2 and "no store at this location" in _json_strict(out)["error"]),
+    Row("param-json-error-object-usage", ["evaluate", "{m}", "--json"], 2,
+        "the following arguments are required",
+        check=lambda tmp, out: "required" in _json_strict(out)["error"]),
     # ---------------------------------------------------------------- locations
     Row("loc-fit-onto-train-store", ["fit", "gimc-lff", "{tr}", "{tr}"],
         2, "MODEL must not be, contain or lie inside an input", no_work=True),
@@ -212,6 +250,21 @@ ROWS = [
     Row("loc-fit-imc-onto-model-overwrite", ["fit", "imc", "{rtr}", "{m}", "--row-features",
         "{rf}", "--col-features", "{cf}", "--overwrite", "--n-components", "3", "--max-iter",
         "1", "-q"], 0, check=lambda tmp, out: _model_n_components(tmp / "m") == 3),
+    # issue 23 item 7: the README's `fit imc ... --col-features` on generated companions
+    Row("loc-imc-col-features-of-generate-lowrank", ["fit", "imc", "{tmp}/lr.zarr",
+        "{tmp}/imc.model", "--row-features", "{tmp}/lr.zarr", "--col-features",
+        "{tmp}/lr.cols.zarr", "--n-components", "2", "--max-iter", "1", "-q"], 0,
+        setup=_generate("lowrank", "lr.zarr", "--n-col-features", "3"),
+        check=_model_saved("imc.model")),
+    Row("loc-imc-col-features-of-generate-imc-toy", ["fit", "imc", "{tmp}/toy.zarr",
+        "{tmp}/imc.model", "--row-features", "{tmp}/toy.zarr", "--col-features",
+        "{tmp}/toy.cols.zarr", "--n-components", "2", "--max-iter", "1", "-q"], 0,
+        setup=_generate("imc_toy", "toy.zarr", "--n-features", "4"),
+        check=_model_saved("imc.model")),
+    Row("loc-imc-col-features-of-an-old-companion", ["fit", "imc", "{rtr}", "{tmp}/imc.model",
+        "--row-features", "{rf}", "--col-features", "{tmp}/old.cols.zarr", "--n-components",
+        "2", "--max-iter", "1", "-q"], 0, setup=_old_columns_store,
+        check=_model_saved("imc.model")),
     Row("loc-cluster-onto-features", ["cluster", "{bl}", "{bl}", "--sample-constraints", "2",
         "--overwrite"], 2, "OUT must not be, contain or lie inside an input", no_work=True),
     Row("loc-cluster-onto-constraints", ["cluster", "{bl}", "{cons}", "--constraints", "{cons}",
@@ -406,3 +459,44 @@ def test_a_second_interrupt_cannot_stop_the_cleanup():
         os.kill(os.getpid(), signal.SIGINT)  # would raise KeyboardInterrupt here
         os.kill(os.getpid(), signal.SIGTERM)  # would end the process
     assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX signals")
+@pytest.mark.parametrize("module", ["argparse", "numpy", "zarr"])
+def test_ctrl_c_while_the_command_imports_is_one_line_and_130(tmp_path, module):
+    """Issue 23 item 7: Ctrl-C in the first second of any command (while Python imports the
+    command's modules) printed a KeyboardInterrupt traceback.  The console script's first
+    import, ``ooc_lowrank``, is light now; ``argparse`` is imported by ``cli`` itself (before
+    ``main`` runs), NumPy and Zarr inside ``main``."""
+    script = tmp_path / "ooc-lowrank"  # the console script's name
+    script.write_text(
+        "import os, signal, sys\n"
+        f"MODULE = {module!r}\n"
+        "class Interrupt:  # Ctrl-C exactly when MODULE is first imported\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == MODULE:\n"
+        "            sys.meta_path.remove(self)\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from ooc_lowrank.cli import main  # as the console script does\n"
+        "sys.exit(main())\n"
+    )
+    p = subprocess.run(
+        [sys.executable, str(script), "info", str(tmp_path / "nothing.zarr")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert p.returncode == 130, p.stderr
+    assert "Traceback" not in p.stderr and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("ooc-lowrank: interrupted"), p.stderr
+
+
+def test_import_of_the_command_is_light():
+    """The console entry point imports ``ooc_lowrank.cli``: no NumPy, Zarr, Dask or Numba before
+    ``main`` runs (so ``main`` owns Ctrl-C during the heavy imports)."""
+    code = (
+        "import sys, ooc_lowrank.cli; "
+        "print([m for m in ('numpy', 'zarr', 'dask', 'numba', 'scipy') if m in sys.modules])"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout, p.stderr)

@@ -168,8 +168,8 @@ def test_multilabel_labels_are_nonlinear(tmp_path):
 def test_imc_toy(stores):
     ds = stores["imc_toy"]
     cols = G.open_columns(ds)
-    assert ds.names == ["X", "obs", "A"] and cols.names == ["Y"]
-    X, A, Y = ds["X"].read(), ds["A"].read(), cols["Y"].read()
+    assert ds.names == ["X", "obs", "A"] and cols.names == ["X"]  # a feature store (issue 23)
+    X, A, Y = ds["X"].read(), ds["A"].read(), cols["X"].read()
     assert X.shape == (300, 50) and Y.shape == (120, 50) and A.shape == (300, 120)
     resid = A - X @ Y.T
     assert abs(resid.std() - 0.1) < 0.01
@@ -205,7 +205,7 @@ def test_lowrank(tmp_path):
     )
     cols = G.open_columns(ds)
     assert sorted(ds.names) == ["U_true", "X", "obs"]
-    assert sorted(cols.names) == ["V_true", "Y"]
+    assert sorted(cols.names) == ["V_true", "X"]
     U, V = ds["U_true"].read(), cols["V_true"].read()
     assert U.shape == (3000, 5) and V.shape == (400, 5)
     assert np.linalg.matrix_rank(U) == 5 and np.linalg.matrix_rank(V) == 5

@@ -613,7 +613,9 @@ def test_bad_input_is_refused_before_work(bad, match, counting_scheduler):
 def test_bad_labels_and_params():
     rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
     with pytest.raises(ValueError, match=r"labels in \{-1, \+1\} for loss='logistic'.*1 of 3"):
-        GreedyLowRank(loss="logistic").fit((rows, cols, np.array([1.0, -1.0, 0.0])), shape=(3, 3))
+        GreedyLowRank(loss="logistic", rank=2).fit(
+            (rows, cols, np.array([1.0, -1.0, 0.0])), shape=(3, 3)
+        )  # rank <= min(shape): a larger one is refused first (issue 23)
     with pytest.raises(ValueError, match="rank must be >= 1; got 0"):
         GreedyLowRank(rank=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="refit must be 'none' or 'auto' for the nonsmooth"):

@@ -1297,3 +1297,62 @@ def test_nystrom_store_with_a_huge_value_outside_the_init_sample_is_an_error(tmp
     ds = write_arrays(str(tmp_path / "h.zarr"), {"X": X, "Y": Y}, block_rows=1000)
     with pytest.raises(NonFiniteError, match="squared norm"):
         GIMC(features="nystrom", n_components=8, max_iter=1, random_state=0).fit(ds)
+
+
+# ---------------------------------------------------------------- issue 23 item 10: sizes that
+# cannot work are refused before any work, naming the parameter that fixes them
+
+
+@pytest.mark.parametrize("rank", [200, 31, 10**12])
+def test_glrl_refuses_a_rank_above_what_the_shape_allows(rank):
+    """``rank=200`` on a 40 x 30 matrix gave ``U_`` of shape (40, 200); ``rank=10**12`` on
+    MovieLens ran without end.  A rank above min(n_rows, n_cols) is refused, as scikit-learn's
+    TruncatedSVD does."""
+    from ooc_lowrank.glrl import GreedyLowRank
+
+    rng = np.random.default_rng(0)
+    M = sp.random(40, 30, density=0.3, random_state=0, format="coo")
+    M.data = rng.normal(size=M.nnz)
+    with pytest.raises(ValueError, match=r"rank must be <= min\(n_rows, n_cols\) = 30 for the "
+                       r"40 x 30 observed matrix.*Use rank <= 30"):  # fmt: skip
+        GreedyLowRank(rank=rank, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
+    est = GreedyLowRank(rank=30, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
+    assert est.U_.shape[1] <= 30
+
+
+def test_local_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypatch):
+    """``fit gimc-lff ... --n-components 100000`` failed after 26 s with NumPy's "Unable to
+    allocate 149. GiB"; the local scheduler now refuses it before any pass, as a distributed
+    client did, and names the parameter and the value that would fit."""
+    from ooc_lowrank import engine
+    from ooc_lowrank._estimate import WorkerMemoryError
+    from ooc_lowrank.gimc import GIMC
+
+    passes = []
+    monkeypatch.setattr(engine, "compute", lambda *a, **k: passes.append(1) or 1 / 0)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    Y = (rng.random((200, 4)) < 0.3).astype(float)
+    for m in (100_000, 10**30):
+        with pytest.raises(WorkerMemoryError, match=r"GIMC would need about .* more than the "
+                           r".* of memory available on this machine \(local scheduler.*Use a "
+                           r"smaller n_components \(<= \d+\)"):  # fmt: skip
+            GIMC(n_components=m, max_iter=1).fit(X, Y)
+    assert passes == []
+
+
+def test_local_memory_verdict_uses_the_available_memory(monkeypatch):
+    """The local verdict is against psutil's available memory: with 1 MiB available, a small
+    fit that needs more is refused, and ``estimate`` says so (``fits`` False, ``memory_cap``)."""
+    from ooc_lowrank import _estimate
+    from ooc_lowrank.glrl import GreedyLowRank
+
+    M = sp.random(300, 200, density=0.2, random_state=0, format="coo")
+    est = GreedyLowRank(rank=20, max_iter=1)
+    e = est.estimate((M.row, M.col, M.data), shape=M.shape)
+    assert e["fits"] is True and e["memory_cap"] > 0 and e["worker_memory_limit"] is None
+    monkeypatch.setattr(_estimate, "_available_memory", lambda: 2**10)
+    e = est.estimate((M.row, M.col, M.data), shape=M.shape)
+    assert e["fits"] is False and e["memory_cap"] == 2**10
+    with pytest.raises(MemoryError, match="GreedyLowRank would need about .* available on this"):
+        est.fit((M.row, M.col, M.data), shape=M.shape)

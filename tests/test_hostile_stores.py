@@ -10,6 +10,7 @@ folders) follow the table.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -627,3 +628,120 @@ def test_write_into_a_folder_that_does_not_exist_yet(tmp_path):
     dest = tmp_path / "new" / "deeper" / "d.zarr"
     ds = write_arrays(str(dest), {"X": np.ones((4, 2))})
     assert ds.n_rows == 4
+
+
+def _writer(dest, value):
+    w = DatasetWriter(dest, overwrite=True)
+    w.add_dense("X", n_cols=2, dtype="float64")
+    w.append(X=np.full((5, 2), float(value)))
+    return w
+
+
+def test_two_writers_committing_to_one_path_at_once_both_succeed(tmp_path, monkeypatch):
+    """Issue 23 item 7: two ``generate --overwrite`` to one path at once.  Writer B commits
+    while writer A has moved the old store aside and not yet put its own in place: A used to
+    fail ("Directory not empty") and leave the old store beside; now the last writer wins."""
+    dest = str(tmp_path / "r.zarr")
+    write_arrays(dest, {"X": np.zeros((5, 2))})
+    a, b = _writer(dest, 1), _writer(dest, 2)
+    real, state = os.rename, {"b": False}
+
+    def rename(src, dst):
+        real(src, dst)
+        if not state["b"] and str(src) == dest and ".old-" in str(dst):
+            state["b"] = True  # A just moved the old store aside: B commits now
+            b.close()
+
+    monkeypatch.setattr(os, "rename", rename)
+    a.close()
+    monkeypatch.undo()
+    assert state["b"]
+    np.testing.assert_array_equal(open_dataset(dest)["X"].read(), np.ones((5, 2)))
+    assert os.listdir(tmp_path) == ["r.zarr"]  # no .tmp / .old left
+
+
+def test_a_writer_whose_store_vanishes_under_its_commit_retries(tmp_path, monkeypatch):
+    """The other interleaving: A finds the old store, B moves it aside before A's rename."""
+    dest = str(tmp_path / "r.zarr")
+    write_arrays(dest, {"X": np.zeros((5, 2))})
+    a, b = _writer(dest, 1), _writer(dest, 2)
+    real, state = os.rename, {"b": False}
+
+    def rename(src, dst):
+        if not state["b"] and str(src) == dest and ".old-" in str(dst):
+            state["b"] = True
+            real(src, dst + "-b")  # B moves the store aside first (mid-commit) ...
+            b.close()  # ... and puts its own in place
+            shutil.rmtree(dst + "-b")
+            raise FileNotFoundError(2, "No such file or directory", src)  # A's view
+        return real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    a.close()
+    monkeypatch.undo()
+    np.testing.assert_array_equal(open_dataset(dest)["X"].read(), np.ones((5, 2)))
+    assert os.listdir(tmp_path) == ["r.zarr"]
+
+
+def test_open_right_after_a_write_retries_a_concurrent_replacement(tmp_path, monkeypatch):
+    """After its write, the CLI (and a generator) opens the store again; another writer's
+    replacement at that moment made that open report a corrupt store.  It is retried."""
+    from ooc_lowrank import storage
+
+    dest = str(tmp_path / "r.zarr")
+    write_arrays(dest, {"X": np.zeros((5, 2))})
+    real, calls = storage.open_dataset, []
+
+    def flaky(url, **kw):
+        calls.append(url)
+        if len(calls) == 1:
+            raise StoreError(url, "X", "chunk 'X/c/0/0' has 7 bytes, the manifest records 80",
+                             None, "The store is corrupt; write it again")  # fmt: skip
+        return real(url, **kw)
+
+    monkeypatch.setattr(storage, "open_dataset", flaky)
+    assert storage.open_written(dest).n_rows == 5 and len(calls) == 2
+    monkeypatch.setattr(storage, "open_dataset", lambda url, **kw: (_ for _ in ()).throw(
+        StoreError(url, None, "no store at this location")))  # fmt: skip
+    with pytest.raises(StoreError, match="another process replaced or removed it"):
+        storage.open_written(dest)
+
+
+# ---------------------------------------------------------------- issue 23 item 10: free disk
+
+
+def test_generate_refuses_a_store_larger_than_the_free_disk_before_writing(tmp_path):
+    """``generate multilabel --rows 10**15`` started writing (2.7 GB a minute, on its way to
+    filling the disk).  The size is extrapolated from the first rows and refused first."""
+    from ooc_lowrank.generators import generate_multilabel
+    from ooc_lowrank.storage import DiskSpaceError
+
+    dest = tmp_path / "big.zarr"
+    with pytest.raises(DiskSpaceError, match=r"the whole store of 1000000000000000 rows needs "
+                       r"about .* PiB, more than the .* free on the filesystem of .*refused before "
+                       r"writing it.*fewer rows"):  # fmt: skip
+        generate_multilabel(str(dest), n_rows=10**15, n_features=4, n_labels=3, block_rows=500)
+    assert os.listdir(tmp_path) == []
+
+
+def test_converter_and_writer_check_the_free_disk_before_each_block(tmp_path, monkeypatch):
+    """Converters share the writer's check (``storage.check_free_space``): a block that does not
+    fit the free space is refused before it is written, and nothing is left behind."""
+    import collections
+    import shutil as _shutil
+
+    from ooc_lowrank.storage import DiskSpaceError, check_free_space
+
+    src = tmp_path / "a.svm"
+    src.write_text("".join(f"1 1:{i}.5 3:1.0\n" for i in range(50)))
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(_shutil, "disk_usage", lambda p: usage(10**6, 10**6 - 100, 100))
+    with pytest.raises(DiskSpaceError, match=r"more than the 100 bytes free"):
+        convert("svmlight", [str(src)], str(tmp_path / "a.zarr"))
+    with pytest.raises(DiskSpaceError, match=r"store '.*x.zarr': the next 50 rows needs about"):
+        write_arrays(str(tmp_path / "x.zarr"), {"X": np.ones((50, 4))})
+    assert sorted(os.listdir(tmp_path)) == ["a.svm"]
+    check_free_space("memory://x.zarr", 10**30)  # object stores report no free space: no check
+    check_free_space(str(tmp_path / "new" / "deeper" / "s.zarr"), 99)  # nearest folder's disk
+    with pytest.raises(DiskSpaceError):
+        check_free_space(str(tmp_path / "new" / "deeper" / "s.zarr"), 101)

@@ -191,3 +191,32 @@ def test_predict_to_store_refuses_its_input_and_existing_stores_before_any_work(
             with pytest.raises(exc, match="out_url|already exists"):
                 est.predict_to_store(src, dest, **kw)
     assert (_snapshot(src), _snapshot(other)) == before
+
+
+def _dead_pid():
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_save_reaps_temporaries_of_killed_saves_but_not_live_ones(model, tmp_path):
+    """Issue 23 item 6: a SIGKILL during ``save(..., overwrite=True)`` leaves a hidden
+    ``.NAME.tmp-*`` folder; the next save to the same path removes it (the writer is dead),
+    as store writes do, and leaves a live writer's temporary alone."""
+    from ooc_lowrank.storage import _host_tag
+
+    dest = tmp_path / "m.model"
+    model.save(dest)
+    host = _host_tag()
+    dead = tmp_path / f".m.model.tmp-{_dead_pid()}-{host}-0123abcd"
+    live = tmp_path / f".m.model.tmp-{os.getppid()}-{host}-4567cdef"  # a live process
+    dead_old = tmp_path / f".m.model.old-{_dead_pid()}-{host}-89abcdef"
+    for d in (dead, live, dead_old):
+        d.mkdir()
+        (d / "arrays.npz").write_bytes(b"x" * 1000)
+    model.save(dest, overwrite=True)
+    assert _siblings(dest) == sorted([live.name])
+    assert isinstance(ooc_lowrank.load(dest), KernelMaxide)

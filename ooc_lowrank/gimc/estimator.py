@@ -642,8 +642,8 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 )
             classes = names[classes]
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
-        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
-            _estimate.check_fits(_estimate.gimc_estimate(self, XB, AB, n_labels))
+        # refuse a pass that cannot fit a worker (locally: the memory available)
+        _estimate.check_fits(_estimate.gimc_estimate(self, XB, AB, n_labels))
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         monitor, history = None, {}
@@ -732,9 +732,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
             ``store_bytes`` (inputs as stored), ``block_rows``, ``task_bytes`` (one block task:
             its input blocks and what the block functions allocate), ``worker_bytes`` (needed
             per worker: process, ``threads_per_worker`` tasks, reduction buffers, shipped
-            state, cached input share), ``worker_memory_limit`` and ``fits`` (None without a
-            distributed client), ``suggest`` (block_rows / n_components that fit) when it
-            does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
+            state, cached input share), ``worker_memory_limit``, ``memory_cap`` and ``fits``
+            (locally against the available memory), ``suggest`` (block_rows / n_components
+            that fit) when it does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
         """
         self._validate_params()
         probe = copy.copy(self)  # _prepare_X(reset=True) sets n_features_in_

@@ -517,6 +517,20 @@ class GreedyLowRank(BaseEstimator):
 
         return score
 
+    def _check_rank(self, shape):
+        """``rank <= min(n_rows, n_cols)``: a matrix of that shape has no more independent
+        rank-one terms (scikit-learn's ``TruncatedSVD`` refuses such a rank too)."""
+        most = int(min(shape))
+        if int(self.rank) > most:
+            raise param_error(
+                "rank",
+                f"must be <= min(n_rows, n_cols) = {most} for the {shape[0]} x {shape[1]} "
+                "observed matrix (a matrix of that shape has rank at most that; further "
+                "rank-one terms add nothing and the fit would not end for a huge rank)",
+                self.rank,
+                f"Use rank <= {most}",
+            )
+
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None, *, shape=None, checkpoint=None, checkpoint_every=5):
         """Fit on observed entries.
@@ -546,8 +560,9 @@ class GreedyLowRank(BaseEstimator):
         lo, refit = self._check_params()
         _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         B, shp = self._blocked(X, shape)
-        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
-            _estimate.check_fits(_estimate.glrl_estimate(self, B, shp))
+        self._check_rank(shp)
+        # refuse a pass that cannot fit a worker (locally: the memory available)
+        _estimate.check_fits(_estimate.glrl_estimate(self, B, shp))
         nnz, mean, (not_pm1, not_01, negative) = self._check_data(B, shp, lo)
         init = resolve_init(
             self.init,
@@ -638,8 +653,8 @@ class GreedyLowRank(BaseEstimator):
         passes and the gradient, ``max``: with the refit and step passes), ``max_passes``,
         ``store_bytes``, ``block_rows``, ``task_bytes`` (one block task: its block and the
         ``G v`` / ``G^T u`` vectors), ``worker_bytes`` (process, tasks, reduction buffers,
-        factors, cached share), ``worker_memory_limit`` and ``fits`` (None without a
-        distributed client), ``suggest`` when it does not fit.  See
+        factors, cached share), ``worker_memory_limit``, ``memory_cap`` and ``fits`` (locally
+        against the available memory), ``suggest`` when it does not fit.  See
         :mod:`ooc_lowrank._estimate`.
         """
         self._check_params()

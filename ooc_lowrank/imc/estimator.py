@@ -98,6 +98,9 @@ def features_of(X, name):
     integer features; 1-D refused)."""
     X = _open_if_path(X)
     if _is_dataset(X):
+        old_columns = str(X.attrs.get("generator", "")).endswith(".columns")
+        if "X" not in X.names and old_columns and "Y" in X.names:
+            return X["Y"]  # a generator's column store written before the features were "X"
         if "X" not in X.names:
             raise ValueError(
                 f"{name} must be a feature store with an array 'X'; the store has "

@@ -386,7 +386,9 @@ def write_blocks(
     from ooc_lowrank.storage import DatasetWriter  # storage layer; imported lazily
 
     done = 0
-    with DatasetWriter(dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite) as w:
+    with DatasetWriter(
+        dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite, expected_rows=expected_rows
+    ) as w:  # free disk space: the whole store (rows known) or each block, before writing
         adders = {"dense": w.add_dense, "csr": w.add_csr, "coo": w.add_coo}
         for name, kind, n_cols, dtype in specs:
             adders[kind](name, n_cols=int(n_cols), dtype=np.dtype(dtype).name)

@@ -352,8 +352,8 @@ class _MaxideBase(BaseEstimator):
         if XB.in_memory:  # lazy X: its row samples and first pass check the scale
             check_X_scale(XB.source, "X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
-        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
-            _estimate.check_fits(_estimate.maxide_estimate(self, XB, YB))
+        # refuse a pass that cannot fit a worker (locally: the memory available)
+        _estimate.check_fits(_estimate.maxide_estimate(self, XB, YB))
         n_ut, nobs = self._check_labels(YB)
         self.n_features_in_ = int(XB.shape[1])
         self.n_labels_ = int(YB.shape[1])
@@ -447,8 +447,8 @@ class _MaxideBase(BaseEstimator):
         Reads no data block.  Returns a dict: ``passes_init``, ``passes_per_iteration``
         (``typical`` 2: a gradient pass and a line-search pass), ``min_passes``,
         ``store_bytes``, ``f_cached`` (whether ``F`` fits ``cache_bytes``), ``task_bytes``
-        (one block task), ``worker_bytes``, ``worker_memory_limit`` and ``fits`` (None without
-        a distributed client), ``suggest`` when it does not fit.  See
+        (one block task), ``worker_bytes``, ``worker_memory_limit``, ``memory_cap`` and ``fits``
+        (locally against the available memory), ``suggest`` when it does not fit.  See
         :mod:`ooc_lowrank._estimate`.
         """
         self._validate_params()

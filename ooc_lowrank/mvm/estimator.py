@@ -339,8 +339,8 @@ class _BaseMVM(BaseEstimator):
         _checkpoint.check_checkpoint_args(checkpoint, checkpoint_every)
         views, sizes, ds = self._views(X)
         yb = self._target(y, ds, views[0])
-        if engine.active_client() is not None:  # refuse a pass that cannot fit a worker
-            _estimate.check_fits(_estimate.mvm_estimate(self, views, yb))
+        # refuse a pass that cannot fit a worker (locally: the memory available)
+        _estimate.check_fits(_estimate.mvm_estimate(self, views, yb))
         n, offset, loss_scale = self._target_summary(yb)
         ckpt = _checkpoint.open_checkpoint(
             checkpoint, checkpoint_every, self, **{f"X{p}": v for p, v in enumerate(views)}, y=yb
@@ -406,8 +406,8 @@ class _BaseMVM(BaseEstimator):
         L-BFGS: one per evaluation, ``max`` 20 in a line search), ``max_passes``,
         ``store_bytes``, ``task_bytes`` (one block task: its blocks, the joined CSR and the
         gradient), ``worker_bytes``, ``client_bytes`` (SGD runs in the calling process),
-        ``worker_memory_limit`` and ``fits`` (None without a distributed client),
-        ``suggest`` when it does not fit.  See :mod:`ooc_lowrank._estimate`.
+        ``worker_memory_limit``, ``memory_cap`` and ``fits`` (locally against the available
+        memory), ``suggest`` when it does not fit.  See :mod:`ooc_lowrank._estimate`.
         """
         self._check_params()
         views, _, ds = self._views(X)
