@@ -16,7 +16,12 @@ aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
   policy; :func:`map_reduce` is ``compute(reduce_blocks(...))``.
 
 The graph for one call has a fixed size (blocks x inputs), whatever the iteration count of the
-algorithm that calls it.  Reductions are deterministic: for a given chunking the sum is taken in
+algorithm that calls it.  On the default local scheduler no graph is built at all when every
+input is held by this process (NumPy / scipy.sparse, or cached by :func:`maybe_persist` /
+made by :func:`map_rows_persisted`): the *direct path* runs the block functions on a pool of
+one thread per core and sums their outputs in the graph path's order, so out-of-core machinery
+costs nothing on small data; stores and Dask inputs that do not fit the cache stream through
+graphs as before.  Reductions are deterministic: for a given chunking the sum is taken in
 a fixed order (tree or chains), whatever the scheduler, worker count or task timing.  What that
 guarantees: block functions whose arithmetic does not depend on where their buffers sit (the
 Numba kernels: serial loops whose order, vectorized or not, depends on the sizes only) give bitwise
@@ -30,7 +35,9 @@ temporary inside the block function as well; we promise what is true instead.
 Scheduler policy
     ``client=`` if given; else whatever ``dask.config`` names as scheduler (an active
     ``dask.distributed.Client`` sets itself there; tests set counting schedulers); else the local
-    threaded scheduler with one thread per core.  Dask owns the cores: on the threaded scheduler
+    threaded scheduler with one thread per core (or, for held inputs, the direct path: the same
+    threads and BLAS policy without a graph; a scheduler set in ``dask.config``, even
+    ``"threads"``, always takes the graph path).  Dask owns the cores: on the threaded scheduler
     BLAS is limited to one thread per Dask thread for the duration of the compute (restored
     afterwards); distributed workers already start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1``;
     kernels are serial (``nogil``) so they never add threads of their own.
@@ -1143,7 +1150,9 @@ def _from_held(blocks, bounds, kind, nnz=None) -> Blocked:
     """A :class:`Blocked` over blocks held in this process (``held``), with a Dask array that
     reads them (for callers that build graphs, e.g. predictions under a set scheduler)."""
     first = blocks[0]
-    meta = sp.csr_matrix((0, 0), dtype=first.dtype) if kind == "csr" else np.empty((0, 0), first.dtype)
+    meta = (
+        sp.csr_matrix((0, 0), dtype=first.dtype) if kind == "csr" else np.empty((0, 0), first.dtype)
+    )
     arr = da.map_blocks(
         _held_block,
         da.arange(len(blocks), chunks=1),
@@ -1331,7 +1340,13 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
             budget / 2**20,
             " on the cluster's workers" if on_cluster else "",
         )
-        arrs = dict(zip(map(id, from_store), _persist(*[b.dask for b in from_store], client=client)))
+        arrs = dict(
+            zip(
+                map(id, from_store),
+                _persist(*[b.dask for b in from_store], client=client),
+                strict=True,
+            )
+        )
         local = _local(client)
         out = []
         for b in inputs:
