@@ -1297,10 +1297,13 @@ def _cache_bytes(b: Blocked) -> int:
     return b.nbytes
 
 
-def _held_of(arr) -> list:
-    """The chunks of a Dask array persisted on a local scheduler, in row order."""
+def _held_of(arr):
+    """The chunks of a Dask array persisted on a local scheduler, in row order (None if the
+    persisted graph does not hold them as plain arrays)."""
     graph = arr.__dask_graph__()
-    return [graph[row[0]] for row in arr.__dask_keys__()]
+    blocks = [graph.get(row[0]) for row in arr.__dask_keys__()]
+    ok = all(isinstance(b, np.ndarray) or sp.issparse(b) for b in blocks)
+    return blocks if ok else None
 
 
 def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
