@@ -16,7 +16,12 @@ aligned inputs in, a small tuple of NumPy arrays out) plus the primitives below:
   policy; :func:`map_reduce` is ``compute(reduce_blocks(...))``.
 
 The graph for one call has a fixed size (blocks x inputs), whatever the iteration count of the
-algorithm that calls it.  Reductions are deterministic: for a given chunking the sum is taken in
+algorithm that calls it.  On the default local scheduler no graph is built at all when every
+input is held by this process (NumPy / scipy.sparse, or cached by :func:`maybe_persist` /
+made by :func:`map_rows_persisted`): the *direct path* runs the block functions on a pool of
+one thread per core and sums their outputs in the graph path's order, so out-of-core machinery
+costs nothing on small data; stores and Dask inputs that do not fit the cache stream through
+graphs as before.  Reductions are deterministic: for a given chunking the sum is taken in
 a fixed order (tree or chains), whatever the scheduler, worker count or task timing.  What that
 guarantees: block functions whose arithmetic does not depend on where their buffers sit (the
 Numba kernels: serial loops whose order, vectorized or not, depends on the sizes only) give bitwise
@@ -30,7 +35,9 @@ temporary inside the block function as well; we promise what is true instead.
 Scheduler policy
     ``client=`` if given; else whatever ``dask.config`` names as scheduler (an active
     ``dask.distributed.Client`` sets itself there; tests set counting schedulers); else the local
-    threaded scheduler with one thread per core.  Dask owns the cores: on the threaded scheduler
+    threaded scheduler with one thread per core (or, for held inputs, the direct path: the same
+    threads and BLAS policy without a graph; a scheduler set in ``dask.config``, even
+    ``"threads"``, always takes the graph path).  Dask owns the cores: on the threaded scheduler
     BLAS is limited to one thread per Dask thread for the duration of the compute (restored
     afterwards); distributed workers already start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1``;
     kernels are serial (``nogil``) so they never add threads of their own.
@@ -47,7 +54,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -101,7 +110,13 @@ class Blocked:
         What the blocks are read from (for messages and caching decisions).
     reads : ArrayHandle or None
         Set when every block is exactly ``reads.read(start, stop)`` at :attr:`bounds`.
+    held : list or None
+        The blocks themselves (ndarray / csr, one per row block), when they are held in this
+        process's memory: set by :func:`maybe_persist` and :func:`map_rows_persisted` on the
+        local scheduler, read by the direct path (:func:`_memory_blocks`).
     """
+
+    held = None
 
     def __init__(self, arr, kind, source=None, nnz=None, reads=None):
         self.dask = arr
@@ -236,11 +251,20 @@ def _from_memory(X, bounds, kind) -> Blocked:
     return Blocked(arr, "csr", X, X.nnz)
 
 
+#: In-memory inputs are split into at least this many blocks (when each keeps at least
+#: :data:`MIN_SPLIT_ROWS` rows), so that a small or medium input keeps both cores busy on the
+#: direct path; a constant, not the core count, so the chunking (and the sum's order) is the
+#: same on every machine.
+MIN_BLOCKS = 4
+MIN_SPLIT_ROWS = 1024
+
+
 def _default_rows(row_bytes, n):
     """Rows per block for ``n`` in-memory rows: about TARGET_BLOCK_BYTES of ``row_bytes`` per
-    block, in equal blocks (no short tail block that leaves a thread idle)."""
+    block, at least :data:`MIN_BLOCKS` blocks of at least :data:`MIN_SPLIT_ROWS` rows when
+    ``n`` allows, in equal blocks (no short tail block that leaves a thread idle)."""
     rows = max(1, min(default_block_rows(row_bytes), max(n, 1)))
-    n_blocks = max(1, -(-n // rows))
+    n_blocks = max(1, -(-n // rows), min(MIN_BLOCKS, n // MIN_SPLIT_ROWS))
     return max(1, -(-n // n_blocks))
 
 
@@ -383,12 +407,27 @@ def _as_tuple(out):
 
 
 class Reduction:
-    """A lazy tree-reduction: ``compute(red)`` gives the tuple (or the single array) of sums."""
+    """A lazy tree-reduction: ``compute(red)`` gives the tuple (or the single array) of sums.
 
-    def __init__(self, packed, shapes, single):
-        self.packed = packed  # dask array or Delayed of shape (S,)
+    Its Dask graph (``packed``) is built on first use only: a pass that :func:`compute` runs on
+    the direct path never builds one (``direct``: the sum of the held blocks, see
+    :func:`_reduce_direct`; ``inputs``: the row-blocked inputs it reads).
+    """
+
+    def __init__(self, packed, shapes, single, build=None, direct=None, inputs=None):
+        self._packed = packed
+        self._build = build
+        self.direct = direct
+        self.inputs = inputs
         self.shapes = shapes
         self.single = single
+
+    @property
+    def packed(self):
+        """The reduction as a Dask array or Delayed of shape (S,) (built on first use)."""
+        if self._packed is None:
+            self._packed = self._build()
+        return self._packed
 
     def unpack(self, flat):
         outs, k = [], 0
@@ -685,6 +724,27 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     )
 
 
+def _plan(fn, blocked, ref, args, offset, shapes, chains, split_every):
+    """Output layout of a reduction (the same for the graph and the direct path):
+    ``(shapes, single, sizes, rows_at, chains)``; shapes come from ``shapes`` or from one call
+    of ``fn`` on one-row all-zero probe blocks; ``chains`` is resolved (see
+    :func:`reduce_blocks`)."""
+    if shapes is None:
+        empties = [_probe_block(b) for b in blocked]
+        raw = fn(0, *empties, *args) if offset else fn(*empties, *args)
+        single = not isinstance(raw, tuple)
+        shapes = [np.shape(r) for r in _as_tuple(raw)]
+    else:
+        single = False
+        shapes = [tuple(s) for s in shapes]
+    rows_at = _row_outputs(fn)
+    shapes = [(ref.shape[0],) if i in rows_at else s for i, s in enumerate(shapes)]
+    sizes = tuple(int(np.prod(s)) for s in shapes)
+    if chains is None:
+        chains = 8 * int(sum(sizes)) >= CHAIN_BYTES and split_every is None
+    return shapes, single, sizes, rows_at, bool(chains or rows_at)
+
+
 def reduce_blocks(
     fn: Callable,
     *inputs,
@@ -732,44 +792,42 @@ def reduce_blocks(
     """
     blocked, ref = _prepare(inputs)
     args = tuple(args)
-    if shapes is None:
-        empties = [_probe_block(b) for b in blocked]
-        raw = fn(0, *empties, *args) if offset else fn(*empties, *args)
-        single = not isinstance(raw, tuple)
-        shapes = [np.shape(r) for r in _as_tuple(raw)]
-    else:
-        single = False
-        shapes = [tuple(s) for s in shapes]
-    rows_at = _row_outputs(fn)
-    shapes = [(ref.shape[0],) if i in rows_at else s for i, s in enumerate(shapes)]
-    sizes = tuple(int(np.prod(s)) for s in shapes)
+    shapes, single, sizes, rows_at, chains = _plan(fn, blocked, ref, args, offset, shapes, chains,
+                                                   split_every)  # fmt: skip
     size = int(sum(sizes))
     nb = ref.n_blocks
     if not nb:
         return Reduction(da.zeros(size, chunks=size), shapes, single)
-    if chains is None:
-        chains = 8 * size >= CHAIN_BYTES and split_every is None
-    if chains or rows_at:  # row outputs travel along chains (see Notes)
-        return Reduction(
-            _chained(fn, blocked, ref, args, offset, sizes, rows_at, client), shapes, single
-        )
-    packed = da.map_blocks(
-        _packed_block,
-        *[b.dask for b in blocked],
-        *_unwrap_args(args, active_client(client)),
-        fn=fn,
-        n_inputs=len(blocked),
-        offset=offset,
-        bounds=ref.bounds,
-        size=size,
-        chunks=((1,) * nb, (size,)),
-        dtype=np.float64,
-        meta=np.empty((0, 0), np.float64),
+    direct = functools.partial(
+        _reduce_direct, fn, ref.bounds, args, offset, sizes, rows_at, chains, split_every
     )
-    if split_every is None:
-        split_every = _fan_in(size)
-    total = packed.sum(axis=0, split_every=split_every)
-    return Reduction(total, shapes, single)
+    if chains:  # row outputs travel along chains (see Notes)
+        return Reduction(
+            None,
+            shapes,
+            single,
+            build=lambda: _chained(fn, blocked, ref, args, offset, sizes, rows_at, client),
+            direct=direct,
+            inputs=blocked,
+        )
+
+    def build():
+        packed = da.map_blocks(
+            _packed_block,
+            *[b.dask for b in blocked],
+            *_unwrap_args(args, active_client(client)),
+            fn=fn,
+            n_inputs=len(blocked),
+            offset=offset,
+            bounds=ref.bounds,
+            size=size,
+            chunks=((1,) * nb, (size,)),
+            dtype=np.float64,
+            meta=np.empty((0, 0), np.float64),
+        )
+        return packed.sum(axis=0, split_every=split_every or _fan_in(size))
+
+    return Reduction(None, shapes, single, build=build, direct=direct, inputs=blocked)
 
 
 def _rows_block(*items, fn=None, n_inputs=0, offset=False, bounds=None, block_id=None):
@@ -919,9 +977,15 @@ def compute(*lazy, client=None):
     """Evaluate reductions / dask arrays in a single ``dask.compute`` under the scheduler policy.
 
     Returns one result per argument (a :class:`Reduction` gives its array or tuple of arrays).
+    Reductions whose inputs are all held by this process, when the default local threaded
+    scheduler would run them, take the direct path instead (no graph; see :func:`map_reduce`).
     On a distributed cluster a pass that has no worker for :func:`no_worker_timeout` seconds
     raises :class:`NoWorkersError`.
     """
+    if lazy and all(isinstance(x, Reduction) and x.direct is not None for x in lazy):
+        lists = [_direct_blocks(x.inputs, client) for x in lazy]
+        if all(x is not None for x in lists):  # the direct path: no graph
+            return tuple(x.unpack(x.direct(blocks)) for x, blocks in zip(lazy, lists, strict=True))
     kw = _scheduler_kwargs(client)
     targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
     sched = kw.get("scheduler", None) if kw else active_client()
@@ -938,14 +1002,183 @@ def compute(*lazy, client=None):
     )
 
 
-def _direct(blocked, client):
-    """Every input is one in-memory block and the local threaded scheduler would run it: call
-    the block function directly (no graph; bitwise the same result)."""
-    return (
-        blocked[0].n_blocks == 1
-        and all(b.in_memory for b in blocked)
-        and _scheduler_kwargs(client).get("scheduler") == "threads"
+# ---------------------------------------------------------------------------------------------
+# the direct path: blocks held by this process, on the local scheduler, without a graph
+# ---------------------------------------------------------------------------------------------
+
+
+def _local(client) -> bool:
+    """The scheduler policy resolves to the default local threaded scheduler (no ``client``,
+    no scheduler set in ``dask.config``, no active distributed client)."""
+    return _scheduler_kwargs(client).get("scheduler") == "threads"
+
+
+def _memory_blocks(b: Blocked):
+    """The row blocks of ``b`` as in-memory objects of this process (a list), else None.
+
+    NumPy / scipy.sparse sources give the slices the graph path gives (a single block is the
+    source itself); inputs cached by :func:`maybe_persist` or made by
+    :func:`map_rows_persisted` on the local scheduler give their held blocks."""
+    if b.held is not None:
+        return b.held
+    if not b.in_memory:
+        return None
+    if b.n_blocks == 1:
+        return [b.source]
+    return [b.source[int(s) : int(e)] for s, e in zip(b.bounds[:-1], b.bounds[1:], strict=True)]
+
+
+def _direct_blocks(blocked, client):
+    """Per input, its list of in-memory blocks when the direct path applies: every input is
+    held by this process and the local threaded scheduler would run the pass; else None."""
+    if not _local(client):
+        return None
+    lists = [_memory_blocks(b) for b in blocked]
+    return None if any(x is None for x in lists) else lists
+
+
+_POOL = None
+_IN_POOL = threading.local()
+
+
+def _run_blocks(task, n):
+    """``[task(i) for i in range(n)]`` as an in-order iterator, on a pool of one thread per core
+    (the threads scheduler's own count); serially for one task, one core, or a call made from
+    inside a block function (a nested pass must not wait for the pool it occupies)."""
+    global _POOL
+    workers = os.cpu_count() or 1
+    if n <= 1 or workers == 1 or getattr(_IN_POOL, "busy", False):
+        return map(task, range(n))
+    if _POOL is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ooc-lowrank-block")
+
+    def run(i):
+        _IN_POOL.busy = True
+        try:
+            return task(i)
+        finally:
+            _IN_POOL.busy = False
+
+    return _POOL.map(run, range(n))
+
+
+def _blas_limit():
+    """BLAS threads on the direct path: one per pool thread, as the threads scheduler gives
+    each Dask thread (a single block runs on one core: two OpenBLAS threads on the skinny
+    products of small problems ran 3-7x slower than one on this 2-core machine)."""
+    return _blas_controller().limit(limits=1, user_api="blas")
+
+
+def _tree_sum(parts, nb, split_every):
+    """``sum(axis=0, split_every=split_every)`` of ``nb`` rows ``(1, size)`` (an in-order
+    iterable), step for step as ``dask.array`` takes it (``_tree_reduce``: the same depth, the
+    same groups of consecutive partials, each group summed by ``np.sum`` over its
+    concatenation): bitwise the graph path's sum.  Groups of the first level are summed as
+    their blocks arrive, so at most about ``split_every`` block outputs wait at a time."""
+    k = max(int(split_every), 2)
+    depth = int(max(1, math.ceil(math.log(nb, k)))) if nb > 1 else 1
+
+    def step(group, keepdims):
+        return np.sum(np.concatenate(group, axis=0), axis=(0,), keepdims=keepdims, dtype=np.float64)
+
+    if depth == 1:
+        return step(list(parts), False)
+    level, group = [], []
+    for p in parts:
+        group.append(p)
+        if len(group) == k:
+            level.append(step(group, True))
+            group = []
+    if group:
+        level.append(step(group, True))
+    for _ in range(depth - 2):
+        level = [step(level[i : i + k], True) for i in range(0, len(level), k)]
+    return step(level, False)
+
+
+def _reduce_direct(fn, bounds, args, offset, sizes, rows_at, chains, split_every, lists):
+    """The flat sum (float64) of a :func:`reduce_blocks` reduction over held blocks (``lists``:
+    per input, its blocks): the block function runs on the local pool, BLAS one thread per pool
+    thread as on the threads scheduler (all of them for a single block), and the outputs are
+    summed in the graph path's order (its chains, or its tree by :func:`_tree_sum`)."""
+    size = int(sum(sizes))
+    nb = len(bounds) - 1
+    with _blas_limit():
+        if chains:
+            n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
+            edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
+
+            def chain(c):
+                acc = None
+                for i in range(edges[c], edges[c + 1]):
+                    acc = _fold_block(
+                        acc,
+                        *[x[i] for x in lists],
+                        *args,
+                        fn=fn,
+                        n_inputs=len(lists),
+                        offset=offset,
+                        start=int(bounds[i]),
+                        stop=int(bounds[i + 1]),
+                        sizes=sizes,
+                        rows_at=rows_at,
+                    )
+                return acc
+
+            return _total(list(_run_blocks(chain, n_chains)), sizes=sizes, rows_at=rows_at)
+
+        def block(i):
+            row = _packed_block(
+                *[x[i] for x in lists],
+                *args,
+                fn=fn,
+                n_inputs=len(lists),
+                offset=offset,
+                bounds=bounds,
+                size=size,
+                block_id=(i, 0),
+            )
+            return np.sum(row, axis=(0,), keepdims=True, dtype=np.float64)  # dask's chunk step
+
+        return _tree_sum(_run_blocks(block, nb), nb, split_every or _fan_in(size))
+
+
+def _map_direct(fn, lists, bounds, args, offset):
+    """The outputs of ``fn`` on every held block (block order), on the local pool."""
+
+    def block(i):
+        return _call_block(fn, [x[i] for x in lists], args, offset, bounds, (i, 0))
+
+    with _blas_limit():
+        return list(_run_blocks(block, len(bounds) - 1))
+
+
+def _held_block(_, held=None, block_id=None):
+    return held[0][block_id[0]]
+
+
+def _from_held(blocks, bounds, kind, nnz=None) -> Blocked:
+    """A :class:`Blocked` over blocks held in this process (``held``), with a Dask array that
+    reads them (for callers that build graphs, e.g. predictions under a set scheduler)."""
+    first = blocks[0]
+    meta = (
+        sp.csr_matrix((0, 0), dtype=first.dtype) if kind == "csr" else np.empty((0, 0), first.dtype)
     )
+    arr = da.map_blocks(
+        _held_block,
+        da.arange(len(blocks), chunks=1),
+        held=(blocks,),  # a tuple: the list inside is passed as is, never traversed or hashed
+        new_axis=1,
+        chunks=(tuple(np.diff(bounds).tolist()), (first.shape[1],)),
+        dtype=first.dtype,
+        meta=meta,
+        name="held-" + os.urandom(8).hex(),
+    )
+    out = Blocked(arr, kind, None, nnz)
+    out.held = list(blocks)
+    return out
 
 
 def map_reduce(
@@ -960,15 +1193,23 @@ def map_reduce(
 ):
     """``compute(reduce_blocks(fn, *inputs, ...))``: one pass, one ``dask.compute``.
 
-    Fast path: when every input is one in-memory block (NumPy / scipy.sparse) and the local
-    threaded scheduler would run it, ``fn`` is called directly.  The result is bitwise the same
-    (a one-term sum in float64) without ~10-50 ms of graph building per call, which dominates
-    small problems that iterate many passes.
+    Direct path: when every input is held by this process (NumPy / scipy.sparse, or cached by
+    :func:`maybe_persist` / made by :func:`map_rows_persisted` on the local scheduler) and the
+    local threaded scheduler would run the pass, no graph is built: ``fn`` runs on the blocks
+    in a pool of one thread per core (BLAS one thread each, as on the threads scheduler) and
+    the outputs are summed in the graph path's order (:func:`_tree_sum`, the same chains), so
+    the result is the graph path's.  A single block is passed to ``fn`` as is (the source
+    itself).  Graph building and
+    scheduling cost about 10-50 ms per pass, which dominates small problems that iterate
+    many passes.
     """
     blocked, ref = _prepare(inputs)
-    if _direct(blocked, client):
-        srcs = [b.source for b in blocked]
-        raw = fn(0, *srcs, *args) if offset else fn(*srcs, *args)
+    args = tuple(args)
+    lists = _direct_blocks(blocked, client)
+    if lists is not None and ref.n_blocks == 1:
+        srcs = [x[0] for x in lists]
+        with _blas_limit():
+            raw = fn(0, *srcs, *args) if offset else fn(*srcs, *args)
         outs = tuple(np.array(o, dtype=np.float64) for o in _as_tuple(raw))
         return outs if isinstance(raw, tuple) else outs[0]
     (out,) = compute(
@@ -991,12 +1232,19 @@ def map_rows_compute(fn: Callable, *inputs, args: Sequence = (), n_cols: int, cl
     """``compute(map_rows(fn, *inputs, ...))`` as one float64 ndarray ``(n_rows, n_cols)``.
 
     For results that are small enough to hold (``n x k`` factors), never for ``n x L`` scores.
-    Fast path as in :func:`map_reduce`: one in-memory block on the local threaded scheduler is
-    mapped by calling ``fn`` directly (no graph; the same arithmetic).
+    Direct path as in :func:`map_reduce`: held blocks on the local threaded scheduler are mapped
+    without a graph (the same arithmetic, concatenated in block order).
     """
-    blocked, _ = _prepare(inputs)
-    if _direct(blocked, client):
-        return np.asarray(fn(*[b.source for b in blocked], *args), dtype=np.float64)
+    blocked, ref = _prepare(inputs)
+    lists = _direct_blocks(blocked, client)
+    if lists is not None and ref.n_blocks == 1:
+        with _blas_limit():
+            return np.asarray(fn(*[x[0] for x in lists], *args), dtype=np.float64)
+    if lists is not None:
+        if not ref.n_blocks:
+            return np.zeros((0, int(n_cols)))
+        outs = _map_direct(fn, lists, ref.bounds, tuple(args), False)
+        return np.asarray(np.concatenate([np.asarray(o) for o in outs]), dtype=np.float64)
     (out,) = compute(map_rows(fn, *blocked, args=args, n_cols=n_cols), client=client)
     return np.asarray(out, dtype=np.float64)
 
@@ -1036,25 +1284,51 @@ def map_rows_persisted(
     """:func:`map_rows` of one input, computed once and kept in memory as a :class:`Blocked`
     (``kind`` "dense" or "csr") that later passes read like any other input.
 
-    A single in-memory block is mapped directly (no graph), as in :func:`map_reduce`; the
-    result is not re-validated (it is the library's own output).
+    Held blocks on the local scheduler are mapped directly (no graph), as in
+    :func:`map_reduce`, and the result is held as a list of blocks; the result is not
+    re-validated (it is the library's own output).
     """
-    if _direct([B], client):
-        src = sp.csr_matrix(B.source) if B.kind == "csr" else B.source
-        out = fn(0, src, *args) if offset else fn(src, *args)
+    lists = _direct_blocks([B], client)
+    if lists is not None and B.n_blocks == 1:
+        src = sp.csr_matrix(lists[0][0]) if B.kind == "csr" else lists[0][0]
+        with _blas_limit():
+            out = fn(0, src, *args) if offset else fn(src, *args)
         return _from_memory(out, np.array([0, B.shape[0]], dtype=np.int64), kind)
+    if lists is not None and B.n_blocks:
+        outs = _map_direct(fn, lists, B.bounds, tuple(args), offset)
+        return _from_held(outs, B.bounds, kind, nnz)
     lazy = map_rows(fn, B, args=args, n_cols=n_cols, offset=offset, sparse=kind == "csr")
     (arr,) = _persist(lazy, client=client)
     return Blocked(arr, kind, None, nnz)
 
 
+def _cache_bytes(b: Blocked) -> int:
+    """Bytes ``b`` would hold in memory: :attr:`Blocked.nbytes`, except for a sparse Dask input
+    of unknown nnz, whose bound is its dense size with indices (never an underestimate)."""
+    if b.kind == "csr" and b.nnz is None:
+        return int(b.shape[0]) * int(b.shape[1]) * (b.dtype.itemsize + 4) + 8 * int(b.shape[0])
+    return b.nbytes
+
+
+def _held_of(arr):
+    """The chunks of a Dask array persisted on a local scheduler, in row order (None if the
+    persisted graph does not hold them as plain arrays)."""
+    graph = arr.__dask_graph__()
+    blocks = [graph.get(row[0]) for row in arr.__dask_keys__()]
+    ok = all(isinstance(b, np.ndarray) or sp.issparse(b) for b in blocks)
+    return blocks if ok else None
+
+
 def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     """Keep inputs in memory across iterations when they fit ``budget`` bytes, else stream.
 
-    The decision is explicit and logged.  Inputs already in memory (NumPy / scipy) are returned
-    unchanged, except on a distributed cluster, where they are persisted on the workers like a
-    cached store (else every pass's graph would carry them).  Returns the list of (possibly
-    persisted) inputs.
+    The decision is explicit and logged.  Store inputs and Dask inputs are the candidates
+    (a sparse Dask input of unknown nnz counts at its dense size, see :func:`_cache_bytes`).
+    Inputs already in memory (NumPy / scipy) are returned unchanged, except on a distributed
+    cluster, where they are persisted on the workers like a cached store (else every pass's
+    graph would carry them).  On the local scheduler the cached blocks are held by the
+    returned :class:`Blocked` (``held``), which the direct path reads without a graph.
+    Returns the list of (possibly persisted) inputs.
     """
     budget = DEFAULT_CACHE_BYTES if budget is None else int(budget)
     cluster_cap = _cluster_cache_cap(client)
@@ -1063,11 +1337,15 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
             "cache budget capped at %.1f MB by the workers' memory limits", cluster_cap / 2**20
         )
         budget = cluster_cap
-    from_store = [b for b in inputs if b.source is not None and hasattr(b.source, "read")]
+    from_store = [
+        b
+        for b in inputs
+        if b.held is None and not b.in_memory and (b.source is None or hasattr(b.source, "read"))
+    ]
     on_cluster = active_client(client) is not None
     if on_cluster:  # in-memory inputs too: otherwise every pass's graph ships them
-        from_store += [b for b in inputs if b.in_memory]
-    total = sum(b.nbytes for b in from_store)
+        from_store += [b for b in inputs if b.in_memory or b.held is not None]
+    total = sum(_cache_bytes(b) for b in from_store)
     if not from_store:
         return list(inputs)
     if total <= budget:
@@ -1078,11 +1356,24 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
             budget / 2**20,
             " on the cluster's workers" if on_cluster else "",
         )
-        arrs = _persist(*[b.dask for b in inputs], client=client)
-        return [
-            Blocked(a, b.kind, None, b.nnz) if b in from_store else b
-            for a, b in zip(arrs, inputs, strict=True)
-        ]
+        arrs = dict(
+            zip(
+                map(id, from_store),
+                _persist(*[b.dask for b in from_store], client=client),
+                strict=True,
+            )
+        )
+        local = _local(client)
+        out = []
+        for b in inputs:
+            a = arrs.get(id(b))
+            if a is None:
+                out.append(b)
+            else:
+                out.append(Blocked(a, b.kind, None, b.nnz))
+                if local:
+                    out[-1].held = _held_of(a)
+        return out
     logger.info(
         "streaming %d input(s) from their source each pass (%.1f MB > budget %.1f MB)",
         len(from_store),

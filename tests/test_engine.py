@@ -565,3 +565,50 @@ def test_dask_blocks_are_checked_for_nan_as_they_are_read():
         engine.map_reduce(lambda b: np.array([b.sum()]), B)
     ok = engine.as_blocked(da.from_array(np.ones((60, 3)), chunks=(20, 3)))
     assert engine.map_reduce(lambda b: np.array([b.sum()]), ok)[0] == 180.0
+
+
+def _any_loop_block(Xb, Yb, w):
+    return _loop_block(Xb.toarray() if sp.issparse(Xb) else Xb, Yb, w)
+
+
+@pytest.mark.parametrize("chains", [False, True])
+@pytest.mark.parametrize("source", ["numpy", "csr", "store"])
+def test_direct_path_for_many_held_blocks_is_the_graph_path(tmp_path, data, chains, source):
+    # several blocks held by this process on the default local scheduler: no graph is built
+    # (a store is read once, by the cache's persist), and the sums are the graph path's, bitwise
+    X, Xs, Y, w = data
+    Yd = np.asarray(Y.toarray(), float)
+    if source == "store":
+        ds = write_arrays(str(tmp_path / "s.zarr"), {"X": X}, block_rows=23)
+        (bx,) = engine.maybe_persist(engine.as_blocked(ds["X"]))
+        assert bx.held is not None and len(bx.held) == bx.n_blocks == 10
+    else:
+        bx = engine.as_blocked(Xs if source == "csr" else X, block_rows=23)
+    graphs = []
+    with dask.config.set(scheduler=lambda dsk, keys, **kw: graphs.append(1) or dask.get(dsk, keys)):
+        via_graph = engine.map_reduce(
+            _any_loop_block, bx, Yd, args=(w[:, 0].copy(),), chains=chains
+        )
+        rows_graph = engine.map_reduce(_rows_and_cols, bx, args=(w[:, 0].copy(),), offset=True)
+        map_graph = engine.map_rows_compute(lambda b, u: b @ u, bx, args=(w,), n_cols=2)
+    assert len(graphs) == 3
+    with dask.config.set(scheduler=None):  # the default policy: the direct path
+        seen = []
+        real = dask.base.named_schedulers["threads"]
+        dask.base.named_schedulers["threads"] = lambda *a, **k: seen.append(1) or real(*a, **k)
+        try:
+            direct = engine.map_reduce(
+                _any_loop_block, bx, Yd, args=(w[:, 0].copy(),), chains=chains
+            )
+            rows_direct = engine.map_reduce(_rows_and_cols, bx, args=(w[:, 0].copy(),), offset=True)
+            map_direct = engine.map_rows_compute(lambda b, u: b @ u, bx, args=(w,), n_cols=2)
+            P = engine.map_rows_persisted(lambda b: np.asarray(b @ w), bx, n_cols=2)
+        finally:
+            dask.base.named_schedulers["threads"] = real
+    assert not seen  # no graph on the direct path
+    for a, b in zip(
+        (*via_graph, *rows_graph, map_graph), (*direct, *rows_direct, map_direct), strict=True
+    ):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert P.held is not None and len(P.held) == bx.n_blocks
+    np.testing.assert_array_equal(np.concatenate(P.held), map_direct)

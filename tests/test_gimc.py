@@ -302,8 +302,9 @@ def test_one_compute_per_pass_and_lazy_prediction(rng, counting_scheduler):
     X, Y = _ml_data(rng)
     Xd = da.from_array(X, chunks=(100, -1))
     g = GIMC(**SMALL).fit(Xd, Y)
-    # one small compute for the initialization sample, then exactly one per pass
-    assert counting_scheduler.count == 1 + g.n_passes_
+    # one small compute for the initialization sample, one that caches the Dask input in
+    # memory (it fits the cache budget), then exactly one per pass
+    assert counting_scheduler.count == 2 + g.n_passes_
     assert g.n_passes_ <= 1 + 3 * g.n_iter_
     counting_scheduler.count = 0
     lab, sc = g.predict_topk(Xd, 3)
@@ -711,3 +712,44 @@ def test_defaults_benchmark_rule_selection():
     # without b, nothing asks for normalization; the constant raw setting is as good
     lo = sel["lodo"]["b"]
     assert lo["setting"] == [False, 0.5, 1.0, 10] and lo["val_regret"] == 70 - 64
+
+
+# ------------------------------------------------------------------------------ direct path
+
+
+@pytest.fixture
+def threads_computes(monkeypatch):
+    """Counts graphs run by the local threaded scheduler (the default policy's scheduler)."""
+    import dask.base
+    import dask.threaded
+
+    calls = []
+
+    def get(dsk, keys, **kw):
+        calls.append(keys)
+        return dask.threaded.get(dsk, keys, **kw)
+
+    monkeypatch.setitem(dask.base.named_schedulers, "threads", get)
+    return calls
+
+
+@pytest.mark.parametrize("source", ["memory", "dask"])
+def test_direct_path_builds_no_graph_per_pass_and_equals_the_graph_path(
+    rng, tmp_path, threads_computes, source
+):
+    # several in-memory blocks on the default local scheduler: no Dask graph per pass (a Dask
+    # input is cached once, then held), the same passes and the graph path's result bitwise
+    X, Y = _ml_data(rng, n=300)
+    Xin = X if source == "memory" else da.from_array(X, chunks=(60, -1))
+    kw = dict(features="both", block_rows=60 if source == "memory" else None, **SMALL)
+    g = GIMC(**kw).fit(Xin, Y)
+    assert g.n_passes_ >= 2 * g.n_iter_ >= 2
+    # a Dask input: the initialization sample and the cache (one persist), then no graph
+    assert len(threads_computes) == (0 if source == "memory" else 2)
+    with dask.config.set(scheduler="threads"):  # a set scheduler: the graph path
+        ref = GIMC(**kw).fit(Xin, Y)
+    assert len(threads_computes) >= ref.n_passes_  # one graph per pass
+    assert (g.n_iter_, g.n_passes_) == (ref.n_iter_, ref.n_passes_)
+    np.testing.assert_array_equal(g.objective_, ref.objective_)
+    np.testing.assert_array_equal(g.components_, ref.components_)
+    np.testing.assert_array_equal(g.coef_, ref.coef_)

@@ -11,7 +11,7 @@ from pathlib import Path
 __all__ = ["run_demo"]
 
 
-def _generate(url, n_rows, n_features, n_labels, seed):
+def _generate(url, n_rows, n_features, n_labels, seed, block_rows=None):
     from ooc_lowrank.generators import generate_multilabel
 
     return generate_multilabel(
@@ -21,8 +21,19 @@ def _generate(url, n_rows, n_features, n_labels, seed):
         n_features=n_features,
         n_labels=n_labels,
         labels_per_row=3.0,
+        block_rows=block_rows,
         overwrite=True,
     )
+
+
+def _fit_block_rows(n_train, n_components):
+    """Store blocks sized for the fit, not for the input row: the blocks GIMC gives in-memory
+    data (about 16 MB of the float32 feature rows ``Phi``, 2m wide, at least 4 blocks), so the
+    cached training rows keep both cores busy.  The store's own default sizes blocks by the
+    input row (100 floats + labels): the 32,000 training rows were one block, one core."""
+    from ooc_lowrank import engine
+
+    return engine._default_rows(2 * n_components * 4, n_train)
 
 
 def run_demo(
@@ -66,7 +77,8 @@ def run_demo(
         t = time.perf_counter()
         n_train = int(0.8 * n_rows)
         # one store (one ground-truth label function); rows [0, n_train) train, the rest test
-        _generate(str(root / "data.zarr"), n_rows, n_features, n_labels, seed)
+        br = _fit_block_rows(n_train, n_components)
+        _generate(str(root / "data.zarr"), n_rows, n_features, n_labels, seed, br)
         ds = open_dataset(str(root / "data.zarr"))
         X, Y = ds["X"].to_dask(), ds["Y"].to_dask()
         Xtr, Ytr, Xte, Yte = X[:n_train], Y[:n_train], X[n_train:], Y[n_train:]

@@ -23,6 +23,10 @@ from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, features_of
 
 READOUTS = ("exact", "svds")
 _KM_ROWS = 65536
+#: k-means of at most this many rows runs on one OpenMP thread: scikit-learn's threads cost
+#: more than they give on a few thousand rows of k columns (Segment, 2,310 x 7: 10 restarts x 5
+#: epochs spent 6-11 s in ``_labels_inertia`` with two threads on a busy 2-core machine).
+_KM_SERIAL_ROWS = 65536
 
 
 def sample_constraints(labels, n_pairs, *, random_state=None, symmetrize=False):
@@ -125,7 +129,19 @@ def leading_subspace(P, Q, k, method="exact"):
 
 def kmeans_blocks(T, k, *, n_init=10, n_epochs=5, block_rows=_KM_ROWS, random_state=None):
     """k-means of the rows of ``T`` by scikit-learn's ``MiniBatchKMeans.partial_fit`` over row
-    blocks (``n_epochs`` sweeps), best of ``n_init`` restarts by inertia; labels in blocks."""
+    blocks (``n_epochs`` sweeps), best of ``n_init`` restarts by inertia; labels in blocks.
+    Up to :data:`_KM_SERIAL_ROWS` rows run on one OpenMP thread."""
+    import contextlib
+
+    from ooc_lowrank.engine import _blas_controller
+
+    serial = T.shape[0] <= _KM_SERIAL_ROWS
+    ctx = _blas_controller().limit(limits=1, user_api="openmp") if serial else None
+    with ctx or contextlib.nullcontext():
+        return _kmeans_blocks(T, k, n_init, n_epochs, block_rows, random_state)
+
+
+def _kmeans_blocks(T, k, n_init, n_epochs, block_rows, random_state):
     from sklearn.cluster import MiniBatchKMeans
 
     rs = check_random_state(random_state)

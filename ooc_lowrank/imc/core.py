@@ -84,14 +84,54 @@ class FitResult:
 class Problem:
     """The data of one fit (observations and both sides) and its passes, counted."""
 
-    def __init__(self, obs, rows: Side, cols: Side, lam: float, obs_t=None):
+    def __init__(self, obs, rows: Side, cols: Side, lam: float, obs_t=None, cache_bytes=None):
         self.obs, self.rows, self.cols, self.lam = obs, rows, cols, float(lam)
         self.obs_t = obs_t  # the observations sorted by column (n2, n1), when available
         self.n_passes = 0
+        self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
+        self._held = {}  # id(side) -> (the U its Phi was computed at, Side over the held Phi)
+
+    def features(self, side: Side) -> Side:
+        """``side`` with its feature matrix ``Phi`` computed once and held (the identity map over
+        ``Phi``), while its feature parameters stay the same; ``side`` itself for the identity
+        map or when the held ``Phi`` of both sides would exceed ``cache_bytes``.
+
+        The passes of a W- or H-step (CG: a gradient and up to ``cg_iter`` Hessian-vector
+        products) all read ``Phi`` at the same ``U``: computing it once (one X-pass, counted)
+        instead of in every pass removes the ``X U`` product and the ``cos``/``sin`` of the
+        feature map from all but one of them (Segment, m = 500: about 1,100 passes per fit).
+        """
+        if side.spec is None:
+            return side
+        hit = self._held.get(id(side))
+        if hit is not None and hit[0] is side.U:
+            return hit[1]
+        dt = np.dtype(side.u_arg().dtype)
+        nbytes = int(side.X.shape[0]) * side.spec.n_features * dt.itemsize
+        others = sum(
+            int(h[1].X.shape[0]) * h[1].X.shape[1] * h[1].X.dtype.itemsize
+            for k, h in self._held.items()
+            if k != id(side)
+        )
+        cap = engine._cluster_cache_cap(None)  # half the workers' memory on a cluster
+        if nbytes + others > (self.cache_bytes if cap is None else min(cap, self.cache_bytes)):
+            return side
+        self.n_passes += 1
+        PhiB = engine.map_rows_persisted(
+            _blocks.phi_block,
+            side.X,
+            args=(side.u_arg(), side.spec),
+            n_cols=side.spec.n_features,
+            kind="dense",
+        )
+        held = Side(X=PhiB, spec=None, U=None)
+        self._held[id(side)] = (side.U, held)
+        return held
 
     def fused(self, side: Side, obs, Delta, other, residual):
         """``(Phi^T (E other), sum E^2 / 2)`` in one pass over ``side.X`` and ``obs`` (row-aligned):
         ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``)."""
+        side = self.features(side)
         self.n_passes += 1
         out, loss = engine.map_reduce(
             _blocks.fused_block,
@@ -103,7 +143,9 @@ class Problem:
 
     # X-passes ------------------------------------------------------------------------
     def project(self, side: Side, Delta, U=None):
-        """``Phi(X) Delta`` (n, k) float64, one X-pass."""
+        """``Phi(X) Delta`` (n, k) float64, one X-pass (``U``: at other feature parameters)."""
+        if U is None:
+            side = self.features(side)
         self.n_passes += 1
         Delta = np.ascontiguousarray(Delta, dtype=np.float64)
         return engine.map_rows_compute(
@@ -115,6 +157,7 @@ class Problem:
 
     def phit(self, side: Side, Z):
         """``Phi(X)^T Z`` (D, k), one X-pass."""
+        side = self.features(side)
         self.n_passes += 1
         return engine.map_reduce(_blocks.phit_block, side.X, Z, args=(side.u_arg(), side.spec))
 

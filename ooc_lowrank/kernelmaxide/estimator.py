@@ -370,10 +370,9 @@ class _MaxideBase(BaseEstimator):
         dt = _float_dtype(XB)
         f_bytes = XB.shape[0] * r * dt.itemsize
         if f_bytes <= self._budget():
-            if XB.in_memory and YB.in_memory:
-                # in-memory data and F: one block, so the engine calls the block functions
-                # directly on the local scheduler (no graph per pass; the same code and sums)
-                XB, YB = XB.rechunk([0, XB.shape[0]]), YB.rechunk([0, XB.shape[0]])
+            # in-memory data: F is held as in-memory blocks, which the engine's direct path
+            # reads without a graph per pass, on every core (no longer one block: that ran
+            # every pass on one core)
             ut = _ut_mask(YB)
             FB = engine.map_rows_persisted(
                 _blocks.features_rows_block, XB, args=(ut, *fmap.args()), n_cols=r, offset=True
