@@ -438,12 +438,14 @@ class Reduction:
         return outs[0] if self.single else tuple(outs)
 
 
-#: On a distributed cluster, numpy arguments of at least this many bytes are scattered to the
-#: workers once (content-addressed, :func:`_scattered`) instead of travelling in every graph.
-SCATTER_BYTES = 1 * 2**20
+#: On a distributed cluster, numpy arguments and in-memory row-aligned inputs (IMC's row factor
+#: ``P``, a NumPy ``X``) of at least this many bytes are scattered to the workers once
+#: (content-addressed, :func:`_scattered`) instead of travelling in every graph: a pass's graph
+#: then carries only keys, a few kB per task (``tests/test_graph_size.py``).
+SCATTER_BYTES = 64 * 2**10
 #: Scattered arguments kept alive per client, least recently used dropped first: at most this
-#: many (the factors of one greedy step or one GIMC iteration are 2-3 arrays) ...
-SCATTER_CACHE_ENTRIES = 4
+#: many (the factors and row-aligned state of one iteration are a handful of arrays) ...
+SCATTER_CACHE_ENTRIES = 8
 #: ... and at most this many bytes (every worker holds a replica; the newest is always kept).
 SCATTER_CACHE_BYTES = 256 * 2**20
 
@@ -478,7 +480,8 @@ def _scattered(a, client):
     key = (id(client), dask.base.tokenize(a))
     hit = _SCATTER_CACHE.pop(key, None)
     if hit is None:
-        hit = (client.scatter(a, broadcast=True, hash=False), int(a.nbytes))
+        nbytes = a.nbytes if isinstance(a, np.ndarray) else a.data.nbytes + a.indices.nbytes
+        hit = (client.scatter(a, broadcast=True, hash=False), int(nbytes))
     _SCATTER_CACHE[key] = hit  # most recently used last
     mine = [k for k in _SCATTER_CACHE if k[0] == id(client)]
     total = sum(_SCATTER_CACHE[k][1] for k in mine)
@@ -553,6 +556,43 @@ def _prepare(inputs):
         align(ref, b, names=("input 0", f"input {i + 1}")) for i, b in enumerate(blocked[1:])
     ]
     return blocked, ref
+
+
+def _slice_scattered(_, X, bounds=None, block_id=None):
+    i = block_id[0]
+    return X[int(bounds[i]) : int(bounds[i + 1])]
+
+
+def _shipped(blocked, client, once=False):
+    """``blocked`` for a graph on ``client``: in-memory inputs of :data:`SCATTER_BYTES` or more
+    are scattered (content-addressed and replicated, reused by every graph until they change;
+    with ``once``, to one worker and not kept: for a single persist) and sliced on the
+    workers, instead of travelling block by block inside every pass's graph."""
+    client = active_client(client)
+    if client is None:
+        return blocked
+    out = []
+    for b in blocked:
+        if not b.in_memory or b.nbytes < SCATTER_BYTES:
+            out.append(b)
+            continue
+        if once:
+            fut = client.scatter(b.source, hash=False)
+        else:
+            fut = _scattered(b.source, client)
+        arr = da.map_blocks(
+            _slice_scattered,
+            da.arange(b.n_blocks, chunks=1),
+            fut,
+            bounds=b.bounds,
+            new_axis=1,
+            chunks=(b.dask.chunks[0], (b.shape[1],)),
+            dtype=b.dtype,
+            meta=b.dask._meta,
+            name="scattered-rows-" + dask.base.tokenize(fut.key, b.bounds),
+        )
+        out.append(Blocked(arr, b.kind, b.source, b.nnz))
+    return out
 
 
 #: Memory a tree-reduction step may hold in partial results (bytes).
@@ -806,7 +846,9 @@ def reduce_blocks(
             None,
             shapes,
             single,
-            build=lambda: _chained(fn, blocked, ref, args, offset, sizes, rows_at, client),
+            build=lambda: _chained(
+                fn, _shipped(blocked, client), ref, args, offset, sizes, rows_at, client
+            ),
             direct=direct,
             inputs=blocked,
         )
@@ -814,7 +856,7 @@ def reduce_blocks(
     def build():
         packed = da.map_blocks(
             _packed_block,
-            *[b.dask for b in blocked],
+            *[b.dask for b in _shipped(blocked, client)],
             *_unwrap_args(args, active_client(client)),
             fn=fn,
             n_inputs=len(blocked),
@@ -855,7 +897,7 @@ def map_rows(
     meta = sp.csr_matrix((0, 0), dtype=dtype) if sparse else np.empty((0, 0), dtype=dtype)
     return da.map_blocks(
         _rows_block,
-        *[b.dask for b in blocked],
+        *[b.dask for b in _shipped(blocked, None)],
         *_unwrap_args(tuple(args), active_client()),
         fn=fn,
         n_inputs=len(blocked),
@@ -1359,7 +1401,8 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
         arrs = dict(
             zip(
                 map(id, from_store),
-                _persist(*[b.dask for b in from_store], client=client),
+                _persist(*[b.dask for b in _shipped(from_store, client, once=True)],
+                         client=client),  # fmt: skip
                 strict=True,
             )
         )

@@ -456,7 +456,7 @@ def test_map_rows_scatters_large_args_on_a_cluster(rng, cluster_client):
 
 def test_scatter_cache_is_bounded(rng, cluster_client, monkeypatch):
     engine._SCATTER_CACHE.clear()
-    arrays = [rng.standard_normal(2**18) for _ in range(7)]  # 2 MiB each
+    arrays = [rng.standard_normal(2**18) for _ in range(engine.SCATTER_CACHE_ENTRIES + 3)]  # 2 MiB
     futs = [engine._scattered(a, cluster_client) for a in arrays]
     assert len(engine._SCATTER_CACHE) == engine.SCATTER_CACHE_ENTRIES
     assert engine._scattered(arrays[-1], cluster_client) is futs[-1]  # a hit, no new scatter
