@@ -331,3 +331,14 @@ def test_checkpoint_on_s3_resumes_to_the_same_model(s3):
     res = GreedyLowRank(**kw).fit(X, shape=shape, checkpoint=ck, checkpoint_every=1)
     np.testing.assert_array_equal(res.U_, ref.U_)
     np.testing.assert_array_equal(res.theta_, ref.theta_)
+
+
+def test_store_replaced_on_s3_while_read_is_named(s3):
+    url = f"s3://{BUCKET}/replaced.zarr"
+    X, _ = _data(seed=3, n=60)
+    _write(url, X, overwrite=True)
+    h = open_dataset(url)["X"]
+    np.testing.assert_array_equal(h.read(0, 20), X[:20].astype(np.float32))
+    _write(url, X[::-1].copy(), overwrite=True)  # same shape, other values, a new identity
+    with pytest.raises(StoreError, match="was replaced while being read"):
+        h.read(20, 40)
