@@ -1263,6 +1263,11 @@ class ArrayHandle:
     def ndim(self):
         return 2
 
+    @property
+    def store_id(self):
+        """Identity of the store version this handle reads (see :class:`StoreReplacedError`)."""
+        return None if self._version is None else self._version.store_id
+
     def _zarr(self):
         if self._z is None:
             g = zarr.open_group(self.url, mode="r")

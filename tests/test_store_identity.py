@@ -120,3 +120,21 @@ def test_store_without_identity_opens_reads_and_survives_rebuild_manifest(tmp_pa
     _write(url, 1)  # a real replacement is still seen
     with pytest.raises(StoreError, match=REPLACED):
         h.read(60, 90)
+
+
+def test_checkpoint_of_a_replaced_store_is_refused(tmp_path):
+    from ooc_lowrank._checkpoint import CheckpointMismatchError
+
+    url, ck = str(tmp_path / "d.zarr"), str(tmp_path / "ck")
+    _write(url, 0)
+    kw = dict(n_components=8, max_iter=3, cache_bytes=0, random_state=0)
+
+    def crash(it, elapsed, obj):
+        if it == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        GIMC(**kw, callback=crash).fit(url, checkpoint=ck, checkpoint_every=1)
+    _write(url, 1)  # same shape, other data: resuming would mix the two stores
+    with pytest.raises(CheckpointMismatchError, match=r"data\.X\.store_id is '\w+' there"):
+        GIMC(**kw).fit(url, checkpoint=ck)
