@@ -661,7 +661,7 @@ class StoreReplacedError(StoreError):
         super().__init__(
             store,
             array,
-            f"store was replaced while {when} (identity {old or 'unknown'} -> {now})",
+            f"the store was replaced while {when} (identity {old or 'unknown'} -> {now})",
             None,
             "Every pass must read one version of a store: do not overwrite a store in use, "
             "and re-run the fit (or prediction) on the store now in place",
