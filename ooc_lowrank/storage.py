@@ -688,7 +688,7 @@ def _root_signature(loc: str):
             st = os.stat(os.path.join(_local_path(loc), "zarr.json"))
             return (st.st_ino, st.st_mtime_ns, st.st_size)
         return _read_file(loc, "zarr.json")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
 
 
@@ -699,7 +699,7 @@ def _current_store_id(loc: str):
         doc = json.loads(_read_file(loc, "zarr.json"))
         meta = doc["attributes"][_META_KEY]
         return _store_id(meta) if isinstance(meta, dict) else None
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
         return None
 
 
