@@ -68,7 +68,8 @@ def params_fingerprint(estimator) -> dict:
 
 
 def data_fingerprint(**blocked) -> dict:
-    """Shape, dtype, kind, nnz and row blocks of each :class:`engine.Blocked` input."""
+    """Shape, dtype, kind, nnz and row blocks of each :class:`engine.Blocked` input, and the
+    store version (``store_id``) of store-backed ones."""
     out = {}
     for name, b in blocked.items():
         bounds = np.asarray(b.bounds, dtype=np.int64)
@@ -80,6 +81,9 @@ def data_fingerprint(**blocked) -> dict:
             "n_blocks": int(bounds.size - 1),
             "bounds_sha256": hashlib.sha256(bounds.tobytes()).hexdigest()[:16],
         }
+        sid = getattr(b.source, "store_id", None)
+        if sid is not None:  # a store replaced since the checkpoint is other data
+            out[name]["store_id"] = sid
     return out
 
 

@@ -32,6 +32,13 @@ the chunks it covers exist.  Stores written before the manifest existed open wit
 :class:`OOCLowRankWarning` (a missing chunk cannot be told from an all-zero one there);
 :func:`rebuild_manifest` adds one (writing any missing chunk explicitly as zeros).
 
+Every store version has an identity, the metadata's ``store_id`` (a random token drawn by the
+writer; stores written before it existed use a checksum of their metadata).  A reader remembers
+it when the store is opened and, after every block read, checks that the root ``zarr.json`` is
+still the one it opened (one ``stat``, or one small GET remotely; the identity is read again only
+when that changed), so a store replaced under a running fit (``convert --overwrite``) stops it
+with :class:`StoreReplacedError` instead of mixing two stores' blocks into one model.
+
 Temporary stores are named ``.<name>.tmp-<pid>-<host>-<random>``.  An exception or SIGTERM
 removes them (the SIGTERM handler then hands the signal to the previous handler); after a
 SIGKILL, the next write to the same destination on the same host removes the folders of
@@ -76,6 +83,7 @@ __all__ = [
     "Dataset",
     "DatasetWriter",
     "StoreError",
+    "StoreReplacedError",
     "default_block_rows",
     "open_dataset",
     "rebuild_manifest",
@@ -712,6 +720,96 @@ def _check_manifest(url: str, g, meta: dict, *, checksums: bool) -> bool:
 #: Attempts of a local commit that another writer of the same path keeps interrupting.
 _COMMIT_ATTEMPTS = 20
 
+# ---------------------------------------------------------------------------------------------
+# store identity: every pass reads one version of a store
+# ---------------------------------------------------------------------------------------------
+
+
+class StoreReplacedError(StoreError):
+    """A store was replaced (or removed) while it was being read.
+
+    Raised by a block read (and by :func:`open_dataset`) when the store under the path is no
+    longer the version that was opened: its identity (``store_id``, written at creation) changed.
+    The data already read and the data still to read come from different stores, so the result
+    would match neither; re-run the computation on the store now in place.
+    """
+
+    def __init__(self, store, old, new, array=None, when="being read"):
+        self.old_id, self.new_id = old, new
+        now = "removed" if new is None else new
+        super().__init__(
+            store,
+            array,
+            f"the store was replaced while {when} (identity {old or 'unknown'} -> {now})",
+            None,
+            "Every pass must read one version of a store: do not overwrite a store in use, "
+            "and re-run the fit (or prediction) on the store now in place",
+        )
+
+
+def _store_id(meta: dict) -> str:
+    """The identity of the store version holding ``meta``: its ``store_id`` (a random token the
+    writer draws at creation), or, for stores written before identities existed, a checksum of
+    the metadata (without the manifest name, which :func:`rebuild_manifest` adds in place)."""
+    sid = meta.get("store_id")
+    if isinstance(sid, str) and sid:
+        return sid
+    legacy = {k: v for k, v in meta.items() if k != "manifest"}
+    return f"legacy-{zlib.crc32(json.dumps(legacy, sort_keys=True).encode()):08x}"
+
+
+def _root_signature(loc: str):
+    """A cheap fingerprint of the root ``zarr.json`` (None when it is missing): its inode, mtime
+    and size locally (one ``stat``; an atomic replacement gives a new file), its bytes remotely
+    (one small GET)."""
+    try:
+        if not _is_url(loc):
+            st = os.stat(os.path.join(_local_path(loc), "zarr.json"))
+            return (st.st_ino, st.st_mtime_ns, st.st_size)
+        return _read_file(loc, "zarr.json")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _current_store_id(loc: str):
+    """The identity of the store now at ``loc``, or None when there is none (removed, or in the
+    middle of a remote replacement)."""
+    try:
+        doc = json.loads(_read_file(loc, "zarr.json"))
+        meta = doc["attributes"][_META_KEY]
+        return _store_id(meta) if isinstance(meta, dict) else None
+    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError):
+        return None
+
+
+class _StoreVersion:
+    """The version of a store a reader opened: its identity and the root-metadata fingerprint
+    seen then.  :meth:`check` costs one ``stat`` (remotely one small GET) and reads the identity
+    again only when the fingerprint changed.  Travels with pickled array handles."""
+
+    def __init__(self, url: str, store_id: str, signature):
+        self.url, self.store_id, self.signature = url, store_id, signature
+
+    def check(self, array=None, cause=None, when="being read"):
+        """Raise :class:`StoreReplacedError` if the store in place is no longer this version.
+
+        With ``cause`` (the error a read raised, which the caller re-raises when this returns),
+        a failure of the check itself is ignored, so the original error is shown.
+        """
+        try:
+            sig = _root_signature(self.url)
+            if sig is not None and sig == self.signature:
+                return
+            now = _current_store_id(self.url)
+        except Exception:
+            if cause is None:
+                raise
+            return
+        if now is not None and now == self.store_id:
+            self.signature = sig  # the same store, its metadata rewritten in place
+            return
+        raise StoreReplacedError(self.url, self.store_id, now, array, when) from cause
+
 
 def _commit(tmp: str, dest: str) -> None:
     """Move a finished store from ``tmp`` to ``dest``, replacing an old one atomically (local).
@@ -779,6 +877,9 @@ def _commit_remote(tmp: str, dest: str) -> None:
     if fs.exists(dpath):
         old = _fs(_sibling(dest, "old"))[1]
         _copy_tree(fs, dpath, old)
+        # the root metadata first: a reader of the old store then fails every later block
+        # read as "replaced" (see _StoreVersion), never as a missing chunk
+        fs.rm(f"{dpath.rstrip('/')}/zarr.json")
         fs.rm(dpath, recursive=True)
     try:
         _copy_tree(fs, tpath, dpath)
@@ -1248,6 +1349,8 @@ class DatasetWriter:
             },
             "attrs": self.attrs,
             "manifest": MANIFEST_FILE,
+            # identity of this version: readers check it on every block (StoreReplacedError)
+            "store_id": uuid.uuid4().hex,
         }
         for name in self._direct:  # chunks written directly: the shape is set once, now
             self._arrays[name].resize((n, self._specs[name].n_cols))
@@ -1292,8 +1395,10 @@ class ArrayHandle:
         Rows per stored block.
     """
 
-    def __init__(self, url, name, meta, n_rows, block_rows, strict_chunks=True):
+    def __init__(self, url, name, meta, n_rows, block_rows, strict_chunks=True, version=None):
         self.url, self.name = url, name
+        #: the store version opened (a _StoreVersion): every block read checks it is still there
+        self._version = version
         #: stores with a chunk manifest: every chunk exists, so a missing one is an error
         self.strict_chunks = bool(strict_chunks)
         self.kind = meta["kind"]
@@ -1324,6 +1429,11 @@ class ArrayHandle:
     @property
     def ndim(self):
         return 2
+
+    @property
+    def store_id(self):
+        """Identity of the store version this handle reads (see :class:`StoreReplacedError`)."""
+        return None if self._version is None else self._version.store_id
 
     def _zarr(self):
         if self._z is None:
@@ -1477,11 +1587,30 @@ class ArrayHandle:
         ``scipy.sparse.csr_matrix`` of that shape (coo: column indices are the observed columns).
         Every block read is checked (finite values; for sparse kinds monotone indptr and column
         indices inside ``[0, n_cols)``), so a corrupt store can never hand a kernel a bad index.
+
+        Raises
+        ------
+        StoreReplacedError
+            When the store was replaced (or removed) since it was opened: checked after every
+            read (and instead of the error a read of a replaced store raises), with one
+            ``stat`` of the root metadata (one small GET remotely).
         """
         n = self.shape[0]
         stop = n if stop is None else stop
         if not (0 <= start <= stop <= n):
             raise IndexError(f"{self.name}: row range [{start}, {stop}) outside [0, {n})")
+        if self._version is None:
+            return self._read(start, stop)
+        try:
+            out = self._read(start, stop)
+        except Exception as e:
+            self._version.check(self.name, cause=e)
+            raise
+        # after the read: data read before a replacement is the opened version's
+        self._version.check(self.name)
+        return out
+
+    def _read(self, start, stop):
         where = f" (rows {start}:{stop})"
         try:
             z = self._zarr()
@@ -1549,15 +1678,18 @@ class ArrayHandle:
 class Dataset:
     """An opened, validated dataset store.  Index it by array name: ``ds["X"]``."""
 
-    def __init__(self, url, meta, strict_chunks=True):
+    def __init__(self, url, meta, strict_chunks=True, version=None):
         self.url = url
         self.meta = meta
+        #: identity of the store version opened (``meta["store_id"]``, or a checksum of the
+        #: metadata for stores written before identities existed)
+        self.store_id = _store_id(meta)
         self.n_rows = int(meta["n_rows"])
         self.block_rows = int(meta["block_rows"])
         self.row_blocks = np.asarray(meta["row_blocks"], dtype=np.int64)
         self.attrs = dict(meta.get("attrs", {}))
         self._handles = {
-            name: ArrayHandle(url, name, m, self.n_rows, self.block_rows, strict_chunks)
+            name: ArrayHandle(url, name, m, self.n_rows, self.block_rows, strict_chunks, version)
             for name, m in meta["arrays"].items()
         }
 
@@ -1710,6 +1842,7 @@ def _open_dataset(url, verify):
             None,
             "Check the path, or create it with `ooc-lowrank convert` / `generate`",
         )
+    sig = _root_signature(url)  # before the metadata: a replacement from here on is seen
     try:
         g = zarr.open_group(url, mode="r")
     except Exception as e:  # zarr raises several types for a non-group / broken metadata
@@ -1731,6 +1864,16 @@ def _open_dataset(url, verify):
             None,
             "Write it again with DatasetWriter/convert",
         )
+    version = _StoreVersion(url, _store_id(meta), sig)
+    try:
+        return _check_dataset(url, g, meta, verify, version)
+    except StoreError as e:
+        version.check(cause=e, when="being opened")
+        raise
+
+
+def _check_dataset(url, g, meta, verify, version):
+    """Validate an opened store's metadata and chunks (see :func:`open_dataset`)."""
     if meta.get("format") != FORMAT_NAME:
         raise StoreError(url, None, f"format must be {FORMAT_NAME!r}", meta.get("format"))
     if meta.get("format_version") != FORMAT_VERSION:
@@ -1836,7 +1979,7 @@ def _open_dataset(url, verify):
                 "must be non-decreasing",
                 f"indptr[{i}]={ip[i]} > indptr[{i + 1}]={ip[i + 1]}",
             )
-    ds = Dataset(url, meta, strict)
+    ds = Dataset(url, meta, strict, version)
     if verify == "full":
         for h in ds._handles.values():
             for _ in h.iter_blocks():

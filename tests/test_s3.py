@@ -400,3 +400,13 @@ def test_table_converters_read_s3_for_every_kind(s3, tmp_path):
     )
     v = open_dataset(tmp_path / "v.zarr")
     assert v["X0"].shape == (4, 4) and v["y"].read().ravel().tolist() == [1.0, 3.0, 2.0, 3.0]
+
+def test_store_replaced_on_s3_while_read_is_named(s3):
+    url = f"s3://{BUCKET}/replaced.zarr"
+    X, _ = _data(seed=3, n=60)
+    _write(url, X, overwrite=True)
+    h = open_dataset(url)["X"]
+    np.testing.assert_array_equal(h.read(0, 20), X[:20].astype(np.float32))
+    _write(url, X[::-1].copy(), overwrite=True)  # same shape, other values, a new identity
+    with pytest.raises(StoreError, match="was replaced while being read"):
+        h.read(20, 40)
