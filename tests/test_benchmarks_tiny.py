@@ -153,7 +153,7 @@ def test_bench_small_tiny_structure(tmp_path):
     assert json.loads(out.read_text())["benchmark"] == "small"
     assert set(res["cases"]) == set(bench_small.CASES)
     for name, case in res["cases"].items():
-        assert "skipped" not in case, (name, case)
+        assert "skipped" not in case and "error" not in case, (name, case.get("traceback", case))
         assert case["ours"], name
         for label, r in case["ours"].items():
             where = (name, label)
