@@ -322,6 +322,9 @@ def run_one(run: Run, *, profile=True, log=print):
     rec["metric"] = {k: float(v) for k, v in run.score(model).items()}
     if run.ours:
         rec["passes"] = None if run.passes is None else int(run.passes(model))
+        for attr in ("n_iter_", "n_trials_"):  # iterations; GIMC's trials per line-search pass
+            if isinstance(getattr(model, attr, None), (int, np.integer)):
+                rec[attr.rstrip("_")] = int(getattr(model, attr))
         rec["dask_computes"] = len(p.counter.tasks)
         rec["graph_tasks"] = p.counter.tasks
         rec["graph_tasks_total"] = int(sum(p.counter.tasks))
@@ -851,7 +854,8 @@ def main(argv=None):
                 log(traceback.format_exc())
                 continue
             if marks is not None:  # the timed fit's iterations, not the profiled one's
-                rec["throughput"] = _throughput(marks, *shape, 1)
+                (first,) = [r for r in rec["ours"].values() if "n_trials" in r][:1]
+                rec["throughput"] = _throughput(marks, *shape, first["n_trials"])
             rec["seconds_case"] = time.perf_counter() - t
             rec["loadavg_end"] = os.getloadavg()
             res["cases"][name] = rec
@@ -863,7 +867,8 @@ def main(argv=None):
 
 
 def summary(res):
-    """One line per (case, ours): seconds, metric, best time ratio; the throughput ratio."""
+    """One entry per (case, ours): seconds, metric, passes, computes, the time and CPU ratios to
+    each peer; and the GIMC throughput ratio demo / big."""
     out = {}
     for name, c in res["cases"].items():
         for label, r in c.get("ours", {}).items():
@@ -873,6 +878,7 @@ def summary(res):
                 "passes": r["passes"],
                 "dask_computes": r["dask_computes"],
                 "time_ratio_to_peer": r["time_ratio_to_peer"],
+                "cpu_ratio_to_peer": r["cpu_ratio_to_peer"],
             }
     demo = res["cases"].get("gimc_demo", {}).get("throughput")
     big = res["cases"].get("gimc_big", {}).get("throughput")
