@@ -797,6 +797,7 @@ def main(argv=None):
     p.add_argument("--mvm-solver", default="lbfgs", help="MVM solver on mfeat")
     p.add_argument("--no-profile", action="store_true", help="skip the profiled fits")
     p.add_argument("--workdir", default=None, help="keep generated stores here (reused)")
+    p.add_argument("--note", default=None, help="stored as the result's note (conditions)")
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
     only = CASES if a.only is None else tuple(c.strip() for c in a.only.split(","))
@@ -812,6 +813,7 @@ def main(argv=None):
     res = {
         "benchmark": "small",
         "tiny": a.tiny,
+        "note": a.note,
         "command": "python benchmarks/bench_small.py " + " ".join(argv or sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg(),
                     "blas": [{k: i.get(k) for k in ("internal_api", "num_threads")}
