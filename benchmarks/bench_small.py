@@ -793,7 +793,7 @@ def main(argv=None):
     p.add_argument("--out", default=str(HERE / "results" / "small.json"))
     p.add_argument("--big", action="store_true", help="gimc_big at 1M x 500 (a 2 GB store)")
     p.add_argument("--big-rows", type=int, default=200_000, help="gimc_big rows without --big")
-    p.add_argument("--mvm-solver", default="lbfgs", help="MVM solver on mfeat")
+    p.add_argument("--mvm-solver", default="auto", help="MVM solver on mfeat (default: the library default)")
     p.add_argument("--no-profile", action="store_true", help="skip the profiled fits")
     p.add_argument("--workdir", default=None, help="keep generated stores here (reused)")
     p.add_argument("--note", default=None, help="stored as the result's note (conditions)")

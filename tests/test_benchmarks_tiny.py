@@ -175,12 +175,13 @@ def test_bench_small_tiny_structure(tmp_path):
             assert set(r["time_ratio_to_peer"]) == {
                 p for p, v in case["peers"].items() if "seconds" in v
             }, (name, label)
-    # at most one dask compute per pass (STYLE 5); fits on one in-memory block take the engine's
-    # direct path: no graph at all (GIMC's in-memory fits still build one per pass: issue 24)
+    # at most one dask compute per pass (STYLE 5); fits on in-memory data take the engine's
+    # direct path: no graph at all (issue 24)
     for name, case in res["cases"].items():
         for label, r in case["ours"].items():
             assert r["dask_computes"] <= r["passes"] + 1, (name, label, r["graph_tasks"])
-    for name in ("mvm_mfeat_binary", "mvm_mfeat_ovr", "kernelmaxide_arts", "clustering_segment"):
+    for name in ("mvm_mfeat_binary", "mvm_mfeat_ovr", "kernelmaxide_arts", "clustering_segment",
+                 "gimc_bibtex", "glrl_movielens"):  # fmt: skip
         for label, r in res["cases"][name]["ours"].items():
             assert r["dask_computes"] == 0 and r["breakdown"]["scheduler"] == 0, (name, label)
     for name in ("gimc_demo", "gimc_big"):
