@@ -214,6 +214,36 @@ def _inter(**kw):
         (pa.table({"tags": [["x"], None]}), dict(kind="labels", label_list="tags"), "holds a null"),
         (pa.table({"a": [1.0]}), dict(kind="labels"), "needs label_list or class_column"),
         (pa.table({"a": [1.0]}), dict(kind="matrix"), "kind must be one of"),
+        (
+            pa.table({"id": [5, 7, 5], "a": [1.0, 2.0, 3.0]}),
+            dict(kind="features", row_key="id", feature_columns="a"),
+            r"row key column 'id' holds the key 5 twice \(rows 0 and 2",
+        ),
+        (
+            pa.table({"id": ["x", "y", "z", "y"], "tags": [["a"], ["b"], [], ["a"]]}),
+            dict(kind="labels", row_key="id", label_list="tags"),
+            r"holds the key 'y' twice \(rows 1 and 3",
+        ),
+        (
+            pa.table({"id": [1, 1], "u": ["a", "b"]}),
+            dict(kind="views", row_key="id", views={"user": ["u"]}),
+            "holds the key 1 twice",
+        ),
+        (
+            pa.table({"r": pa.array([1, 2**63 + 1], pa.uint64()), "c": [1, 2], "v": [1.0, 2.0]}),
+            _inter(),
+            r"row key column 'r' holds the unsigned 64-bit key 9223372036854775809 \(row 1",
+        ),
+        (
+            pa.table({"id": pa.array([2**64 - 1], pa.uint64()), "a": [1.0]}),
+            dict(kind="features", row_key="id", feature_columns="a"),
+            "unsigned 64-bit key 18446744073709551615",
+        ),
+        (
+            pa.table({"u": pa.array([3, 2**63], pa.uint64())}),
+            dict(kind="views", views={"user": ["u"]}, hash_features=8),
+            r"view \(category\) column 'u' holds the unsigned 64-bit key 9223372036854775808",
+        ),
     ],
 )
 def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
@@ -718,3 +748,18 @@ def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
     assert np.array_equal(voc.index(queries), want)
     nul = Vocabulary(pa.array(["a", "a\x00"]))
     assert nul._fixed is None and nul.index(pa.array(["a\x00", "a", "b"])).tolist() == [1, 0, -1]
+
+
+def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):
+    """Distinct row keys whose 64-bit hashes collide (forced here) convert; a repeat is named."""
+    import ooc_lowrank.io.tables as tables
+
+    monkeypatch.setattr(tables, "hash_keys", lambda keys, seed=0: np.zeros(len(keys), np.uint64))
+    t = pa.table({"id": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+    kw = dict(kind="features", row_key="id", feature_columns="x", batch_rows=2)
+    convert_table(t, str(tmp_path / "ok.zarr"), **kw)
+    assert read_vocabulary(str(tmp_path / "ok.zarr"), "rows").to_pylist() == ["a", "b", "c"]
+    t = pa.table({"id": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
+    with pytest.raises(ConversionError, match=r"the key 'a' twice \(rows 0 and 2"):
+        convert_table(t, str(tmp_path / "bad.zarr"), **kw)
+    assert not (tmp_path / "bad.zarr").exists()

@@ -60,7 +60,10 @@ Four targets (``kind``):
     (an unseen value goes to 'other', or is an error naming it when there is no 'other').
 
 For the row-aligned kinds, ``row_key`` (optional) stores the row keys in table order as
-``side/rows.parquet`` (not checked for uniqueness).
+``side/rows.parquet``; they must be distinct (a repeated key is an error naming it and its
+two rows; checked on a 64-bit hash per row, equal hashes re-checked exactly).  Integer keys
+are stored as int64: an unsigned 64-bit key above 2**63 - 1 is an error (cast such keys to
+strings).
 
 Bad input raises :class:`ConversionError` naming the column, the rule, the value and the fix,
 before the store is opened for writing: a missing column, a null key, a non-numeric value
@@ -424,13 +427,64 @@ def _keys(batch, col, role, offset, src):
     """A key column as int64 or large_string, without nulls."""
     arr = _decode(batch.column(col))
     _no_nulls(arr, col, role, offset, src)
-    return _norm_keys(arr)
+    return _norm_keys(arr, col, role, offset, src)
 
 
-def _norm_keys(arr):
+_INT64_MAX = pa.scalar(2**63 - 1, pa.uint64())
+
+
+def _norm_keys(arr, col=None, role="key", offset=None, src=None):
+    """Keys as int64 or large_string; an unsigned 64-bit key above 2**63 - 1 is an error
+    (keys are stored as int64), named by ``col`` / ``role`` / row ``offset`` when given."""
+    if pa.types.is_uint64(arr.type) and len(arr) and pc.any(pc.greater(arr, _INT64_MAX)).as_py():
+        k = int(np.flatnonzero(pc.greater(arr, _INT64_MAX).to_numpy(zero_copy_only=False))[0])
+        where = "" if offset is None else f" (row {offset + k} of the table)"
+        raise _err(
+            f"{role} column {col!r} holds the unsigned 64-bit key {arr[k].as_py()}{where}, "
+            "above 2**63 - 1: integer keys are stored as int64",
+            arr[k].as_py(),
+            "cast the keys to strings, or subtract 2**63 from them (e.g. "
+            "pyarrow.compute.cast(col, pa.string()))",
+            None if src is None else src.name,
+        )
     if pa.types.is_integer(arr.type):
         return arr.cast(pa.int64())
     return arr.cast(pa.large_string())
+
+
+class _UniqueKeys:
+    """Check that the row keys of a row-aligned table are distinct: 8 bytes (a 64-bit hash) per
+    row while reading; the rare equal hashes are checked exactly by re-reading the key column."""
+
+    def __init__(self, src, col):
+        self.src, self.col, self._hashes = src, col, []
+
+    def add(self, keys) -> None:
+        self._hashes.append(hash_keys(keys))
+
+    def check(self) -> None:
+        if not self._hashes:
+            return
+        h = np.sort(np.concatenate(self._hashes))
+        self._hashes = []
+        dup = np.unique(h[1:][h[1:] == h[:-1]])
+        if not dup.size:
+            return
+        seen, offset = {}, 0
+        for batch in self.src.batches([self.col]):
+            keys = _keys(batch, self.col, "row key", offset, self.src)
+            for k in np.flatnonzero(np.isin(hash_keys(keys), dup)).tolist():
+                key = keys[k].as_py()
+                if key in seen:
+                    raise _err(
+                        f"row key column {self.col!r} holds the key {key!r} twice (rows "
+                        f"{seen[key]} and {offset + k} of the table); row keys must be distinct",
+                        key,
+                        "deduplicate the table (one row per key), or convert without row_key",
+                        self.src.name,
+                    )
+                seen[key] = offset + k
+            offset += batch.num_rows
 
 
 def _values(batch, col, role, offset, src) -> np.ndarray:
@@ -853,9 +907,10 @@ class _RowSpec:
             self.class_vocab = Vocabulary(read_vocabulary(self.vocabulary_from, "classes"))
         cls_b = _VocabBuilder() if self.class_is_key and self.class_vocab is None else None
         max_index, offset = -1, 0
+        unique = _UniqueKeys(src, self.row_key) if self.row_key else None
         for batch in src.batches(self.columns):
             if self.row_key:
-                _keys(batch, self.row_key, "row key", offset, src)
+                unique.add(_keys(batch, self.row_key, "row key", offset, src))
             for c in self.fcols:
                 _values(batch, c, "feature", offset, src)
             if self.flist:
@@ -905,7 +960,7 @@ class _RowSpec:
                     batch.column(self.llist), self.llist, "label list", offset, src
                 )
                 if lab_b is not None:
-                    lab_b.add(_norm_keys(flat))
+                    lab_b.add(_norm_keys(flat, self.llist, "label list", None, src))
                 else:
                     idx = self.label_vocab.index(flat)
                     if (idx < 0).any():
@@ -935,6 +990,8 @@ class _RowSpec:
             offset += batch.num_rows
         if offset == 0:
             raise _err("the table has no rows", None, "check the source", src.name)
+        if unique is not None:
+            unique.check()
         if lab_b is not None:
             self.label_vocab = lab_b.finish()[0]
         if cls_b is not None:
@@ -1258,7 +1315,10 @@ class _ViewSpec:
         if flat.null_count:
             ok = flat.is_valid().to_numpy(zero_copy_only=False)
             flat, rows, null_rows = flat.filter(pa.array(ok)), rows[ok], rows[~ok]
-        flat = flat.cast(pa.int64()) if pa.types.is_boolean(flat.type) else flat
+        if pa.types.is_boolean(flat.type):
+            flat = flat.cast(pa.int64())
+        elif pa.types.is_integer(flat.type):
+            flat = _norm_keys(flat, col, "view (category)", None, self.src)
         return rows, flat, null_rows
 
     def validate(self):
@@ -1266,9 +1326,10 @@ class _ViewSpec:
         if self.hash is None and self.fixed is None:
             builders = {c: _VocabBuilder() for c, t in self.types.items() if t != "numeric"}
         offset = 0
+        unique = _UniqueKeys(self.src, self.row_key) if self.row_key else None
         for batch in self.src.batches(self.columns):
             if self.row_key:
-                _keys(batch, self.row_key, "row key", offset, self.src)
+                unique.add(_keys(batch, self.row_key, "row key", offset, self.src))
             if self.target:
                 _values(batch, self.target, "target", offset, self.src)
             for c, t in self.types.items():
@@ -1281,6 +1342,8 @@ class _ViewSpec:
             offset += batch.num_rows
         if offset == 0:
             raise _err("the table has no rows", None, "check the source", self.src.name)
+        if unique is not None:
+            unique.check()
         for c, b in builders.items():
             if b._done is None and not b._pending:
                 self.vocab[c] = Vocabulary(pa.array([], pa.large_string()))
