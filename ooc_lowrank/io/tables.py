@@ -510,6 +510,8 @@ def _values(batch, col, role, offset, src) -> np.ndarray:
 #: A string vocabulary up to this many bytes (keys x longest key) is also kept as a sorted
 #: fixed-width bytes array, searched per batch; beyond it each batch builds a hash table.
 _MAX_FIXED_BYTES = 1 << 28
+#: Integer keys spread over at most this many values are counted in an array (8 bytes each).
+_MAX_DENSE_SPAN = 1 << 24
 
 
 def _fixed_bytes(arr, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -570,6 +572,11 @@ class Vocabulary:
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
             return np.where(self._sorted[pos] == a, self._order[pos], -1).astype(np.int64)
+        if self._fixed is not None and len(arr) > 1024:  # search each distinct key once
+            enc = pc.dictionary_encode(arr)
+            if len(enc.dictionary) < len(arr) // 2:
+                idx = self.index(enc.dictionary)
+                return idx[enc.indices.to_numpy(zero_copy_only=False)]
         if self._fixed is not None:  # searchsorted on fixed-width bytes: no hash table per batch
             w, fixed, flens, order = self._fixed
             q, qlens = _fixed_bytes(arr, w)
@@ -584,14 +591,42 @@ class Vocabulary:
 
 
 class _VocabBuilder:
-    """Distinct keys (and how often each occurs) of a stream of key arrays, merged in bulk."""
+    """Distinct keys (and how often each occurs) of a stream of key arrays, merged in bulk.
+
+    Integer keys within a span of ``_MAX_DENSE_SPAN`` values are counted in an array indexed by
+    ``key - lowest`` (``np.bincount``: 10x faster than a hash table per batch); keys spread
+    wider, and strings, go through ``pyarrow.compute.value_counts`` and a grouped merge.
+    """
 
     def __init__(self):
         self._done = None  # pa.Table (key, n)
         self._pending: list[pa.Table] = []
         self._n_pending = 0
+        self._dense = None  # (lowest key, counts) while integer keys stay within a span
+        self._hashed = False  # once keys left the span (or are strings): value_counts only
+
+    @property
+    def empty(self) -> bool:
+        return self._done is None and not self._pending and self._dense is None
 
     def add(self, keys: pa.Array) -> None:
+        if not self._hashed and pa.types.is_integer(keys.type):
+            if not len(keys):
+                return
+            k = keys.to_numpy()
+            lo, hi = int(k.min()), int(k.max())
+            if self._dense is not None:
+                lo0, c0 = self._dense
+                lo, hi = min(lo, lo0), max(hi, lo0 + c0.size - 1)
+            if hi - lo < _MAX_DENSE_SPAN:
+                counts = np.bincount(k - lo, minlength=hi - lo + 1)
+                if self._dense is not None:
+                    counts[lo0 - lo : lo0 - lo + c0.size] += c0
+                self._dense = (lo, counts)
+                return
+            self._hashed = True
+            self._dense_to_pending()
+        self._hashed = True
         vc = pc.value_counts(keys)
         self._pending.append(
             pa.table({"key": vc.field("values"), "n": vc.field("counts").cast(pa.int64())})
@@ -599,6 +634,14 @@ class _VocabBuilder:
         self._n_pending += len(vc)
         if self._n_pending > max(1 << 20, 0 if self._done is None else self._done.num_rows):
             self._merge()
+
+    def _dense_to_pending(self):
+        if self._dense is not None:
+            lo, counts = self._dense
+            nz = np.flatnonzero(counts)
+            self._pending.append(pa.table({"key": nz + lo, "n": counts[nz].astype(np.int64)}))
+            self._n_pending += nz.size
+            self._dense = None
 
     def _merge(self):
         parts = ([self._done] if self._done is not None else []) + self._pending
@@ -609,6 +652,12 @@ class _VocabBuilder:
 
     def finish(self) -> tuple[Vocabulary, np.ndarray]:
         """The sorted vocabulary and the count of every key."""
+        if self.empty:
+            return Vocabulary(pa.array([], pa.int64())), np.zeros(0, np.int64)
+        if self._dense is not None and not self._hashed:  # already sorted
+            lo, counts = self._dense
+            nz = np.flatnonzero(counts)
+            return Vocabulary(pa.array(nz + lo)), counts[nz].astype(np.int64)
         self._merge()
         t = self._done.sort_by("key")
         return Vocabulary(t.column("key")), t.column("n").to_numpy().astype(np.int64)
@@ -639,7 +688,25 @@ def _fixed_vocabulary(keys, what) -> Vocabulary:
 # ----------------------------------------------------------------------------------------------
 # interactions (and long feature tables)
 
-_REC = np.dtype([("row", "<i8"), ("col", "<i8"), ("val", "<f8"), ("w", "<f8")])
+
+def _pair_order(rows, cols, n_rows, n_cols) -> np.ndarray:
+    """The permutation sorting entries by (row, col), stably (read order within a pair).
+
+    Fast path: one unique int64 key ``(row * n_cols + col) * n + position`` sorted by value
+    (numpy's SIMD sort, about 3.5x faster than a stable argsort); its remainder mod ``n`` is
+    the permutation.  Wider keys: a stable argsort of ``row * n_cols + col``, else lexsort.
+    """
+    n = rows.size
+    span = n_rows * max(n_cols, 1)
+    if span * max(n, 1) < 2**62:
+        key = rows * n_cols + cols
+        key *= n
+        key += np.arange(n)
+        key.sort()
+        return key % max(n, 1)
+    if span < 2**62:
+        return np.argsort(rows * n_cols + cols, kind="stable")
+    return np.lexsort((cols, rows))
 
 
 def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
@@ -668,7 +735,7 @@ def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
         return rec.take(np.r_[starts[1:], rec.size] - 1)
     out = rec.take(starts)
     n = np.diff(np.r_[starts, rec.size]).astype(np.float64)
-    for f in ("val", "w"):
+    for f in rec.dtype.names[2:]:  # "val" and / or "w"
         s = np.add.reduceat(rec[f], starts)
         out[f] = s / n if policy == "mean" else s
     return out
@@ -757,40 +824,42 @@ def _convert_pairs(
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
     starts = bucket_starts(counts, bucket_nnz)
+    # records hold only what is read: values unless all ones (and not summed), weights if any
+    fields = [("row", "<i8"), ("col", "<i8")]
+    if value is not None or duplicates in ("sum", "mean"):
+        fields.append(("val", "<f8"))
+    if weight is not None:
+        fields.append(("w", "<f8"))
+    rec_dtype = np.dtype(fields)
     with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
-        buckets = RowBuckets(tmp, starts, _REC)
+        buckets = RowBuckets(tmp, starts, rec_dtype)
         # pass 2: spill every entry to its row range's file
         offset = 0
         for batch in src.batches(cols):
             r, c, v, w = columns(batch, offset)
-            rec = np.empty(batch.num_rows, _REC)
-            rec["row"], rec["col"], rec["val"], rec["w"] = rv.index(r), cv.index(c), v, w
+            rec = np.empty(batch.num_rows, rec_dtype)
+            rec["row"], rec["col"] = rv.index(r), cv.index(c)
+            if "val" in rec_dtype.names:
+                rec["val"] = v
+            if weight is not None:
+                rec["w"] = w
             buckets.spill(rec)
             offset += batch.num_rows
-        # pass 3: sort every bucket by (row, col), apply the duplicates rule, count per row
-        nnz = np.zeros(n_rows, np.int64)
-        for bi in range(len(buckets)):
-            rec = buckets.load(bi, sort=False)
-            r0, r1 = int(starts[bi]), int(starts[bi + 1])
-            if (r1 - r0) * max(n_cols, 1) < 2**62:  # one int64 key: faster than lexsort
-                order = np.argsort((rec["row"] - r0) * n_cols + rec["col"], kind="stable")
-            else:
-                order = np.lexsort((rec["col"], rec["row"]))
-            rec = rec.take(order)  # stable: read order within a pair
-            rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
-            nnz[r0:r1] = np.bincount(rec["row"] - r0, minlength=r1 - r0)
-            buckets.store(bi, rec)
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
-        # pass 4: write
+        # pass 3: sort every bucket by (row, col, read order), apply the duplicates rule, write
+        # (a duplicate error stops the writer: its hidden store is removed, nothing appears)
         def blocks():
             for bi in range(len(buckets)):
                 r0, r1 = int(starts[bi]), int(starts[bi + 1])
                 rec = buckets.load(bi, sort=False)
+                rec = rec.take(_pair_order(rec["row"] - r0, rec["col"], r1 - r0, n_cols))
+                rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
                 ptr = np.zeros(r1 - r0 + 1, np.int64)
-                np.cumsum(nnz[r0:r1], out=ptr[1:])
-                b = {array: csr_from_parts(ptr, rec["col"], rec["val"], n_cols, dt)}
+                np.cumsum(np.bincount(rec["row"] - r0, minlength=r1 - r0), out=ptr[1:])
+                val = rec["val"] if "val" in rec_dtype.names else np.ones(rec.size)
+                b = {array: csr_from_parts(ptr, rec["col"], val, n_cols, dt)}
                 if weight is not None:
                     b["weight"] = csr_from_parts(ptr, rec["col"], rec["w"], n_cols, dt)
                 yield b
@@ -1345,7 +1414,7 @@ class _ViewSpec:
         if unique is not None:
             unique.check()
         for c, b in builders.items():
-            if b._done is None and not b._pending:
+            if b.empty:
                 self.vocab[c] = Vocabulary(pa.array([], pa.large_string()))
                 continue
             voc, counts = b.finish()
