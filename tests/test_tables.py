@@ -798,3 +798,93 @@ def test_vocab_builder_dense_integer_counts_then_wide_keys():
     assert voc.index(pa.array([9, 8, 7])).tolist() == [1, -1, 0]
     voc, n = _VocabBuilder().finish()
     assert len(voc) == 0 and n.size == 0
+
+
+def _ratings(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    pairs = {(f"u{rng.integers(30)}", int(rng.integers(20))) for _ in range(n)}
+    r, c = zip(*sorted(pairs), strict=True)
+    return pa.table({"r": list(r), "c": list(c), "v": np.arange(len(r), dtype=np.float64)})
+
+
+def test_split_interactions_by_pair_hash_uses_the_training_vocabularies(tmp_path):
+    """A split by a hash of (row, col): every entry lands in exactly one store (or is dropped
+    from test, counted, when a key of it is unseen in training); test indexes train's matrix."""
+    t = _ratings()
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    kw = _inter(split_by=["r", "c"], test_fraction=0.3, test_dest=te, batch_rows=64)
+    convert_table(t, tr, **kw)
+    a, b = _entries(tr), _entries(te)
+    assert read_vocabulary(te, "rows") == read_vocabulary(tr, "rows")
+    assert read_vocabulary(te, "cols") == read_vocabulary(tr, "cols")
+    assert _obs(te).shape == _obs(tr).shape and 0.15 < len(b) / t.num_rows < 0.45
+    dropped = open_dataset(te).attrs["dropped_unseen"]
+    whole = {(r, c): v for r, c, v in zip(*t.to_pydict().values(), strict=True)}
+    assert not set(a) & set(b) and len(a) + len(b) + dropped == len(whole)
+    assert {**a, **b}.items() <= whole.items()
+    # the same seed splits the same way again; another seed differently
+    convert_table(t, str(tmp_path / "tr2.zarr"), **dict(kw, test_dest=str(tmp_path / "t2")))
+    assert _entries(tmp_path / "tr2.zarr") == a
+    kw3 = dict(kw, test_dest=str(tmp_path / "t3"), split_seed=5)
+    convert_table(t, str(tmp_path / "tr3.zarr"), **kw3)
+    assert _entries(tmp_path / "tr3.zarr") != a
+
+
+def test_split_by_row_key_consistent_across_kinds(tmp_path):
+    """Split by user: test users are new rows (own row vocabulary, training columns), and a
+    user features table split with the same seed sends every user to the same side."""
+    t = _ratings()
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    convert_table(t, tr, **_inter(split_by="r", test_fraction=0.4, test_dest=te))
+    train_users = set(read_vocabulary(tr, "rows").to_pylist())
+    test_users = set(read_vocabulary(te, "rows").to_pylist())
+    assert train_users and test_users and not train_users & test_users
+    assert read_vocabulary(te, "cols") == read_vocabulary(tr, "cols")
+    assert "rows sorted" in open_dataset(te).attrs["key_order"]
+    users = sorted(train_users | test_users)
+    feats = pa.table({"r": users, "age": np.arange(len(users), dtype=np.float64)})
+    ftr, fte = str(tmp_path / "ftr.zarr"), str(tmp_path / "fte.zarr")
+    convert_table(
+        feats,
+        ftr,
+        kind="features",
+        row_key="r",
+        feature_columns="age",
+        split_by="r",
+        test_fraction=0.4,
+        test_dest=fte,
+    )
+    assert set(read_vocabulary(ftr, "rows").to_pylist()) == train_users
+    assert set(read_vocabulary(fte, "rows").to_pylist()) == test_users
+
+
+def test_split_by_value_labels_use_the_training_label_vocabulary(tmp_path):
+    t = pa.table(
+        {
+            "id": ["a", "b", "c", "d"],
+            "fold": ["train", "train", "test", "test"],
+            "tags": [["x"], ["y", "x"], ["x", "new"], []],
+        }
+    )
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    kw = dict(kind="labels", row_key="id", label_list="tags", split_by="fold")
+    convert_table(t, tr, test_values="test", test_dest=te, **kw)
+    assert read_vocabulary(te, "labels").to_pylist() == ["x", "y"]
+    assert read_vocabulary(te, "rows").to_pylist() == ["c", "d"]
+    assert open_dataset(te)["Y"].read().toarray().tolist() == [[1, 0], [0, 0]]  # "new" dropped
+    with pytest.raises(ConversionError, match="'new' of column 'tags' is not in"):
+        convert_table(t, tr, test_values="test", test_dest=te, unseen="error", overwrite=True, **kw)
+    assert not os.path.exists(tr)  # the train store of a failed split is removed
+    with pytest.raises(ConversionError, match="exactly one of test_fraction and test_values"):
+        convert_table(t, tr, test_dest=te, test_fraction=0.5, test_values="test", **kw)
+    with pytest.raises(ConversionError, match="a split needs split_by and test_dest"):
+        convert_table(t, tr, kind="labels", label_list="tags", test_dest=te)
+
+
+def test_cli_convert_parquet_split(tmp_path):
+    pq.write_table(_ratings(), tmp_path / "r.parquet")
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    args = ["convert", "parquet", str(tmp_path / "r.parquet"), tr, "--kind", "interactions"]
+    args += ["--row-key", "r", "--col-key", "c", "--value", "v", "--split-by", "r,c"]
+    assert main(args + ["--test-fraction", "0.3", "--test-dest", te, "-q"]) == 0
+    assert not set(_entries(tr)) & set(_entries(te)) and _entries(te)

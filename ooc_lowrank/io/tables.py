@@ -76,6 +76,7 @@ Keys back out: :func:`topk_to_parquet` writes top-k predictions with the user's 
 
 from __future__ import annotations
 
+import copy
 import glob as _glob
 import inspect
 import os
@@ -181,6 +182,7 @@ class TableSource:
     def __init__(self, src, *, format=None, batch_rows=None, delimiter=None):  # noqa: A002
         self.batch_rows = as_opt_int(batch_rows, "batch_rows", 1) or DEFAULT_BATCH_ROWS
         self._dataset = self._table = self._ddf = None
+        self._filter = None  # (columns, keep(batch, offset) -> bool ndarray), see filtered()
         self.format = None
         if isinstance(src, pa.RecordBatch):
             src = pa.Table.from_batches([src])
@@ -358,9 +360,29 @@ class TableSource:
             self._dataset = self._make(schema)
 
     # -- reading ----------------------------------------------------------------------------
+    def filtered(self, columns: Sequence[str], keep) -> TableSource:
+        """This source reduced to the rows where ``keep(batch, offset)`` (a bool ndarray per
+        record batch holding ``columns``; ``offset``: the batch's first row in the whole table)
+        is True; row numbers in later errors count the kept rows."""
+        out = copy.copy(self)
+        out._filter = (list(columns), keep)
+        return out
+
     def batches(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
         """Record batches holding ``columns`` in source order (one batch in memory at a time)."""
         cols = list(dict.fromkeys(columns))
+        if self._filter is None:
+            yield from self._read(cols)
+            return
+        fcols, keep = self._filter
+        offset = 0
+        for b in self._read(cols + [c for c in fcols if c not in cols]):
+            mask = keep(b, offset)
+            offset += b.num_rows
+            if mask.any():
+                yield (b if mask.all() else b.filter(pa.array(mask))).select(cols)
+
+    def _read(self, cols: list[str]) -> Iterator[pa.RecordBatch]:
         if self._table is not None:
             yield from self._table.select(cols).to_batches(max_chunksize=self.batch_rows)
         elif self._dataset is not None:
@@ -751,6 +773,8 @@ def _convert_pairs(
     weight,
     duplicates,
     vocabulary_from,
+    unseen,
+    own_rows,
     dtype,
     array,
     kind,
@@ -783,44 +807,44 @@ def _convert_pairs(
         return r, c, v, w
 
     # pass 1: validate, vocabularies, entries per row
-    fixed = None
+    known = {}  # the training vocabularies reused: {0: rows, 1: columns}
     if vocabulary_from is not None:
-        fixed = (
-            Vocabulary(read_vocabulary(vocabulary_from, "rows")),
-            Vocabulary(read_vocabulary(vocabulary_from, "cols")),
-        )
-        counts = np.zeros(len(fixed[0]), np.int64)
-    else:
-        builders = (_VocabBuilder(), _VocabBuilder())
-    offset = 0
+        if not own_rows:
+            known[0] = Vocabulary(read_vocabulary(vocabulary_from, "rows"))
+        known[1] = Vocabulary(read_vocabulary(vocabulary_from, "cols"))
+    builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
+    counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
+    offset = dropped = 0
     for batch in src.batches(cols):
-        r, c, _, _ = columns(batch, offset)
-        if fixed is None:
-            builders[0].add(r)
-            builders[1].add(c)
-        else:
-            for keys, voc, role in ((r, fixed[0], roles[0]), (c, fixed[1], roles[1])):
-                idx = voc.index(keys)
-                if (idx < 0).any():
-                    k = int(np.flatnonzero(idx < 0)[0])
-                    raise _err(
-                        f"{role} key {keys[k].as_py()!r} (row {offset + k} of the table) is not "
-                        f"in the vocabulary of {vocabulary_from}",
-                        keys[k].as_py(),
-                        "drop rows with keys unseen in training, or convert without "
-                        "vocabulary_from",
-                        src.name,
-                    )
-                if role == roles[0]:
-                    counts += np.bincount(idx, minlength=counts.size)
+        keys = columns(batch, offset)[:2]
+        idx = {k: voc.index(keys[k]) for k, voc in known.items()}
+        ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
+        if ok is not None and not ok.all():
+            if unseen == "error":
+                side = min(k for k in idx if (idx[k] < 0).any())
+                k = int(np.flatnonzero(idx[side] < 0)[0])
+                bad = keys[side][k].as_py()
+                raise _err(
+                    f"{roles[side]} key {bad!r} (row {offset + k} of the table) is not in the "
+                    f"vocabulary of {vocabulary_from}",
+                    bad,
+                    "pass unseen='drop' (CLI --unseen drop), drop rows with keys unseen in "
+                    "training, or convert without vocabulary_from",
+                    src.name,
+                )
+            dropped += int((~ok).sum())
+            mask = pa.array(ok)
+            keys = [k.filter(mask) for k in keys]
+            idx = {k: i[ok] for k, i in idx.items()}
+        for k, b in builders.items():
+            b.add(keys[k])
+        if counts is not None:
+            counts += np.bincount(idx[0], minlength=counts.size)
         offset += batch.num_rows
     if offset == 0:
         raise _err("the table has no rows", None, "check the source", src.name)
-    if fixed is None:
-        rv, counts = builders[0].finish()
-        cv, _ = builders[1].finish()
-    else:
-        rv, cv = fixed
+    rv, counts = builders[0].finish() if 0 in builders else (known[0], counts)
+    cv = builders[1].finish()[0] if 1 in builders else known[1]
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
     starts = bucket_starts(counts, bucket_nnz)
@@ -843,6 +867,8 @@ def _convert_pairs(
                 rec["val"] = v
             if weight is not None:
                 rec["w"] = w
+            if dropped:  # unseen="drop": entries of keys unseen in training
+                rec = rec[(rec["row"] >= 0) & (rec["col"] >= 0)]
             buckets.spill(rec)
             offset += batch.num_rows
         rv.write(os.path.join(tmp, "rows.parquet"))
@@ -871,7 +897,14 @@ def _convert_pairs(
             attrs,
             shape=[n_rows, n_cols],
             duplicates=duplicates,
-            key_order="sorted" if fixed is None else f"from {vocabulary_from}",
+            key_order="sorted"
+            if vocabulary_from is None
+            else (
+                f"rows sorted, cols from {vocabulary_from}"
+                if own_rows
+                else f"from {vocabulary_from}"
+            ),
+            dropped_unseen=dropped,
             vocabularies={"rows": _SIDE.format("rows"), "cols": _SIDE.format("cols")},
         )
         return write_blocks(
@@ -930,8 +963,9 @@ class _RowSpec:
         class_column,
         dtype,
         vocabulary_from=None,
+        unseen="error",
     ):
-        self.src = src
+        self.src, self.unseen = src, unseen
         self.row_key = row_key
         self.fcols = _names(feature_columns)
         self.flist, self.find, self.fval = feature_list, feature_indices, feature_values
@@ -1030,14 +1064,16 @@ class _RowSpec:
                 )
                 if lab_b is not None:
                     lab_b.add(_norm_keys(flat, self.llist, "label list", None, src))
-                else:
+                elif self.unseen == "error":
                     idx = self.label_vocab.index(flat)
                     if (idx < 0).any():
                         bad = flat[int(np.flatnonzero(idx < 0)[0])].as_py()
+                        where = self.vocabulary_from or "labels="
                         raise _err(
-                            f"label {bad!r} of column {self.llist!r} is not in labels=",
+                            f"label {bad!r} of column {self.llist!r} is not in {where}",
                             bad,
-                            "add it to labels=, or omit labels=",
+                            "pass unseen='drop' to leave such labels out, add it to labels=, "
+                            "or omit labels= / vocabulary_from",
                             src.name,
                         )
             if self.ccol:
@@ -1139,6 +1175,9 @@ class _RowSpec:
         if self.llist:
             lens, flat = _list_parts(batch.column(self.llist), self.llist, "", offset, src)
             ind = self.label_vocab.index(flat)
+            if (ind < 0).any():  # unseen="drop": labels not in the (training) vocabulary
+                rows = np.repeat(np.arange(n), lens)[ind >= 0]
+                ind, lens = ind[ind >= 0], np.bincount(rows, minlength=n)
             ptr = np.zeros(n + 1, np.int64)
             np.cumsum(lens, out=ptr[1:])
             nums = np.arange(offset, offset + n)
@@ -1228,6 +1267,81 @@ def _convert_rows(spec, dest, *, attrs, block_rows, tmpdir, overwrite, progress)
         finally:
             if writer is not None and writer.is_open:
                 writer.close()
+
+
+# ----------------------------------------------------------------------------------------------
+# train / test split
+
+
+def split_table(
+    src, by, *, test_fraction=None, test_values=None, seed=0, **source_options
+) -> tuple[TableSource, TableSource]:
+    """Split a table into (train, test) sources by a hash of key columns or by a column's value.
+
+    Parameters
+    ----------
+    src : TableSource or anything :class:`TableSource` reads
+    by : str or list of str
+        Key columns (integer or string) deciding the side of every row.
+    test_fraction : float in (0, 1), optional
+        A row goes to test when the 64-bit hash of its ``by`` values (splitmix64 / FNV-1a as
+        :func:`hash_keys`, seeded by ``seed``, combined over the columns) falls in the lowest
+        ``test_fraction`` of the range.  The hash depends on the values only, not on the table
+        or the column name: a key lands on the same side in every table split with the same
+        ``seed`` (e.g. a user's ratings, features and labels), whatever their order.  (An
+        integer key and the string of its digits hash differently.)
+    test_values : list or comma-separated str, optional
+        Instead: a row goes to test when its (single) ``by`` value is one of these.
+    seed : int, default 0
+        Seed of the hash.
+    **source_options
+        ``format``, ``batch_rows``, ``delimiter`` for :class:`TableSource`.
+
+    Returns
+    -------
+    train, test : TableSource
+        The same files, read with a row filter (the ``by`` columns are read alongside).
+    """
+    source = as_source(src, **source_options)
+    by = _names(by)
+    if not by:
+        raise _err("by must name at least one key column", by, "e.g. by='user_id'")
+    if (test_fraction is None) == (test_values is None):
+        raise _err(
+            "give exactly one of test_fraction and test_values",
+            (test_fraction, test_values),
+            "e.g. test_fraction=0.2 (a hash of the key), or test_values=['2024'] (a column's "
+            "value)",
+        )
+    source.check({c: ("split", _KEY) for c in by})
+    if test_fraction is not None:
+        frac = float(test_fraction)
+        if not 0.0 < frac < 1.0:
+            raise _err("test_fraction must lie in (0, 1)", test_fraction, "e.g. 0.2")
+        limit = np.uint64(min(int(frac * 2.0**64), 2**64 - 1))
+        seed = np.uint64(as_opt_int(seed, "seed") or 0)
+
+        def is_test(batch, offset):
+            h = np.full(batch.num_rows, seed, np.uint64)
+            for c in by:
+                h = _splitmix(h ^ hash_keys(_keys(batch, c, "split", offset, source), int(seed)))
+            return h < limit
+
+    else:
+        if len(by) != 1:
+            raise _err("test_values needs one by column", by, "e.g. by='fold'")
+        values = _names(test_values) if isinstance(test_values, str) else list(test_values)
+        is_int = _type_class(source.schema.field(by[0]).type) == "integer"
+        value_set = pa.array(values).cast(pa.int64() if is_int else pa.large_string())
+
+        def is_test(batch, offset):
+            keys = _keys(batch, by[0], "split", offset, source)
+            return pc.is_in(keys, value_set=value_set).to_numpy(zero_copy_only=False)
+
+    train = source.filtered(by, lambda b, o: ~is_test(b, o))
+    test = source.filtered(by, is_test)
+    train.name, test.name = f"{source.name} (train split)", f"{source.name} (test split)"
+    return train, test
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1523,6 +1637,13 @@ def convert_table(
     weight=None,
     duplicates="error",
     vocabulary_from=None,
+    unseen=None,
+    own_rows=False,
+    split_by=None,
+    test_fraction=None,
+    test_values=None,
+    split_seed=0,
+    test_dest=None,
     feature_columns=None,
     feature_list=None,
     feature_indices=None,
@@ -1571,7 +1692,31 @@ def convert_table(
     vocabulary_from : str, optional
         Reuse the vocabularies of this (training) store, so that a test table indexes the same
         columns: interactions / long features: rows and columns; labels: labels and classes.
-        A key it lacks is an error.
+        A key it lacks is an error (see ``unseen``).
+    unseen : {"error", "drop"}, optional
+        With ``vocabulary_from`` (or ``labels=``): what to do with a key not in the vocabulary:
+        an error naming it, or ``"drop"`` (interactions: the entry is left out and counted in
+        the attribute ``dropped_unseen``; labels: the label is left out of the row).  Default
+        ``"error"``, and ``"drop"`` for the test side of a split.  (Views have the 'other'
+        bucket instead; an unseen class is always an error.)
+    own_rows : bool, default False
+        interactions / long features with ``vocabulary_from``: reuse only the column
+        vocabulary; the rows get their own sorted vocabulary (new rows, e.g. cold-start users
+        for IMC).  Set for the test side of a split by the row key.
+    split_by : str or list of str, optional
+        Split the table into a train store (``dest``) and a test store (``test_dest``) by
+        these key columns (see :func:`split_table`): the train table is converted first, then
+        the test table with ``vocabulary_from=dest`` (its columns, labels, classes and view
+        vocabularies are the training ones) and ``unseen="drop"`` unless given.
+    test_fraction : float in (0, 1), optional
+        Split: the fraction of the hash range of the ``split_by`` values going to test (the
+        same key goes to the same side in every table split with the same ``split_seed``).
+    test_values : list or comma-separated str, optional
+        Split instead by value: rows whose ``split_by`` value is one of these go to test.
+    split_seed : int, default 0
+        Split: the seed of the key hash.
+    test_dest : str, optional
+        Split: the test store's location.
     feature_columns : list of str or comma-separated str, optional
         features: numeric columns -> dense X, in this order.
     feature_list : str, optional
@@ -1629,6 +1774,15 @@ def convert_table(
     -------
     dest : str
     """
+    if split_by is not None or test_dest is not None:
+        return _convert_split(
+            src,
+            dest,
+            test_dest,
+            split_by,
+            dict(test_fraction=test_fraction, test_values=test_values, seed=split_seed),
+            {k: v for k, v in locals().items() if k in _OPTIONS},
+        )
     # column names given on the command line may arrive as numbers ("--value 3")
     row_key, col_key, value, weight = map(_colname, (row_key, col_key, value, weight))
     feature_list, feature_indices = map(_colname, (feature_list, feature_indices))
@@ -1640,6 +1794,9 @@ def convert_table(
             kind,
             "e.g. kind='interactions' (CLI --kind interactions)",
         )
+    unseen = "error" if unseen is None else str(unseen).strip().lower()
+    if unseen not in ("error", "drop"):
+        raise _err("unseen must be 'error' or 'drop'", unseen, "e.g. unseen='drop'")
     source = as_source(src, format=format, batch_rows=batch_rows, delimiter=delimiter)
     block_rows = as_opt_int(block_rows, "block_rows", 1)
     bucket_nnz = as_opt_int(bucket_nnz, "bucket_nnz", 1) or DEFAULT_BUCKET_NNZ
@@ -1663,6 +1820,8 @@ def convert_table(
             weight=weight,
             duplicates=duplicates,
             vocabulary_from=vocabulary_from,
+            unseen=unseen,
+            own_rows=bool(own_rows),
             dtype=dtype,
             array="X" if feat else "obs",
             kind="csr" if feat else "coo",
@@ -1698,6 +1857,7 @@ def convert_table(
         class_column=class_column,
         dtype=dtype,
         vocabulary_from=vocabulary_from,
+        unseen=unseen,
     )
     has_x = bool(spec.fcols or spec.flist or spec.find)
     has_y = bool(spec.llist or spec.ccol)
@@ -1719,6 +1879,47 @@ def convert_table(
             "name the column(s) holding them",
         )
     return _convert_rows(spec, dest, attrs=attrs, **common)
+
+
+#: convert_table's options handed on to the two conversions of a split.
+_OPTIONS = (
+    "kind row_key col_key value weight duplicates vocabulary_from unseen own_rows "
+    "feature_columns feature_list feature_indices feature_values feature_key n_features "
+    "label_list labels class_column views numeric min_count other hash_features target dtype "
+    "format delimiter batch_rows block_rows bucket_nnz tmpdir overwrite progress"
+).split()
+
+
+def _convert_split(src, dest, test_dest, by, split, options):
+    """``convert_table(split_by=...)``: train to ``dest``, then test with its vocabularies."""
+    from ..storage import _remove
+
+    if by is None or test_dest is None:
+        raise _err(
+            "a split needs split_by and test_dest",
+            (by, test_dest),
+            "e.g. split_by='user_id', test_fraction=0.2, test_dest='test.zarr' (CLI "
+            "--split-by user_id --test-fraction 0.2 --test-dest test.zarr)",
+        )
+    if os.fspath(test_dest) == os.fspath(dest):
+        raise _err("test_dest must differ from dest", test_dest, "name another store")
+    fmt = {k: options.pop(k) for k in ("format", "batch_rows", "delimiter") if k in options}
+    train, test = split_table(src, by, **split, **fmt)
+    convert_table(train, dest, **options)
+    kind, row_key = options.get("kind"), options.get("row_key")
+    pairs = kind == "interactions" or (kind == "features" and options.get("feature_key"))
+    test_options = dict(
+        options,
+        vocabulary_from=dest,
+        unseen=options.get("unseen") or "drop",
+        own_rows=bool(options.get("own_rows") or (pairs and _names(by) == [str(row_key)])),
+    )
+    try:
+        convert_table(test, test_dest, **test_options)
+    except BaseException:
+        _remove(os.fspath(dest))  # no half split left behind
+        raise
+    return dest
 
 
 def _file_converter(fmt):
