@@ -107,6 +107,7 @@ __all__ = [
     "convert_table",
     "predictions_to_parquet",
     "read_vocabulary",
+    "split_table",
     "topk_to_parquet",
 ]
 
