@@ -888,3 +888,21 @@ def test_cli_convert_parquet_split(tmp_path):
     args += ["--row-key", "r", "--col-key", "c", "--value", "v", "--split-by", "r,c"]
     assert main(args + ["--test-fraction", "0.3", "--test-dest", te, "-q"]) == 0
     assert not set(_entries(tr)) & set(_entries(te)) and _entries(te)
+
+
+def test_dictionary_keys_equal_plain_keys(tmp_path):
+    """Keys read dictionary-encoded (Parquet, pandas categoricals with unused categories,
+    dictionaries longer than a batch) give the store plain string keys give."""
+    import pandas as pd
+
+    t = _ratings(200, seed=1)
+    plain = str(tmp_path / "plain.zarr")
+    convert_table(t, plain, **_inter(batch_rows=7))
+    df = t.to_pandas()
+    df["r"] = pd.Categorical(df["r"], categories=sorted(set(df["r"])) + ["unused"])
+    convert_table(df, str(tmp_path / "cat.zarr"), **_inter(batch_rows=7))
+    assert _entries(tmp_path / "cat.zarr") == _entries(plain)
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=50)
+    convert_table(str(tmp_path / "t.parquet"), str(tmp_path / "pq.zarr"), **_inter())
+    assert _entries(tmp_path / "pq.zarr") == _entries(plain)
+    assert read_vocabulary(str(tmp_path / "pq.zarr"), "rows") == read_vocabulary(plain, "rows")

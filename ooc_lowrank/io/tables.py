@@ -26,9 +26,13 @@ Four targets (``kind``):
     are stored in the store (``side/rows.parquet``, ``side/cols.parquet``, one column ``key``;
     row ``i`` holds the key of index ``i``) and read back by :func:`read_vocabulary`.
     ``vocabulary_from=STORE`` reuses a training store's vocabularies (a test table then indexes
-    the same matrix; an unseen key is an error naming it; also for labels and classes).  The
-    input may come in any order: an external sort buckets entries by row range into temporary
-    files and sorts each bucket (entries of a row end up sorted by column).  Duplicate
+    the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
+    also for labels and classes).  The input may come in any order: an external sort buckets
+    entries by row range into temporary files and sorts each bucket (entries of a row end up
+    sorted by column).  Two reads of the table: pass 1 validates and builds the vocabularies
+    (dense integer keys counted in an array, Parquet string keys read dictionary-encoded and
+    counted per dictionary), pass 2 maps keys to indices and spills the records (16-32 bytes
+    each); then every bucket is read once, sorted on one int64 key and written.  Duplicate
     ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
     last one read: files in the order given, a glob's or a folder's in sorted path order, rows
     in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
@@ -69,7 +73,13 @@ Bad input raises :class:`ConversionError` naming the column, the rule, the value
 before the store is opened for writing: a missing column, a null key, a non-numeric value
 column, a non-finite value, duplicate pairs without a policy, a label list holding nulls, a
 column whose type changes between files.  (A row-aligned conversion validates everything in a
-first pass, then writes in a second.)  A store appears only when complete.
+first pass, then writes in a second.)  Duplicate pairs are the exception: they are found while
+the sorted buckets are written into the writer's hidden store, which the error removes.  A
+store appears only when complete.
+
+Train / test: :func:`split_table` (or ``convert_table(split_by=..., test_dest=...)``) splits
+rows by a hash of key columns or by a column's value; the test store is converted with the
+training vocabularies.
 
 Keys back out: :func:`topk_to_parquet` writes top-k predictions with the user's keys.
 """
@@ -246,9 +256,9 @@ class TableSource:
             file_format = ds.ParquetFileFormat()
         if len(paths) == 1 and not _has_magic(paths[0]) and isdir(paths[0]):
 
-            def make(schema=None):
+            def make(schema=None, fmt=file_format):
                 return ds.dataset(
-                    paths[0], format=file_format, filesystem=fs, partitioning="hive", schema=schema
+                    paths[0], format=fmt, filesystem=fs, partitioning="hive", schema=schema
                 )
 
             self._make = make
@@ -272,8 +282,8 @@ class TableSource:
                 else:
                     files.append(p)
 
-            def make(schema=None):
-                return ds.dataset(files, format=file_format, filesystem=fs, schema=schema)
+            def make(schema=None, fmt=file_format):
+                return ds.dataset(files, format=fmt, filesystem=fs, schema=schema)
 
             self._make = make
             self._dataset = make()
@@ -369,25 +379,41 @@ class TableSource:
         out._filter = (list(columns), keep)
         return out
 
-    def batches(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-        """Record batches holding ``columns`` in source order (one batch in memory at a time)."""
+    def batches(self, columns: Sequence[str], dictionary=()) -> Iterator[pa.RecordBatch]:
+        """Record batches holding ``columns`` in source order (one batch in memory at a time).
+
+        ``dictionary``: string columns that Parquet files may hand over dictionary-encoded
+        (as written: no string is built per row; the keys of a batch are its dictionary).
+        """
         cols = list(dict.fromkeys(columns))
         if self._filter is None:
-            yield from self._read(cols)
+            yield from self._read(cols, dictionary)
             return
         fcols, keep = self._filter
         offset = 0
-        for b in self._read(cols + [c for c in fcols if c not in cols]):
+        for b in self._read(cols + [c for c in fcols if c not in cols], dictionary):
             mask = keep(b, offset)
             offset += b.num_rows
             if mask.any():
                 yield (b if mask.all() else b.filter(pa.array(mask))).select(cols)
 
-    def _read(self, cols: list[str]) -> Iterator[pa.RecordBatch]:
+    def _read(self, cols: list[str], dictionary=()) -> Iterator[pa.RecordBatch]:
+        dataset = self._dataset
+        if dictionary and self.format == "parquet" and getattr(self, "_make", None):
+            import pyarrow.dataset as ds
+
+            schema = self._dataset.schema
+            dictionary = [c for c in dictionary if _type_class(schema.field(c).type) == "string"]
+            if dictionary:
+                opts = ds.ParquetReadOptions(dictionary_columns=dictionary)
+                for c in dictionary:  # the dataset's schema must say what the reader returns
+                    i = schema.get_field_index(c)
+                    schema = schema.set(i, pa.field(c, pa.dictionary(pa.int32(), pa.string())))
+                dataset = self._make(schema, ds.ParquetFileFormat(read_options=opts))
         if self._table is not None:
             yield from self._table.select(cols).to_batches(max_chunksize=self.batch_rows)
-        elif self._dataset is not None:
-            yield from self._dataset.to_batches(
+        elif dataset is not None:
+            yield from dataset.to_batches(
                 columns=cols,
                 batch_size=self.batch_rows,
                 batch_readahead=1,
@@ -447,8 +473,16 @@ def _no_nulls(arr, col, role, offset, src):
 
 
 def _keys(batch, col, role, offset, src):
-    """A key column as int64 or large_string, without nulls."""
-    arr = _decode(batch.column(col))
+    """A key column as int64 or large_string, without nulls; a dictionary column whose
+    dictionary is no longer than the batch stays encoded (dictionary normalized)."""
+    arr = batch.column(col)
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type) and len(arr.dictionary) <= len(arr):
+        _no_nulls(arr, col, role, offset, src)
+        values = _norm_keys(arr.dictionary, col, role, None, src)
+        return pa.DictionaryArray.from_arrays(arr.indices, values)
+    arr = _decode(arr)
     _no_nulls(arr, col, role, offset, src)
     return _norm_keys(arr, col, role, offset, src)
 
@@ -582,6 +616,13 @@ class Vocabulary:
 
     def index(self, arr) -> np.ndarray:
         """int64 index of every key of ``arr``; -1 for a key not in the vocabulary."""
+        if (
+            pa.types.is_dictionary(arr.type)
+            and len(arr.dictionary) <= len(arr)
+            and not arr.null_count
+        ):
+            idx = self.index(arr.dictionary)  # each distinct key searched once
+            return idx[arr.indices.to_numpy(zero_copy_only=False)]
         arr = _norm_keys(_decode(arr))
         if self._int != pa.types.is_integer(arr.type):
             return np.full(len(arr), -1, np.int64)
@@ -633,6 +674,8 @@ class _VocabBuilder:
         return self._done is None and not self._pending and self._dense is None
 
     def add(self, keys: pa.Array) -> None:
+        if pa.types.is_dictionary(keys.type) and pa.types.is_integer(keys.type.value_type):
+            keys = _decode(keys)
         if not self._hashed and pa.types.is_integer(keys.type):
             if not len(keys):
                 return
@@ -650,11 +693,19 @@ class _VocabBuilder:
             self._hashed = True
             self._dense_to_pending()
         self._hashed = True
-        vc = pc.value_counts(keys)
-        self._pending.append(
-            pa.table({"key": vc.field("values"), "n": vc.field("counts").cast(pa.int64())})
-        )
-        self._n_pending += len(vc)
+        if pa.types.is_dictionary(keys.type) and not keys.null_count:  # count the indices
+            n = np.bincount(
+                keys.indices.to_numpy(zero_copy_only=False), minlength=len(keys.dictionary)
+            )
+            seen = np.flatnonzero(n)
+            self._pending.append(pa.table({"key": keys.dictionary.take(seen), "n": n[seen]}))
+            self._n_pending += seen.size
+        else:
+            vc = pc.value_counts(_decode(keys))
+            self._pending.append(
+                pa.table({"key": vc.field("values"), "n": vc.field("counts").cast(pa.int64())})
+            )
+            self._n_pending += len(vc)
         if self._n_pending > max(1 << 20, 0 if self._done is None else self._done.num_rows):
             self._merge()
 
@@ -816,7 +867,7 @@ def _convert_pairs(
     builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
     counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
     offset = dropped = 0
-    for batch in src.batches(cols):
+    for batch in src.batches(cols, dictionary=(row, col)):
         keys = columns(batch, offset)[:2]
         idx = {k: voc.index(keys[k]) for k, voc in known.items()}
         ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
@@ -860,7 +911,7 @@ def _convert_pairs(
         buckets = RowBuckets(tmp, starts, rec_dtype)
         # pass 2: spill every entry to its row range's file
         offset = 0
-        for batch in src.batches(cols):
+        for batch in src.batches(cols, dictionary=(row, col)):
             r, c, v, w = columns(batch, offset)
             rec = np.empty(batch.num_rows, rec_dtype)
             rec["row"], rec["col"] = rv.index(r), cv.index(c)
@@ -1244,7 +1295,7 @@ def _convert_rows(spec, dest, *, attrs, block_rows, tmpdir, overwrite, progress)
             for batch in spec.src.batches(spec.columns):
                 if spec.row_key:
                     keys = _keys(batch, spec.row_key, "row key", offset, spec.src)
-                    t = pa.table({"key": keys})
+                    t = pa.table({"key": _decode(keys)})
                     if writer is None:
                         writer = pq.ParquetWriter(files[_SIDE.format("rows")], t.schema)
                     writer.write_table(t)
