@@ -768,17 +768,20 @@ def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):
     assert not (tmp_path / "bad.zarr").exists()
 
 
-def test_pair_order_is_a_stable_sort_by_row_then_column():
+def test_sort_pairs_is_a_stable_sort_by_row_then_column():
     """Every path of the bucket sort (unique int64 key, stable argsort, lexsort) equals a stable
     lexsort: repeated pairs keep their read order ('last' relies on it)."""
-    from ooc_lowrank.io.tables import _pair_order
+    from ooc_lowrank.io.tables import _sort_pairs
 
     rng = np.random.default_rng(0)
     rows, cols = rng.integers(0, 5, 300), rng.integers(0, 4, 300)
     want = np.lexsort((cols, rows))
     for n_cols in (4, 2**55, 2**61):  # fast key, stable argsort, lexsort
-        np.testing.assert_array_equal(_pair_order(rows, cols, 5, n_cols), want)
-    assert _pair_order(rows[:0], cols[:0], 5, 4).size == 0
+        pos, r, c = _sort_pairs(rows, cols, 5, n_cols)
+        np.testing.assert_array_equal(pos, want)
+        np.testing.assert_array_equal(r, rows[want])
+        np.testing.assert_array_equal(c, cols[want])
+    assert all(a.size == 0 for a in _sort_pairs(rows[:0], cols[:0], 5, 4))
 
 
 def test_vocab_builder_dense_integer_counts_then_wide_keys():

@@ -763,39 +763,46 @@ def _fixed_vocabulary(keys, what) -> Vocabulary:
 # interactions (and long feature tables)
 
 
-def _pair_order(rows, cols, n_rows, n_cols) -> np.ndarray:
-    """The permutation sorting entries by (row, col), stably (read order within a pair).
+def _sort_pairs(rows, cols, n_rows, n_cols):
+    """Sort entries by (row, col), stably (read order within a pair): (permutation, sorted
+    rows, sorted cols).
 
     Fast path: one unique int64 key ``(row * n_cols + col) * n + position`` sorted by value
-    (numpy's SIMD sort, about 3.5x faster than a stable argsort); its remainder mod ``n`` is
-    the permutation.  Wider keys: a stable argsort of ``row * n_cols + col``, else lexsort.
+    (numpy's SIMD sort, about 3.5x faster than a stable argsort); the quotient by ``n`` gives
+    the sorted rows and columns back, the remainder the permutation (no gather of them).
+    Wider keys: a stable argsort of ``row * n_cols + col``, else lexsort.
     """
     n = rows.size
     span = n_rows * max(n_cols, 1)
-    if span * max(n, 1) < 2**62:
+    if n and span * n < 2**62:
         key = rows * n_cols + cols
         key *= n
         key += np.arange(n)
         key.sort()
-        return key % max(n, 1)
+        pair = key // n
+        key -= pair * n  # the permutation
+        r = pair // n_cols
+        pair -= r * n_cols  # the columns
+        return key, r, pair
     if span < 2**62:
-        return np.argsort(rows * n_cols + cols, kind="stable")
-    return np.lexsort((cols, rows))
+        order = np.argsort(rows * n_cols + cols, kind="stable")
+    else:
+        order = np.lexsort((cols, rows))
+    return order, rows[order], cols[order]
 
 
-def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
-    """Merge runs of equal (row, col) of a bucket sorted by (row, col, read order)."""
-    if rec.size < 2:
-        return rec
-    new = np.ones(rec.size, bool)
-    new[1:] = (rec["row"][1:] != rec["row"][:-1]) | (rec["col"][1:] != rec["col"][:-1])
+def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles, src, r0=0):
+    """Merge runs of equal (row, col) of entries sorted by (row, col, read order); ``rows``
+    count from ``r0``, ``vals`` maps field names to values.  Returns (rows, cols, vals)."""
+    if rows.size < 2:
+        return rows, cols, vals
+    new = np.ones(rows.size, bool)
+    new[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
     if new.all():
-        return rec
+        return rows, cols, vals
     if policy == "error":
         dup = np.flatnonzero(~new)[:3]
-        pairs = [
-            (rv.keys[int(rec["row"][k])].as_py(), cv.keys[int(rec["col"][k])].as_py()) for k in dup
-        ]
+        pairs = [(rv.keys[int(rows[k]) + r0].as_py(), cv.keys[int(cols[k])].as_py()) for k in dup]
         raise _err(
             f"duplicate ({roles[0]}, {roles[1]}) pairs: {int((~new).sum())} repeat(s) in one "
             f"bucket, e.g. {pairs}",
@@ -806,13 +813,14 @@ def _merge_pairs(rec, policy, rv: Vocabulary, cv: Vocabulary, roles, src):
         )
     starts = np.flatnonzero(new)
     if policy == "last":
-        return rec.take(np.r_[starts[1:], rec.size] - 1)
-    out = rec.take(starts)
-    n = np.diff(np.r_[starts, rec.size]).astype(np.float64)
-    for f in rec.dtype.names[2:]:  # "val" and / or "w"
-        s = np.add.reduceat(rec[f], starts)
-        out[f] = s / n if policy == "mean" else s
-    return out
+        keep = np.r_[starts[1:], rows.size] - 1
+        return rows[keep], cols[keep], {f: v[keep] for f, v in vals.items()}
+    n = np.diff(np.r_[starts, rows.size]).astype(np.float64)
+    out = {}
+    for f, v in vals.items():
+        total = np.add.reduceat(v, starts)
+        out[f] = total / n if policy == "mean" else total
+    return rows[starts], cols[starts], out
 
 
 def _convert_pairs(
@@ -932,14 +940,18 @@ def _convert_pairs(
             for bi in range(len(buckets)):
                 r0, r1 = int(starts[bi]), int(starts[bi + 1])
                 rec = buckets.load(bi, sort=False)
-                rec = rec.take(_pair_order(rec["row"] - r0, rec["col"], r1 - r0, n_cols))
-                rec = _merge_pairs(rec, duplicates, rv, cv, roles, src)
+                pos, rows, cols = _sort_pairs(rec["row"] - r0, rec["col"], r1 - r0, n_cols)
+                vals = {f: rec[f][pos] for f in rec_dtype.names[2:]}  # "val" and / or "w"
+                del rec, pos
+                rows, cols, vals = _merge_pairs(
+                    rows, cols, vals, duplicates, rv, cv, roles, src, r0
+                )
                 ptr = np.zeros(r1 - r0 + 1, np.int64)
-                np.cumsum(np.bincount(rec["row"] - r0, minlength=r1 - r0), out=ptr[1:])
-                val = rec["val"] if "val" in rec_dtype.names else np.ones(rec.size)
-                b = {array: csr_from_parts(ptr, rec["col"], val, n_cols, dt)}
+                np.cumsum(np.bincount(rows, minlength=r1 - r0), out=ptr[1:])
+                val = vals["val"] if "val" in vals else np.ones(rows.size)
+                b = {array: csr_from_parts(ptr, cols, val, n_cols, dt)}
                 if weight is not None:
-                    b["weight"] = csr_from_parts(ptr, rec["col"], rec["w"], n_cols, dt)
+                    b["weight"] = csr_from_parts(ptr, cols, vals["w"], n_cols, dt)
                 yield b
 
         specs = [(array, kind, n_cols, dt)]
