@@ -905,7 +905,9 @@ def test_dictionary_keys_equal_plain_keys(tmp_path):
     df["r"] = pd.Categorical(df["r"], categories=sorted(set(df["r"])) + ["unused"])
     convert_table(df, str(tmp_path / "cat.zarr"), **_inter(batch_rows=7))
     assert _entries(tmp_path / "cat.zarr") == _entries(plain)
-    pq.write_table(t, tmp_path / "t.parquet", row_group_size=50)
-    convert_table(str(tmp_path / "t.parquet"), str(tmp_path / "pq.zarr"), **_inter())
-    assert _entries(tmp_path / "pq.zarr") == _entries(plain)
-    assert read_vocabulary(str(tmp_path / "pq.zarr"), "rows") == read_vocabulary(plain, "rows")
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=100)
+    for batch_rows in (None, 40):  # 40: batches of one row group share its dictionary
+        dest = str(tmp_path / f"pq{batch_rows}.zarr")
+        convert_table(str(tmp_path / "t.parquet"), dest, **_inter(batch_rows=batch_rows))
+        assert _entries(dest) == _entries(plain)
+        assert read_vocabulary(dest, "rows") == read_vocabulary(plain, "rows")
