@@ -911,3 +911,22 @@ def test_dictionary_keys_equal_plain_keys(tmp_path):
         convert_table(str(tmp_path / "t.parquet"), dest, **_inter(batch_rows=batch_rows))
         assert _entries(dest) == _entries(plain)
         assert read_vocabulary(dest, "rows") == read_vocabulary(plain, "rows")
+
+
+def test_split_table_sources_partition_the_rows():
+    """split_table's two sources hold every row exactly once (by hash, and by an integer
+    column's value given as text, as the CLI passes it)."""
+    from ooc_lowrank.io import split_table
+
+    t = pa.table({"k": [f"u{i % 17}" for i in range(300)], "year": np.arange(300) % 4 + 2020})
+    t = t.append_column("i", pa.array(np.arange(300)))
+    for kw in (dict(by="k", test_fraction=0.25), dict(by="year", test_values="2021,2023")):
+        tr, te = split_table(t, batch_rows=64, **kw)
+        a = np.concatenate([b.column(0).to_numpy() for b in tr.batches(["i"])])
+        b = np.concatenate([b.column(0).to_numpy() for b in te.batches(["i"])])
+        assert np.array_equal(np.sort(np.r_[a, b]), np.arange(300)) and a.size and b.size
+        keys = np.asarray(t["k"])
+        assert kw["by"] != "k" or not set(keys[a]) & set(keys[b])  # a key on one side only
+    assert set(np.asarray(t["year"])[b] % 2) == {1}
+    with pytest.raises(ConversionError, match="test_fraction must lie in"):
+        split_table(t, "k", test_fraction=1.5)
