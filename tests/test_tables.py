@@ -930,3 +930,26 @@ def test_split_table_sources_partition_the_rows():
     assert set(np.asarray(t["year"])[b] % 2) == {1}
     with pytest.raises(ConversionError, match="test_fraction must lie in"):
         split_table(t, "k", test_fraction=1.5)
+
+
+def test_split_views_test_side_uses_the_training_columns(tmp_path):
+    """Views split by user: the test store has the training columns; its users, unseen in
+    training, fall in the user view's 'other' column."""
+    rng = np.random.default_rng(0)
+    t = pa.table(
+        {
+            "u": [f"u{i}" for i in rng.integers(0, 20, 200)],
+            "m": rng.integers(0, 30, 200),
+            "y": rng.random(200),
+        }
+    )
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    views = {"user": ["u"], "item": ["m"]}
+    convert_table(
+        t, tr, kind="views", views=views, target="y", split_by="u", test_fraction=0.3, test_dest=te
+    )
+    a, b = open_dataset(tr), open_dataset(te)
+    assert a.n_rows + b.n_rows == 200 and b.n_rows > 0
+    xa, xb = a["X0"].read(), b["X0"].read()
+    assert xa.shape[1] == xb.shape[1] and xb[:, -1].sum() == b.n_rows and xa[:, -1].sum() == 0
+    assert a["X1"].read().shape[1] == b["X1"].read().shape[1]
