@@ -214,6 +214,36 @@ def _inter(**kw):
         (pa.table({"tags": [["x"], None]}), dict(kind="labels", label_list="tags"), "holds a null"),
         (pa.table({"a": [1.0]}), dict(kind="labels"), "needs label_list or class_column"),
         (pa.table({"a": [1.0]}), dict(kind="matrix"), "kind must be one of"),
+        (
+            pa.table({"id": [5, 7, 5], "a": [1.0, 2.0, 3.0]}),
+            dict(kind="features", row_key="id", feature_columns="a"),
+            r"row key column 'id' holds the key 5 twice \(rows 0 and 2",
+        ),
+        (
+            pa.table({"id": ["x", "y", "z", "y"], "tags": [["a"], ["b"], [], ["a"]]}),
+            dict(kind="labels", row_key="id", label_list="tags"),
+            r"holds the key 'y' twice \(rows 1 and 3",
+        ),
+        (
+            pa.table({"id": [1, 1], "u": ["a", "b"]}),
+            dict(kind="views", row_key="id", views={"user": ["u"]}),
+            "holds the key 1 twice",
+        ),
+        (
+            pa.table({"r": pa.array([1, 2**63 + 1], pa.uint64()), "c": [1, 2], "v": [1.0, 2.0]}),
+            _inter(),
+            r"row key column 'r' holds the unsigned 64-bit key 9223372036854775809 \(row 1",
+        ),
+        (
+            pa.table({"id": pa.array([2**64 - 1], pa.uint64()), "a": [1.0]}),
+            dict(kind="features", row_key="id", feature_columns="a"),
+            "unsigned 64-bit key 18446744073709551615",
+        ),
+        (
+            pa.table({"u": pa.array([3, 2**63], pa.uint64())}),
+            dict(kind="views", views={"user": ["u"]}, hash_features=8),
+            r"view \(category\) column 'u' holds the unsigned 64-bit key 9223372036854775808",
+        ),
     ],
 )
 def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
@@ -716,5 +746,210 @@ def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
     queries = pa.array(["pad"] + keys + ["unseen", "a" * 50, "b\u00e9" * 7]).slice(1)
     want = pc.index_in(queries, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
     assert np.array_equal(voc.index(queries), want)
+    many = queries.take(pa.array(rng.integers(0, len(queries), 5000)))  # each key searched once
+    want = pc.index_in(many, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
+    assert np.array_equal(voc.index(many.slice(1)), want[1:])
     nul = Vocabulary(pa.array(["a", "a\x00"]))
     assert nul._fixed is None and nul.index(pa.array(["a\x00", "a", "b"])).tolist() == [1, 0, -1]
+
+
+def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):
+    """Distinct row keys whose 64-bit hashes collide (forced here) convert; a repeat is named."""
+    import ooc_lowrank.io.tables as tables
+
+    monkeypatch.setattr(tables, "hash_keys", lambda keys, seed=0: np.zeros(len(keys), np.uint64))
+    t = pa.table({"id": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+    kw = dict(kind="features", row_key="id", feature_columns="x", batch_rows=2)
+    convert_table(t, str(tmp_path / "ok.zarr"), **kw)
+    assert read_vocabulary(str(tmp_path / "ok.zarr"), "rows").to_pylist() == ["a", "b", "c"]
+    t = pa.table({"id": ["a", "b", "a"], "x": [1.0, 2.0, 3.0]})
+    with pytest.raises(ConversionError, match=r"the key 'a' twice \(rows 0 and 2"):
+        convert_table(t, str(tmp_path / "bad.zarr"), **kw)
+    assert not (tmp_path / "bad.zarr").exists()
+
+
+def test_sort_pairs_is_a_stable_sort_by_row_then_column():
+    """Every path of the bucket sort (unique int64 key, stable argsort, lexsort) equals a stable
+    lexsort: repeated pairs keep their read order ('last' relies on it)."""
+    from ooc_lowrank.io.tables import _sort_pairs
+
+    rng = np.random.default_rng(0)
+    rows, cols = rng.integers(0, 5, 300), rng.integers(0, 4, 300)
+    want = np.lexsort((cols, rows))
+    for n_cols in (4, 2**55, 2**61):  # fast key, stable argsort, lexsort
+        pos, r, c = _sort_pairs(rows, cols, 5, n_cols)
+        np.testing.assert_array_equal(pos, want)
+        np.testing.assert_array_equal(r, rows[want])
+        np.testing.assert_array_equal(c, cols[want])
+    assert all(a.size == 0 for a in _sort_pairs(rows[:0], cols[:0], 5, 4))
+
+
+def test_vocab_builder_dense_integer_counts_then_wide_keys():
+    """Integer keys are counted in an array while their span is small, then (a key far away)
+    through value_counts: the same sorted keys and counts either way."""
+    from ooc_lowrank.io.tables import _VocabBuilder
+
+    b = _VocabBuilder()
+    for part in ([5, 3, 5], [-2], [], [2**40, 3]):
+        b.add(pa.array(part, pa.int64()))
+    voc, n = b.finish()
+    assert voc.keys.to_pylist() == [-2, 3, 5, 2**40] and n.tolist() == [1, 2, 2, 1]
+    b = _VocabBuilder()
+    b.add(pa.array([7, 7, 9], pa.int64()))
+    voc, n = b.finish()
+    assert voc.keys.to_pylist() == [7, 9] and n.tolist() == [2, 1]
+    assert voc.index(pa.array([9, 8, 7])).tolist() == [1, -1, 0]
+    voc, n = _VocabBuilder().finish()
+    assert len(voc) == 0 and n.size == 0
+
+
+def _ratings(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    pairs = {(f"u{rng.integers(30)}", int(rng.integers(20))) for _ in range(n)}
+    r, c = zip(*sorted(pairs), strict=True)
+    return pa.table({"r": list(r), "c": list(c), "v": np.arange(len(r), dtype=np.float64)})
+
+
+def test_split_interactions_by_pair_hash_uses_the_training_vocabularies(tmp_path):
+    """A split by a hash of (row, col): every entry lands in exactly one store (or is dropped
+    from test, counted, when a key of it is unseen in training); test indexes train's matrix."""
+    t = _ratings()
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    kw = _inter(split_by=["r", "c"], test_fraction=0.3, test_dest=te, batch_rows=64)
+    convert_table(t, tr, **kw)
+    a, b = _entries(tr), _entries(te)
+    assert read_vocabulary(te, "rows") == read_vocabulary(tr, "rows")
+    assert read_vocabulary(te, "cols") == read_vocabulary(tr, "cols")
+    assert _obs(te).shape == _obs(tr).shape and 0.15 < len(b) / t.num_rows < 0.45
+    dropped = open_dataset(te).attrs["dropped_unseen"]
+    whole = {(r, c): v for r, c, v in zip(*t.to_pydict().values(), strict=True)}
+    assert not set(a) & set(b) and len(a) + len(b) + dropped == len(whole)
+    assert {**a, **b}.items() <= whole.items()
+    # the same seed splits the same way again; another seed differently
+    convert_table(t, str(tmp_path / "tr2.zarr"), **dict(kw, test_dest=str(tmp_path / "t2")))
+    assert _entries(tmp_path / "tr2.zarr") == a
+    kw3 = dict(kw, test_dest=str(tmp_path / "t3"), split_seed=5)
+    convert_table(t, str(tmp_path / "tr3.zarr"), **kw3)
+    assert _entries(tmp_path / "tr3.zarr") != a
+
+
+def test_split_by_row_key_consistent_across_kinds(tmp_path):
+    """Split by user: test users are new rows (own row vocabulary, training columns), and a
+    user features table split with the same seed sends every user to the same side."""
+    t = _ratings()
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    convert_table(t, tr, **_inter(split_by="r", test_fraction=0.4, test_dest=te))
+    train_users = set(read_vocabulary(tr, "rows").to_pylist())
+    test_users = set(read_vocabulary(te, "rows").to_pylist())
+    assert train_users and test_users and not train_users & test_users
+    assert read_vocabulary(te, "cols") == read_vocabulary(tr, "cols")
+    assert "rows sorted" in open_dataset(te).attrs["key_order"]
+    users = sorted(train_users | test_users)
+    feats = pa.table({"r": users, "age": np.arange(len(users), dtype=np.float64)})
+    ftr, fte = str(tmp_path / "ftr.zarr"), str(tmp_path / "fte.zarr")
+    convert_table(
+        feats,
+        ftr,
+        kind="features",
+        row_key="r",
+        feature_columns="age",
+        split_by="r",
+        test_fraction=0.4,
+        test_dest=fte,
+    )
+    assert set(read_vocabulary(ftr, "rows").to_pylist()) == train_users
+    assert set(read_vocabulary(fte, "rows").to_pylist()) == test_users
+
+
+def test_split_by_value_labels_use_the_training_label_vocabulary(tmp_path):
+    t = pa.table(
+        {
+            "id": ["a", "b", "c", "d"],
+            "fold": ["train", "train", "test", "test"],
+            "tags": [["x"], ["y", "x"], ["x", "new"], []],
+        }
+    )
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    kw = dict(kind="labels", row_key="id", label_list="tags", split_by="fold")
+    convert_table(t, tr, test_values="test", test_dest=te, **kw)
+    assert read_vocabulary(te, "labels").to_pylist() == ["x", "y"]
+    assert read_vocabulary(te, "rows").to_pylist() == ["c", "d"]
+    assert open_dataset(te)["Y"].read().toarray().tolist() == [[1, 0], [0, 0]]  # "new" dropped
+    with pytest.raises(ConversionError, match="'new' of column 'tags' is not in"):
+        convert_table(t, tr, test_values="test", test_dest=te, unseen="error", overwrite=True, **kw)
+    assert not os.path.exists(tr)  # the train store of a failed split is removed
+    with pytest.raises(ConversionError, match="exactly one of test_fraction and test_values"):
+        convert_table(t, tr, test_dest=te, test_fraction=0.5, test_values="test", **kw)
+    with pytest.raises(ConversionError, match="a split needs split_by and test_dest"):
+        convert_table(t, tr, kind="labels", label_list="tags", test_dest=te)
+
+
+def test_cli_convert_parquet_split(tmp_path):
+    pq.write_table(_ratings(), tmp_path / "r.parquet")
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    args = ["convert", "parquet", str(tmp_path / "r.parquet"), tr, "--kind", "interactions"]
+    args += ["--row-key", "r", "--col-key", "c", "--value", "v", "--split-by", "r,c"]
+    assert main(args + ["--test-fraction", "0.3", "--test-dest", te, "-q"]) == 0
+    assert not set(_entries(tr)) & set(_entries(te)) and _entries(te)
+
+
+def test_dictionary_keys_equal_plain_keys(tmp_path):
+    """Keys read dictionary-encoded (Parquet, pandas categoricals with unused categories,
+    dictionaries longer than a batch) give the store plain string keys give."""
+    import pandas as pd
+
+    t = _ratings(200, seed=1)
+    plain = str(tmp_path / "plain.zarr")
+    convert_table(t, plain, **_inter(batch_rows=7))
+    df = t.to_pandas()
+    df["r"] = pd.Categorical(df["r"], categories=sorted(set(df["r"])) + ["unused"])
+    convert_table(df, str(tmp_path / "cat.zarr"), **_inter(batch_rows=7))
+    assert _entries(tmp_path / "cat.zarr") == _entries(plain)
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=100)
+    for batch_rows in (None, 40):  # 40: batches of one row group share its dictionary
+        dest = str(tmp_path / f"pq{batch_rows}.zarr")
+        convert_table(str(tmp_path / "t.parquet"), dest, **_inter(batch_rows=batch_rows))
+        assert _entries(dest) == _entries(plain)
+        assert read_vocabulary(dest, "rows") == read_vocabulary(plain, "rows")
+
+
+def test_split_table_sources_partition_the_rows():
+    """split_table's two sources hold every row exactly once (by hash, and by an integer
+    column's value given as text, as the CLI passes it)."""
+    from ooc_lowrank.io import split_table
+
+    t = pa.table({"k": [f"u{i % 17}" for i in range(300)], "year": np.arange(300) % 4 + 2020})
+    t = t.append_column("i", pa.array(np.arange(300)))
+    for kw in (dict(by="k", test_fraction=0.25), dict(by="year", test_values="2021,2023")):
+        tr, te = split_table(t, batch_rows=64, **kw)
+        a = np.concatenate([b.column(0).to_numpy() for b in tr.batches(["i"])])
+        b = np.concatenate([b.column(0).to_numpy() for b in te.batches(["i"])])
+        assert np.array_equal(np.sort(np.r_[a, b]), np.arange(300)) and a.size and b.size
+        keys = np.asarray(t["k"])
+        assert kw["by"] != "k" or not set(keys[a]) & set(keys[b])  # a key on one side only
+    assert set(np.asarray(t["year"])[b] % 2) == {1}
+    with pytest.raises(ConversionError, match="test_fraction must lie in"):
+        split_table(t, "k", test_fraction=1.5)
+
+
+def test_split_views_test_side_uses_the_training_columns(tmp_path):
+    """Views split by user: the test store has the training columns; its users, unseen in
+    training, fall in the user view's 'other' column."""
+    rng = np.random.default_rng(0)
+    t = pa.table(
+        {
+            "u": [f"u{i}" for i in rng.integers(0, 20, 200)],
+            "m": rng.integers(0, 30, 200),
+            "y": rng.random(200),
+        }
+    )
+    tr, te = str(tmp_path / "tr.zarr"), str(tmp_path / "te.zarr")
+    views = {"user": ["u"], "item": ["m"]}
+    convert_table(
+        t, tr, kind="views", views=views, target="y", split_by="u", test_fraction=0.3, test_dest=te
+    )
+    a, b = open_dataset(tr), open_dataset(te)
+    assert a.n_rows + b.n_rows == 200 and b.n_rows > 0
+    xa, xb = a["X0"].read(), b["X0"].read()
+    assert xa.shape[1] == xb.shape[1] and xb[:, -1].sum() == b.n_rows and xa[:, -1].sum() == 0
+    assert a["X1"].read().shape[1] == b["X1"].read().shape[1]

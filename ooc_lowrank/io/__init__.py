@@ -57,6 +57,7 @@ from .tables import (
     convert_table,
     predictions_to_parquet,
     read_vocabulary,
+    split_table,
     topk_to_parquet,
 )
 from .xc import convert_xc
@@ -80,6 +81,7 @@ __all__ = [
     "predictions_to_parquet",
     "read_label_names",
     "read_vocabulary",
+    "split_table",
     "topk_to_parquet",
 ]
 
