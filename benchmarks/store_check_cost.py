@@ -1,0 +1,63 @@
+"""Cost of the store-identity check (issue 23 item 2): one GIMC pass streamed from a store
+(``cache_bytes=0``) with the check as shipped and with it switched off, alternating, in one
+process.  ``python -m benchmarks.store_check_cost [--rows N] [--repeats R] [--out PATH]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+
+    from ooc_lowrank import GIMC, storage
+    from ooc_lowrank.generators import generate_multilabel
+
+    work = tempfile.mkdtemp(prefix="ooc-sc-")
+    path = os.path.join(work, "s.zarr")
+    generate_multilabel(path, n_rows=a.rows, n_features=100, n_labels=50, seed=0)
+    ds = storage.open_dataset(path)
+    original = storage._StoreVersion.check
+
+    def fit():
+        m = GIMC(n_components=200, max_iter=1, cache_bytes=0, random_state=0)
+        t = time.perf_counter()
+        m.fit(ds["X"], ds["Y"])
+        return time.perf_counter() - t, m.n_passes_
+
+    fit()  # warm-up (JIT, page cache)
+    on, off, passes = [], [], None
+    for _ in range(a.repeats):
+        storage._StoreVersion.check = lambda self, *args, **kw: None
+        s, passes_off = fit()
+        off.append(s)
+        storage._StoreVersion.check = original
+        s, passes = fit()
+        on.append(s)
+        assert passes == passes_off
+    res = {
+        "rows": a.rows,
+        "passes_per_fit": passes,
+        "seconds_check_on": on,
+        "seconds_check_off": off,
+        "median_on": statistics.median(on),
+        "median_off": statistics.median(off),
+        "ratio_on_over_off": statistics.median(on) / statistics.median(off),
+    }
+    print(json.dumps(res, indent=1))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
