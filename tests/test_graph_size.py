@@ -78,7 +78,8 @@ def test_imc_and_glrl_passes_ship_keys(graph_sizes):
 
     rng, X, _ = _data()
     obs = sp.random(12000, 2000, density=0.002, format="csr", random_state=2)
-    InductiveMatrixCompletion(n_components=5, max_iter=2, block_rows=BR, random_state=0).fit(
+    InductiveMatrixCompletion(n_components=5, max_iter=1, cg_iter=3, block_rows=BR,
+                              random_state=0).fit(
         obs, X_row=X, X_col=rng.normal(size=(2000, 10))
     )
     GreedyLowRank(rank=2, block_rows=BR, random_state=0).fit(obs)
@@ -92,8 +93,8 @@ def test_clustering_passes_ship_keys(graph_sizes):
     X = rng.normal(size=(n, 8))
     r, c = rng.integers(0, n, size=(2, 4 * n))
     v = (rng.random(4 * n) < 0.5).astype(float)
-    GIMCClustering(n_clusters=4, n_features_map=100, max_iter=2, block_rows=n // N_BLOCKS,
-                   random_state=0).fit(X, constraints=(r, c, v))  # fmt: skip
+    GIMCClustering(n_clusters=4, n_features_map=100, max_iter=1, cg_iter=3,
+                   block_rows=n // N_BLOCKS, random_state=0).fit(X, constraints=(r, c, v))  # fmt: skip
 
 
 def test_mvm_passes_ship_keys(graph_sizes):
