@@ -1409,13 +1409,13 @@ def _cluster(args):
     if not address and n_local is None:
         yield None
         return
-    if not logging.getLogger("ooc_lowrank").isEnabledFor(logging.INFO):
-        # the cluster's own INFO lines (workers starting and stopping) only with --log-level INFO
-        logging.getLogger("distributed").setLevel(logging.WARNING)
     try:
         import distributed
     except ImportError as e:  # pragma: no cover - a dependency of the package
         raise CLIError("--scheduler / --local-cluster need dask.distributed installed") from e
+    quiet = not logging.getLogger("ooc_lowrank").isEnabledFor(logging.INFO)
+    if quiet:  # the cluster's INFO lines (workers starting and stopping) only with --log-level INFO
+        _set_levels(("distributed",), logging.WARNING)
     cluster = None
     try:
         if n_local is not None:
@@ -1440,10 +1440,22 @@ def _cluster(args):
             _log.info("running on the dask.distributed scheduler at %s", address)
             yield client
         finally:
+            if quiet:  # connections cut by the shutdown are no news to the user
+                _set_levels(("distributed", "tornado", "asyncio"), logging.CRITICAL)
             client.close()
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def _set_levels(prefixes, level):
+    """Raise the level of the loggers named ``prefix`` or ``prefix.*`` (those that exist) to
+    ``level``; the CLI process ends after the command, nothing else logs there."""
+    names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in prefixes]
+    for name in {*prefixes, *names}:
+        lg = logging.getLogger(name)
+        if lg.getEffectiveLevel() < level:
+            lg.setLevel(level)
 
 
 class _Terminated(KeyboardInterrupt):

@@ -98,3 +98,13 @@ def test_local_cluster_and_bad_options(stores, tmp_path, capsys):
                  stores["ml"]]) == 2  # fmt: skip
     assert "cannot be combined" in capsys.readouterr().err
     assert open_dataset(stores["ml"]).n_rows == 300
+
+
+def test_local_cluster_fit_equals_threads_and_prints_no_cluster_logs(stores, tmp_path, capsys):
+    local = _glrl_fit([], stores["signed"], str(tmp_path / "local"))
+    capsys.readouterr()
+    on_cluster = _glrl_fit(["--local-cluster", "1"], stores["signed"], str(tmp_path / "lc"))
+    err = capsys.readouterr().err
+    assert "distributed" not in err and "Traceback" not in err, err
+    rows, cols = np.array([0, 2, 9]), np.array([1, 5, 3])
+    np.testing.assert_allclose(on_cluster.predict(rows, cols), local.predict(rows, cols), rtol=1e-9)
