@@ -412,6 +412,15 @@ def test_kernelmaxide_orthonormal_basis_is_maxide_on_kernel_features(toy):
         assert other.n_iter_ == est.n_iter_
 
 
+def test_kernelmaxide_n_components_above_the_rank_keeps_every_direction(toy):
+    """k larger than the landmarks: the basis is every kept direction (k' = r' <= 20)."""
+    kw = dict(n_landmarks=20, gamma=toy["gamma"], lam=0.5, random_state=0)
+    a = KernelMaxide(**kw, n_components=500).fit(toy["X"], toy["Yobs"])
+    b = KernelMaxide(**kw, n_components=20).fit(toy["X"], toy["Yobs"])
+    np.testing.assert_array_equal(a.decision_function(toy["X"]), b.decision_function(toy["X"]))
+    assert a.rank_ <= 20
+
+
 def test_kernelmaxide_n_components_needs_landmarks(toy):
     with pytest.raises(ValueError, match="n_components.*n_landmarks"):
         KernelMaxide(n_landmarks=None, n_components=3).fit(toy["X"], toy["Yobs"])
