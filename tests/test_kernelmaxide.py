@@ -386,6 +386,48 @@ def test_maxide_equals_direct_twin_and_basis_is_left_singular(toy):
     np.testing.assert_allclose(est.objective_, objs, rtol=1e-10)
 
 
+def test_kernelmaxide_orthonormal_basis_is_maxide_on_kernel_features(toy):
+    """n_components=k: Maxide's direct APG on A = the top k left singular vectors of F_UT
+    (extended to every row by the same map), in memory, chunked and with a streamed F."""
+    t = toy
+    X, UT, k = t["X"], t["UT"], 4
+    kw = dict(n_landmarks=20, gamma=t["gamma"], lam=0.5, n_components=k, random_state=0)
+    est = KernelMaxide(**kw).fit(X, t["Yobs"])
+    F = _blocks.features(X, *est.fmap_.args())
+    U, s, Vt = np.linalg.svd(F[UT], full_matrices=False)
+    A = F @ (Vt[:k].T / s[:k])
+    np.testing.assert_allclose(A[UT].T @ A[UT], np.eye(k), atol=1e-10)
+    np.testing.assert_allclose(np.abs(A[UT].T @ U[:, :k]), np.eye(k), atol=1e-8)
+    W, its, objs = naive.apg_direct(A[UT], t["Yobs"][UT], 0.5, max_iter=100)
+    want = A @ W
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(est.decision_function(X), want, atol=1e-8 * scale)
+    assert est.n_iter_ == len(its) and est.coef_.shape == (20, t["Yobs"].shape[1])
+    np.testing.assert_allclose(est.objective_, objs, rtol=1e-8)
+    for other in (
+        KernelMaxide(**kw).fit(_dask(X, 7), t["Yobs"]),
+        KernelMaxide(**kw, cache_bytes=0).fit(X, t["Yobs"]),
+    ):
+        np.testing.assert_allclose(other.decision_function(X), want, atol=1e-8 * scale)
+        assert other.n_iter_ == est.n_iter_
+
+
+def test_kernelmaxide_n_components_above_the_rank_keeps_every_direction(toy):
+    """k larger than the landmarks: the basis is every kept direction (k' = r' <= 20)."""
+    kw = dict(n_landmarks=20, gamma=toy["gamma"], lam=0.5, random_state=0)
+    a = KernelMaxide(**kw, n_components=500).fit(toy["X"], toy["Yobs"])
+    b = KernelMaxide(**kw, n_components=20).fit(toy["X"], toy["Yobs"])
+    np.testing.assert_array_equal(a.decision_function(toy["X"]), b.decision_function(toy["X"]))
+    assert a.rank_ <= 20
+
+
+def test_kernelmaxide_n_components_needs_landmarks(toy):
+    with pytest.raises(ValueError, match="n_components.*n_landmarks"):
+        KernelMaxide(n_landmarks=None, n_components=3).fit(toy["X"], toy["Yobs"])
+    with pytest.raises(ValueError, match="n_components"):
+        KernelMaxide(n_components=0).fit(toy["X"], toy["Yobs"])
+
+
 def _dask(X, chunks):
     return da.from_array(X, chunks=(chunks, X.shape[1]))
 

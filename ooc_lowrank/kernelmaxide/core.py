@@ -32,13 +32,23 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg
 
 from ooc_lowrank import engine
 from ooc_lowrank.kernelmaxide import _blocks
 
 logger = logging.getLogger("ooc_lowrank")
 
-__all__ = ["APGResult", "Identity", "Passes", "apg", "next_theta", "span_root", "svt"]
+__all__ = [
+    "APGResult",
+    "Identity",
+    "Passes",
+    "apg",
+    "next_theta",
+    "orthonormal_root",
+    "span_root",
+    "svt",
+]
 
 
 class Passes:
@@ -97,6 +107,26 @@ def span_root(G, rtol=1e-13):
     if not keep.any():
         return np.zeros((0, G.shape[0]))
     return np.sqrt(ev[keep])[:, None] * V[:, keep].T
+
+
+def orthonormal_root(G, k, rtol=1e-13):
+    """``R`` (k' x r) with ``R G R^T = I``: ``diag(g^-1/2) V^T`` on the ``k`` largest eigenpairs
+    ``(g, V)`` of ``G = F_UT^T F_UT`` (those ``<= rtol * max`` dropped, so ``k' <= k``).  The
+    features ``F R^T`` are then orthonormal on the UT rows: the top ``k`` left singular vectors
+    of ``F_UT`` extended to every row (``KernelMaxide(n_components=k)``, docs/kernelmaxide.md
+    section 8, "The orthonormal kernel basis")."""
+    G = 0.5 * (G + G.T)
+    r = G.shape[0]
+    kk = min(int(k), r)
+    if kk <= 0:
+        return np.zeros((0, r))
+    # only the top k eigenpairs (LAPACK's MRRR driver on a subset: about half a full eigh at
+    # r = 1000, k = 100)
+    ev, V = scipy.linalg.eigh(G, subset_by_index=[r - kk, r - 1], driver="evr")
+    ev, V = ev[::-1], V[:, ::-1]
+    top = max(float(ev[0]), 0.0)
+    kk = min(int(k), int(np.count_nonzero(ev > rtol * top))) if top > 0 else 0
+    return V[:, :kk].T / np.sqrt(ev[:kk])[:, None]
 
 
 def svt(B, tau):
