@@ -612,3 +612,25 @@ def test_direct_path_for_many_held_blocks_is_the_graph_path(tmp_path, data, chai
         assert a.dtype == b.dtype and np.array_equal(a, b)
     assert P.held is not None and len(P.held) == bx.n_blocks
     np.testing.assert_array_equal(np.concatenate(P.held), map_direct)
+
+
+def test_map_reduce_with_shapes_returns_a_tuple_for_one_block_as_for_many():
+    X = np.arange(12.0).reshape(6, 2)
+
+    def colsum(b):
+        return b.sum(axis=0)
+
+    one = engine.map_reduce(colsum, engine.as_blocked(X, block_rows=6), shapes=[(2,)])
+    many = engine.map_reduce(colsum, engine.as_blocked(X, block_rows=2), shapes=[(2,)])
+    assert isinstance(one, tuple) and isinstance(many, tuple)
+    np.testing.assert_array_equal(one[0], many[0])
+
+
+def test_direct_path_slices_a_small_sparse_input_once():
+    S = sp.random(40, 5, density=0.3, format="csr", random_state=0)
+    B = engine.as_blocked(S, block_rows=10)
+    first = engine._memory_blocks(B)
+    assert engine._memory_blocks(B) is first  # held: not sliced again on the next pass
+    assert len(first) == 4 and (first[1] != S[10:20]).nnz == 0
+    D = engine.as_blocked(S.toarray(), block_rows=10)  # dense slices are views: not kept
+    assert engine._memory_blocks(D) is not engine._memory_blocks(D)

@@ -467,3 +467,25 @@ def test_movielens_side_features_from_the_files():
     np.testing.assert_array_equal(items[:, :19].toarray(), genres)
     u2, i2 = load_movielens_side_features(folder, ids=True, constant=False)
     assert (u2[:, :943] != sp.identity(943)).nnz == 0 and i2.shape == (1682, 1682 + 19)
+
+
+@pytest.mark.parametrize("kind", ["float64", "float32", "csr"])
+def test_fused_block_matches_its_definition(kind):
+    from ooc_lowrank.imc import _blocks
+
+    rng = np.random.default_rng(3)
+    Phi = rng.standard_normal((30, 12))
+    Phi = sp.csr_matrix(Phi * (Phi > 0.5)) if kind == "csr" else Phi.astype(kind)
+    O = sp.random(30, 9, density=0.3, format="csr", random_state=1)
+    Delta, Q = rng.standard_normal((12, 3)), rng.standard_normal((9, 3))
+    Pd = np.asarray(Phi.toarray() if kind == "csr" else Phi, dtype=np.float64)
+    T = Pd @ Delta
+    M = O.tocoo()
+    E = sp.csr_matrix(((T[M.row] * Q[M.col]).sum(1) - M.data, (M.row, M.col)), shape=O.shape)
+    out, loss = _blocks.fused_block(Phi, O, None, None, Delta, Q, True)
+    tol = 1e-4 if kind == "float32" else 1e-12
+    np.testing.assert_allclose(out, Pd.T @ (E @ Q), rtol=tol, atol=tol)
+    np.testing.assert_allclose(loss, 0.5 * (E.data @ E.data), rtol=tol)
+    np.testing.assert_allclose(_blocks.project_block(Phi, None, None, Delta), T, rtol=tol, atol=tol)
+    Z = rng.standard_normal((30, 3))
+    np.testing.assert_allclose(_blocks.phit_block(Phi, Z, None, None), Pd.T @ Z, rtol=tol, atol=tol)

@@ -46,17 +46,37 @@ def phi_block(Xb, U, spec):
     return _gb.features_block(Xb, U, spec)
 
 
+def _times(Phi, A):
+    """``Phi @ A`` for a thin ``A`` (D, k).  A dense float64 ``Phi`` is multiplied as
+    ``(A^T Phi^T)^T``: the same dot products (bitwise equal on the shapes measured) at about
+    twice the speed, since OpenBLAS's thin-``N`` dgemm path is the slow one (Segment block
+    1155 x 1000, k = 7, one thread: 1.30 -> 0.69 ms).  Other inputs: ``Phi @ A`` as is (in
+    float32 the swapped form is slower)."""
+    A = A.astype(Phi.dtype, copy=False)
+    if isinstance(Phi, np.ndarray) and Phi.dtype == np.float64:
+        return (A.T @ Phi.T).T
+    return Phi @ A
+
+
+def _t_times(Phi, Z):
+    """``Phi^T Z`` (D, k) in float64 for a thin ``Z`` (n_b, k); dense float64 ``Phi`` as
+    ``(Z^T Phi)^T`` (see :func:`_times`: 1.22 -> 0.65 ms on the same block)."""
+    Z = np.asarray(Z, dtype=Phi.dtype)
+    if isinstance(Phi, np.ndarray) and Phi.dtype == np.float64:
+        out = (Z.T @ Phi).T
+    else:
+        out = Phi.T @ Z
+    return np.ascontiguousarray(np.asarray(out, dtype=np.float64))
+
+
 def project_block(Xb, U, spec, Delta):
     """``Phi_b Delta`` (n_b, k) in float64 (``P = Phi_U W`` when ``Delta = W``)."""
-    Phi = phi_block(Xb, U, spec)
-    return np.asarray(Phi @ Delta.astype(Phi.dtype, copy=False), dtype=np.float64)
+    return np.asarray(_times(phi_block(Xb, U, spec), Delta), dtype=np.float64)
 
 
 def phit_block(Xb, Zb, U, spec):
     """``Phi_b^T Z_b`` (D, k): the X-pass that closes a gradient or a Hessian-vector product."""
-    Phi = phi_block(Xb, U, spec)
-    Z = np.asarray(Zb, dtype=Phi.dtype)
-    return np.ascontiguousarray(np.asarray(Phi.T @ Z, dtype=np.float64))
+    return _t_times(phi_block(Xb, U, spec), Zb)
 
 
 def backprop_block(Xb, Zb, U, spec, Wt):
@@ -140,7 +160,5 @@ def fused_block(Xb, Ob, U, spec, Delta, Q, residual):
     direction and ``residual=False`` the Hessian-vector product, in one pass instead of three.
     """
     Phi = phi_block(Xb, U, spec)
-    T = np.asarray(Phi @ Delta.astype(Phi.dtype, copy=False), dtype=np.float64)
-    EQ = omega_rows_block(Ob, T, Q, residual)
-    out = Phi.T @ np.asarray(EQ[:, :-1], dtype=Phi.dtype)
-    return np.ascontiguousarray(np.asarray(out, dtype=np.float64)), np.array(EQ[:, -1].sum())
+    EQ = omega_rows_block(Ob, project_block(Phi, None, None, Delta), Q, residual)
+    return _t_times(Phi, EQ[:, :-1]), np.array(EQ[:, -1].sum())

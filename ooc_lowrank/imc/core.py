@@ -138,6 +138,7 @@ class Problem:
             side.X,
             obs,
             args=(side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual)),
+            shapes=[(side.n_features, Delta.shape[1]), ()],
         )
         return out, float(loss)
 
@@ -159,7 +160,13 @@ class Problem:
         """``Phi(X)^T Z`` (D, k), one X-pass."""
         side = self.features(side)
         self.n_passes += 1
-        return engine.map_reduce(_blocks.phit_block, side.X, Z, args=(side.u_arg(), side.spec))
+        return engine.map_reduce(
+            _blocks.phit_block,
+            side.X,
+            Z,
+            args=(side.u_arg(), side.spec),
+            shapes=[(side.n_features, Z.shape[1])],
+        )[0]
 
     def feature_grad(self, side: Side, Z, F):
         """Gradient w.r.t. the side's feature parameters for ``df/dPhi = Z F^T``, one X-pass."""
@@ -186,14 +193,20 @@ class Problem:
         """``(E^T P, sum E^2 / 2)``, one Omega-pass."""
         self.n_passes += 1
         EtP, loss = engine.map_reduce(
-            _blocks.omega_cols_block, self.obs, P, args=(Q, bool(residual))
+            _blocks.omega_cols_block,
+            self.obs,
+            P,
+            args=(Q, bool(residual)),
+            shapes=[Q.shape, ()],
         )
         return EtP, float(loss)
 
     def omega_loss(self, P, Q):
         """``[sum R^2 / 2, sum B S, sum B^2, sum S^2, nnz]``, one Omega-pass."""
         self.n_passes += 1
-        return engine.map_reduce(_blocks.omega_loss_block, self.obs, P, args=(Q,))
+        return engine.map_reduce(
+            _blocks.omega_loss_block, self.obs, P, args=(Q,), shapes=[(5,)]
+        )[0]
 
     def loss(self, P, Q):
         """``sum R^2 / 2``, one Omega-pass."""
