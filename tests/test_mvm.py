@@ -528,25 +528,31 @@ def test_dense_path_with_a_zero_factor_column_needs_no_division(rng):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-def test_lbfgs_splits_side_by_side_views_once_per_fit(rng):
+def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
     """An in-memory matrix of several views side by side is split once per L-BFGS fit into
-    contiguous per-view arrays over the same row blocks; a fit from it equals a fit from the
-    list of views (to rounding); a list of views, a single view and sparse data are kept."""
+    contiguous per-view arrays over the same row blocks, and a single in-memory block of a
+    large enough pass is cut into row blocks; a fit from it equals a fit from the list of
+    views in one block (to rounding); sparse data and small passes are kept."""
     V, y = _three_classes(rng, n=120)
     X = np.hstack(V)
     layout = core._Layout((3, 2))
-    views = [ooc_engine.as_blocked(X, block_rows=50)]
-    parts = core._split_views(views, layout)
-    assert len(parts) == 2
+    yb = ooc_engine.as_blocked(y.astype(float)[:, None])
+    views = [ooc_engine.as_blocked(X)]
+    parts, y2 = core._pass_inputs(views, yb, layout, 4)
+    assert len(parts) == 2 and y2 is yb
     for p, (a, b) in enumerate([(0, 3), (3, 5)]):
         assert parts[p].source.flags.c_contiguous
         np.testing.assert_array_equal(parts[p].source, X[:, a:b])
-        np.testing.assert_array_equal(parts[p].bounds, views[0].bounds)
-    listed = [ooc_engine.as_blocked(v) for v in V]
-    assert core._split_views(listed, layout) is listed
+        np.testing.assert_array_equal(parts[p].bounds, [0, 120])
     single = [ooc_engine.as_blocked(sp.csr_matrix(X))]
-    assert core._split_views(single, layout) is single
+    assert core._pass_inputs(single, yb, layout, 4)[0] is single
+    monkeypatch.setattr(core, "PARALLEL_WORK", 120 * 5 * 4)
+    parts, y2 = core._pass_inputs(views, yb, layout, 4)
+    for b in (*parts, y2):
+        np.testing.assert_array_equal(b.bounds, [0, 60, 120])
+    assert core._pass_inputs(views, yb, layout, 3)[1] is yb  # below the threshold
     kw = dict(n_factors=2, random_state=0, solver="lbfgs", max_iter=15)
-    side = MultiViewMachineClassifier(view_sizes=(3, 2), **kw).fit(X, y)
-    apart = MultiViewMachineClassifier(**kw).fit(V, y)
-    np.testing.assert_allclose(side.coef_, apart.coef_, rtol=1e-7, atol=1e-10)
+    cut = MultiViewMachineClassifier(view_sizes=(3, 2), **kw).fit(X, y)
+    monkeypatch.setattr(core, "PARALLEL_WORK", np.inf)
+    whole = MultiViewMachineClassifier(**kw).fit(V, y)
+    np.testing.assert_allclose(cut.coef_, whole.coef_, rtol=1e-6, atol=1e-9)
