@@ -201,16 +201,21 @@ def sgd_block(
 @njit
 def dense_outputs(S, k, b0, out):
     """``out[i, c] = b0[c] + sum_{f in model c} prod_p S[p, i, c k + f]`` (MVM-9 per model);
-    ``out`` is ``(rows, K)``."""
+    ``out`` is ``(rows, K)``.  Per row, the products run over ``p`` with the columns innermost
+    (contiguous, vectorized); the same operations in the same order as a loop over ``p``
+    innermost."""
     m, n, width = S.shape
+    prod = np.empty(width)
     for i in range(n):
+        for j in range(width):
+            prod[j] = S[0, i, j]
+        for p in range(1, m):
+            for j in range(width):
+                prod[j] *= S[p, i, j]
         for c in range(out.shape[1]):
             acc = b0[c]
             for f in range(c * k, (c + 1) * k):
-                prod = 1.0
-                for p in range(m):
-                    prod *= S[p, i, f]
-                acc += prod
+                acc += prod[f]
             out[i, c] = acc
 
 
@@ -218,19 +223,24 @@ def dense_outputs(S, k, b0, out):
 def dense_weighted_loo(S, k, dl):
     """Overwrite ``S[p, i, j]`` with ``dl[i, j // k] * prod_{q != p} S[q, i, j]`` (the factor
     of ``z^(p)`` in the gradient, MVM-16 times the loss slope), by prefix and suffix products
-    (no division, SPEC 3.4).  ``S`` is the solver's own temporary; ``dl`` is ``(rows, K)``."""
+    (no division, SPEC 3.4).  ``S`` is the solver's own temporary; ``dl`` is ``(rows, K)``.
+    Per row, the columns are innermost (contiguous, vectorized)."""
     m, n, width = S.shape
-    s = np.empty(m)
+    s = np.empty((m, width))
+    acc = np.empty(width)
     for i in range(n):
+        for p in range(m):
+            for j in range(width):
+                s[p, j] = S[p, i, j]
         for j in range(width):
-            d = dl[i, j // k]
-            for p in range(m):
-                s[p] = S[p, i, j]
-            acc = d
-            for p in range(m):
-                S[p, i, j] = acc
-                acc *= s[p]
-            acc = 1.0
-            for p in range(m - 1, -1, -1):
-                S[p, i, j] *= acc
-                acc *= s[p]
+            acc[j] = dl[i, j // k]
+        for p in range(m):
+            for j in range(width):
+                S[p, i, j] = acc[j]
+                acc[j] *= s[p, j]
+        for j in range(width):
+            acc[j] = 1.0
+        for p in range(m - 1, -1, -1):
+            for j in range(width):
+                S[p, i, j] *= acc[j]
+                acc[j] *= s[p, j]

@@ -526,3 +526,33 @@ def test_dense_path_with_a_zero_factor_column_needs_no_division(rng):
     assert np.isfinite(dense[1]).all()
     for a, b in zip(dense, csr, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
+    """An in-memory matrix of several views side by side is split once per L-BFGS fit into
+    contiguous per-view arrays over the same row blocks, and a single in-memory block of a
+    large enough pass is cut into row blocks; a fit from it equals a fit from the list of
+    views in one block (to rounding); sparse data and small passes are kept."""
+    V, y = _three_classes(rng, n=120)
+    X = np.hstack(V)
+    layout = core._Layout((3, 2))
+    yb = ooc_engine.as_blocked(y.astype(float)[:, None])
+    views = [ooc_engine.as_blocked(X)]
+    parts, y2 = core._pass_inputs(views, yb, layout, 4)
+    assert len(parts) == 2 and y2 is yb
+    for p, (a, b) in enumerate([(0, 3), (3, 5)]):
+        assert parts[p].source.flags.c_contiguous
+        np.testing.assert_array_equal(parts[p].source, X[:, a:b])
+        np.testing.assert_array_equal(parts[p].bounds, [0, 120])
+    single = [ooc_engine.as_blocked(sp.csr_matrix(X))]
+    assert core._pass_inputs(single, yb, layout, 4)[0] is single
+    monkeypatch.setattr(core, "PARALLEL_WORK", 120 * 5 * 4)
+    parts, y2 = core._pass_inputs(views, yb, layout, 4)
+    for b in (*parts, y2):
+        np.testing.assert_array_equal(b.bounds, [0, 60, 120])
+    assert core._pass_inputs(views, yb, layout, 3)[1] is yb  # below the threshold
+    kw = dict(n_factors=2, random_state=0, solver="lbfgs", max_iter=15)
+    cut = MultiViewMachineClassifier(view_sizes=(3, 2), **kw).fit(X, y)
+    monkeypatch.setattr(core, "PARALLEL_WORK", np.inf)
+    whole = MultiViewMachineClassifier(**kw).fit(V, y)
+    np.testing.assert_allclose(cut.coef_, whole.coef_, rtol=1e-6, atol=1e-9)

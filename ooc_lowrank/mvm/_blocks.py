@@ -147,7 +147,10 @@ def dense_loss_grad(parts, y, theta, b0, loss, n_feat):
     off = 0
     for p, X in enumerate(parts):
         w = X.shape[1]
-        grad[off:off + w] = X.T @ S[p]
+        if X.dtype == np.float64:
+            np.matmul(X.T, S[p], out=grad[off:off + w])
+        else:
+            grad[off:off + w] = X.T @ S[p]
         grad[n_feat + p] = S[p].sum(axis=0)
         off += w
     return val.sum(axis=0), grad, dl.sum(axis=0)

@@ -141,6 +141,50 @@ def _restore_monitor(monitor, st, arr):
     monitor.restore(st["monitor"], {k[2:]: v for k, v in arr.items() if k.startswith("m_")})
 
 
+#: Largest in-memory dense input (bytes) that :func:`_pass_inputs` copies into one contiguous
+#: array per view for an L-BFGS fit.
+SPLIT_VIEWS_BYTES = 256 * 2**20
+#: Multiply-adds per pass (rows x features x factor columns of all models) from which
+#: :func:`_pass_inputs` cuts a single in-memory block into :data:`PASS_BLOCKS` row blocks.
+PARALLEL_WORK = 20_000_000
+PASS_BLOCKS = 2
+
+
+def _pass_inputs(views, y, layout, width):
+    """The views and target an L-BFGS fit passes to every pass (``width``: the factor columns
+    of all models, ``K k``).
+
+    * An in-memory dense matrix holding several views side by side becomes one C-contiguous
+      copy per view, made once per fit (the same row blocks), so each pass's per-view GEMMs
+      read contiguous operands instead of column slices (measured on mfeat, 1,000 x 649 in 6
+      views: about 13 % less GEMM time per pass at 10 one-vs-rest models); not above
+      :data:`SPLIT_VIEWS_BYTES`.
+    * In-memory inputs of a single row block whose pass costs at least :data:`PARALLEL_WORK`
+      multiply-adds are cut into :data:`PASS_BLOCKS` row blocks, so the engine's direct path
+      runs them on two cores (one BLAS thread each, which degrades gracefully on a busy
+      machine where two BLAS threads on one block ran 4-20x slower).  Measured on mfeat with
+      10 one-vs-rest models beside another busy process: 1.58 s against 2.01 s per fit; a
+      single model (1/10 of the work) was slower cut, hence the threshold.  The block count
+      does not depend on the machine, so neither does the model.
+
+    Anything else (out-of-core or sparse data, several blocks) is returned as is."""
+    if len(views) == 1 and layout.n_views > 1:
+        (v,) = views
+        if v.in_memory and v.kind == "dense" and v.nbytes <= SPLIT_VIEWS_BYTES:
+            offs = np.concatenate([[0], np.cumsum(layout.view_sizes)])
+            views = [
+                engine.as_blocked(np.ascontiguousarray(v.source[:, offs[p]:offs[p + 1]]))
+                .rechunk(v.bounds)
+                for p in range(layout.n_views)
+            ]
+    n = int(views[0].shape[0])
+    single = views[0].n_blocks == 1 and all(b.in_memory for b in (*views, y))
+    if single and n >= 2 * PASS_BLOCKS and n * layout.n_feat * int(width) >= PARALLEL_WORK:
+        bounds = np.linspace(0, n, PASS_BLOCKS + 1).round().astype(np.int64)
+        views, y = [b.rechunk(bounds) for b in views], y.rechunk(bounds)
+    return views, y
+
+
 def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, max_iter, tol,
               monitor, checkpoint=None, n_models=1):
     """Batch L-BFGS-B over engine passes on ``(theta, intercepts)``.
@@ -160,6 +204,7 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
     (relative decrease of the objective in one iteration), or ``max_iter`` iterations.
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
+    views, y = _pass_inputs(views, y, layout, theta0.shape[1])
     if n_models > 1:
         return _fit_lbfgs_batched(
             views, y, theta0, b0, layout, loss=loss, task=task, reg=reg, reg_weight=reg_weight,
