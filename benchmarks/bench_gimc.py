@@ -233,7 +233,7 @@ class _GraphCounter:
 
         graph = dsk.__dask_graph__() if hasattr(dsk, "__dask_graph__") else dsk
         self.sizes.append(len(graph))
-        with engine._blas_controller().limit(limits=1, user_api="blas"):
+        with engine.one_blas_thread():
             return dask.threaded.get(dsk, keys, num_workers=os.cpu_count() or 1, **kwargs)
 
 

@@ -82,6 +82,7 @@ __all__ = [
     "map_rows",
     "map_rows_persisted",
     "maybe_persist",
+    "one_blas_thread",
     "reduce_blocks",
 ]
 
@@ -1054,7 +1055,7 @@ def compute(*lazy, client=None):
     targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
     sched = kw.get("scheduler", None) if kw else active_client()
     if kw.get("scheduler") == "threads":
-        with _blas_controller().limit(limits=1, user_api="blas"):
+        with one_blas_thread():
             res = dask.compute(*targets, **kw)
     elif hasattr(sched, "nthreads") and hasattr(sched, "gather"):
         res = _compute_on_cluster(sched, targets)
@@ -1134,10 +1135,12 @@ def _run_blocks(task, n):
     return _POOL.map(run, range(n))
 
 
-def _blas_limit():
-    """BLAS threads on the direct path: one per pool thread, as the threads scheduler gives
-    each Dask thread (a single block runs on one core: two OpenBLAS threads on the skinny
-    products of small problems ran 3-7x slower than one on this 2-core machine)."""
+def one_blas_thread():
+    """Context manager: BLAS limited to one thread (restored on exit).  The engine's rule for
+    its own passes (the threads scheduler gives each Dask thread one; the direct path each
+    pool thread), and for driver code that runs many small products between passes (a single
+    block runs on one core: two OpenBLAS threads on the skinny products of small problems ran
+    3-7x slower than one on this 2-core machine)."""
     return _blas_controller().limit(limits=1, user_api="blas")
 
 
@@ -1175,7 +1178,7 @@ def _reduce_direct(fn, bounds, args, offset, sizes, rows_at, chains, split_every
     summed in the graph path's order (its chains, or its tree by :func:`_tree_sum`)."""
     size = int(sum(sizes))
     nb = len(bounds) - 1
-    with _blas_limit():
+    with one_blas_thread():
         if chains:
             n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
             edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
@@ -1221,7 +1224,7 @@ def _map_direct(fn, lists, bounds, args, offset):
     def block(i):
         return _call_block(fn, [x[i] for x in lists], args, offset, bounds, (i, 0))
 
-    with _blas_limit():
+    with one_blas_thread():
         return list(_run_blocks(block, len(bounds) - 1))
 
 
@@ -1278,7 +1281,7 @@ def map_reduce(
     lists = _direct_blocks(blocked, client)
     if lists is not None and ref.n_blocks == 1:
         srcs = [x[0] for x in lists]
-        with _blas_limit():
+        with one_blas_thread():
             raw = fn(0, *srcs, *args) if offset else fn(*srcs, *args)
         outs = tuple(np.array(o, dtype=np.float64) for o in _as_tuple(raw))
         # as on the other paths: a tuple when shapes are given (no probe tells "single")
@@ -1309,7 +1312,7 @@ def map_rows_compute(fn: Callable, *inputs, args: Sequence = (), n_cols: int, cl
     blocked, ref = _prepare(inputs)
     lists = _direct_blocks(blocked, client)
     if lists is not None and ref.n_blocks == 1:
-        with _blas_limit():
+        with one_blas_thread():
             return np.asarray(fn(*[x[0] for x in lists], *args), dtype=np.float64)
     if lists is not None:
         if not ref.n_blocks:
@@ -1362,7 +1365,7 @@ def map_rows_persisted(
     lists = _direct_blocks([B], client)
     if lists is not None and B.n_blocks == 1:
         src = sp.csr_matrix(lists[0][0]) if B.kind == "csr" else lists[0][0]
-        with _blas_limit():
+        with one_blas_thread():
             out = fn(0, src, *args) if offset else fn(src, *args)
         return _from_memory(out, np.array([0, B.shape[0]], dtype=np.int64), kind)
     if lists is not None and B.n_blocks:

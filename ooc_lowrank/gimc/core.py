@@ -237,7 +237,7 @@ def fit_gimc(
     # every pass on the threaded scheduler: OpenBLAS threads made the Cholesky of D = 1000
     # 30x slower (0.75 s against 0.026 s) on this 2-core machine, and 2-10x slower at
     # D = 2000 and 4000 (docs/performance.md).
-    with engine._blas_controller().limit(limits=1, user_api="blas"):
+    with engine.one_blas_thread():
         return _fit_gimc(
             X,
             A,

@@ -425,7 +425,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
             for i, batch in enumerate(batches):
                 logger.info("GIMCCV batch %d/%d: %d fits", i + 1, len(batches), len(batch))
                 # the driver's Cholesky solves on one BLAS thread (see core.fit_gimc)
-                with engine._blas_controller().limit(limits=1, user_api="blas"):
+                with engine.one_blas_thread():
                     self._run(batch, inits, learn)
         finally:
             del self._ctx  # the (possibly persisted) data

@@ -316,7 +316,7 @@ class _MaxideBase(BaseEstimator):
         # trial) runs on one BLAS thread, like every pass on the threaded scheduler: OpenBLAS
         # threads make these small LAPACK calls 10-700x slower on this 2-core machine
         # (docs/kernelmaxide.md, section 8).
-        with engine._blas_controller().limit(limits=1, user_api="blas"):
+        with engine.one_blas_thread():
             return self._fit(X, Y, checkpoint, checkpoint_every)
 
     def _fit(self, X, Y, checkpoint, checkpoint_every):
@@ -338,7 +338,7 @@ class _MaxideBase(BaseEstimator):
         ests = [clone(self).set_params(lam=lam) for lam in lams]
         for est in ests:
             est._validate_params()
-        with engine._blas_controller().limit(limits=1, user_api="blas"):
+        with engine.one_blas_thread():
             st = self._setup(X, Y, None, 5)
             return [est._solve(st) for est in ests]
 

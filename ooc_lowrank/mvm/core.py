@@ -264,7 +264,7 @@ def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, m
     # one BLAS thread: the products of a pass are small per block and L-BFGS-B's own vector
     # work is BLAS-1; a second thread only adds synchronisation (3-10x slower measured on the
     # busy 2-core machine), and on the threaded scheduler Dask owns the cores anyway
-    with engine._blas_controller().limit(limits=1, user_api="blas"):
+    with engine.one_blas_thread():
         res = scipy.optimize.minimize(
             fun,
             x0,
@@ -365,7 +365,7 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
     S, Yp = [[] for _ in range(K)], [[] for _ in range(K)]
     active = np.ones(K, bool)
     stopped = False
-    with engine._blas_controller().limit(limits=1, user_api="blas"):  # see fit_lbfgs
+    with engine.one_blas_thread():  # see fit_lbfgs
         F, G = evaluate(X)
         if not np.isfinite(F).all():
             raise NonFiniteError(
