@@ -770,6 +770,7 @@ def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
 
     X, Yobs = _lam_problem()
     kw = dict(n_landmarks=100, max_iter=100, random_state=0)
+    kw = dict(kw, n_components=None)  # SPEC KM-6: the CV machinery, not the model
     cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0], refit=False,
                         holdout="entries", scoring="squared_error")  # fmt: skip
     cv.fit(X, Yobs)
@@ -851,3 +852,87 @@ def test_load_yahoo_by_name_and_path_and_errors(tmp_path):
     sio.savemat(tmp_path / "bad.mat", {"train_data": np.zeros((2, 2))})
     with pytest.raises(ValueError, match="must hold train_data, test_data"):
         load_yahoo(tmp_path / "bad.mat")
+
+
+def _planted():
+    """400 x 8 features, 10 labels of a rank-3 nonlinear model, 30 % of the training labels
+    observed, rows 360.. are test rows: SPEC KM-6's span form does not meet the 1e-5 stop in
+    600 iterations on it (its UT Gram's eigenvalues spread over decades)."""
+    r = np.random.default_rng(3)
+    n, d, m = 400, 8, 10
+    X = r.standard_normal((n, d))
+    Y = (np.tanh(X @ r.standard_normal((d, 3))) @ r.standard_normal((3, m)) > 0).astype(float)
+    return X, mask_labels(Y, 30, train=np.arange(n) < 360, random_state=0)
+
+
+def test_kernelmaxide_defaults_meet_the_stopping_rule_in_few_iterations():
+    """KernelMaxide-n's default (the orthonormal kernel basis, issue 24) is well conditioned:
+    the paper's 1e-5 relative-change stop (SPEC 4.4) fires, within 40 iterations, where SPEC
+    KM-6 (n_components=None) runs into max_iter."""
+    X, Yobs = _planted()
+    est = KernelMaxide(n_landmarks=150, random_state=0).fit(X, Yobs)
+    assert est.converged_ and est.n_iter_ <= 40
+    km6 = KernelMaxide(n_landmarks=150, n_components=None, random_state=0).fit(X, Yobs)
+    assert not km6.converged_ and km6.n_iter_ == 100
+
+
+def test_kernelmaxide_default_objective_is_the_trace_norm_of_the_ut_scores():
+    """SPEC check of where the default differs from KM-6: its objective is Maxide's KM-1 on
+    the orthonormal kernel basis, ``lam ||S_UT||_* + 1/2 ||R_Omega(S - Y)||^2`` with ``S`` the
+    fitted scores (``||W||_* = ||A_UT W||_*``), i.e. ``lam ||K~_UT C||_*`` in the paper's
+    ``C`` where KM-6 has ``lam ||C||_*``; ``objective_`` is that value at ``coef_``."""
+    X, Yobs = _planted()
+    est = KernelMaxide(n_landmarks=150, random_state=0).fit(X, Yobs)
+    S = est.decision_function(X)
+    ut = np.flatnonzero(np.diff(Yobs.indptr))
+    Yc = Yobs.tocoo()
+    E = 0.5 * np.sum((S[Yc.row, Yc.col] - Yc.data) ** 2)
+    want = est.lam * np.linalg.svd(S[ut], compute_uv=False).sum() + E
+    np.testing.assert_allclose(est.objective_[-1], want, rtol=1e-8)
+
+
+@pytest.mark.parametrize("repeat_landmarks", [False, True])
+def test_kernelmaxide_cholesky_and_eigen_roots_reach_the_same_objective(
+    repeat_landmarks, monkeypatch
+):
+    """The orthonormal basis's feature map uses the pivoted Cholesky root ``L^-T`` of K_rr;
+    with the eigen root ``(K_rr^+)^(1/2)`` (the former map) the fit reaches the same objective
+    and scores.  Repeated landmarks (K_rr singular): the pivots skip the repeats, the same
+    Nystrom kernel."""
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+
+    X, Yobs = _planted()
+    if repeat_landmarks:  # every row twice: landmarks repeat, the Cholesky factor fails
+        X = np.vstack([X[:200], X[:200]])
+    kw = dict(n_landmarks=150, n_components=40, random_state=0)
+    a = KernelMaxide(**kw).fit(X, Yobs)
+    if not repeat_landmarks:  # M M^T = K_rr^-1: the same Nystrom kernel F F^T
+        MMt = a.normalization_ @ a.normalization_.T
+        Kinv = np.linalg.inv(_kernel(a.landmarks_, a.gamma_))
+        np.testing.assert_allclose(MMt, Kinv, atol=1e-6 * np.abs(Kinv).max())
+    monkeypatch.setattr(est_mod, "cholesky_normalization", nystrom_normalization)
+    b = KernelMaxide(**kw).fit(X, Yobs)
+    assert a.n_iter_ == b.n_iter_ and a.converged_
+    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-7)
+    Sa, Sb = a.decision_function(X), b.decision_function(X)
+    np.testing.assert_allclose(Sa, Sb, atol=1e-6 * np.abs(Sb).max())
+    assert not np.allclose(a.normalization_, b.normalization_)  # a different root
+    # repeated landmarks: rows of M for the landmarks the pivoting skipped are zero
+    assert (not a.normalization_.any(axis=1).all()) == repeat_landmarks
+
+
+def _kernel(L, gamma):
+    sq = np.sum(L * L, axis=1)
+    return np.exp(-gamma * np.maximum(sq[:, None] + sq[None, :] - 2 * L @ L.T, 0.0))
+
+
+def test_kernelmaxide_n_components_auto():
+    """"auto": the orthonormal basis of 100 directions with landmarks, SPEC KM-6 with the
+    exact kernel; any other string is refused naming the argument."""
+    X, Yobs = _planted()
+    assert KernelMaxide(n_landmarks=None)._components() is None
+    assert KernelMaxide()._components() == 100
+    f = KernelMaxide(n_landmarks=None, max_iter=3).fit(X[:120], Yobs[:120])
+    assert f.normalization_ is None
+    with pytest.raises(ValueError, match="n_components"):
+        KernelMaxide(n_components="all").fit(X, Yobs)
