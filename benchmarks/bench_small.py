@@ -493,6 +493,12 @@ def case_kernelmaxide(a, log):
             lambda: KernelMaxide(n_landmarks=landmarks, random_state=0, **kw),
         "KernelMaxide-f": lambda: KernelMaxide(n_landmarks=None, random_state=0, **kw),
         "Maxide()": lambda: Maxide(**kw),
+        # the former defaults: SPEC KM-6's span form (100 iterations, the stop does not fire)
+        # and Maxide on every direction (docs/kernelmaxide.md section 9)
+        f"KernelMaxide-n KM-6 (n_landmarks={landmarks}, n_components=None, lam=1)":
+            lambda: KernelMaxide(n_landmarks=landmarks, n_components=None, lam=1.0,
+                                 random_state=0, **kw),
+        "Maxide(n_components=None, lam=1)": lambda: Maxide(n_components=None, lam=1.0, **kw),
     }  # fmt: skip
     ours = {k: Run(fit(mk), rl, lambda m: m.n_passes_, warm=warm(mk)) for k, mk in makers.items()}
     g = median_gamma(sample_rows(X, 1000, np.random.default_rng(0)))
