@@ -689,8 +689,13 @@ class KernelMaxide(_MaxideBase):
     """KernelMaxide (Xu & Zhou 2018; SPEC 4): multi-label learning with missing labels by a
     trace-norm regularized kernel model, Nystrom-approximated and out of core.
 
-    Solves ``min_C lam ||C||_* + 1/2 ||R_Omega(K~_{all,UT} C - Y)||_F^2`` with the corrected APG
-    (Algorithm 1), in the factored span form ``C = F_UT T`` (state r' x n_labels).
+    With ``n_components=None`` (and by default for ``n_landmarks=None``) it solves SPEC KM-6,
+    ``min_C lam ||C||_* + 1/2 ||R_Omega(K~_{all,UT} C - Y)||_F^2``, with the corrected APG
+    (Algorithm 1), in the factored span form ``C = F_UT T`` (state r' x n_labels).  By default
+    with landmarks (``n_components="auto"``) it solves Maxide's KM-1 on the top 100 orthonormal
+    directions of the Nystrom features, i.e. ``lam ||K~_{UT,UT} C||_*`` in place of
+    ``lam ||C||_*`` (see ``n_components``): well conditioned, so the paper's stopping rule
+    fires (docs/kernelmaxide.md section 9).
 
     Parameters
     ----------
