@@ -449,6 +449,14 @@ def run_delicious(a):
         est = GIMC(n_components=a.m, features="both", max_iter=a.iters, random_state=0)
         e = est.estimate(ds)
         log("estimate:", json.dumps(_jsonable(est_summary(e))))
+        if e.get("fits") is False:  # fit would refuse: record why instead of failing
+            out = {"args": vars(a), "completed": False, "estimate": _jsonable(e),
+                   "why": "estimate(): worker_bytes > memory_cap (task_alloc_bytes: the "
+                          "(d, m_total) float64 gradient block of X^T Xi; state: U and its "
+                          "gradient (d, m_total) in float64, W (D, L))"}
+            log(json.dumps(out["why"]))
+            save("delicious", out, a.out)
+            return
         ticks = []
         est.set_params(callback=lambda it, el, obj: ticks.append((it, el)))
         t = time.perf_counter()
@@ -479,8 +487,8 @@ def run_delicious(a):
 
 
 def _probe_bytes_per_row(kind, a, workdir):
-    """Store bytes per row, from a 20,000-row store of the same kind (then deleted)."""
-    n = 20_000
+    """Store bytes per row, from a ``--probe-rows`` store of the same kind (then deleted)."""
+    n = int(a.probe_rows)
     url = os.path.join(workdir, f"probe-{kind}.zarr")
     if kind == "gimc":
         in_child(_gen_multilabel, url, n, a.features, a.labels, a.labels_per_row, a.seed)
@@ -707,6 +715,8 @@ def main(argv=None):
         s = common(sub.add_parser(f"disk-{kind}"))
         s.add_argument("--gb", type=float, default=36.0)
         s.add_argument("--slice-gb", type=float, default=1.0)
+        s.add_argument("--probe-rows", type=int, default=20_000,
+                       help="rows of the store written first to measure bytes per row")
         s.add_argument("--cold", action="store_true",
                        help="drop the store's pages before every pass (stores < RAM)")
         if kind == "gimc":
@@ -721,8 +731,13 @@ def main(argv=None):
     s.add_argument("--disk-bytes-per-second", type=float, default=None)
     a = p.parse_args(argv)
     if a.scenario.startswith("disk-"):
-        os.environ["OOC_LOWRANK_CACHE_BYTES"] = "0"  # before ooc_lowrank is imported: stream
-        run_disk(a, a.scenario[5:])
+        from ooc_lowrank import engine
+
+        budget, engine.DEFAULT_CACHE_BYTES = engine.DEFAULT_CACHE_BYTES, 0  # stream every pass
+        try:
+            run_disk(a, a.scenario[5:])
+        finally:
+            engine.DEFAULT_CACHE_BYTES = budget
     else:
         {"nuswide": run_nuswide, "delicious": run_delicious, "codecs": run_codecs}[a.scenario](a)
 
