@@ -487,17 +487,19 @@ def run_delicious(a):
 
 
 def _probe_bytes_per_row(kind, a, workdir):
-    """Store bytes per row, from a ``--probe-rows`` store of the same kind (then deleted)."""
-    n = int(a.probe_rows)
-    url = os.path.join(workdir, f"probe-{kind}.zarr")
-    if kind == "gimc":
-        in_child(_gen_multilabel, url, n, a.features, a.labels, a.labels_per_row, a.seed)
-    else:
-        url = os.path.join(workdir, f"mvm-sparse-{n}.zarr")
-        in_child(_gen_mvm, workdir, n, a.seed)
-    b = du(url) / n
-    shutil.rmtree(url, ignore_errors=True)
-    return b
+    """Marginal store bytes per row: stores of ``--probe-rows`` and twice as many rows of the
+    same kind (then deleted); the difference leaves out fixed metadata and partial chunks."""
+    sizes = []
+    for n in (int(a.probe_rows), 2 * int(a.probe_rows)):
+        url = os.path.join(workdir, f"probe-{kind}.zarr")
+        if kind == "gimc":
+            in_child(_gen_multilabel, url, n, a.features, a.labels, a.labels_per_row, a.seed)
+        else:
+            url = os.path.join(workdir, f"mvm-sparse-{n}.zarr")
+            in_child(_gen_mvm, workdir, n, a.seed)
+        sizes.append(du(url))
+        shutil.rmtree(url, ignore_errors=True)
+    return (sizes[1] - sizes[0]) / int(a.probe_rows)
 
 
 def run_disk(a, kind):
@@ -541,6 +543,7 @@ def run_disk(a, kind):
                 drop_page_cache(url)
 
         drop_page_cache(url)
+        rss_base = peak_rss_bytes()  # the process before the fit (imports, opened store)
         counter, hook = ReadCounter(), PassHook(url, a.cold)
         r0 = process_read_bytes()
         t = time.perf_counter()
@@ -598,7 +601,12 @@ def run_disk(a, kind):
         "n_computes": len(hook.starts),
         "estimate": est_summary(e),
         "estimate_vs_measured": {
-            "passes": [e.get("max_passes"), passes],
+            "passes_typical": [e["passes_init"] + e["passes_per_iteration"]["typical"]
+                               * (a.iters if kind == "gimc" else a.epochs), passes],
+            "max_passes": e.get("max_passes"),
+            "rss_before_fit": rss_base,
+            "worker_bytes_plus_rss_before_fit_vs_peak_rss": [
+                (e.get("worker_bytes") or 0) + rss_base, rss],
             "read_bytes_per_pass": [e.get("read_bytes_per_pass"), read_pass],
             "worker_bytes_vs_peak_rss": [e.get("worker_bytes"), rss],
         },
