@@ -85,7 +85,9 @@ __all__ = [
     "StoreError",
     "StoreReplacedError",
     "default_block_rows",
+    "drop_page_cache",
     "open_dataset",
+    "process_read_bytes",
     "rebuild_manifest",
 ]
 
@@ -2084,3 +2086,63 @@ def write_arrays(url, arrays: dict, *, block_rows=None, attrs=None, overwrite=Fa
                 blk[k] = sp.csr_matrix(v2)[s : s + step] if sp.issparse(v2) else v2[s : s + step]
             w.append(**blk)
     return open_dataset(url)
+
+
+def drop_page_cache(url) -> int:
+    """Drop a local store's files from the operating system's page cache (cold reads).
+
+    Each file under the store is flushed (``fdatasync``: dirty pages cannot be dropped) and
+    then advised ``POSIX_FADV_DONTNEED`` over its whole length, which needs no privileges.  The
+    next pass reads the store from disk, so cold-read timings and ``/proc/self/io``
+    ``read_bytes`` can be measured on stores smaller than RAM.  Advisory: a filesystem without a
+    page cache of its own (tmpfs, some network filesystems) ignores it.
+
+    Parameters
+    ----------
+    url : str, os.PathLike or Dataset
+        A local store (path or ``file://`` URL) or a :class:`Dataset` opened from one.
+
+    Returns
+    -------
+    int
+        Bytes advised (the sum of the store's file sizes).
+    """
+    loc = url.url if isinstance(url, Dataset) else os.fspath(url)
+    if _is_url(loc):
+        raise ValueError(
+            f"url must be a local store to drop its pages from the page cache; got {loc!r}: "
+            "remote stores have no local page cache (pass a path)"
+        )
+    if not hasattr(os, "posix_fadvise"):
+        raise OSError(
+            "drop_page_cache needs os.posix_fadvise (POSIX, not available on this platform); "
+            "measure cold reads on Linux"
+        )
+    root = _local_path(loc)
+    total = 0
+    for d, _, files in os.walk(root):
+        for f in files:
+            fd = os.open(os.path.join(d, f), os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                total += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return total
+
+
+def process_read_bytes() -> int | None:
+    """Bytes this process has read from storage (``/proc/self/io`` ``read_bytes``), or None.
+
+    None where the counter is not available (not Linux, or task I/O accounting is off).
+    Page-cache hits are not counted: the difference around a pass is what came from disk.
+    """
+    try:
+        with open("/proc/self/io") as fh:
+            for line in fh:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None

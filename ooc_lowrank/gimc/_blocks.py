@@ -232,20 +232,26 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
     ``tril(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
 
     One read of the block serves every trial: ``X U_t = X U - eta_t X direction`` (two GEMMs
-    whatever the number of trials).
+    whatever the number of trials).  With ``direction=None`` and ``U`` of shape
+    ``(n_trials, d, m_total)`` (the trial matrices ``U - eta_t direction``, ``etas`` then only
+    counts them) each trial is one GEMM ``X U_t``: the fit driver's choice, so that a single
+    trial (the default) costs one ``n d m`` product, not two (issue 25).
 
     Parameters
     ----------
     Xb : ndarray or csr_matrix of shape (n_b, d)
     Ab : csr_matrix of shape (n_b, L) or ndarray of shape (n_b, 1) of class codes
-    U : ndarray of shape (d, m_total), dtype of Xb
-    direction : ndarray of shape (d, m_total) or None (then ``etas`` must be ``(0.0,)``)
+    U : ndarray of shape (d, m_total) or (n_trials, d, m_total), dtype of Xb
+    direction : ndarray of shape (d, m_total) or None (then ``etas`` must be ``(0.0,)``, or
+        ``U`` holds one matrix per trial)
     etas : tuple of float
     """
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
     AT = A.T.tocsr() if A.shape[1] > 4 * A.shape[0] else A.T  # csc view: A^T Phi streams A
+    if U.ndim == 3:  # one matrix per trial: one GEMM each
+        return _stats_per_trial(Xb, A, AT, U, spec, with_a2)
     Z0 = _dot(Xb, U)
     Zg = _dot(Xb, direction) if direction is not None else None
     nys = _needs_xsq(spec)
@@ -265,6 +271,24 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
             np.subtract(Z0, Z, out=Z)
             Ut = U - dt.type(eta) * direction
         usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if nys else None
+        _phi_from_dots(Z, xsq, usq, spec, Phi)
+        out.append(_gram(Phi))
+        out.append(np.asarray(AT @ Phi))
+    if with_a2:
+        out.append(np.array(float(np.dot(A.data.astype(np.float64), A.data))))
+    return tuple(out)
+
+
+def _stats_per_trial(Xb, A, AT, Us, spec, with_a2):
+    """:func:`stats_block` for trial matrices ``Us`` (n_trials, d, m_total): ``X U_t`` each."""
+    dt = Xb.dtype
+    xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
+    Phi = np.empty((Xb.shape[0], spec.n_features), dtype=dt)
+    out = []
+    for Ut in Us:
+        Ut = Ut.copy()  # own, aligned buffer: the same GEMM bits as a 2-D trial matrix
+        Z = _dot(Xb, Ut)
+        usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if xsq is not None else None
         _phi_from_dots(Z, xsq, usq, spec, Phi)
         out.append(_gram(Phi))
         out.append(np.asarray(AT @ Phi))

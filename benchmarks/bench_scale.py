@@ -1,0 +1,754 @@
+"""Scale benchmarks of issue 25: the GIMC paper's own sizes, and stores larger than RAM.
+
+Every size is an argument; the defaults are the full sizes of the issue.  Scenarios:
+
+``nuswide``
+    NUS-WIDE-shaped dense multi-label data (``generate_multilabel``: planted RBF label
+    structure, so P@k on the generated test rows means something), GIMC-LFF, ``--iters``
+    iterations, in memory.  Reports total time, passes, seconds per steady iteration, the
+    roofline of one iteration (its BLAS products timed in the same run, two one-thread BLAS
+    calls side by side as the engine runs them) and their ratio, P@1/3/5.
+``delicious``
+    Delicious-large-shaped sparse data (written here: a topic model, power-law label and
+    feature frequencies, labels mostly from the row's topic), GIMC ``features="both"``.
+    Reports time, passes, peak RSS, top-k prediction time of the test rows, P@1/3/5.
+``disk-gimc`` / ``disk-mvm``
+    A store of ``--gb`` gigabytes fitted from disk: GIMC-LFF (``--iters``) or
+    ``MultiViewMachineRegressor(solver="sgd")`` (``--epochs``).  The free disk is checked before
+    anything is written (refused unless the store fits with 10 % to spare) and the store is
+    deleted afterwards (``--keep`` keeps it).  Reports seconds per pass, bytes read from disk per
+    pass (``/proc/self/io``), the disk's direct-read bandwidth (``O_DIRECT`` reads of the
+    store's own chunk files, same run), the compute-only time of a pass (the same fit on a
+    page-cache-resident slice of ``--slice-gb``, scaled to the store's rows), peak RSS, the
+    ratio pass / max(compute, disk), and the rows / non-zeros read per pass against the
+    store's.  Below RAM size (validation runs), ``--cold`` drops the store's pages before every
+    pass (``storage.drop_page_cache``) so reads still come from disk.
+``codecs``
+    Decompression throughput of none / lz4 / zstd (numcodecs, as zarr v3 codecs use) on the
+    array kinds of a store (dense float32 features, CSR indices and data, observation
+    arrays) against this disk's direct-read bandwidth: compression pays only where decoding
+    is faster than the disk and the ratio is well above 1.
+
+Each scenario prints ``estimate()`` before its fit and reports estimate against measurement.
+Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
+
+    python benchmarks/bench_scale.py nuswide                        # ~10-30 min
+    python benchmarks/bench_scale.py nuswide --rows 20000 --test-rows 2000 --iters 3 --m 100
+    python benchmarks/bench_scale.py disk-gimc --gb 36 --workdir /work/tmp_scale
+    python benchmarks/bench_scale.py disk-gimc --gb 1 --cold      # validation size
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import mmap
+import multiprocessing as mp
+import os
+import resource
+import shutil
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+RESULTS = os.path.join(HERE, "results")
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+def peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _jsonable(o):
+    import numpy as np
+
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return o
+
+
+def save(name, out, path=None):
+    path = path or os.path.join(RESULTS, f"scale_{name}.json")
+    with open(path, "w") as fh:
+        json.dump(_jsonable(out), fh, indent=1)
+    log(f"wrote {path}")
+
+
+def in_child(fn, *args):
+    """Run ``fn(*args)`` in a spawned process (generation must not count in this one's peak RSS)."""
+    ctx = mp.get_context("spawn")
+    p = ctx.Process(target=fn, args=args)
+    p.start()
+    p.join()
+    if p.exitcode != 0:
+        raise RuntimeError(f"{fn.__name__} failed in its child process (exit {p.exitcode})")
+
+
+# ---------------------------------------------------------------------------------------------
+# measurements shared by the scenarios
+# ---------------------------------------------------------------------------------------------
+
+
+def side_by_side(fn, n_threads=2, repeats=3):
+    """Best wall time of ``n_threads`` concurrent calls of ``fn`` (one BLAS thread each, as
+    the engine runs block tasks)."""
+    from threadpoolctl import threadpool_limits
+
+    best = math.inf
+    for _ in range(repeats):
+        with threadpool_limits(1, user_api="blas"):
+            ts = [threading.Thread(target=fn) for _ in range(n_threads)]
+            t = time.perf_counter()
+            for th in ts:
+                th.start()
+            for th in ts:
+                th.join()
+            best = min(best, time.perf_counter() - t)
+    return best
+
+
+def gimc_roofline(n_rows, d, m, block_rows, dtype="float32", seed=0):
+    """Seconds of the BLAS products of one steady GIMC-LFF iteration (a gradient pass and a
+    one-trial line-search pass) over ``n_rows`` rows, timed on ``block_rows``-row blocks here:
+    per row ``X U`` (stats and gradient passes), ``Phi^T Phi`` (syrk), ``Phi (W W^T)``,
+    ``X^T Xi``; the roofline ignores sin/cos, reading and reductions."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    D = 2 * m
+    b = int(min(block_rows, n_rows))
+    X = rng.standard_normal((b, d), dtype=np.float32).astype(dtype)
+    U = rng.standard_normal((d, m), dtype=np.float32).astype(dtype)
+    Phi = rng.standard_normal((b, D), dtype=np.float32).astype(dtype)
+    WWt = rng.standard_normal((D, D), dtype=np.float32).astype(dtype)
+    Xi = rng.standard_normal((b, m), dtype=np.float32).astype(dtype)
+    ops = {
+        "X@U": (lambda: X @ U, 2.0 * b * d * m, 2),  # stats pass and gradient pass
+        "Phi^T Phi (syrk)": (lambda: Phi.T @ Phi, 1.0 * b * D * D, 1),
+        "Phi@WWt": (lambda: Phi @ WWt, 2.0 * b * D * D, 1),
+        "X^T Xi": (lambda: X.T @ Xi, 2.0 * b * d * m, 1),
+    }
+    for f, _, _ in ops.values():  # warm up
+        f()
+    scale = n_rows / b
+    parts, total, flops = {}, 0.0, 0.0
+    for name, (f, fl, times) in ops.items():
+        t = side_by_side(f) / 2.0  # two blocks in that wall time
+        parts[name] = {"gflops": fl / t / 1e9, "seconds_per_iteration": t * scale * times}
+        total += t * scale * times
+        flops += fl * scale * times
+    return {"seconds": total, "flop": flops, "gflops": flops / total / 1e9, "parts": parts,
+            "block_rows": b}
+
+
+def direct_read_bandwidth(paths, limit_bytes=2 << 30, piece=16 << 20):
+    """Bytes / second read with ``O_DIRECT`` (no page cache) from ``paths`` (up to
+    ``limit_bytes``), as ``dd iflag=direct`` would; None where O_DIRECT is refused."""
+    if not hasattr(os, "O_DIRECT"):
+        return None
+    buf = mmap.mmap(-1, piece)  # page-aligned, as O_DIRECT needs
+    done, t = 0, time.perf_counter()
+    try:
+        for p in paths:
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+            try:
+                off = 0
+                while done < limit_bytes:
+                    n = os.preadv(fd, [buf], off)
+                    done += n
+                    off += n
+                    if n < piece:
+                        break
+            finally:
+                os.close(fd)
+            if done >= limit_bytes:
+                break
+    except OSError as e:
+        log(f"O_DIRECT reads refused ({e}); no direct-read bandwidth")
+        return None
+    dt = time.perf_counter() - t
+    return {"bytes": done, "seconds": dt, "bytes_per_second": done / dt}
+
+
+def chunk_files(url):
+    out = []
+    for d, _, files in os.walk(url):
+        out += [os.path.join(d, f) for f in files if "/c/" in os.path.join(d, f) + "/"]
+    return sorted(out, key=os.path.getsize, reverse=True)
+
+
+def du(url):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(url) for f in fs)
+
+
+def check_disk(workdir, need_bytes, what):
+    free = shutil.disk_usage(workdir).free
+    if need_bytes * 1.1 > free:
+        raise SystemExit(
+            f"--gb: the {what} store needs {need_bytes / 1e9:.1f} GB and 10 % to spare "
+            f"({need_bytes * 1.1 / 1e9:.1f} GB) but {workdir} has {free / 1e9:.1f} GB free; "
+            "pass a smaller --gb or a --workdir on a larger disk"
+        )
+    return free
+
+
+class ReadCounter:
+    """Counts rows and non-zeros read through ``ArrayHandle.read`` per array (this process)."""
+
+    def __init__(self):
+        from ooc_lowrank import storage
+
+        self._cls, self._orig = storage.ArrayHandle, storage.ArrayHandle.read
+        self.rows, self.nnz, self.ranges = {}, {}, {}
+        self._lock = threading.Lock()
+        counter = self
+
+        def read(handle, start=0, stop=None):
+            out = counter._orig(handle, start, stop)
+            with counter._lock:
+                k = handle.name
+                counter.rows[k] = counter.rows.get(k, 0) + int(out.shape[0])
+                counter.nnz[k] = counter.nnz.get(k, 0) + int(getattr(out, "nnz", out.size))
+                r = counter.ranges.setdefault(k, {})
+                key = (int(start), int(start) + int(out.shape[0]))
+                r[key] = r.get(key, 0) + 1
+            return out
+
+        self._cls.read = read
+
+    def min_reads_per_row(self, name, n_rows):
+        """How many times every row of ``name`` was read, at least (0: some row never)."""
+        import numpy as np
+
+        diff = np.zeros(n_rows + 1, np.int64)
+        for (s, e), c in self.ranges.get(name, {}).items():
+            diff[s] += c
+            diff[e] -= c
+        return int(np.cumsum(diff)[:-1].min()) if n_rows else 0
+
+    def close(self):
+        self._cls.read = self._orig
+
+
+class PassHook:
+    """Wraps ``engine.compute`` (one per pass, or per group of SGD blocks): drops the store's
+    pages from the page cache before each (``cold``) and records when each starts."""
+
+    def __init__(self, url, cold):
+        from ooc_lowrank import engine
+        from ooc_lowrank.storage import drop_page_cache
+
+        self._engine, self._orig, self.starts = engine, engine.compute, []
+        hook = self
+
+        def compute(*lazy, **kw):
+            if cold:
+                drop_page_cache(url)
+            hook.starts.append(time.perf_counter())
+            return hook._orig(*lazy, **kw)
+
+        engine.compute = compute
+
+    def close(self):
+        self._engine.compute = self._orig
+
+
+def est_summary(e):
+    keys = ("passes_init", "passes_per_iteration", "max_passes", "store_bytes", "block_rows",
+            "n_blocks", "resident", "read_bytes_per_pass", "task_bytes", "worker_bytes",
+            "memory_cap", "fits", "seconds", "seconds_per_pass", "time_seconds")
+    return {k: e[k] for k in keys if k in e}
+
+
+# ---------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------
+
+
+def _gen_multilabel(url, n, d, L, per_row, seed):
+    from ooc_lowrank.generators import generate_multilabel
+
+    t = time.perf_counter()
+    generate_multilabel(url, n_rows=n, n_features=d, n_labels=L, labels_per_row=per_row,
+                        seed=seed, overwrite=True)
+    log(f"generated {url}: {n} x {d}, {L} labels, {du(url) / 1e9:.2f} GB in "
+        f"{time.perf_counter() - t:.0f} s")
+
+
+def _power_law(rng, n_items, size, a):
+    """Draws from a truncated Zipf-like law over ``0..n_items-1`` (item 0 most frequent)."""
+    import numpy as np
+
+    u = rng.random(size)
+    # inverse CDF of p(x) ~ (x + 1)^-a on [0, n_items)
+    if abs(a - 1.0) < 1e-9:
+        x = np.expm1(u * np.log1p(n_items))
+    else:
+        x = ((1 + u * ((n_items + 1) ** (1 - a) - 1)) ** (1 / (1 - a))) - 1
+    return np.minimum(x.astype(np.int64), n_items - 1)
+
+
+def _unique_rows(cols, n_cols):
+    """CSR pattern of the distinct entries of each row of ``cols`` (m, k)."""
+    import numpy as np
+
+    cols = np.sort(cols, axis=1)
+    keep = np.ones(cols.shape, bool)
+    keep[:, 1:] = cols[:, 1:] != cols[:, :-1]
+    counts = keep.sum(axis=1)
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return indptr, cols[keep].astype(np.int32)
+
+
+def delicious_chunk(rng, m, d, L, nnz, lpr, n_topics, seed):
+    """``m`` rows of the topic model: features and labels mostly from the row's topic."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    prm = np.random.default_rng([seed, 7])
+    feat_perm = prm.permutation(d).astype(np.int64)  # feature popularity order
+    lab_perm = prm.permutation(L).astype(np.int64)
+    topic = _power_law(rng, n_topics, m, 0.8)
+    # a topic owns a window of popular-ish features / labels, offset by a hash of the topic
+    f_off = (topic * 2654435761) % d
+    l_off = (topic * 40503) % L
+    n_top = int(0.7 * nnz)
+    fc = np.empty((m, nnz), np.int64)
+    fc[:, :n_top] = (f_off[:, None] + _power_law(rng, 4000, (m, n_top), 1.0)) % d
+    fc[:, n_top:] = _power_law(rng, d, (m, nnz - n_top), 1.1)
+    fc = feat_perm[fc]
+    indptr, idx = _unique_rows(fc, d)
+    val = rng.random(idx.size).astype(np.float32) + 0.5
+    X = sp.csr_matrix((val, idx, indptr), shape=(m, d))
+    norms = np.sqrt(np.asarray(X.multiply(X).sum(axis=1)).ravel())
+    X = sp.csr_matrix(sp.diags((1 / norms).astype(np.float32)) @ X)
+    k = max(1, int(lpr))
+    k_top = int(0.7 * k)
+    lc = np.empty((m, k), np.int64)
+    lc[:, :k_top] = (l_off[:, None] + _power_law(rng, 600, (m, k_top), 1.0)) % L
+    lc[:, k_top:] = _power_law(rng, L, (m, k - k_top), 1.2)
+    lc = lab_perm[lc]
+    lp, li = _unique_rows(lc, L)
+    Y = sp.csr_matrix((np.ones(li.size, np.float32), li, lp), shape=(m, L))
+    return X, Y
+
+
+def _gen_delicious(url, n, d, L, nnz, lpr, n_topics, seed, stream, block_rows=20_000):
+    import numpy as np
+
+    from ooc_lowrank.storage import DatasetWriter
+
+    t = time.perf_counter()
+    with DatasetWriter(url, block_rows=block_rows, overwrite=True,
+                       attrs={"generator": "benchmarks/bench_scale.py delicious", "seed": seed,
+                              "stream": stream}) as w:
+        w.add_csr("X", n_cols=d, dtype="float32")
+        w.add_csr("Y", n_cols=L, dtype="float32")
+        for c, s in enumerate(range(0, n, block_rows)):
+            X, Y = delicious_chunk(np.random.default_rng([seed, stream, c]), min(block_rows, n - s),
+                                   d, L, nnz, lpr, n_topics, seed)
+            w.append(X=X, Y=Y)
+    log(f"generated {url}: {n} rows, {du(url) / 1e9:.2f} GB in {time.perf_counter() - t:.0f} s")
+
+
+def _gen_mvm(workdir, n, seed):
+    from benchmarks import bench_mvm_ooc
+
+    bench_mvm_ooc.ensure_store(workdir, n, False, log, seed=seed)
+
+
+def precision_at(Y, top, ks=(1, 3, 5)):
+    import numpy as np
+
+    from ooc_lowrank.metrics import _hits
+
+    h = _hits(Y, top)
+    return {f"P@{k}": float(np.mean(h[:, :k].sum(axis=1) / k)) for k in ks}
+
+
+# ---------------------------------------------------------------------------------------------
+# scenarios
+# ---------------------------------------------------------------------------------------------
+
+
+def run_nuswide(a):
+    import numpy as np
+
+    from ooc_lowrank import GIMC
+    from ooc_lowrank.storage import open_dataset
+
+    os.makedirs(a.workdir, exist_ok=True)
+    url = os.path.join(a.workdir, "nuswide.zarr")
+    n = a.rows + a.test_rows
+    in_child(_gen_multilabel, url, n, a.features, a.labels, a.labels_per_row, a.seed)
+    try:
+        ds = open_dataset(url)
+        X, Y = ds["X"].read(0, a.rows), ds["Y"].read(0, a.rows)
+        Xt, Yt = ds["X"].read(a.rows, n), ds["Y"].read(a.rows, n)
+    finally:
+        if not a.keep:
+            shutil.rmtree(url, ignore_errors=True)
+    est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0)
+    e = est.estimate(X, Y)
+    log("estimate:", json.dumps(_jsonable(est_summary(e))))
+    roof = gimc_roofline(a.rows, a.features, a.m, e["block_rows"])
+    log(f"roofline: {roof['seconds']:.2f} s per iteration at {roof['gflops']:.0f} GFLOP/s")
+    ticks = []
+    est.set_params(callback=lambda it, el, obj: ticks.append((it, el)))
+    t = time.perf_counter()
+    est.fit(X, Y)
+    total = time.perf_counter() - t
+    el = np.array([e_ for _, e_ in ticks])
+    steady = np.diff(el)[1:] if len(el) > 2 else np.diff(el)
+    per_iter = float(np.median(steady)) if steady.size else float("nan")
+    t = time.perf_counter()
+    top, _ = est.predict_topk(Xt, k=5)
+    t_pred = time.perf_counter() - t
+    out = {
+        "args": vars(a), "total_seconds": total, "init_seconds": float(el[0]),
+        "n_iter": est.n_iter_, "n_passes": est.n_passes_,
+        "passes_per_iteration": (est.n_passes_ - 1) / max(est.n_iter_, 1),
+        "seconds_per_steady_iteration_median": per_iter,
+        "iteration_seconds": np.diff(el).tolist(),
+        "roofline": roof, "roofline_ratio": roof["seconds"] / per_iter,
+        "predict_topk_seconds": t_pred, "test": precision_at(Yt, top),
+        "peak_rss_bytes": peak_rss_bytes(), "estimate": est_summary(e),
+        "objective_first_last": [float(est.objective_[0]), float(est.objective_[-1])],
+        "goal": "total <= 650 s at 161,789 rows / 100 iterations; roofline_ratio >= 0.75",
+    }
+    log(json.dumps(_jsonable({k: v for k, v in out.items() if k != "iteration_seconds"}),
+                   indent=1))
+    save("nuswide", out, a.out)
+
+
+def run_delicious(a):
+    import numpy as np
+
+    from ooc_lowrank import GIMC
+    from ooc_lowrank.storage import open_dataset
+
+    os.makedirs(a.workdir, exist_ok=True)
+    tr, te = (os.path.join(a.workdir, f"delicious-{s}.zarr") for s in ("train", "test"))
+    args = (a.features, a.labels, a.nnz_per_row, a.labels_per_row, a.topics, a.seed)
+    in_child(_gen_delicious, tr, a.rows, *args, 0)
+    in_child(_gen_delicious, te, a.test_rows, *args, 1)
+    try:
+        ds, dt = open_dataset(tr), open_dataset(te)
+        est = GIMC(n_components=a.m, features="both", max_iter=a.iters, random_state=0)
+        e = est.estimate(ds)
+        log("estimate:", json.dumps(_jsonable(est_summary(e))))
+        if e.get("fits") is False:  # fit would refuse: record why instead of failing
+            out = {"args": vars(a), "completed": False, "estimate": _jsonable(e),
+                   "why": "estimate(): worker_bytes > memory_cap (task_alloc_bytes: the "
+                          "(d, m_total) float64 gradient block of X^T Xi; state: U and its "
+                          "gradient (d, m_total) in float64, W (D, L))"}
+            log(json.dumps(out["why"]))
+            save("delicious", out, a.out)
+            return
+        ticks = []
+        est.set_params(callback=lambda it, el, obj: ticks.append((it, el)))
+        t = time.perf_counter()
+        est.fit(ds)
+        total = time.perf_counter() - t
+        rss_fit = peak_rss_bytes()
+        Xt, Yt = dt["X"].read(), dt["Y"].read()
+        t = time.perf_counter()
+        top, _ = est.predict_topk(Xt, k=5)
+        t_pred = time.perf_counter() - t
+    finally:
+        if not a.keep:
+            for u in (tr, te):
+                shutil.rmtree(u, ignore_errors=True)
+    el = np.array([e_ for _, e_ in ticks])
+    out = {
+        "args": vars(a), "total_seconds": total, "init_seconds": float(el[0]),
+        "n_iter": est.n_iter_, "n_passes": est.n_passes_,
+        "iteration_seconds": np.diff(el).tolist(),
+        "peak_rss_bytes_fit": rss_fit, "peak_rss_bytes": peak_rss_bytes(),
+        "predict_topk_seconds": t_pred, "test": precision_at(Yt, top),
+        "estimate": est_summary(e),
+        "goal": "time <= 4,724 s; peak RSS <= 12 GiB",
+    }
+    log(json.dumps(_jsonable({k: v for k, v in out.items() if k != "iteration_seconds"}),
+                   indent=1))
+    save("delicious", out, a.out)
+
+
+def _probe_bytes_per_row(kind, a, workdir):
+    """Marginal store bytes per row: stores of ``--probe-rows`` and twice as many rows of the
+    same kind (then deleted); the difference leaves out fixed metadata and partial chunks."""
+    sizes = []
+    for n in (int(a.probe_rows), 2 * int(a.probe_rows)):
+        url = os.path.join(workdir, f"probe-{kind}.zarr")
+        if kind == "gimc":
+            in_child(_gen_multilabel, url, n, a.features, a.labels, a.labels_per_row, a.seed)
+        else:
+            url = os.path.join(workdir, f"mvm-sparse-{n}.zarr")
+            in_child(_gen_mvm, workdir, n, a.seed)
+        sizes.append(du(url))
+        shutil.rmtree(url, ignore_errors=True)
+    return (sizes[1] - sizes[0]) / int(a.probe_rows)
+
+
+def run_disk(a, kind):
+    import numpy as np
+
+    from ooc_lowrank import GIMC, MultiViewMachineRegressor
+    from ooc_lowrank.storage import drop_page_cache, open_dataset, process_read_bytes
+
+    os.makedirs(a.workdir, exist_ok=True)
+    bpr = _probe_bytes_per_row(kind, a, a.workdir)
+    n = int(a.gb * 1e9 / bpr)
+    free = check_disk(a.workdir, n * bpr, kind)
+    log(f"{kind}: {n} rows x {bpr:.0f} B = {n * bpr / 1e9:.1f} GB; {free / 1e9:.0f} GB free")
+    if kind == "gimc":
+        url = os.path.join(a.workdir, "disk-gimc.zarr")
+        in_child(_gen_multilabel, url, n, a.features, a.labels, a.labels_per_row, a.seed)
+    else:
+        url = os.path.join(a.workdir, f"mvm-sparse-{n}.zarr")
+        in_child(_gen_mvm, a.workdir, n, a.seed)
+    try:
+        ds = open_dataset(url)
+        size = du(url)
+        bw = direct_read_bandwidth(chunk_files(url), limit_bytes=min(2 << 30, size))
+        log(f"store {size / 1e9:.2f} GB; direct reads "
+            f"{(bw or {}).get('bytes_per_second', float('nan')) / 1e6:.0f} MB/s")
+
+        def make(cb):
+            if kind == "gimc":
+                return GIMC(n_components=a.m, max_iter=a.iters, random_state=0, callback=cb)
+            return MultiViewMachineRegressor(solver="sgd", n_epochs=a.epochs, random_state=0,
+                                             callback=cb)
+
+        est = make(None)
+        e = est.estimate(ds)
+        log("estimate:", json.dumps(_jsonable(est_summary(e))))
+        ticks = []
+
+        def cb(*args):
+            ticks.append(time.perf_counter())
+            if a.cold:  # SGD epochs read their windows without engine.compute
+                drop_page_cache(url)
+
+        drop_page_cache(url)
+        rss_base = peak_rss_bytes()  # the process before the fit (imports, opened store)
+        counter, hook = ReadCounter(), PassHook(url, a.cold)
+        r0 = process_read_bytes()
+        t = time.perf_counter()
+        est = make(cb)
+        est.fit(ds)
+        total = time.perf_counter() - t
+        r1 = process_read_bytes()
+        counter.close()
+        hook.close()
+        rss = peak_rss_bytes()
+        passes = int(est.n_passes_)
+        store_rows = {k: ds.n_rows for k in ds.names}
+        store_nnz = {k: int(ds[k].nnz if ds[k].nnz is not None else ds[k].shape[0] * ds[k].shape[1])
+                     for k in ds.names}
+        per_pass_rows = {k: v / passes for k, v in counter.rows.items()}
+        min_reads = {k: counter.min_reads_per_row(k, ds.n_rows) for k in counter.rows}
+        # passes that read the features: every GIMC pass; MVM SGD: one per epoch (its first
+        # pass reads the target only)
+        data_arrays = ["X"] if kind == "gimc" else ["X0", "X1", "X2"]
+        data_passes = passes if kind == "gimc" else int(est.n_iter_)
+        per_pass_nnz = {k: v / passes for k, v in counter.nnz.items()}
+        # compute-only: the same fit on a cache-resident slice, scaled to the store's rows
+        n_s = max(1, min(n, int(a.slice_gb * 1e9 / bpr)))
+        arrays = {k: ds[k].read(0, n_s) for k in ds.names}
+        ticks_s = []
+        est_s = make(lambda *args: ticks_s.append(time.perf_counter()))
+        t = time.perf_counter()
+        if kind == "gimc":
+            est_s.fit(arrays["X"], arrays["Y"])
+        else:
+            est_s.fit([arrays[f"X{p}"] for p in range(3)], arrays["y"].ravel())
+        total_s = time.perf_counter() - t
+        compute_pass = total_s / int(est_s.n_passes_) * n / n_s
+    finally:
+        if not a.keep:
+            shutil.rmtree(url, ignore_errors=True)
+    read_pass = None if r0 is None else (r1 - r0) / passes
+    disk_pass = size / bw["bytes_per_second"] if bw else None
+    per_pass = total / passes
+    bound = max(compute_pass, disk_pass or 0.0)
+    out = {
+        "args": vars(a), "kind": kind, "n_rows": n, "store_bytes": size,
+        "total_seconds": total, "n_passes": passes, "seconds_per_pass": per_pass,
+        "tick_seconds": np.diff(np.array(ticks)).tolist(),
+        "read_bytes_per_pass": read_pass, "direct_read": bw,
+        "disk_seconds_per_pass": disk_pass,
+        "compute_seconds_per_pass": compute_pass, "compute_slice_rows": n_s,
+        "ratio_pass_to_bound": per_pass / bound,
+        "peak_rss_bytes": rss,
+        "rows_read_per_pass": per_pass_rows, "nnz_read_per_pass": per_pass_nnz,
+        "store_rows": store_rows, "store_nnz": store_nnz,
+        "every_row_read_at_least": min_reads,
+        "data_passes": data_passes,
+        "rows_read_equal_store": all(min_reads.get(k, 0) >= data_passes for k in data_arrays),
+        "n_computes": len(hook.starts),
+        "estimate": est_summary(e),
+        "estimate_vs_measured": {
+            "passes_typical": [e["passes_init"] + e["passes_per_iteration"]["typical"]
+                               * (a.iters if kind == "gimc" else a.epochs), passes],
+            "max_passes": e.get("max_passes"),
+            "rss_before_fit": rss_base,
+            "worker_bytes_plus_rss_before_fit_vs_peak_rss": [
+                (e.get("worker_bytes") or 0) + rss_base, rss],
+            "read_bytes_per_pass": [e.get("read_bytes_per_pass"), read_pass],
+            "worker_bytes_vs_peak_rss": [e.get("worker_bytes"), rss],
+        },
+        "cold_every_pass": bool(a.cold),
+        "goal": "ratio_pass_to_bound <= 1.3; peak RSS <= 2 GiB",
+    }
+    log(json.dumps(_jsonable({k: v for k, v in out.items() if k != "tick_seconds"}), indent=1))
+    save(f"disk_{kind}", out, a.out)
+
+
+def run_codecs(a):
+    """Decode throughput of none / lz4 / zstd per array kind against direct disk reads."""
+    import numpy as np
+    import numcodecs
+
+    from benchmarks.bench_mvm_ooc import _true_factors, make_chunk, view_dims
+    from ooc_lowrank.generators import generate_multilabel
+    from ooc_lowrank.storage import open_dataset
+
+    os.makedirs(a.workdir, exist_ok=True)
+    url = os.path.join(a.workdir, "codecs.zarr")
+    generate_multilabel(url, n_rows=16384, n_features=1134, n_labels=1000, labels_per_row=5,
+                        overwrite=True)
+    ds = open_dataset(url)
+    X = ds["X"].read()
+    Y = ds["Y"].read()
+    dims = view_dims(False)
+    X0, X1, X2, _ = make_chunk(np.random.default_rng(0), 200_000, dims, _true_factors(dims, 0))
+    rng = np.random.default_rng(0)
+    obs_rows = np.sort(rng.integers(0, 1_000_000, 2_000_000)).astype(np.int64)
+    kinds = {
+        "dense float32 (generated features)": X,
+        "CSR indices int32 (labels)": Y.indices.astype(np.int32),
+        "CSR indices int32 (sparse text view)": X2.indices.astype(np.int32),
+        "CSR data float32 (sparse view, constant)": X2.data,
+        "CSR indptr int64": X2.indptr.astype(np.int64),
+        "observation rows int64 (sorted)": obs_rows,
+        "observation values float64": rng.standard_normal(2_000_000),
+    }
+    shutil.rmtree(url, ignore_errors=True)
+    bw = a.disk_bytes_per_second
+    if bw is None:
+        tmp = os.path.join(a.workdir, "codecs-dd.bin")
+        with open(tmp, "wb") as fh:
+            for _ in range(64):
+                fh.write(os.urandom(16 << 20))
+            os.fsync(fh.fileno())
+        r = direct_read_bandwidth([tmp], limit_bytes=1 << 30)
+        os.remove(tmp)
+        bw = r["bytes_per_second"] if r else 620e6
+    codecs = {"lz4": numcodecs.LZ4(), "zstd-1": numcodecs.Zstd(level=1),
+              "zstd-3": numcodecs.Zstd(level=3),
+              "blosc-lz4-shuffle": numcodecs.Blosc("lz4", 5, numcodecs.Blosc.SHUFFLE)}
+    res = {}
+    for name, arr in kinds.items():
+        raw = np.ascontiguousarray(arr).tobytes()
+        row = {"raw_bytes": len(raw)}
+        for cname, c in codecs.items():
+            enc = c.encode(raw)
+            t = time.perf_counter()
+            reps = 0
+            while time.perf_counter() - t < 0.3:
+                c.decode(enc)
+                reps += 1
+            dec = (time.perf_counter() - t) / reps
+            ratio = len(raw) / len(enc)
+            # seconds per raw byte when reading compressed from disk and decoding (one core)
+            t_comp = (len(enc) / bw + dec) / len(raw)
+            row[cname] = {"ratio": ratio, "decode_GBps": len(raw) / dec / 1e9,
+                          "effective_GBps_from_disk": 1 / t_comp / 1e9}
+        row["none_effective_GBps_from_disk"] = bw / 1e9
+        best = max(codecs, key=lambda c: row[c]["effective_GBps_from_disk"])
+        row["best"] = best if row[best]["effective_GBps_from_disk"] > 1.1 * bw / 1e9 else "none"
+        res[name] = row
+        log(f"{name}: best {row['best']}; " + ", ".join(
+            f"{c} x{row[c]['ratio']:.2f} {row[c]['effective_GBps_from_disk']:.2f} GB/s"
+            for c in codecs) + f", none {bw / 1e9:.2f} GB/s")
+    save("codecs", {"disk_bytes_per_second": bw, "kinds": res,
+                    "rule": "a codec is worth it when (compressed bytes / disk bandwidth + decode "
+                            "time) beats raw bytes / disk bandwidth by > 10 %, one core decoding"},
+         a.out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="scenario", required=True)
+
+    def common(s):
+        s.add_argument("--workdir", default=os.path.join(os.getcwd(), "tmp_bench_scale"))
+        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--keep", action="store_true", help="keep the generated stores")
+        s.add_argument("--out", default=None, help="result file (default results/scale_*.json)")
+        return s
+
+    s = common(sub.add_parser("nuswide"))
+    s.add_argument("--rows", type=int, default=161_789)
+    s.add_argument("--test-rows", type=int, default=107_859)
+    s.add_argument("--features", type=int, default=1134)
+    s.add_argument("--labels", type=int, default=1000)
+    s.add_argument("--labels-per-row", type=float, default=5.0)
+    s.add_argument("--m", type=int, default=500)
+    s.add_argument("--iters", type=int, default=100)
+    s = common(sub.add_parser("delicious"))
+    s.add_argument("--rows", type=int, default=196_606)
+    s.add_argument("--test-rows", type=int, default=100_095)
+    s.add_argument("--features", type=int, default=782_585)
+    s.add_argument("--nnz-per-row", type=int, default=300)
+    s.add_argument("--labels", type=int, default=205_443)
+    s.add_argument("--labels-per-row", type=float, default=75.0)
+    s.add_argument("--topics", type=int, default=2000)
+    s.add_argument("--m", type=int, default=500)
+    s.add_argument("--iters", type=int, default=20)
+    for kind in ("gimc", "mvm"):
+        s = common(sub.add_parser(f"disk-{kind}"))
+        s.add_argument("--gb", type=float, default=36.0)
+        s.add_argument("--slice-gb", type=float, default=1.0)
+        s.add_argument("--probe-rows", type=int, default=20_000,
+                       help="rows of the store written first to measure bytes per row")
+        s.add_argument("--cold", action="store_true",
+                       help="drop the store's pages before every pass (stores < RAM)")
+        if kind == "gimc":
+            s.add_argument("--features", type=int, default=1134)
+            s.add_argument("--labels", type=int, default=1000)
+            s.add_argument("--labels-per-row", type=float, default=5.0)
+            s.add_argument("--m", type=int, default=500)
+            s.add_argument("--iters", type=int, default=3)
+        else:
+            s.add_argument("--epochs", type=int, default=2)
+    s = common(sub.add_parser("codecs"))
+    s.add_argument("--disk-bytes-per-second", type=float, default=None)
+    a = p.parse_args(argv)
+    if a.scenario.startswith("disk-"):
+        from ooc_lowrank import engine
+
+        budget, engine.DEFAULT_CACHE_BYTES = engine.DEFAULT_CACHE_BYTES, 0  # stream every pass
+        try:
+            run_disk(a, a.scenario[5:])
+        finally:
+            engine.DEFAULT_CACHE_BYTES = budget
+    else:
+        {"nuswide": run_nuswide, "delicious": run_delicious, "codecs": run_codecs}[a.scenario](a)
+
+
+if __name__ == "__main__":
+    main()
