@@ -556,3 +556,52 @@ def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
     monkeypatch.setattr(core, "PARALLEL_WORK", np.inf)
     whole = MultiViewMachineClassifier(**kw).fit(V, y)
     np.testing.assert_allclose(cut.coef_, whole.coef_, rtol=1e-6, atol=1e-9)
+
+
+def test_two_loop_of_all_models_equals_one_model_at_a_time(rng):
+    """``core._two_loop`` (every model's L-BFGS loop in one NumPy call per history slot)
+    equals the one-model two-loop for models with full, partial and empty histories."""
+    M, D = 4, 7
+    counts = [4, 2, 0, 1]
+    G = rng.standard_normal((len(counts), D))
+    S, Y, rho = np.zeros((len(counts), M, D)), np.zeros((len(counts), M, D)), np.zeros((4, M))
+    pairs = []
+    for c, cnt in enumerate(counts):
+        s_ = rng.standard_normal((cnt, D))
+        y_ = s_ + 0.3 * rng.standard_normal((cnt, D))  # s.y > 0
+        pairs.append((list(s_), list(y_)))
+        if cnt:
+            S[c, M - cnt:], Y[c, M - cnt:] = s_, y_
+            rho[c, M - cnt:] = 1.0 / (s_ * y_).sum(axis=1)
+    P = core._two_loop(G, S, Y, rho)
+    for c in range(len(counts)):
+        np.testing.assert_allclose(P[c], naive.two_loop(G[c], *pairs[c]), rtol=1e-12)
+    np.testing.assert_array_equal(P[2], -G[2])  # no pairs: steepest descent
+
+
+def test_backtrack_is_the_cubic_minimizer_clipped():
+    """A failed trial step is cut to the minimizer of the cubic through the values and slopes
+    at 0 and at the trial (exact on a cubic), within [0.1, 0.5] of the trial step."""
+    phi = [lambda a: 2 * a**3 - 0.5 * a, lambda a: 6 * a**2 - 0.5]  # minimizer sqrt(1/12)
+    a = core._backtrack(np.array([1.0]), np.array([0.0]), np.array([phi[1](0)]),
+                        np.array([phi[0](1.0)]), np.array([phi[1](1.0)]))
+    assert a[0] == pytest.approx(np.sqrt(1 / 12), rel=1e-12)
+    # a trial far beyond the minimizer: clipped to 0.1 of it; a non-finite trial: 0.1 too
+    a = core._backtrack(np.array([100.0, 1.0]), np.zeros(2), np.array([-0.5, -1.0]),
+                        np.array([phi[0](100.0), np.inf]), np.array([phi[1](100.0), np.nan]))
+    np.testing.assert_allclose(a, [10.0, 0.1])
+
+
+def test_one_vs_rest_fit_costs_the_passes_of_one_fit_not_k(rng):
+    """The K one-vs-rest models share every pass: a joint fit takes about the passes of its
+    slowest binary fit (a line-search retry evaluates only the models still searching),
+    far from the K fits' sum; one model goes through the same solver (passes counted)."""
+    V, y = _three_classes(rng, n=200)
+    kw = dict(n_factors=2, random_state=0, solver="lbfgs", max_iter=25, tol=0.0)
+    joint = MultiViewMachineClassifier(**kw).fit(V, y)
+    single = [MultiViewMachineClassifier(**kw).fit(V, (y == c).astype(int)) for c in range(3)]
+    p = [s.n_passes_ for s in single]
+    assert joint.n_iter_ == 25 and all(s.n_iter_ == 25 for s in single)
+    assert max(p) <= joint.n_passes_ < sum(p) / 2
+    # first trial step min(1, 2 x the last accepted one): retries are the exception
+    assert all(q <= 1.5 * 25 + 2 for q in p)

@@ -322,7 +322,7 @@ class _BaseMVM(BaseEstimator):
             atomically): SGD saves the factors, AdaGrad's accumulators, the intercept, the
             random generator's state and the validation record, and a resumed SGD fit ends
             with the same model as an uninterrupted one, bitwise.  L-BFGS saves its iterate;
-            a resumed L-BFGS fit restarts L-BFGS-B from it (its curvature history is lost), so
+            a resumed L-BFGS fit restarts L-BFGS from it (its curvature history is lost), so
             it reaches a model of the same quality but not the same bits.  A checkpoint of
             another fit (parameters or data) is an error.  Kept after the fit: calling ``fit``
             again returns at once, or continues when ``n_epochs`` / ``max_iter`` was raised.
@@ -788,9 +788,9 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
     init_std : float, default 0.1
         Factors start as ``N(0, init_std^2)`` (zero is a stationary point); in ``(0, 1]``.
     solver : {"auto", "lbfgs", "sgd"}, default "auto"
-        ``lbfgs``: batch L-BFGS-B, one pass per evaluation, identical results on any cluster
-        and chunking (to rounding); dense views take a BLAS path (two products per view and
-        pass).  ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per epoch, sequential in the
+        ``lbfgs``: batch L-BFGS (our own, one per model in lockstep), one pass per
+        evaluation, identical results on any cluster and chunking (to rounding); dense
+        views take a BLAS path (two products per view and pass).  ``sgd``: AdaGrad SGD, SPEC Algorithm 1, one pass per epoch, sequential in the
         calling process, visiting windows of 65,536 rows in a seeded order, so its model too
         does not depend on the chunking (to rounding).  ``auto``: L-BFGS when every view is
         dense, SGD when a view is sparse (measured: ``docs/mvm.md``); ``solver_`` says which.
