@@ -559,22 +559,29 @@ def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
 
 
 def test_two_loop_of_all_models_equals_one_model_at_a_time(rng):
-    """``core._two_loop`` (every model's L-BFGS loop in one NumPy call per history slot)
-    equals the one-model two-loop for models with full, partial and empty histories."""
-    M, D = 4, 7
-    counts = [4, 2, 0, 1]
-    G = rng.standard_normal((len(counts), D))
-    S, Y, rho = np.zeros((len(counts), M, D)), np.zeros((len(counts), M, D)), np.zeros((4, M))
+    """``core._two_loop`` (every model's L-BFGS loop in one NumPy call per slot of a ring
+    shared by the models) equals the one-model two-loop for models with full, partial, gappy
+    (skipped pairs) and empty histories."""
+    M, D, head = 4, 7, 1  # the ring's next slot: slot 0 is the newest, then 3, 2, 1
+    order = [0, 3, 2, 1]
+    used = [[0, 3, 2, 1], [0, 3], [], [2], [0, 2]]  # per model: its filled slots
+    K = len(used)
+    G = rng.standard_normal((K, D))
+    S, Y = rng.standard_normal((K, M, D)), rng.standard_normal((K, M, D))  # junk when empty
+    rho, gamma = np.zeros((K, M)), np.ones(K)
     pairs = []
-    for c, cnt in enumerate(counts):
-        s_ = rng.standard_normal((cnt, D))
-        y_ = s_ + 0.3 * rng.standard_normal((cnt, D))  # s.y > 0
-        pairs.append((list(s_), list(y_)))
-        if cnt:
-            S[c, M - cnt:], Y[c, M - cnt:] = s_, y_
-            rho[c, M - cnt:] = 1.0 / (s_ * y_).sum(axis=1)
-    P = core._two_loop(G, S, Y, rho)
-    for c in range(len(counts)):
+    for c, slots in enumerate(used):
+        oldest_first = [j for j in reversed(order) if j in slots]
+        for j in oldest_first:
+            Y[c, j] = S[c, j] + 0.3 * rng.standard_normal(D)  # s.y > 0
+            rho[c, j] = 1.0 / (S[c, j] @ Y[c, j])
+        if slots:
+            newest = oldest_first[-1]
+            gamma[c] = (S[c, newest] @ Y[c, newest]) / (Y[c, newest] @ Y[c, newest])
+        pairs.append(([S[c, j] for j in oldest_first], [Y[c, j] for j in oldest_first]))
+    assert head == (order[0] + 1) % M
+    P = core._two_loop(G, S, Y, rho, gamma, order)
+    for c in range(K):
         np.testing.assert_allclose(P[c], naive.two_loop(G[c], *pairs[c]), rtol=1e-12)
     np.testing.assert_array_equal(P[2], -G[2])  # no pairs: steepest descent
 
