@@ -612,3 +612,32 @@ def test_one_vs_rest_fit_costs_the_passes_of_one_fit_not_k(rng):
     assert max(p) <= joint.n_passes_ < sum(p) / 2
     # first trial step min(1, 2 x the last accepted one): retries are the exception
     assert all(q <= 1.5 * 25 + 2 for q in p)
+
+
+def test_mvm_lbfgs_defaults_benchmark_runs_at_tiny_size(tmp_path):
+    """benchmarks/mvm_lbfgs_defaults.py's body at tiny size: its structure, never a time."""
+    import json
+
+    from conftest import DATA_DIR
+
+    if not (DATA_DIR / "mfeat-handwritten" / "handwritten.mat").exists():
+        pytest.skip("dataset missing: mfeat-handwritten (set OOC_LOWRANK_DATA)")
+    from benchmarks import mvm_lbfgs_defaults
+
+    out = tmp_path / "d.json"
+    res = mvm_lbfgs_defaults.main(["--rows", "120", "--folds", "2", "--grid", "1e-2:1e-3,1e-3:1e-6",
+                                   "--max-iter", "3", "--out", str(out)])
+    assert json.loads(out.read_text())["benchmark"] == "mvm_lbfgs_defaults"
+    assert [(r["reg_weight"], r["tol"]) for r in res["validation"]] == [(1e-2, 1e-3), (1e-3, 1e-6)]
+    assert all(len(r["folds"]) == 2 and r["mean"]["n_iter"] <= 3 for r in res["validation"])
+    test = res["defaults_on_test"]
+    assert (test["reg_weight"], test["tol"]) == (1e-2, 1e-3) and test["n_iter"] <= 3
+
+
+def test_classifier_lbfgs_defaults_differ_from_the_regressor():
+    """The classifier's reg_weight / tol defaults (docs/mvm.md) are its own; the regressor's
+    (MovieLens-validated) are unchanged; both are plain get_params values."""
+    c, r = MultiViewMachineClassifier().get_params(), MultiViewMachineRegressor().get_params()
+    assert (c["reg_weight"], c["tol"]) == (1e-2, 1e-3)
+    assert (r["reg_weight"], r["tol"]) == (1e-3, 1e-6)
+    assert set(c) == set(r)
