@@ -392,11 +392,12 @@ def case_mvm_mfeat(a, log, *, ovr):
         Xtr, ytr, Xte, yte = Xtr[keep_tr], ytr[keep_tr], Xte[keep_te], yte[keep_te]
     if a.tiny:
         Xtr, ytr = Xtr[:150], ytr[:150]
-    max_iter = 5 if a.tiny else 100
+    max_iter = 5 if a.tiny else None  # full size: the library's defaults (issues 24 and 28)
 
     def mvm(it=max_iter):
-        return MultiViewMachineClassifier(view_sizes=sizes, solver=a.mvm_solver, max_iter=it,
-                                          random_state=0)  # fmt: skip
+        kw = {} if it is None else {"max_iter": it}
+        return MultiViewMachineClassifier(view_sizes=sizes, solver=a.mvm_solver, random_state=0,
+                                          **kw)  # fmt: skip
 
     def est():  # multi-class inside the classifier: the one-vs-rest models share every pass
         return mvm()

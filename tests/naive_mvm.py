@@ -89,3 +89,20 @@ def sgd_sweep(views, y, factors, accum, order, loss, eta, reg, reg_weight, eps=1
         for p, (th, a) in enumerate(new):
             factors[p], accum[p] = th, a
     return factors, accum
+
+
+def two_loop(g, S, Y):
+    """L-BFGS direction ``-H g`` of one model from its curvature pairs (lists, oldest first;
+    Nocedal & Wright Algorithm 7.4 with ``H0 = s.y / y.y`` of the newest pair): the twin of
+    ``core._two_loop``, which runs every model's loop at once."""
+    q = g.copy()
+    alphas = []
+    for s_, y_ in zip(reversed(S), reversed(Y), strict=True):
+        a = (s_ @ q) / (y_ @ s_)
+        alphas.append(a)
+        q -= a * y_
+    if S:
+        q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
+    for (s_, y_), a in zip(zip(S, Y, strict=True), reversed(alphas), strict=True):
+        q += (a - (y_ @ q) / (y_ @ s_)) * s_
+    return -q

@@ -338,7 +338,8 @@ def test_mvm_lbfgs_resume_restarts_from_the_saved_iterate(tmp_path):
     )
     assert seen == list(range(3, 21)) and res.n_iter_ == 20
     np.testing.assert_array_equal(res.objective_path_[:2], ref.objective_path_[:2])
-    assert res.objective_path_[-1] == pytest.approx(ref.objective_path_[-1], rel=0.05)
+    # the same quality or better (not converged after 20 iterations: the restart may land lower)
+    assert res.objective_path_[-1] <= 1.05 * ref.objective_path_[-1]
     assert np.all(np.diff(res.objective_path_) <= 1e-12)  # still a descent method
     with pytest.raises(CheckpointMismatchError, match=r"params\.solver is"):
         MultiViewMachineRegressor(**dict(kw, solver="sgd")).fit(V, y, checkpoint=ck)

@@ -556,3 +556,88 @@ def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
     monkeypatch.setattr(core, "PARALLEL_WORK", np.inf)
     whole = MultiViewMachineClassifier(**kw).fit(V, y)
     np.testing.assert_allclose(cut.coef_, whole.coef_, rtol=1e-6, atol=1e-9)
+
+
+def test_two_loop_of_all_models_equals_one_model_at_a_time(rng):
+    """``core._two_loop`` (every model's L-BFGS loop in one NumPy call per slot of a ring
+    shared by the models) equals the one-model two-loop for models with full, partial, gappy
+    (skipped pairs) and empty histories."""
+    M, D, head = 4, 7, 1  # the ring's next slot: slot 0 is the newest, then 3, 2, 1
+    order = [0, 3, 2, 1]
+    used = [[0, 3, 2, 1], [0, 3], [], [2], [0, 2]]  # per model: its filled slots
+    K = len(used)
+    G = rng.standard_normal((K, D))
+    S, Y = rng.standard_normal((K, M, D)), rng.standard_normal((K, M, D))  # junk when empty
+    rho, gamma = np.zeros((K, M)), np.ones(K)
+    pairs = []
+    for c, slots in enumerate(used):
+        oldest_first = [j for j in reversed(order) if j in slots]
+        for j in oldest_first:
+            Y[c, j] = S[c, j] + 0.3 * rng.standard_normal(D)  # s.y > 0
+            rho[c, j] = 1.0 / (S[c, j] @ Y[c, j])
+        if slots:
+            newest = oldest_first[-1]
+            gamma[c] = (S[c, newest] @ Y[c, newest]) / (Y[c, newest] @ Y[c, newest])
+        pairs.append(([S[c, j] for j in oldest_first], [Y[c, j] for j in oldest_first]))
+    assert head == (order[0] + 1) % M
+    P = core._two_loop(G, S, Y, rho, gamma, order)
+    for c in range(K):
+        np.testing.assert_allclose(P[c], naive.two_loop(G[c], *pairs[c]), rtol=1e-12)
+    np.testing.assert_array_equal(P[2], -G[2])  # no pairs: steepest descent
+
+
+def test_backtrack_is_the_cubic_minimizer_clipped():
+    """A failed trial step is cut to the minimizer of the cubic through the values and slopes
+    at 0 and at the trial (exact on a cubic), within [0.1, 0.5] of the trial step."""
+    phi = [lambda a: 2 * a**3 - 0.5 * a, lambda a: 6 * a**2 - 0.5]  # minimizer sqrt(1/12)
+    a = core._backtrack(np.array([1.0]), np.array([0.0]), np.array([phi[1](0)]),
+                        np.array([phi[0](1.0)]), np.array([phi[1](1.0)]))
+    assert a[0] == pytest.approx(np.sqrt(1 / 12), rel=1e-12)
+    # a trial far beyond the minimizer: clipped to 0.1 of it; a non-finite trial: 0.1 too
+    a = core._backtrack(np.array([100.0, 1.0]), np.zeros(2), np.array([-0.5, -1.0]),
+                        np.array([phi[0](100.0), np.inf]), np.array([phi[1](100.0), np.nan]))
+    np.testing.assert_allclose(a, [10.0, 0.1])
+
+
+def test_one_vs_rest_fit_costs_the_passes_of_one_fit_not_k(rng):
+    """The K one-vs-rest models share every pass: a joint fit takes about the passes of its
+    slowest binary fit (a line-search retry evaluates only the models still searching),
+    far from the K fits' sum; one model goes through the same solver (passes counted)."""
+    V, y = _three_classes(rng, n=200)
+    kw = dict(n_factors=2, random_state=0, solver="lbfgs", max_iter=25, tol=0.0)
+    joint = MultiViewMachineClassifier(**kw).fit(V, y)
+    single = [MultiViewMachineClassifier(**kw).fit(V, (y == c).astype(int)) for c in range(3)]
+    p = [s.n_passes_ for s in single]
+    assert joint.n_iter_ == 25 and all(s.n_iter_ == 25 for s in single)
+    assert max(p) <= joint.n_passes_ < sum(p) / 2
+    # first trial step min(1, 2 x the last accepted one): retries are the exception
+    assert all(q <= 1.5 * 25 + 2 for q in p)
+
+
+def test_mvm_lbfgs_defaults_benchmark_runs_at_tiny_size(tmp_path):
+    """benchmarks/mvm_lbfgs_defaults.py's body at tiny size: its structure, never a time."""
+    import json
+
+    from conftest import DATA_DIR
+
+    if not (DATA_DIR / "mfeat-handwritten" / "handwritten.mat").exists():
+        pytest.skip("dataset missing: mfeat-handwritten (set OOC_LOWRANK_DATA)")
+    from benchmarks import mvm_lbfgs_defaults
+
+    out = tmp_path / "d.json"
+    res = mvm_lbfgs_defaults.main(["--rows", "120", "--folds", "2", "--grid", "1e-2:1e-3,1e-3:1e-6",
+                                   "--max-iter", "3", "--out", str(out)])
+    assert json.loads(out.read_text())["benchmark"] == "mvm_lbfgs_defaults"
+    assert [(r["reg_weight"], r["tol"]) for r in res["validation"]] == [(1e-2, 1e-3), (1e-3, 1e-6)]
+    assert all(len(r["folds"]) == 2 and r["mean"]["n_iter"] <= 3 for r in res["validation"])
+    test = res["defaults_on_test"]
+    assert (test["reg_weight"], test["tol"]) == (1e-2, 1e-3) and test["n_iter"] <= 3
+
+
+def test_classifier_lbfgs_defaults_differ_from_the_regressor():
+    """The classifier's reg_weight / tol defaults (docs/mvm.md) are its own; the regressor's
+    (MovieLens-validated) are unchanged; both are plain get_params values."""
+    c, r = MultiViewMachineClassifier().get_params(), MultiViewMachineRegressor().get_params()
+    assert (c["reg_weight"], c["tol"]) == (1e-2, 1e-3)
+    assert (r["reg_weight"], r["tol"]) == (1e-3, 1e-6)
+    assert set(c) == set(r)

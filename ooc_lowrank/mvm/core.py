@@ -12,9 +12,9 @@ Two solvers:
 ``lbfgs`` (batch, distributed)
     Each evaluation of ``(F, grad F)`` is **one pass**: the engine maps
     :func:`ooc_lowrank.mvm._blocks.loss_grad` over row blocks and sums in float64 in a fixed
-    order, so the iterates do not depend on the scheduler or worker count (to rounding).  SciPy's
-    L-BFGS-B drives it; its line search may take more than one evaluation per iteration
-    (``n_passes_`` counts them all).
+    order, so the iterates do not depend on the scheduler or worker count (to rounding).  Our
+    own L-BFGS (:func:`_fit_lbfgs_batched`, one per model in lockstep) drives it; its line
+    search may take more than one evaluation per iteration (``n_passes_`` counts them all).
 ``sgd`` (SPEC Algorithm 1, sequential)
     AdaGrad steps (the plain rule diverges, SPEC 3.5), one Numba sweep per window of rows;
     each epoch visits windows of :data:`SHUFFLE_ROWS` rows in a seeded random order and the
@@ -35,7 +35,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import scipy.optimize
 import scipy.sparse as sp
 
 from ooc_lowrank import engine
@@ -187,95 +186,30 @@ def _pass_inputs(views, y, layout, width):
 
 def fit_lbfgs(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, max_iter, tol,
               monitor, checkpoint=None, n_models=1):
-    """Batch L-BFGS-B over engine passes on ``(theta, intercepts)``.
+    """Batch L-BFGS over engine passes on ``(theta, intercepts)``: :func:`_fit_lbfgs_batched`,
+    one L-BFGS per model in lockstep (a classifier's one-vs-rest models), each evaluation one
+    pass for all of them.
 
-    ``theta0`` is ``(I + m, n_models k)`` and ``b0`` ``(n_models,)``.  One model: SciPy's
-    L-BFGS-B.  Several (a classifier's one-vs-rest models): :func:`_fit_lbfgs_batched`, one
-    L-BFGS per model in lockstep, each evaluation one pass for all of them.
+    ``theta0`` is ``(I + m, n_models k)`` and ``b0`` ``(n_models,)``.
 
     ``checkpoint``: save the iterate (and the counters and monitor) after every
     ``checkpoint.every``-th iteration and at the end; resume from a saved one by starting
-    L-BFGS-B again at the saved iterate with the remaining iterations.  The restart drops
-    L-BFGS's curvature pairs (SciPy keeps them inside the solver), so a resumed fit is not
-    bitwise the uninterrupted one: its first iterations after the restart take steepest-descent
-    like steps, and it converges to a solution of the same quality, not the same bits.
+    L-BFGS again at the saved iterate with the remaining iterations.  The restart drops
+    L-BFGS's curvature pairs, so a resumed fit is not bitwise the uninterrupted one: its first
+    iterations after the restart take steepest-descent like steps, and it converges to a
+    solution of the same quality, not the same bits.
 
-    Stopping: SciPy's rules with ``gtol = tol`` (largest gradient entry) and ``ftol = tol``
-    (relative decrease of the objective in one iteration), or ``max_iter`` iterations.
+    Stopping: a model stops when its largest gradient entry is <= ``tol`` or its objective
+    decreased by <= ``1e-3 tol`` (relative) in one iteration (SciPy L-BFGS-B's ``gtol`` and
+    ``ftol``), or after ``max_iter`` iterations.
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
     views, y = _pass_inputs(views, y, layout, theta0.shape[1])
-    if n_models > 1:
-        return _fit_lbfgs_batched(
-            views, y, theta0, b0, layout, loss=loss, task=task, reg=reg, reg_weight=reg_weight,
-            n=n, max_iter=max_iter, tol=tol, monitor=monitor, checkpoint=checkpoint,
-            n_models=n_models,
-        )
-    shape = theta0.shape
-    size = theta0.size
-    fn = functools.partial(
-        _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
+    return _fit_lbfgs_batched(
+        views, y, theta0, b0, layout, loss=loss, task=task, reg=reg, reg_weight=reg_weight,
+        n=n, max_iter=max_iter, tol=tol, monitor=monitor, checkpoint=checkpoint,
         n_models=n_models,
     )
-    passes = [0]
-
-    def split(x):
-        return x[:size].reshape(shape), x[size:]
-
-    def fun(x):
-        th, b = split(x)
-        total, grad, gb = engine.map_reduce(fn, *views, y, args=(th, b))
-        passes[0] += 1
-        pen, dpen = penalty(th, reg)
-        obj = float(total.sum()) / n + reg_weight * pen
-        if not np.isfinite(obj):
-            raise NonFiniteError(
-                "the MVM objective became non-finite; the model is a degree-m polynomial in "
-                "the factors (SPEC 3.5): scale the features (e.g. to unit variance) or lower "
-                "init_std"
-            )
-        g = np.concatenate([(grad / n + reg_weight * dpen).ravel(), np.ravel(gb) / n])
-        return obj, g
-
-    it = [0]
-    x0 = np.concatenate([theta0.ravel(), np.ravel(b0)])
-    restored = checkpoint.load() if checkpoint is not None else None
-    if restored is not None:
-        st, arr = restored[0], restored[1]
-        x0 = np.array(arr["x"], dtype=np.float64)
-        it[0], passes[0] = int(st["n_iter"]), int(st["n_passes"])
-        _restore_monitor(monitor, st, arr)
-        if st["done"] or it[0] >= int(max_iter):
-            return (*split(x0), it[0], passes[0])
-
-    def save(x, done):
-        _save(checkpoint, it[0], monitor, {"n_iter": it[0], "n_passes": passes[0], "done": done},
-              {"x": x})
-
-    def cb(intermediate_result):
-        it[0] += 1
-        x = intermediate_result.x
-        stop = monitor(it[0], intermediate_result.fun, split(x))
-        if checkpoint is not None and (stop or checkpoint.due(it[0])):
-            save(np.array(x), stop)
-        if stop:
-            raise StopIteration
-
-    # one BLAS thread: the products of a pass are small per block and L-BFGS-B's own vector
-    # work is BLAS-1; a second thread only adds synchronisation (3-10x slower measured on the
-    # busy 2-core machine), and on the threaded scheduler Dask owns the cores anyway
-    with engine.one_blas_thread():
-        res = scipy.optimize.minimize(
-            fun,
-            x0,
-            jac=True,
-            method="L-BFGS-B",
-            callback=cb,
-            options={"maxiter": int(max_iter) - it[0], "gtol": tol, "ftol": tol * 1e-3},
-        )
-    if checkpoint is not None:  # done: stopped before the iteration cap (converged or patience)
-        save(res.x, it[0] < int(max_iter))
-    return (*split(res.x), it[0], passes[0])
 
 
 #: L-BFGS memory (curvature pairs kept) and line-search trials of the batched solver
@@ -283,19 +217,42 @@ LBFGS_MEMORY = 10
 MAX_LINE_SEARCH = 20
 
 
-def _two_loop(g, S, Y):
-    """L-BFGS direction ``-H g`` from the curvature pairs ``S``, ``Y`` (oldest first)."""
-    q = g.copy()
-    alphas = []
-    for s_, y_ in zip(reversed(S), reversed(Y), strict=True):
-        a = (s_ @ q) / (y_ @ s_)
-        alphas.append(a)
-        q -= a * y_
-    if S:
-        q *= (S[-1] @ Y[-1]) / (Y[-1] @ Y[-1])
-    for (s_, y_), a in zip(zip(S, Y, strict=True), reversed(alphas), strict=True):
-        q += (a - (y_ @ q) / (y_ @ s_)) * s_
-    return -q
+def _two_loop(G, S, Y, rho, gamma, order):
+    """L-BFGS directions ``-H_c g_c`` of several models at once (one row each).
+
+    ``G`` ``(K, D)``; ``S``, ``Y`` ``(K, M, D)`` the curvature pairs in a ring of ``M`` slots
+    shared by the models, ``order`` the slots newest first; ``rho`` ``(K, M)`` the pairs'
+    ``1 / s.y``, 0 for an empty slot (which then contributes nothing); ``gamma`` ``(K,)`` the
+    initial scaling ``s.y / y.y`` of each model's newest pair (1 without pairs).  The loops
+    run over the slots with every model's vector work in one NumPy call (a loop per model
+    cost about 16 % of a one-vs-rest fit on mfeat, 10 models); nothing is copied per slot."""
+    q, tmp = G.copy(), np.empty_like(G)  # products into tmp: no fresh (K, D) per slot
+    a = np.zeros(rho.shape)
+    for j in order:
+        a[:, j] = rho[:, j] * np.einsum("ad,ad->a", S[:, j], q)
+        q -= np.multiply(a[:, j, None], Y[:, j], out=tmp)
+    q *= gamma[:, None]
+    for j in order[::-1]:
+        b = rho[:, j] * np.einsum("ad,ad->a", Y[:, j], q)
+        q += np.multiply((a[:, j] - b)[:, None], S[:, j], out=tmp)
+    return np.negative(q, out=q)
+
+
+def _backtrack(alpha, f0, d0, ft, dt):
+    """Next trial steps of models whose trial ``alpha`` failed Armijo: the minimizer of the
+    cubic through ``(0, f0, d0)`` and ``(alpha, ft, dt)`` (values and directional
+    derivatives; the pass computed the gradient at the trial anyway), else of the quadratic
+    through ``f0, d0, ft``; clipped to ``[0.1, 0.5] alpha`` (Nocedal & Wright, eq. 3.59)."""
+    with np.errstate(all="ignore"):
+        d1 = d0 + dt - 3.0 * (ft - f0) / alpha
+        disc = d1 * d1 - d0 * dt
+        d2 = np.sqrt(np.maximum(disc, 0.0))
+        cubic = alpha - alpha * (dt + d2 - d1) / (dt - d0 + 2.0 * d2)
+        denom = 2.0 * (ft - f0 - alpha * d0)
+        quad = -d0 * alpha * alpha / denom
+    a = np.where(np.isfinite(cubic) & (disc >= 0) & np.isfinite(dt), cubic,
+                 np.where(np.isfinite(denom) & (denom > 0), quad, 0.0))
+    return np.minimum(np.maximum(a, 0.1 * alpha), 0.5 * alpha)
 
 
 def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n,
@@ -303,15 +260,21 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
     """``n_models`` independent L-BFGS minimizations (one per one-vs-rest model) in lockstep:
     every evaluation is **one pass** that returns the objective and gradient of every model.
 
-    Each model has its own curvature pairs (:data:`LBFGS_MEMORY`), its own step (first step
-    ``1 / ||g||``, then 1) and its own backtracking line search (Armijo, ``c1 = 1e-4``,
-    quadratic interpolation clipped to [0.1, 0.5] of the step; a pair with ``s.y <= 1e-10
-    y.y`` is skipped), so its iterates are those of a separate fit of that model, not of one
+    Each model has its own curvature pairs (:data:`LBFGS_MEMORY`), its own first trial step
+    (``1 / ||g||`` without curvature pairs, else ``min(1, 2 x`` its last accepted step)) and
+    its own backtracking line search (Armijo, ``c1 = 1e-4``; :func:`_backtrack`'s cubic
+    through the values and slopes at 0 and at the trial, whose gradient the pass computed;
+    a pair with ``s.y <= 1e-10 y.y`` is skipped), so its iterates are those of a separate fit of that model, not of one
     L-BFGS on the sum (which mixes the models' curvatures: measured on mfeat, 10 classes, the
     joint fit reached 0.927 test accuracy after 200 iterations where separate fits reached
     0.955 after 100).  A model stops when its largest gradient entry is <= ``tol``, its
     objective decreased by <= ``1e-3 tol`` (relative) in one iteration, or no step is found;
-    an iteration is one step of every model still running.  Checkpoints as
+    an iteration is one step of every model still running.  Measured on mfeat (10 classes,
+    100 iterations) against the former rule (first trial 1, quadratic backtracking): 183
+    passes against 207 (a retry pass evaluates only the models still searching), the same
+    accuracy; one binary class: 125 passes against SciPy L-BFGS-B's 153.  The history is held as
+    ``(K, M, D)`` arrays and :func:`_two_loop` runs every model's loop in one NumPy call per
+    slot.  Checkpoints as
     :func:`fit_lbfgs` (a resumed fit restarts each model's L-BFGS at the saved iterate).
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
@@ -362,7 +325,12 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
         _save(checkpoint, it, monitor, {"n_iter": it, "n_passes": passes[0], "done": done},
               {"x": X})
 
-    S, Yp = [[] for _ in range(K)], [[] for _ in range(K)]
+    # curvature pairs of every model, newest last (see _two_loop)
+    S, Yp = np.zeros((K, LBFGS_MEMORY, X.shape[1])), np.zeros((K, LBFGS_MEMORY, X.shape[1]))
+    rho, gamma = np.zeros((K, LBFGS_MEMORY)), np.ones(K)
+    head = 0  # the ring's next slot: every iteration takes one (a model that skips a pair
+    # leaves it empty, so each model keeps the pairs of its last LBFGS_MEMORY iterations)
+    last_alpha = np.ones(K)
     active = np.ones(K, bool)
     stopped = False
     with engine.one_blas_thread():  # see fit_lbfgs
@@ -374,16 +342,20 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
                 "init_std"
             )
         while it < int(max_iter) and active.any():
+            act = np.flatnonzero(active)
             P = np.zeros_like(X)
-            alpha = np.ones(K)
-            for c in np.flatnonzero(active):
-                P[c] = _two_loop(G[c], S[c], Yp[c])
-                if not G[c] @ P[c] < 0:  # not a descent direction: forget the pairs
-                    S[c].clear(), Yp[c].clear()
-                    P[c] = -G[c]
-                if not S[c]:
-                    alpha[c] = min(1.0, 1.0 / max(np.linalg.norm(G[c]), 1e-300))
+            order = [(head - 1 - j) % LBFGS_MEMORY for j in range(LBFGS_MEMORY)]
+            gamma[~rho.any(axis=1)] = 1.0  # every pair skipped or forgotten
+            P[act] = _two_loop(G, S, Yp, rho, gamma, order)[act]
             gp = (G * P).sum(axis=1)
+            bad = active & ~(gp < 0)  # not a descent direction: forget the pairs
+            rho[bad], gamma[bad] = 0.0, 1.0
+            P[bad] = -G[bad]
+            gp[bad] = -(G[bad] * G[bad]).sum(axis=1)
+            # first step: 1 / ||g|| without curvature pairs, else twice the last accepted step
+            # capped at 1 (a model whose last step was cut starts below 1)
+            alpha = np.where(rho.any(axis=1), np.minimum(1.0, 2.0 * last_alpha),
+                             np.minimum(1.0, 1.0 / np.maximum(np.linalg.norm(G, axis=1), 1e-300)))
             Xn, Fn, Gn = X.copy(), F.copy(), G.copy()
             searching = active.copy()
             for _ in range(MAX_LINE_SEARCH):
@@ -392,22 +364,21 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
                 Ft, Gt = evaluate(Xt, None if idx.size == K else idx)
                 ok = Ft <= F[idx] + 1e-4 * alpha[idx] * gp[idx]
                 Xn[idx[ok]], Fn[idx[ok]], Gn[idx[ok]] = Xt[ok], Ft[ok], Gt[ok]
+                last_alpha[idx[ok]] = alpha[idx[ok]]
                 searching[idx[ok]] = False
                 if not searching.any():
                     break
-                for j, c in enumerate(idx):
-                    if ok[j]:
-                        continue
-                    denom = 2.0 * (Ft[j] - F[c] - alpha[c] * gp[c])
-                    a = -gp[c] * alpha[c] ** 2 / denom if np.isfinite(denom) and denom > 0 else 0.0
-                    alpha[c] = min(max(a, 0.1 * alpha[c]), 0.5 * alpha[c])
+                f = idx[~ok]
+                slope = (Gt[~ok] * P[f]).sum(axis=1)  # at the trial: the pass computed Gt
+                alpha[f] = _backtrack(alpha[f], F[f], gp[f], Ft[~ok], slope)
             active &= ~searching  # no acceptable step found: that model stops where it is
-            for c in np.flatnonzero(active):
-                s_, y_ = Xn[c] - X[c], Gn[c] - G[c]
-                if s_ @ y_ > 1e-10 * (y_ @ y_):
-                    S[c].append(s_), Yp[c].append(y_)
-                    if len(S[c]) > LBFGS_MEMORY:
-                        S[c].pop(0), Yp[c].pop(0)
+            s_, y_ = Xn - X, Gn - G
+            sy, yy = (s_ * y_).sum(axis=1), (y_ * y_).sum(axis=1)
+            keep = active & (sy > 1e-10 * yy)
+            S[keep, head], Yp[keep, head] = s_[keep], y_[keep]
+            rho[:, head] = np.where(keep, 1.0 / np.where(keep, sy, 1.0), 0.0)
+            gamma[keep] = sy[keep] / yy[keep]
+            head = (head + 1) % LBFGS_MEMORY
             scale = np.maximum(np.maximum(np.abs(F), np.abs(Fn)), 1.0)
             done = (np.abs(Gn).max(axis=1) <= tol) | (F - Fn <= 1e-3 * tol * scale)
             X, F, G = Xn, Fn, Gn
