@@ -157,3 +157,45 @@ def test_local_cluster_fit_equals_threads_and_prints_no_cluster_logs(stores, tmp
     assert "distributed" not in err and "Traceback" not in err, err
     rows, cols = np.array([0, 2, 9]), np.array([1, 5, 3])
     np.testing.assert_allclose(on_cluster.predict(rows, cols), local.predict(rows, cols), rtol=1e-9)
+
+
+# ------------------------------------------------ the README's real-data commands on a cluster
+def _fit_and_evaluate(head, fit_argv, test_store, metrics, tmp_path, capsys, name):
+    model = str(tmp_path / name)
+    assert main([*head, "fit", *fit_argv[:2], model, *fit_argv[2:], "-q"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", model, test_store, "--metrics", metrics, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset", ["movielens", "bibtex"])
+def test_readme_commands_on_a_local_cluster_equal_threads(dataset, tmp_path, capsys):
+    """README: ``fit glrl u1.base.zarr --loss l1 --rank 10 --refit none`` (MAE / RMSE on u1.test)
+    and ``fit gimc-lff bibtex-train.zarr --n-components 500 --seed 0`` (P@1,3,5 on the test
+    split): the same numbers to rounding on ``--local-cluster 2`` as on threads."""
+    from conftest import data_file
+
+    if dataset == "movielens":
+        stores = {}
+        for part in ("u1.base", "u1.test"):
+            src = data_file("movielens-100k", f"{part}.gz")
+            stores[part] = str(tmp_path / f"{part}.zarr")
+            assert main(["convert", "movielens", str(src), stores[part], "--shape", "943,1682",
+                         "-q"]) == 0  # fmt: skip
+        fit = ["glrl", stores["u1.base"], "--loss", "l1", "--rank", "10", "--refit", "none"]
+        test, metrics, tol = stores["u1.test"], "mae,rmse", 1e-4
+    else:
+        xml = data_file("bibtex", "bibtex.xml")
+        stores = {}
+        for part in ("train", "test"):
+            src = data_file("bibtex", f"bibtex-{part}.arff.gz")
+            stores[part] = str(tmp_path / f"{part}.zarr")
+            assert main(["convert", "arff", str(src), stores[part], "--xml", str(xml), "-q"]) == 0
+        fit = ["gimc-lff", stores["train"], "--n-components", "500", "--seed", "0"]
+        test, metrics, tol = stores["test"], "p@1,p@3,p@5", 5e-4
+    threads = _fit_and_evaluate([], fit, test, metrics, tmp_path, capsys, "threads")
+    cluster = _fit_and_evaluate(["--local-cluster", "2"], fit, test, metrics, tmp_path, capsys,
+                                "cluster")  # fmt: skip
+    for k in metrics.split(","):
+        assert cluster[k] == pytest.approx(threads[k], abs=tol), (k, threads, cluster)
