@@ -10,7 +10,8 @@ from the storage.  Recorded per method and worker count: fit seconds, passes
 (``n_passes_``; GLRL: plus its gradient-cache passes; MVM: L-BFGS evaluations + 1), seconds per pass, and the efficiency
 ``t1 / (2 t2)`` per pass and per fit (1.0: perfect scaling); and the serialized graph bytes of
 every pass sent (Dask's large-graph warning recorded at a 1-byte threshold; a graph above
-Dask's own 10 MB threshold is an error: :func:`graph_bytes`).
+Dask's own 10 MB threshold is an error: :func:`graph_bytes`); the workers' compute and
+transfer seconds from the task stream (:func:`task_summary`).
 
 Stores (kept in ``--workdir`` for reruns; sizes from the generators' bytes per row):
 
@@ -157,12 +158,13 @@ def fit(method, path, a):
     if method == "gimc":
         from ooc_lowrank import GIMC
 
-        est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0).fit(ds)
+        est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0,
+                   cache_bytes=a.cache_bytes).fit(ds)  # fmt: skip
         passes = est.n_passes_
     elif method == "glrl":
         from ooc_lowrank.glrl import GreedyLowRank
 
-        est = GreedyLowRank(rank=a.rank, random_state=0).fit(ds)
+        est = GreedyLowRank(rank=a.rank, random_state=0, cache_bytes=a.cache_bytes).fit(ds)
         passes = est.n_passes_ + getattr(est, "n_cache_passes_", 0)  # data + gradient-cache
     else:
         from ooc_lowrank.mvm import MultiViewMachineRegressor
@@ -173,6 +175,14 @@ def fit(method, path, a):
     return time.perf_counter() - t, int(passes)
 
 
+def _warm_here(method, probe, a):
+    """A fit of the probe store inside this process (on a worker: its kernels compiled)."""
+    import dask
+
+    with dask.config.set(scheduler="sync"):
+        fit(method, probe, a)
+
+
 def run(method, path, probe, n_workers, a, log):
     import dask
     import distributed
@@ -180,13 +190,19 @@ def run(method, path, probe, n_workers, a, log):
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
         memory_limit=int(a.memory_limit * 2**30),
+        # one thread means one core: Numba's parallel kernels would otherwise use every core
+        # of the machine inside a "1-thread" worker (Dask's nanny sets only the BLAS / OpenMP
+        # variables), and 1 worker would already run on 2 cores
+        env={"NUMBA_NUM_THREADS": "1"},
     )  # fmt: skip
     client = distributed.Client(cluster)
     try:
         with dask.config.set(scheduler=client):
             if a.warm:  # imports, JIT compilation, worker start-up: not the measurement
-                fit(method, probe, a)
-            with graph_bytes() as sizes, cold(path, a.drop_every):
+                fit(method, probe, a)  # the driver, and one worker (the probe is one block)
+                client.run(_warm_here, method, probe, a)  # every worker's own JIT
+            with graph_bytes() as sizes, cold(path, a.drop_every), \
+                    distributed.get_task_stream(client) as ts:  # fmt: skip
                 seconds, passes = fit(method, path, a)
     finally:
         client.close()
@@ -194,7 +210,19 @@ def run(method, path, probe, n_workers, a, log):
     log(f"{method}: {n_workers} worker(s): {seconds:.1f} s, {passes} passes, "
         f"{seconds / max(passes, 1):.2f} s per pass")  # fmt: skip
     return {"seconds": seconds, "passes": passes, "seconds_per_pass": seconds / max(passes, 1),
-            "graph": graph_summary(sizes)}  # fmt: skip
+            "graph": graph_summary(sizes), "tasks": task_summary(ts.data)}  # fmt: skip
+
+
+def task_summary(records):
+    """Tasks run and the seconds the workers spent per kind of activity (``compute``,
+    ``transfer`` between workers, ``disk-read`` of spilled data): transfers say whether blocks
+    were read on one worker and used on the other."""
+    out = {"n_tasks": len(records)}
+    for r in records:
+        for ss in r.get("startstops", ()):
+            k = f"{ss['action']}_seconds"
+            out[k] = out.get(k, 0.0) + float(ss["stop"] - ss["start"])
+    return out
 
 
 def main(argv=None):
@@ -209,6 +237,9 @@ def main(argv=None):
     p.add_argument("--obs-per-row", type=int, default=100, help="GLRL entries per row")
     p.add_argument("--rank", type=int, default=2, help="GLRL rank")
     p.add_argument("--mvm-iter", type=int, default=3, help="MVM L-BFGS iterations")
+    p.add_argument("--cache-bytes", type=int, default=None,
+                   help="GIMC / GLRL cache_bytes (0: stream every pass, as a store 4x the "
+                   "workers' memory does anyway; for a small validation run)")  # fmt: skip
     p.add_argument("--drop-every", type=float, default=1.0, help="page-cache drop period, s")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="skip the warm-up fit (on a 2,000-row store) on each cluster")  # fmt: skip
@@ -220,7 +251,8 @@ def main(argv=None):
     workdir = a.workdir or tempfile.mkdtemp(prefix="cluster_scaling_")
     os.makedirs(workdir, exist_ok=True)
     res = {"gb": a.gb, "memory_limit_gib": a.memory_limit, "threads_per_worker": 1,
-           "cpu_count": os.cpu_count(), "params": vars(a), "methods": {}}  # fmt: skip
+           "cpu_count": os.cpu_count(), "loadavg_before": os.getloadavg(), "params": vars(a),
+           "methods": {}}  # fmt: skip
     try:
         for method in a.methods.split(","):
             path, probe = ensure_store(workdir, method, a.gb, a, log)
