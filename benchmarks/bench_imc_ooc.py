@@ -11,7 +11,9 @@ Store (``--rows`` n, default 1M; written here with the ``DatasetWriter``, seeded
 ``--cg-iter`` CG steps) is fitted on the store inside one spawned Dask worker whose memory limit
 is a quarter of the store's logical size (``_worker_rss``; the driver keeps the n x k factors
 P and Q, the worker streams the feature and constraint blocks).  Recorded: seconds per outer
-iteration, passes (total and per iteration), the worker's peak RSS and the clustering error.
+iteration, passes (total and per iteration), the worker's peak RSS and the clustering error, and
+the serialized bytes of every graph sent to the cluster (one per pass; a graph above Dask's
+large-graph threshold of 10 MB is an error, issue 27).
 
     nice -n 10 python benchmarks/bench_imc_ooc.py      # 1M rows x 500 features, 20n constraints (4 GB)
     python benchmarks/bench_imc_ooc.py --rows 20000 --iters 1 --quiet --out /tmp/x.json
@@ -32,6 +34,7 @@ import scipy.sparse as sp
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from benchmarks import _worker_rss as rss  # noqa: E402
+from benchmarks.bench_cluster_scaling import graph_bytes, graph_summary  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "imc_ooc.json")
 
@@ -98,7 +101,7 @@ def main(argv=None):
                          callback=lambda it, el, f: ticks.append((it, el, f)))
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    with rss.limited_worker(limit, threads=a.threads) as (_client, peak):
+    with rss.limited_worker(limit, threads=a.threads) as (_client, peak), graph_bytes() as graphs:
         est.fit(ds, constraints=ds)
     total = time.perf_counter() - t0
     y = ds["y"].read()[:, 0]
@@ -114,13 +117,14 @@ def main(argv=None):
         "driver_maxrss": rss.driver_maxrss(),
         "init_seconds": ticks[0][1] if ticks else None,
         "iterations": its, "n_passes": int(est.imc_.n_passes_),
+        "graph_bytes_per_pass": graph_summary(graphs),
         "fit_seconds_total": total,
         "clustering_error": float(clustering_error(est.labels_, y)),
         "loadavg_before": load_before,
     }
     log(f"{a.rows} rows, {a.rows * a.pairs} constraints: "
         + ", ".join(f"iteration {i['iteration']} {i['seconds']:.1f}s" for i in its)
-        + f"; {res['n_passes']} passes; worker peak {peak['worker'] / 2**20:.0f} MiB of "
+        + f"; {res['n_passes']} passes, graphs {res['graph_bytes_per_pass']}; worker peak {peak['worker'] / 2**20:.0f} MiB of "
         f"{limit / 2**20:.0f} MiB limit (baseline {peak.get('baseline', 0) / 2**20:.0f} MiB); error {res['clustering_error']:.4f}; "
         f"total {total:.0f}s (load {os.getloadavg()[0]:.1f})")
     rss.write_results(res, a.out)

@@ -8,7 +8,9 @@ APG iterations inside one spawned Dask worker whose memory limit is a quarter of
 logical size (``X`` + ``Y_obs``).  Reported: seconds per APG iteration and engine passes per
 iteration (each iteration separately: the first ones grow the Lipschitz estimate, later ones
 are the steady state), the setup passes (label check, landmark Gram, ``G = F_UT^T F_UT``),
-and the peak RSS of the worker.  The JIT is warmed up on a small in-memory fit first.
+and the peak RSS of the worker, and the serialized bytes of every graph sent to the cluster
+(``setup["graph_bytes_per_pass"]``; one graph per pass; a graph above Dask's large-graph
+threshold of 10 MB is an error, issue 27).  The JIT is warmed up on a small in-memory fit first.
 
     nice -n 10 python benchmarks/bench_kernelmaxide_ooc.py            # 2M x 500 (8 GB on disk)
     python benchmarks/bench_kernelmaxide_ooc.py --small               # seconds
@@ -28,6 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from benchmarks import _worker_rss as rss  # noqa: E402
+from benchmarks.bench_cluster_scaling import graph_bytes, graph_summary  # noqa: E402
 
 DEFAULT_OUT = os.path.join(HERE, "results", "kernelmaxide_ooc.json")
 
@@ -84,7 +87,8 @@ def run_fit(ds, *, n_landmarks, lam, max_iter, limit, threads, warm):
     its = []
     if warm is not None:  # JIT and thread pools, in this process and on the worker
         KernelMaxide(n_landmarks=8, lam=lam, max_iter=2, random_state=0).fit(*warm)
-    with PassClock() as clock, rss.limited_worker(limit, threads=threads) as (client, peak):
+    with PassClock() as clock, rss.limited_worker(limit, threads=threads) as (client, peak), \
+            graph_bytes() as graphs:  # fmt: skip
         client.run(_warm_worker)
 
         def cb(it, elapsed, obj):
@@ -106,6 +110,7 @@ def run_fit(ds, *, n_landmarks, lam, max_iter, limit, threads, warm):
         iters.append({"iteration": it, "seconds": t - prev_t, "passes": npass - prev_p,
                       "objective": obj})
         prev_t, prev_p = t, npass
+    setup["graph_bytes_per_pass"] = graph_summary(graphs)
     return est, iters, setup, total, peak
 
 

@@ -204,6 +204,7 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         "resident": bool(resident),
         "n_trials": n_trials,
         "passes_init": 1,
+        "iterations": iters,
         "passes_per_iteration": {"typical": 2, "max": 1 + math.ceil(MAX_TRIALS / n_trials)},
         "max_passes": 1 + iters * (1 + math.ceil(MAX_TRIALS / n_trials)),
         "read_bytes_per_pass": 0 if resident else int(store_bytes),
@@ -415,6 +416,7 @@ def glrl_estimate(est, B, shape, *, client=None):
         "resident": bool(resident),
         "gradient_cache": bool(grad_cache),
         "passes_init": 1,
+        "iterations": steps,
         "passes_per_iteration": {"typical": int(est.power_iter) + 2, "max": per},
         "max_passes": 1 + steps * per,
         "read_bytes_per_pass": 0 if resident else int(store_bytes),
@@ -499,6 +501,7 @@ def maxide_estimate(est, XB, YB, *, client=None):
         # label check, (F cache), Gram or X^T X
         "passes_init": 2 + (0 if streamed else 1),
         # a gradient pass and one line-search pass (more while L grows from 1)
+        "iterations": iters,
         "passes_per_iteration": {"typical": 2},
         "min_passes": 2 + (0 if streamed else 1) + 2 * iters,
         "read_bytes_per_pass": int(store_bytes) if streamed else int(_input_bytes(YB)),
@@ -572,6 +575,7 @@ def mvm_estimate(est, views, yb, *, client=None):
         "store_bytes": int(store_bytes),
         "passes_init": 1,
         # SGD: one pass per epoch; L-BFGS: one per evaluation, up to 20 in a line search
+        "iterations": iters,
         "passes_per_iteration": {"typical": 1, "max": 1 if sgd else 20},
         "max_passes": 1 + iters * (1 if sgd else 20),
         "read_bytes_per_pass": int(store_bytes),
@@ -582,3 +586,198 @@ def mvm_estimate(est, views, yb, *, client=None):
         "detail": f"n_factors={k}, {P} factor rows, block_rows={rows_max}",
     }
     return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_factors", k)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inductive matrix completion and the semi-supervised clustering built on it (an IMC fit of the
+# n x n constraint matrix with both sides the same features).
+# ---------------------------------------------------------------------------------------------
+
+
+def _side_width(kind, B, m):
+    """``D``, the feature width of one IMC side: ``d`` (identity), ``2 m`` (Fourier), ``m``."""
+    if kind == "identity":
+        return int(B.shape[1])
+    m = min(int(m), int(B.shape[0]))
+    return 2 * m if kind == "fourier" else m
+
+
+def imc_passes(cg_iter, learns, fused_cols):
+    """``(typical, max)`` passes per IMC outer iteration (:func:`ooc_lowrank.imc.core.fit_imc`):
+    a W-step (gradient, up to ``cg_iter`` Hessian-vector products, ``P``), the same for H (three
+    passes per product when the column side is not fused: store observations), the loss; with
+    learned features, the residual pass, per side a feature gradient, Armijo trials (an X-pass
+    and a loss pass each; one typical, :data:`MAX_TRIALS` at most) and the new held ``Phi``.
+    The typical count assumes CG stops after a third of ``cg_iter`` products."""
+    h_grad, h_hvp = (1, 1) if fused_cols else (2, 3)
+    cg = int(cg_iter)
+
+    def per(n_cg, trials):
+        base = (1 + n_cg + 1) + (h_grad + n_cg * h_hvp + 1) + 1
+        if learns:
+            base += 1 + 2 * (1 + 2 * trials + 1)
+        return base
+
+    return per(max(1, math.ceil(cg / 3)), 1), per(cg, MAX_TRIALS)
+
+
+def imc_estimate(est, obs, Br, Bc, *, client=None, method=None):
+    """The estimate dict of an IMC fit (``InductiveMatrixCompletion`` parameters on ``est``) of
+    the blocked observations ``obs`` (n1 x n2) with row / column features ``Br`` / ``Bc``.
+
+    Per worker: ``threads_per_worker`` tasks, each an observation block (CSR: ``nnz_b (8 + 4)``),
+    its rows' features (``Br`` block) and held ``Phi`` block (``n_b D1 8``), the residual on its
+    observations (``8 nnz_b``) and its ``D x k`` float64 output; float64 reduction buffers of
+    ``D k``; the shipped state ``W, H`` (``D k``), ``P, Q`` (``(n1 + n2) k``) and the feature
+    parameters (``d m``), all float64; the held ``Phi`` of both sides (float64, when they fit
+    the cache budget; split over the workers)."""
+    k = int(est.n_components)
+    m = int(est.n_features_map)
+    n1, n2 = (int(s) for s in obs.shape)
+    nnz = int(obs.nnz or 0)
+    D1 = _side_width(est.row_map, Br, m)
+    D2 = _side_width(est.col_map, Bc, m)
+    learns = bool(est.learn_features) and est.row_map != "identity"
+    fused_cols = bool(obs.in_memory)
+    store_bytes = _input_bytes(obs) + _input_bytes(Br) + _input_bytes(Bc)
+    n_workers, threads, limit = _cluster(client)
+    budget = engine.DEFAULT_CACHE_BYTES
+    if limit and n_workers:
+        budget = min(budget, int(0.5 * limit * n_workers))
+    held = sum(8 * B.shape[0] * D for B, kind, D in
+               ((Br, est.row_map, D1), (Bc, est.col_map, D2)) if kind != "identity")  # fmt: skip
+    held_ok = held <= budget
+    rows_max, _ = _max_block(obs)
+    D = max(D1, D2)
+
+    def worker_bytes(rows, k_):
+        ob, n = _block_bytes(obs, rows)
+        xb, _ = _block_bytes(Br, n)
+        xb2, _ = _block_bytes(Bc, n)
+        nnz_b = int(math.ceil(nnz * n / max(n1, 1)))
+        task = ob + max(xb, xb2) + 8 * n * D + 8 * nnz_b + 8 * D * k_ + 8 * n * k_
+        reduce_b = _reduce_per_worker(obs.n_blocks, D * k_ + 1, n_workers)
+        params = sum(8 * B.shape[1] * min(m, B.shape[0]) for B, kind in
+                     ((Br, est.row_map), (Bc, est.col_map)) if kind != "identity")  # fmt: skip
+        state = 8 * ((D1 + D2) * k_ + (n1 + n2) * k_) + params
+        cached = (held if held_ok else 0) / max(n_workers or 1, 1) if n_workers else 0
+        total = _worker_total(n_workers, threads, task, reduce_b, state, cached)
+        return total, task, reduce_b, state, cached
+
+    total, task, reduce_b, state, cached = worker_bytes(None, k)
+    typical, most = imc_passes(est.cg_iter, learns, fused_cols)
+    iters = int(est.max_iter)
+    init = 3 + (0 if not held_ok else sum(k_ != "identity" for k_ in (est.row_map, est.col_map)))
+
+    def d_eff(B):
+        return B.shape[1] if B.kind == "dense" else (B.nnz or 0) / max(B.shape[0], 1)
+
+    out = {
+        "method": method or type(est).__name__,
+        "n_rows": n1,
+        "n_cols": n2,
+        "n_observed": nnz,
+        "n_components": k,
+        "n_phi": [D1, D2],
+        "block_rows": rows_max,
+        "n_blocks": int(obs.n_blocks),
+        "store_bytes": int(store_bytes),
+        "phi_held": bool(held_ok),
+        "passes_init": init,
+        "iterations": iters,
+        "passes_per_iteration": {"typical": typical, "max": most},
+        "max_passes": init + iters * most,
+        # observations streamed when not in memory; the features only when Phi is not held
+        "read_bytes_per_pass": (0 if obs.in_memory else _input_bytes(obs))
+        + (0 if held_ok or (Br.in_memory and Bc.in_memory) else _input_bytes(Br)),
+        # a fused pass: Phi Delta and Phi^T (E other) (4 n D k), the residual (4 nnz k), and
+        # X U when Phi is not held
+        "flops_per_pass": int(4 * (n1 * D1 + nnz) * k
+                              + (0 if held_ok else 2 * n1 * d_eff(Br) * min(m, D1))),  # fmt: skip
+        **_memory_fields(task, reduce_b, state, int(cached), (n_workers, threads, limit), total),
+        "detail": f"n_components={k}, D={D1}/{D2}, block_rows={rows_max}, Phi "
+        + ("held" if held_ok else "recomputed per pass"),
+    }
+    return _finish(out, lambda r, kk: worker_bytes(r, kk)[0], limit, rows_max, "n_components", k)
+
+
+# ---------------------------------------------------------------------------------------------
+# A rough time per pass and per fit (``fit ... --dry-run``): data, compute and scheduler terms
+# of docs/scaling.md's model with stated defaults.
+# ---------------------------------------------------------------------------------------------
+
+#: Disk read bandwidth assumed when none is given: this machine's direct-I/O read (PERF_NOTES).
+DEFAULT_DISK_BYTES_PER_S = 600e6
+#: Useful GFLOP/s per core assumed when none is given: a quarter of the dense GIMC rate measured
+#: here (83 GFLOP/s per core); sparse and Numba passes are slower per flop.
+DEFAULT_GFLOPS_PER_CORE = 20.0
+#: Scheduler time per task: threaded scheduler (assumed), distributed (measured here: 5 ms per
+#: block of an empty pass, about 4 tasks per block, on a 2-process LocalCluster).
+SECONDS_PER_TASK = {"threads": 1e-4, "distributed": 1.25e-3}
+#: Tasks per row block in one pass (read, block function, its share of the reduction tree).
+TASKS_PER_BLOCK = 4
+
+
+def _flops_per_pass(e):
+    """The method's arithmetic per pass when its estimate does not give it (see each term)."""
+    if "flops_per_pass" in e:
+        return int(e["flops_per_pass"])
+    n = int(e.get("n_rows") or 0)
+    if e["method"] == "GIMC":  # X U and Phi, Gram / A^T Phi per trial, back-propagation
+        d, M, D, L, T = e["n_features"], e["n_params"], e["n_phi"], e["n_labels"], e["n_trials"]
+        return int(n * (3 * d * M + T * (D * D + L * D) + 2 * D * min(L, D)))
+    nnz = int(e.get("n_observed") or 0)
+    if "rank" in e:  # GLRL: an inner product of rank terms per observed entry, G v and G^T u
+        return int(2 * nnz * (e["rank"] + 2))
+    if "view_sizes" in e:  # MVM: per row, the views' sums and the gradient (6 P k)
+        return int(6 * n * (sum(e["view_sizes"]) + len(e["view_sizes"])) * e["n_factors"])
+    r = e.get("n_landmarks", e.get("n_components", 0))  # KernelMaxide / Maxide
+    feat = 0 if e.get("f_cached", True) else 2 * n * r * e.get("n_features", 0)
+    return int(4 * nnz * r + feat)
+
+
+def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None):
+    """``{"seconds_per_pass", "passes", "seconds_per_fit", ..., "assumptions"}`` for the
+    estimate dict ``e``: ``max(read bytes / bandwidth, flops / (cores x GFLOP/s))`` (reading and
+    compute overlap) plus ``TASKS_PER_BLOCK x blocks x seconds per task``, times the typical
+    number of passes (``passes_init + iterations x typical``; the iteration cap when a method
+    has no typical count).  A rough guide, not a measurement: the assumptions are returned."""
+    import os
+
+    bw = float(disk_bytes_per_s or DEFAULT_DISK_BYTES_PER_S)
+    gf = float(gflops_per_core or DEFAULT_GFLOPS_PER_CORE)
+    dist = e.get("n_workers") is not None
+    if cores is None:
+        cores = (e["n_workers"] or 1) * (e.get("threads_per_worker") or 1) if dist else (
+            os.cpu_count() or 1)  # fmt: skip
+    per_task = SECONDS_PER_TASK["distributed" if dist else "threads"]
+    read = int(e.get("read_bytes_per_pass") or 0)
+    flops = _flops_per_pass(e)
+    tasks = TASKS_PER_BLOCK * int(e.get("n_blocks") or 1)
+    t_read = read / (bw * (e["n_workers"] or 1 if dist else 1))
+    t_flops = flops / (cores * gf * 1e9)
+    t_sched = tasks * per_task
+    per_pass = max(t_read, t_flops) + t_sched
+    ppi = e.get("passes_per_iteration", {})
+    iters = e.get("iterations")
+    if iters is None:
+        iters = e.get("max_iter", 0)
+    passes = int(e.get("passes_init", 1)) + int(iters) * int(ppi.get("typical", 1))
+    where = (f"{e['n_workers']} workers" if dist else "the local threaded scheduler")
+    return {
+        "seconds_per_pass": per_pass,
+        "read_seconds_per_pass": t_read,
+        "compute_seconds_per_pass": t_flops,
+        "scheduler_seconds_per_pass": t_sched,
+        "flops_per_pass": flops,
+        "tasks_per_pass": tasks,
+        "passes": passes,
+        "seconds_per_fit": per_pass * passes,
+        "assumptions": (
+            f"disk {bw / 1e6:.0f} MB/s per worker; {gf:g} GFLOP/s per core x {cores} cores; "
+            f"{per_task * 1e3:g} ms per task on {where}, {TASKS_PER_BLOCK} tasks per block; "
+            "reading and compute overlap; "
+            f"{passes} passes ({e.get('passes_init', 1)} setup + {iters} iterations x "
+            f"{ppi.get('typical', 1)} typical); a rough guide, not a measurement"
+        ),
+    }

@@ -15,7 +15,8 @@ Sub-commands::
 Every command runs its work on the local threaded scheduler, or on a dask.distributed cluster
 with ``--scheduler ADDRESS`` (or the environment variable ``DASK_SCHEDULER_ADDRESS``, as Dask's
 own tools read it) or ``--local-cluster N`` (N local worker processes).  ``fit METHOD ...
---dry-run`` prints the estimate of the fit (passes, memory per worker, bytes read) and exits.
+--dry-run`` (and ``cluster ... --dry-run``) prints the estimate of the fit (passes, memory per
+worker, bytes read, a rough time with its assumptions) and exits.
 
 ``fit METHOD`` takes one option per parameter of the method's estimator, derived from the
 estimator's signature and its numpydoc ``Parameters`` section (``fit METHOD --help`` lists them
@@ -849,7 +850,8 @@ def cmd_cluster(args, extra):
     if c is not None and not (math.isfinite(c) and c > 0):
         raise _error("--sample-constraints", "must be > 0", c, "Pass e.g. --sample-constraints 10")
     inputs = [args.features] + ([args.constraints] if args.constraints else [])
-    check_output(args.out, "OUT", "store", overwrite=args.overwrite, inputs=inputs)
+    if not args.dry_run:
+        check_output(args.out, "OUT", "store", overwrite=args.overwrite, inputs=inputs)
     ds = open_dataset(args.features)
     y = _class_labels(ds)
     if c is not None:
@@ -868,6 +870,9 @@ def cmd_cluster(args, extra):
     else:
         cons = open_dataset(args.constraints)
     est = cls(**params)
+    if args.dry_run:
+        _dry_run(args, est, ds, opts, {"constraints": cons})
+        return
     t0 = time.perf_counter()
     _fit_naming_options(est, opts, ds, constraints=cons)
     check_output(args.out, "OUT", "store", overwrite=args.overwrite, inputs=inputs)
@@ -923,7 +928,7 @@ def cmd_fit(args, extra):
         params["verbose"] = type(params["verbose"])(not args.quiet and sys.stderr.isatty())
     est = cls(**params)
     if args.dry_run:
-        _dry_run(args, est, ds, opts)
+        _dry_run(args, est, ds, opts, fit_kw)
         return
     t0 = time.perf_counter()
     try:
@@ -962,36 +967,104 @@ def _flags_for_params(text, opts):
     return text
 
 
-def _dry_run(args, est, ds, opts):
-    """``fit ... --dry-run``: the fit's estimate (nothing read but metadata, nothing written)."""
+def _imc_dry_estimate(est, fit_kw, ds):
+    """The IMC estimate of ``fit imc* --dry-run`` / ``cluster --dry-run`` (metadata only: the
+    observations and features are blocked, not read)."""
     from . import engine
+    from ._estimate import imc_estimate
+    from .imc import InductiveMatrixCompletion
+    from .imc.estimator import _side_blocked, observations
+
+    if "constraints" in fit_kw:  # GIMCClustering: an IMC of the n x n constraints, X both sides
+        n = int(ds["X"].shape[0])
+        imc = InductiveMatrixCompletion(
+            n_components=est.n_clusters, row_map=est.features, col_map=est.features,
+            n_features_map=est.n_features_map, learn_features=est.learn_features,
+            max_iter=est.max_iter, cg_iter=est.cg_iter, block_rows=est.block_rows,
+        )  # fmt: skip
+        cons = fit_kw["constraints"]
+        obs, shape = observations(cons, None if hasattr(cons, "names") else (n, n), est.block_rows)
+        X_row = X_col = ds
+        flags = ("FEATURES_STORE", "FEATURES_STORE")
+    else:
+        imc = est
+        obs, shape = observations(ds, None, est.block_rows)
+        X_row, X_col = fit_kw.get("X_row"), fit_kw.get("X_col")
+        flags = ("--row-features", "--col-features")
+    sides = []
+    for X, n, what, flag in ((X_row, shape[0], "row", flags[0]), (X_col, shape[1], "column",
+                                                                   flags[1])):  # fmt: skip
+        if X is None:
+            raise _error(flag, "is required for the estimate", None,
+                         f"Pass the {what} features store (n, d)")  # fmt: skip
+        sides.append(_side_blocked(X, n, what, flag, est.block_rows))
+    return imc_estimate(imc, obs, *sides, client=engine.active_client(),
+                        method=type(est).__name__)  # fmt: skip
+
+
+def _candidate(est):
+    """``est`` itself, or for a search (``...CV``) one candidate: its base estimator with the
+    search's scalar parameters (grids and the search's own ``refit`` left at the base's
+    defaults)."""
+    name = type(est).__name__
+    if not name.endswith("CV") or hasattr(est, "estimate"):
+        return est
+    import numpy as np
+
+    base = getattr(importlib.import_module(type(est).__module__.rsplit(".", 1)[0]), name[:-2], None)
+    if base is None:
+        return est
+    keys = base().get_params()
+    kept = {k: v for k, v in est.get_params().items()
+            if k in keys and k != "refit"
+            and not isinstance(v, (list, tuple, np.ndarray))}  # fmt: skip
+    return base(**kept)
+
+
+def _dry_run(args, est, ds, opts, fit_kw):
+    """``fit ... --dry-run`` / ``cluster ... --dry-run``: the estimate of memory, passes and a
+    rough time (nothing read but metadata, nothing written)."""
+    from . import engine
+    from ._estimate import rough_time
 
     def plain(v):
         return v.item() if hasattr(v, "item") and getattr(v, "ndim", 1) == 0 else v
 
-    if hasattr(est, "estimate"):
-        out = dict(est.estimate(ds, client=engine.active_client()))
-    else:  # no memory model for this method: what the store says
-        info = ds.info()
-        out = {
-            "method": type(est).__name__,
-            "memory_model": None,
-            "note": f"{type(est).__name__} has no memory model; store size and blocks only",
-            "store_bytes": info["bytes_on_disk"],
-            "n_rows": info["n_rows"],
-            "n_blocks": info["n_blocks"],
-            "block_rows": info["block_rows"],
-        }
+    one = _candidate(est)
+    if hasattr(one, "estimate"):
+        out = dict(one.estimate(ds, client=engine.active_client()))
+        if one is not est:
+            out["note"] = (f"one candidate fit of the search ({type(one).__name__}, grid "
+                           "parameters at their defaults); the search fits one per fold and "
+                           "grid point")  # fmt: skip
+    else:  # IMC and clustering: the IMC model of ooc_lowrank._estimate
+        out = dict(_imc_dry_estimate(est, fit_kw, ds))
     out = {k: plain(v) for k, v in out.items()}
-    out["method"] = args.method
+    out["rough_time"] = rough_time(
+        out,
+        disk_bytes_per_s=None if args.disk_mbps is None else 1e6 * args.disk_mbps,
+        gflops_per_core=args.gflops,
+    )
+    out["method"] = getattr(args, "method", None) or "cluster"
     fits = out.get("fits")
     if args.json:
         _print_json(out)
     else:
         for k, v in out.items():
+            if k == "rough_time":
+                continue
             if isinstance(v, int) and str(k).endswith("bytes"):
                 v = f"{v / 2**20:.1f} MiB"
             print(f"{k:>28s}: {v}")
+        t = out["rough_time"]
+        print(
+            f"{'rough time':>28s}: {_seconds(t['seconds_per_fit'])} for {t['passes']} passes, "
+            f"{_seconds(t['seconds_per_pass'])} per pass (reading "
+            f"{_seconds(t['read_seconds_per_pass'])}, compute "
+            f"{_seconds(t['compute_seconds_per_pass'])}, scheduler "
+            f"{_seconds(t['scheduler_seconds_per_pass'])})"
+        )
+        print(f"{'assumed':>28s}: {t['assumptions']}")
     if fits is False:
         from ._estimate import check_fits
 
@@ -999,6 +1072,10 @@ def _dry_run(args, est, ds, opts):
             check_fits(out)
         except MemoryError as e:
             raise CLIError(_flags_for_params(str(e), opts)) from None
+
+
+def _seconds(t):
+    return f"{t:.3g} s" if t < 600 else f"{t / 60:.3g} min" if t < 36000 else f"{t / 3600:.3g} h"
 
 
 def cmd_evaluate(args, extra):
@@ -1222,6 +1299,28 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
     i.add_argument("--json", action="store_true", help="one JSON object on stdout")
     i.set_defaults(func=cmd_info)
 
+    def _add_dry_run_options(parser, what):
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help=f"print the {what}'s estimate (passes, memory per worker, bytes read, a rough "
+            "time) and exit; nothing is fitted or written",
+        )
+        parser.add_argument("--json", action="store_true", help="with --dry-run: one JSON object")
+        parser.add_argument(
+            "--disk-mbps",
+            type=float,
+            default=None,
+            help="with --dry-run: the storage's read bandwidth in MB/s for the rough time "
+            "(default 600, this project's measured local disk)",
+        )
+        parser.add_argument(
+            "--gflops",
+            type=float,
+            default=None,
+            help="with --dry-run: useful GFLOP/s per core for the rough time (default 20)",
+        )
+
     f = sp(
         "fit",
         help="fit a model and save it",
@@ -1241,13 +1340,7 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
             action="store_true",
             help="replace a model already saved at MODEL (nothing else is replaced)",
         )
-        mp.add_argument(
-            "--dry-run",
-            action="store_true",
-            help="print the fit's estimate (passes, memory per worker, bytes read) and exit; "
-            "nothing is fitted or written",
-        )
-        mp.add_argument("--json", action="store_true", help="with --dry-run: one JSON object")
+        _add_dry_run_options(mp, "fit")
         if name == method:
             _add_method_options(mp, name)
         mp.set_defaults(func=cmd_fit)
@@ -1304,6 +1397,7 @@ def build_parser(method: str | None = None, cluster: bool = False) -> argparse.A
         "--constraint-seed", type=int, default=0, help="seed of --sample-constraints (default 0)"
     )
     cl.add_argument("--overwrite", action="store_true", help="replace an existing store at OUT")
+    _add_dry_run_options(cl, "clustering")
     if cluster:
         cls, opts = cluster_options()
         _add_options(cl, cls, {}, opts, "cluster")

@@ -464,6 +464,8 @@ def active_client(client=None):
         cfg = dask.config.get("scheduler", None)
         if hasattr(cfg, "scatter"):  # dask.config.set(scheduler=client)
             return cfg
+        if hasattr(getattr(cfg, "__self__", None), "scatter"):  # scheduler=client.get
+            return cfg.__self__
         if cfg is not None and cfg != "dask.distributed":  # "threads", "sync", a callable
             return None
         client = _default_client()

@@ -321,3 +321,54 @@ def test_other_methods_refuse_a_fit_that_cannot_fit_a_worker(cluster_client):
         assert "rank=200" in str(err.value) and "memory_limit 2.00 GiB" in str(err.value)
         assert not hasattr(big, "U_")
     assert engine.active_client() is None
+
+
+# --------------------------------------------------------------------------- IMC; rough time
+def _imc_blocked(k=3):
+    import scipy.sparse as sp
+
+    from ooc_lowrank import engine
+    from ooc_lowrank.imc import InductiveMatrixCompletion
+    from ooc_lowrank.imc.estimator import observations
+
+    rng = np.random.default_rng(0)
+    A = sp.random(60, 40, density=0.2, random_state=0, format="csr")
+    obs, _ = observations(A, None, 20)
+    Br = engine.as_blocked(rng.normal(size=(60, 5)), block_rows=20)
+    Bc = engine.as_blocked(rng.normal(size=(40, 4)), block_rows=20)
+    return InductiveMatrixCompletion(n_components=k, row_map="fourier", col_map="fourier",
+                                     n_features_map=10), obs, Br, Bc  # fmt: skip
+
+
+def test_imc_estimate_counts_the_state_and_refuses_what_cannot_fit():
+    from ooc_lowrank._estimate import check_fits, imc_estimate
+
+    est, obs, Br, Bc = _imc_blocked()
+    e = imc_estimate(est, obs, Br, Bc)
+    assert e["n_phi"] == [20, 20] and e["n_blocks"] == 3 and e["n_observed"] == obs.nnz
+    # W, H (D x k), P, Q ((n1 + n2) x k) and U, V (d x m), float64
+    assert e["state_bytes_per_worker"] == 8 * ((20 + 20) * 3 + 100 * 3 + 5 * 10 + 4 * 10)
+    assert e["fits"] is True and e["read_bytes_per_pass"] == 0  # everything in memory
+    est.set_params(n_components=10**9)  # P and Q alone: 800 GB
+    big = imc_estimate(est, obs, Br, Bc)
+    assert big["fits"] is False and 0 < big["suggest"]["n_components"] < 10**9
+    with pytest.raises(MemoryError, match="n_components"):
+        check_fits(big)
+
+
+def test_rough_time_terms():
+    from ooc_lowrank._estimate import SECONDS_PER_TASK, TASKS_PER_BLOCK, rough_time
+
+    e = {"method": "X", "n_blocks": 10, "read_bytes_per_pass": 6e9, "flops_per_pass": 8e10,
+         "passes_init": 1, "iterations": 4, "passes_per_iteration": {"typical": 2},
+         "n_workers": None}  # fmt: skip
+    t = rough_time(e, disk_bytes_per_s=1e9, gflops_per_core=10, cores=2)
+    sched = TASKS_PER_BLOCK * 10 * SECONDS_PER_TASK["threads"]
+    assert t["read_seconds_per_pass"] == pytest.approx(6.0)  # read-bound: 6 s > 4 s of compute
+    assert t["compute_seconds_per_pass"] == pytest.approx(4.0)
+    assert t["seconds_per_pass"] == pytest.approx(6.0 + sched) and t["passes"] == 9
+    assert t["seconds_per_fit"] == pytest.approx(9 * (6.0 + sched))
+    t = rough_time({**e, "read_bytes_per_pass": 0, "n_workers": 2, "threads_per_worker": 1},
+                   gflops_per_core=10)  # fmt: skip
+    assert t["seconds_per_pass"] == pytest.approx(4.0 + 40 * SECONDS_PER_TASK["distributed"])
+    assert "2 workers" in t["assumptions"] and "10 GFLOP/s per core x 2 cores" in t["assumptions"]
