@@ -497,11 +497,11 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
 
 
 def test_lam_auto_refits_on_all_constraints():
-    from ooc_lowrank.imc.clustering import LAM_GRID, GIMCClustering
+    from ooc_lowrank.imc.clustering import LAM_GRIDS, GIMCClustering
 
     X, y, cons, kw = _auto_problem()
     auto = GIMCClustering(random_state=0, **kw).fit(X, constraints=cons)
-    assert tuple(auto.lam_scores_) == LAM_GRID and auto.lam_ in LAM_GRID
+    assert tuple(auto.lam_scores_) == LAM_GRIDS["fourier"] and auto.lam_ in LAM_GRIDS["fourier"]
     fixed = GIMCClustering(lam=auto.lam_, random_state=0, **kw).fit(X, constraints=cons)
     np.testing.assert_array_equal(auto.labels_, fixed.labels_)
     np.testing.assert_array_equal(auto.imc_.objective_, fixed.imc_.objective_)
