@@ -317,10 +317,11 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         most :data:`SELECT_ITER` = 5 outer iterations (the refit runs ``max_iter`` = 20), each
         with its k-means read-out; the training constraints are validated and blocked once for
         all candidates, and every candidate starts from the same feature maps and
-        initialization.  Measured with five candidates (busy 2-core machine): the selection
-        took 1.2-1.6 times the refit; with the three Fourier candidates about 0.75-0.95 times,
-        so ``lam="auto"`` costs about 1.8-2 fits at a fixed ``lam`` (Segment at 10n: about
-        8 s against about 4.5 s).  ``selection_passes_`` and ``selection_time_`` report it.
+        initialization.  Measured with five candidates on four datasets (busy 2-core machine,
+        docs/imc.md): the selection took 1.3-1.4 times the refit; with the three Fourier
+        candidates about 0.8 times, so ``lam="auto"`` costs about 1.8 fits at a fixed ``lam``
+        (Segment at 10n: about 8 s against about 4.5 s, estimated for a quiet machine).
+        ``selection_passes_`` and ``selection_time_`` report it; ``lam=1.0`` skips it.
     features : {"fourier", "nystrom", "identity"}, default="fourier"
         Feature map of both sides; "identity" is the MCCC stand-in (SPEC 1.6).
     learn_features : bool, default=True
