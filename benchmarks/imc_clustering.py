@@ -1,30 +1,38 @@
-"""Semi-supervised clustering, SPEC 1.7 Table 3 protocol, on Mushroom and Segment.
+"""Semi-supervised clustering, SPEC 1.7 Table 3 protocol, and the defaults of GIMCClustering.
 
 Data from ``$OOC_LOWRANK_DATA`` (default ``../shared/data`` next to the repository):
-``mushrooms/mushrooms.gz`` (LIBSVM, 8124 x 112 binary, 2 classes, used as is) and
-``segment/segment.dat`` (UCI Statlog, 2310 x 19, 7 classes, standardized).
+``mushrooms/mushrooms.gz`` (LIBSVM, 8124 x 112 binary, 2 classes, used as is),
+``segment/segment.dat`` (UCI Statlog, 2310 x 19, 7 classes, standardized) and, as data nobody
+tuned on, ``mfeat-handwritten/handwritten.mat`` (UCI Multiple Features, 2000 rows, 10 classes):
+``mfeat`` = the six views side by side (649 columns), ``mfeat-kar`` = the Karhunen-Loeve view
+alone (64 columns), both standardized.
 
-Protocol per dataset, per ``c`` in ``--cs`` (default 1 5 10 15 20) and per draw ``s`` in
-``range(--draws)``:
+Protocol per dataset, per ``c`` in ``--cs`` and per draw ``s`` in ``range(--draws)``:
 
 1. ``|Omega| = c * n`` random unordered pairs labelled by class equality
    (:func:`ooc_lowrank.imc.sample_constraints`, ``random_state = 1000 * c + s``).
-2. For GIMC-LFF (``features="fourier", learn_features=True``), IMC-RFF (frozen Fourier features)
-   and MCCC (identity features), ``m = --m`` (500): ``lam`` from {0.1, 0.5, 1, 5, 10} by the
-   constraint error on 20 % held-out constraints, then refit on all of them
-   (:func:`ooc_lowrank.imc.clustering.select_lam`).  Rank = number of clusters.
+2. GIMC-LFF (``features="fourier", learn_features=True``), IMC-RFF (frozen Fourier features)
+   and MCCC (identity features), ``m = --m`` (500), with the estimator's default
+   ``lam="auto"``: ``lam`` from {0.1, 0.5, 1} (Fourier) or {0.1, 0.5, 1, 5, 10} (identity) by
+   the constraint error on 20 % held-out constraints, then a refit on all of them (built into
+   ``fit``; the chosen ``lam``, the held-out errors, the selection's passes and seconds are
+   recorded).  "GIMC-LFF (lam=1)" is
+   GIMC-LFF at the former fixed default.  Rank = number of clusters.
 3. k-means on the raw features (same scaled matrix, the library's block k-means with 10
    restarts); it ignores the constraints.
-4. The pairwise clustering error (1 - Rand index) against the true labels.
+4. The pairwise clustering error (1 - Rand index) against the true labels (reported only; the
+   choice of ``lam`` sees the held-out constraints alone).
 
-Draws form the outer loop and the JSON is rewritten after every cell, so a run stopped early
-(``--deadline`` seconds) keeps whole draws.  ``--max-iter`` caps the outer iterations of every
-fit and ``--select-iter`` those of the lam-selection fits (the recorded runs use fewer on a
-loaded machine; see docs/imc.md and the ``settings`` in the JSON).
+``--defaults``: GIMC-LFF with its defaults against GIMC-LFF at ``lam = 1``, at ``10n``, on
+every dataset, into ``results/imc_clustering_defaults.json``.  Draws form the outer loop and
+the JSON is rewritten after every cell, so a run stopped early (``--deadline`` seconds) keeps
+whole draws.
 
 Usage::
 
-    python benchmarks/imc_clustering.py --datasets segment --out benchmarks/results/imc_segment.json
+    python benchmarks/imc_clustering.py --defaults --draws 3          # defaults evidence
+    python benchmarks/imc_clustering.py --datasets segment \
+        --out benchmarks/results/imc_clustering_segment.json
     python benchmarks/imc_clustering.py --small     # seconds; run by the tests
 """
 
@@ -43,13 +51,17 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 from benchmarks.bench_gimc_multiclass import ENV, data_dir  # noqa: E402
 from benchmarks.bench_gimc_multiclass import load_dataset as load_multiclass  # noqa: E402
+from ooc_lowrank.imc.clustering import HOLDOUT, LAM_GRIDS, SELECT_ITER  # noqa: E402
 
-LAMS = (0.1, 0.5, 1, 5, 10)
-METHODS = ("k-means", "MCCC", "IMC-RFF", "GIMC-LFF")
+METHODS = ("k-means", "MCCC", "IMC-RFF", "GIMC-LFF", "GIMC-LFF (lam=1)")
+DEFAULTS = ("GIMC-LFF (lam=1)", "GIMC-LFF")
 DATASETS = {
     "mushroom": ("mushrooms", "mushrooms.gz"),
     "segment": ("segment", "segment.dat"),
+    "mfeat": ("mfeat-handwritten", "handwritten.mat"),
+    "mfeat-kar": ("mfeat-handwritten", "handwritten.mat"),
 }
+MFEAT_KAR = 4  # the Karhunen-Loeve view's index in handwritten.mat
 # SPEC 1.7 Table 3 (GIMC paper): error by c for k-means, MCCC, IMC-RFF, GIMC-LFF
 PAPER = {
     "mushroom": {
@@ -71,10 +83,14 @@ PAPER = {
 
 def load_dataset(name, root):
     """``(X float64 dense, y int, path)``; ``FileNotFoundError`` naming the path if missing."""
-    if name == "segment":
+    if name in ("segment", "mfeat", "mfeat-kar"):
         from sklearn.preprocessing import StandardScaler
 
-        X, y, path = load_multiclass("segment", root)
+        X, y, path = load_multiclass(name.split("-")[0], root)
+        if name == "mfeat-kar":
+            import scipy.io as sio
+
+            X = np.asarray(sio.loadmat(path)["X"].ravel()[MFEAT_KAR], dtype=np.float64)
         return StandardScaler().fit_transform(X), y, path
     path = os.path.join(root, *DATASETS[name])
     if not os.path.exists(path):
@@ -85,23 +101,24 @@ def load_dataset(name, root):
     return X.toarray(), y.astype(np.int64), path
 
 
-def method_estimator(method, k, *, m, max_iter, seed):
+def method_estimator(method, k, *, m, max_iter, seed, lams):
     from ooc_lowrank.imc import GIMCClustering
 
     features = "identity" if method == "MCCC" else "fourier"
     return GIMCClustering(
         n_clusters=k,
+        lam=1.0 if method == "GIMC-LFF (lam=1)" else lams,
         features=features,
-        learn_features=method == "GIMC-LFF",
+        learn_features=method.startswith("GIMC-LFF"),
         n_features_map=m,
         max_iter=max_iter,
         random_state=seed,
     )
 
 
-def run_cell(X, y, k, c, draw, *, m, max_iter, select_iter, lams, methods):
+def run_cell(X, y, k, c, draw, *, m, max_iter, lams, methods):
     from ooc_lowrank.imc import clustering_error, sample_constraints
-    from ooc_lowrank.imc.clustering import kmeans_blocks, select_lam
+    from ooc_lowrank.imc.clustering import kmeans_blocks
 
     n = X.shape[0]
     seed = 1000 * c + draw
@@ -113,15 +130,15 @@ def run_cell(X, y, k, c, draw, *, m, max_iter, select_iter, lams, methods):
             labels, _, _ = kmeans_blocks(X, k, n_init=10, random_state=seed)
             rec = {}
         else:
-            est = method_estimator(method, k, m=m, max_iter=max_iter, seed=seed)
-            fitted, errs = select_lam(
-                est, X, cons, lams=lams, random_state=seed,
-                select_params=None if select_iter is None else {"max_iter": select_iter},
-            )
+            est = method_estimator(method, k, m=m, max_iter=max_iter, seed=seed, lams=lams)
+            fitted = est.fit(X, constraints=cons)
             labels = fitted.labels_
+            errs = fitted.lam_scores_ or {}
             rec = {
-                "lam": float(fitted.lam),
+                "lam": float(fitted.lam_),
                 "validation_error": {str(lam): e for lam, e in errs.items()},
+                "selection_seconds": round(float(fitted.selection_time_), 2),
+                "selection_passes": int(fitted.selection_passes_),
                 "n_iter": int(fitted.imc_.n_iter_),
                 "n_passes": int(fitted.imc_.n_passes_),
             }
@@ -138,10 +155,12 @@ def summarize(cells, name, cs, methods):
         for j, method in enumerate(METHODS):
             if method not in methods:
                 continue
-            errs = [d[method]["error"] for d in cells if d["c"] == c]
+            mine = [d[method] for d in cells if d["c"] == c and method in d]
+            errs = [r["error"] for r in mine]
             if not errs:
                 continue
             paper = PAPER.get(name, {}).get(c)
+            paper = paper if paper is not None and j < len(paper) else None
             rows.append(
                 {
                     "c": c,
@@ -150,6 +169,8 @@ def summarize(cells, name, cs, methods):
                     "std": float(np.std(errs)),
                     "draws": len(errs),
                     "paper": None if paper is None else paper[j],
+                    "lams": [r.get("lam") for r in mine],
+                    "seconds": float(np.mean([r["seconds"] for r in mine])),
                 }
             )
     return rows
@@ -157,20 +178,24 @@ def summarize(cells, name, cs, methods):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--datasets", nargs="+", default=["mushroom", "segment"], choices=DATASETS)
-    p.add_argument("--cs", nargs="+", type=int, default=[1, 5, 10, 15, 20])
+    p.add_argument("--datasets", nargs="+", default=None, choices=DATASETS,
+                   help="default: mushroom segment (all four with --defaults)")
+    p.add_argument("--cs", nargs="+", type=int, default=None,
+                   help="default: 1 5 10 15 20 (10 with --defaults)")
     p.add_argument("--draws", type=int, default=5)
     p.add_argument("--draw-start", type=int, default=0,
                    help="first draw index (to split the draws over processes; merge the JSONs)")
     p.add_argument("--m", type=int, default=500)
     p.add_argument("--max-iter", type=int, default=20)
-    p.add_argument("--select-iter", type=int, default=None,
-                   help="outer iterations of the lam-selection fits (default: --max-iter)")
-    p.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    p.add_argument("--methods", nargs="+", default=None, choices=METHODS,
+                   help="default: all (GIMC-LFF and GIMC-LFF (lam=1) with --defaults)")
+    p.add_argument("--defaults", action="store_true",
+                   help="GIMC-LFF defaults vs lam = 1 at 10n on every dataset")
     p.add_argument("--rows", type=int, default=None, help="use a random subset of rows")
     p.add_argument("--deadline", type=float, default=None, help="stop after this many seconds")
     p.add_argument("--small", action="store_true", help="tiny run for the tests")
-    p.add_argument("--out", default=os.path.join(HERE, "results", "imc_clustering.json"))
+    p.add_argument("--out", default=None, help="default: results/imc_clustering_defaults.json "
+                   "with --defaults, else results/imc_clustering.json")
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--report", nargs="+", metavar="JSON",
                    help="print the markdown tables of these result files and exit")
@@ -178,16 +203,24 @@ def main(argv=None):
     if a.report:
         print(report(a.report))
         return None
-    lams = LAMS
+    lams = "auto"
+    d = a.defaults
+    a.datasets = a.datasets or (list(DATASETS) if d else ["mushroom", "segment"])
+    a.cs = a.cs or ([10] if d else [1, 5, 10, 15, 20])
+    a.methods = a.methods or list(DEFAULTS if d else METHODS)
+    a.out = a.out or os.path.join(
+        HERE, "results", "imc_clustering_defaults.json" if d else "imc_clustering.json"
+    )
     if a.small:
         a.cs, a.draws, a.m, a.max_iter, a.rows, lams = [1, 5], 1, 20, 3, a.rows or 300, (0.1, 1)
     t_start = time.time()
     result = {
         "benchmark": "imc_clustering",
         "settings": {
-            "cs": a.cs, "draws": a.draws, "draw_start": a.draw_start, "m": a.m, "max_iter": a.max_iter,
-            "select_iter": a.select_iter, "lams": list(lams),
-            "holdout": 0.2, "rows": a.rows, "small": a.small,
+            "cs": a.cs, "draws": a.draws, "draw_start": a.draw_start, "m": a.m,
+            "max_iter": a.max_iter, "select_iter": SELECT_ITER,
+            "lams": LAM_GRIDS if lams == "auto" else list(lams),
+            "holdout": HOLDOUT, "rows": a.rows, "small": a.small, "defaults": d,
         },
         "datasets": {},
     }
@@ -217,8 +250,7 @@ def main(argv=None):
                 if a.deadline is not None and time.time() - t_start > a.deadline:
                     stopped = True
                     break
-                rec = run_cell(X, y, ds["k"], c, draw, m=a.m, max_iter=a.max_iter,
-                               select_iter=a.select_iter, lams=lams,
+                rec = run_cell(X, y, ds["k"], c, draw, m=a.m, max_iter=a.max_iter, lams=lams,
                                methods=a.methods)
                 ds["cells"].append({"c": c, "draw": draw, "load_avg": os.getloadavg(), **rec})
                 ds["table"] = summarize(ds["cells"], name, a.cs, a.methods)

@@ -368,12 +368,17 @@ def _convert(opt: _Option, text):
         return items
     # choices listed in a docstring are shown in --help but not enforced here: the estimator
     # validates its own values (a docstring may lag behind it) before reading any data
+    if opt.kind == "str" and opt.item in ("int", "float") and _NUMBER.fullmatch(text):
+        return _number(opt.flag, text, opt.item)  # a word or a number, e.g. lam "auto" | 0.5
     if opt.kind == "any":
         val = _parse_value(text)
         if isinstance(val, float) and not math.isfinite(val):
             raise _error(opt.flag, "must be a finite number", text, f"Pass e.g. {opt.flag} 1")
         return val
     return text
+
+
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 
 
 def _number(flag, text, kind):

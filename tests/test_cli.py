@@ -612,3 +612,15 @@ def test_cluster_refuses_bad_constraints_before_work(tmp_path, capsys):
     assert main(["cluster", feats, out, "--sample-constraints", "1", "--n-cluster", "3"]) == 2
     assert "Did you mean --n-clusters" in capsys.readouterr().err
     assert not (tmp_path / "lab.zarr").exists()
+
+
+def test_cluster_lam_option_takes_auto_or_a_number():
+    # GIMCClustering's lam defaults to "auto" (a word); on the command line a number must
+    # still arrive as a number, not the text "0.5"
+    from ooc_lowrank import cli
+
+    _, opts = cli.cluster_options()
+    (lam,) = [o for o in opts if o.name == "lam"]
+    assert lam.default == "auto"
+    assert cli._convert(lam, "auto") == "auto"
+    assert cli._convert(lam, "0.5") == 0.5 and isinstance(cli._convert(lam, "1e-1"), float)

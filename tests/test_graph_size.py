@@ -93,7 +93,7 @@ def test_clustering_passes_ship_keys(graph_sizes):
     X = rng.normal(size=(n, 8))
     r, c = rng.integers(0, n, size=(2, 4 * n))
     v = (rng.random(4 * n) < 0.5).astype(float)
-    GIMCClustering(n_clusters=4, n_features_map=100, max_iter=1, cg_iter=3,
+    GIMCClustering(n_clusters=4, lam=1.0, n_features_map=100, max_iter=1, cg_iter=3,
                    block_rows=n // N_BLOCKS, random_state=0).fit(X, constraints=(r, c, v))  # fmt: skip
 
 

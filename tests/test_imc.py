@@ -449,6 +449,111 @@ def test_select_lam_picks_lowest_validation_error_and_refits():
     assert est.imc_.n_iter_ >= 1 and est.labels_.shape == (60,)
 
 
+def _auto_problem():
+    """Planted: three overlapping blobs (centres 1 apart in scale, spread 0.6), 300 constraints;
+    on it the held-out errors of lam = 0.01, 1 and 100 differ (0.10, 0.20, 0.22 at seed 0)."""
+    from ooc_lowrank.imc.clustering import sample_constraints
+
+    rng = np.random.default_rng(5)
+    y = np.repeat(np.arange(3), 20)
+    X = rng.standard_normal((60, 4)) * 0.6 + rng.standard_normal((3, 4))[y]
+    kw = dict(n_clusters=3, n_features_map=10, max_iter=4, cg_iter=5, n_init=2)
+    return X, y, sample_constraints(y, 300, random_state=1), kw
+
+
+GRID = (0.01, 1.0, 100.0)
+
+
+def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
+    from ooc_lowrank.imc.clustering import (
+        HOLDOUT,
+        SELECT_ITER,
+        GIMCClustering,
+        constraint_error,
+        split_constraints,
+    )
+
+    X, y, (r, c, v), kw = _auto_problem()
+    auto = GIMCClustering(lam=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
+    assert tuple(auto.lam_scores_) == GRID
+    assert len(set(auto.lam_scores_.values())) == 3  # the planted problem separates them
+    assert auto.lam_ == min(GRID, key=auto.lam_scores_.get) and auto.selection_passes_ > 0
+    # each score is the held-out error of a fit on the other 80 %: the documented seeding
+    # (random_state gives the model's seed, k-means' seed, then the split's) reproduces it
+    rs = np.random.RandomState(0)
+    rs.randint(2**31 - 1), rs.randint(2**31 - 1)
+    tr, va = split_constraints(r.size, HOLDOUT, np.random.default_rng(rs.randint(2**31 - 1)))
+    assert va.size == round(HOLDOUT * r.size) and np.intersect1d(tr, va).size == 0
+    assert tr.size + va.size == r.size
+    for lam, score in auto.lam_scores_.items():
+        iters = min(kw["max_iter"], SELECT_ITER)
+        alone = GIMCClustering(lam=lam, random_state=0, **{**kw, "max_iter": iters})
+        alone.fit(X, constraints=(r[tr], c[tr], v[tr]))
+        assert constraint_error(alone.labels_, r[va], c[va], v[va]) == score
+    # seeded: the same random_state gives the same split, scores and clusters
+    again = GIMCClustering(lam=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
+    assert again.lam_scores_ == auto.lam_scores_
+    np.testing.assert_array_equal(again.labels_, auto.labels_)
+
+
+def test_lam_auto_refits_on_all_constraints():
+    from ooc_lowrank.imc.clustering import LAM_GRIDS, GIMCClustering
+
+    X, y, cons, kw = _auto_problem()
+    auto = GIMCClustering(random_state=0, **kw).fit(X, constraints=cons)
+    assert tuple(auto.lam_scores_) == LAM_GRIDS["fourier"] and auto.lam_ in LAM_GRIDS["fourier"]
+    fixed = GIMCClustering(lam=auto.lam_, random_state=0, **kw).fit(X, constraints=cons)
+    np.testing.assert_array_equal(auto.labels_, fixed.labels_)
+    np.testing.assert_array_equal(auto.imc_.objective_, fixed.imc_.objective_)
+    assert fixed.selection_passes_ == 0 and fixed.lam_scores_ is None
+    part = GIMCClustering(lam=auto.lam_, random_state=0, **kw)
+    part.fit(X, constraints=tuple(a[:240] for a in cons))
+    assert part.imc_.objective_[0] != auto.imc_.objective_[0]  # not the training part only
+
+
+def test_lam_auto_is_independent_of_the_row_blocks():
+    from ooc_lowrank.imc.clustering import GIMCClustering, clustering_error
+
+    X, y, cons, kw = _auto_problem()
+    kw = {**kw, "random_state": 0, "lam": GRID}
+    one = GIMCClustering(**kw).fit(X, constraints=cons)
+    uneven = GIMCClustering(block_rows=17, **kw).fit(X, constraints=cons)
+    assert uneven.lam_scores_ == one.lam_scores_ and uneven.lam_ == one.lam_
+    assert clustering_error(uneven.labels_, one.labels_) == 0.0
+    np.testing.assert_allclose(uneven.embedding_, one.embedding_, rtol=1e-6, atol=1e-8)
+
+
+def test_best_lam_breaks_ties_towards_one():
+    from ooc_lowrank.imc.clustering import best_lam
+
+    assert best_lam({0.1: 0.2, 0.5: 0.1, 5.0: 0.3}) == 0.5
+    assert best_lam({0.1: 0.05, 1.0: 0.05, 10.0: 0.08}) == 1.0
+    assert best_lam({0.1: 0.0, 0.5: 0.0, 5.0: 0.0}) == 0.5  # |log 0.5| < |log 5|
+    assert best_lam({0.5: 0.0, 2.0: 0.0}) == 2.0  # equally far: the larger
+
+
+@pytest.mark.parametrize(
+    "lam, exc, msg",
+    [
+        ("fast", ValueError, 'lam must be "auto", a positive number'),
+        (-1.0, ValueError, "lam must be >= 0"),
+        (float("nan"), ValueError, "lam"),
+        ((), ValueError, "lam must hold at least one candidate"),
+        ((0.1, 0.0), ValueError, r"lam\[i\] must be > 0"),
+        ((0.1, "x"), TypeError, r"lam\[i\] must be a real number"),
+        (None, TypeError, 'lam must be "auto"'),
+        (True, TypeError, 'lam must be "auto"'),
+    ],
+)
+def test_bad_lam_is_refused_by_name_before_work(no_fit, lam, exc, msg):
+    from ooc_lowrank.imc.clustering import GIMCClustering
+
+    X, y, cons, kw = _auto_problem()
+    with pytest.raises(exc, match=msg) as e:
+        GIMCClustering(lam=lam, **kw).fit(X, constraints=cons)
+    assert 'Use lam="auto"' in str(e.value)  # the fix, with the rule and the value
+
+
 def test_movielens_side_features_from_the_files():
     from conftest import data_file
 
