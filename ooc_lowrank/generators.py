@@ -328,6 +328,26 @@ def _attrs(kind, params, **extra):
 # ---------------------------------------------------------------------------------------------
 
 
+def _top_columns(s, k):
+    """Per row of ``s`` ``(m, L)``, the columns of its ``k`` largest values in decreasing order
+    (ties by column, as a stable ``argsort(-s)`` orders them): ``argsort(-s)[:, :k]`` without
+    sorting all ``L`` columns (a partition, then a sort of the ``k`` kept ones)."""
+    m, L = s.shape
+    if k >= L or m == 0:
+        return np.argsort(-s, axis=1, kind="stable")
+    kth = -np.partition(-s, k - 1, axis=1)[:, k - 1 : k]  # each row's k-th largest value
+    above = s > kth
+    tied = s == kth  # of the values equal to the k-th, the lowest columns, as argsort keeps them
+    need = k - above.sum(axis=1, keepdims=True)
+    chosen = above | tied
+    extra = np.flatnonzero(tied.sum(axis=1, keepdims=True)[:, 0] > need[:, 0])
+    if extra.size:  # rows whose k-th value is tied past k: keep the lowest tied columns
+        chosen[extra] = above[extra] | (tied[extra] & (np.cumsum(tied[extra], axis=1) <= need[extra]))
+    part = np.nonzero(chosen)[1].reshape(m, k)  # k columns per row, increasing
+    vals = np.take_along_axis(s, part, axis=1)
+    return np.take_along_axis(part, np.argsort(-vals, axis=1, kind="stable"), axis=1)
+
+
 def generate_multilabel(
     dest,
     *,
@@ -488,8 +508,8 @@ def generate_multilabel(
             if lnoise:
                 s += f32(lnoise) * rng.standard_normal(s.shape, dtype=f32)
             k = np.minimum(1 + rng.poisson(lpr - 1.0, size=m), L)
-            order = np.argsort(-s, axis=1, kind="stable")
-            keep = np.arange(L)[None, :] < k[:, None]
+            order = _top_columns(s, int(k.max()) if m else 0)
+            keep = np.arange(order.shape[1])[None, :] < k[:, None]
             cols = np.sort(np.where(keep, order, L), axis=1)  # chosen labels first, sorted
             cols = cols[cols < L]
             indptr = np.concatenate([[0], np.cumsum(k)])

@@ -368,3 +368,19 @@ def test_bounded_memory(tmp_path, kind, n_rows, opts):
     growth = r["peak"] - r["base"]
     assert r["bytes"] > 150e6, r
     assert growth < 0.4 * r["bytes"], (growth / 2**20, r["bytes"] / 2**20)  # MB
+
+
+@pytest.mark.parametrize("m,L,k", [(100, 50, 7), (40, 1000, 20), (10, 5, 5), (10, 5, 9), (0, 5, 0)])
+@pytest.mark.parametrize("ties", ["none", "one", "many"])
+def test_top_columns_equals_the_stable_argsort(m, L, k, ties):
+    """The partition-based top-k of the label generator keeps exactly the columns (and order,
+    ties by column) of a stable ``argsort(-s)[:, :k]``, so generated stores did not change."""
+    from ooc_lowrank.generators import _top_columns
+
+    s = np.random.default_rng(m + L + k).standard_normal((m, L)).astype(np.float32)
+    if ties == "one":
+        s[:, 3] = s[:, 4]
+    elif ties == "many":
+        s = np.round(s)
+    want = np.argsort(-s, axis=1, kind="stable")[:, : min(k, L)]
+    np.testing.assert_array_equal(_top_columns(s, k)[:, : min(k, L)], want)
