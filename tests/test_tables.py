@@ -769,19 +769,59 @@ def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):
 
 
 def test_sort_pairs_is_a_stable_sort_by_row_then_column():
-    """Every path of the bucket sort (unique int64 key, stable argsort, lexsort) equals a stable
-    lexsort: repeated pairs keep their read order ('last' relies on it)."""
+    """The bucket sort (kernel sort_bucket: counting sort by row, then insertion sort or
+    mergesort by column per row) equals its NumPy twin, a stable lexsort: repeated pairs keep
+    their read order ('last' relies on it).  Short and long rows, empty rows and buckets."""
     from ooc_lowrank.io.tables import _sort_pairs
 
     rng = np.random.default_rng(0)
-    rows, cols = rng.integers(0, 5, 300), rng.integers(0, 4, 300)
-    want = np.lexsort((cols, rows))
-    for n_cols in (4, 2**55, 2**61):  # fast key, stable argsort, lexsort
-        pos, r, c = _sort_pairs(rows, cols, 5, n_cols)
+    for n, n_rows, n_cols in ((300, 5, 4), (3000, 7, 2**40), (50, 60, 3)):  # long rows: mergesort
+        rows, cols = rng.integers(0, n_rows, n), rng.integers(0, n_cols, n)
+        rows[rows == 2] = 3  # an empty row
+        want = np.lexsort((cols, rows))
+        pos, r, c = _sort_pairs(rows, cols, n_rows, n_cols)
         np.testing.assert_array_equal(pos, want)
         np.testing.assert_array_equal(r, rows[want])
         np.testing.assert_array_equal(c, cols[want])
     assert all(a.size == 0 for a in _sort_pairs(rows[:0], cols[:0], 5, 4))
+
+
+def test_bucket_kernels_match_their_numpy_twins(tmp_path):
+    """scatter_buckets (via RowBuckets.spill) is a stable partition by row range, cut_buckets
+    (via bucket_starts) the greedy cut, count_into a bincount."""
+    from ooc_lowrank.kernels.buckets import count_into
+
+    from ooc_lowrank.io._common import RowBuckets, bucket_starts
+
+    counts = np.array([3, 0, 5, 1, 9, 2, 2, 0, 4])
+    for cap in (1, 4, 5, 10, 100):  # naive twin: the Python loop the kernel replaced
+        want, acc = [0], 0
+        for i, c in enumerate(counts.tolist()):
+            if acc and acc + c > cap:
+                want.append(i)
+                acc = 0
+            acc += c
+        assert bucket_starts(counts, cap).tolist() == want + [counts.size]
+    assert bucket_starts(np.zeros(0, np.int64), 4).tolist() == [0, 0]
+    rng = np.random.default_rng(1)
+    dt = np.dtype([("row", "<i8"), ("col", "<i8"), ("val", "<f8")])
+    starts = np.array([0, 3, 3, 8, 10])
+    buckets = RowBuckets(str(tmp_path), starts, dt)
+    parts = []
+    for n in (40, 0, 17):
+        rec = np.empty(n, dt)
+        rec["row"], rec["col"], rec["val"] = rng.integers(0, 10, n), np.arange(n), rng.random(n)
+        buckets.spill(rec)
+        parts.append(rec)
+    allrec = np.concatenate(parts)
+    for bi in range(len(buckets)):
+        got = buckets.load(bi, sort=False).copy()
+        want = allrec[(allrec["row"] >= starts[bi]) & (allrec["row"] < starts[bi + 1])]
+        np.testing.assert_array_equal(got, want)  # read order kept, values bit-exact
+    keys = rng.integers(5, 12, 100)
+    out = np.zeros(8, np.int64)
+    count_into(keys, 4, out)
+    np.testing.assert_array_equal(out, np.bincount(keys - 4, minlength=8))
 
 
 def test_vocab_builder_dense_integer_counts_then_wide_keys():

@@ -694,6 +694,8 @@ class _VocabBuilder:
         )
 
     def add(self, keys: pa.Array) -> None:
+        from ooc_lowrank.kernels.buckets import count_into
+
         if pa.types.is_dictionary(keys.type) and pa.types.is_integer(keys.type.value_type):
             keys = _decode(keys)
         if not self._hashed and pa.types.is_integer(keys.type):
@@ -705,10 +707,16 @@ class _VocabBuilder:
                 lo0, c0 = self._dense
                 lo, hi = min(lo, lo0), max(hi, lo0 + c0.size - 1)
             if hi - lo < _MAX_DENSE_SPAN:
-                counts = np.bincount(k - lo, minlength=hi - lo + 1)
-                if self._dense is not None:
-                    counts[lo0 - lo : lo0 - lo + c0.size] += c0
-                self._dense = (lo, counts)
+                if self._dense is None or lo < lo0 or hi >= lo0 + c0.size:
+                    # grow geometrically: O(batch) per batch, not O(span)
+                    size = hi - lo + 1 if self._dense is None else max(hi - lo + 1, 2 * c0.size)
+                    size = min(size, _MAX_DENSE_SPAN)
+                    counts = np.zeros(size, np.int64)
+                    if self._dense is not None:
+                        counts[lo0 - lo : lo0 - lo + c0.size] = c0
+                    self._dense = (lo, counts)
+                lo, counts = self._dense
+                count_into(k, lo, counts)
                 return
             self._hashed = True
             self._dense_to_pending()
@@ -804,28 +812,19 @@ def _sort_pairs(rows, cols, n_rows, n_cols):
     """Sort entries by (row, col), stably (read order within a pair): (permutation, sorted
     rows, sorted cols).
 
-    Fast path: one unique int64 key ``(row * n_cols + col) * n + position`` sorted by value
-    (numpy's SIMD sort, about 3.5x faster than a stable argsort); the quotient by ``n`` gives
-    the sorted rows and columns back, the remainder the permutation (no gather of them).
-    Wider keys: a stable argsort of ``row * n_cols + col``, else lexsort.
+    A counting sort by row, then each row's entries by column (kernel
+    ``kernels.buckets.sort_bucket``: O(n) plus short per-row sorts, about 6x faster than
+    numpy's sort of one int64 key per entry).
     """
-    n = rows.size
-    span = n_rows * max(n_cols, 1)
-    if n and span * n < 2**62:
-        key = rows * n_cols + cols
-        key *= n
-        key += np.arange(n)
-        key.sort()
-        pair = key // n
-        key -= pair * n  # the permutation
-        r = pair // n_cols
-        pair -= r * n_cols  # the columns
-        return key, r, pair
-    if span < 2**62:
-        order = np.argsort(rows * n_cols + cols, kind="stable")
-    else:
-        order = np.lexsort((cols, rows))
-    return order, rows[order], cols[order]
+    from ooc_lowrank.kernels.buckets import sort_bucket
+
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    cols = np.ascontiguousarray(cols, dtype=np.int64)
+    ptr = np.empty(n_rows + 1, np.int64)
+    perm = np.empty(rows.size, np.int64)
+    cols_sorted = np.empty(rows.size, np.int64)
+    sort_bucket(rows, cols, n_rows, ptr, perm, cols_sorted)
+    return perm, np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(ptr)), cols_sorted
 
 
 def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles, src, r0=0):
@@ -883,6 +882,8 @@ def _convert_pairs(
     overwrite,
     progress,
 ):
+    from ooc_lowrank.kernels.buckets import count_into
+
     from ..storage import scratch_dir  # storage layer; imported lazily
 
     if duplicates not in DUPLICATES:
@@ -895,15 +896,11 @@ def _convert_pairs(
     src.check(need)
     cols = list(need)
 
-    def columns(batch, offset):
+    def keys_of(batch, offset):
         r = _keys(batch, row, roles[0] + " key", offset, src)
-        c = _keys(batch, col, roles[1] + " key", offset, src)
-        n = batch.num_rows
-        v = _values(batch, value, "value", offset, src) if value else np.ones(n)
-        w = _values(batch, weight, "weight", offset, src) if weight else np.ones(n)
-        return r, c, v, w
+        return r, _keys(batch, col, roles[1] + " key", offset, src)
 
-    # pass 1: validate, vocabularies, entries per row
+    # pass 1 (the key columns only): keys validated, vocabularies, entries per row
     known = {}  # the training vocabularies reused: {0: rows, 1: columns}
     if vocabulary_from is not None:
         if not own_rows:
@@ -912,8 +909,8 @@ def _convert_pairs(
     builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
     counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
     offset = dropped = 0
-    for batch in src.batches(cols, dictionary=(row, col)):
-        keys = columns(batch, offset)[:2]
+    for batch in src.batches([row, col], dictionary=(row, col)):
+        keys = keys_of(batch, offset)
         idx = {k: voc.index(keys[k]) for k, voc in known.items()}
         ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
         if ok is not None and not ok.all():
@@ -936,7 +933,7 @@ def _convert_pairs(
         for k, b in builders.items():
             b.add(keys[k])
         if counts is not None:
-            counts += np.bincount(idx[0], minlength=counts.size)
+            count_into(idx[0], 0, counts)
         offset += batch.num_rows
     if offset == 0:
         raise _err("the table has no rows", None, "check the source", src.name)
@@ -945,41 +942,68 @@ def _convert_pairs(
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
     starts = bucket_starts(counts, bucket_nnz)
-    # records hold only what is read: values unless all ones (and not summed), weights if any
-    fields = [("row", "<i8"), ("col", "<i8")]
+    # records hold only what is read: (row, col) packed in one word when both fit 31 bits,
+    # values unless all ones (and not summed), weights if any
+    packed = n_rows < 2**31 and n_cols < 2**31
+    fields = [("rc", "<i8")] if packed else [("row", "<i8"), ("col", "<i8")]
     if value is not None or duplicates in ("sum", "mean"):
         fields.append(("val", "<f8"))
     if weight is not None:
         fields.append(("w", "<f8"))
     rec_dtype = np.dtype(fields)
+    vfields = [f for f in rec_dtype.names if f in ("val", "w")]
     with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
         buckets = RowBuckets(tmp, starts, rec_dtype)
-        # pass 2: spill every entry to its row range's file
+        # pass 2: values validated, every entry spilled to its row range's file (the store
+        # is opened only after this pass: bad values leave nothing behind)
         offset = 0
         for batch in src.batches(cols, dictionary=(row, col)):
-            r, c, v, w = columns(batch, offset)
+            r, c = keys_of(batch, offset)
+            ri, ci = rv.index(r), cv.index(c)
             rec = np.empty(batch.num_rows, rec_dtype)
-            rec["row"], rec["col"] = rv.index(r), cv.index(c)
+            if packed:
+                rec["rc"] = (ri << 32) | ci
+            else:
+                rec["row"], rec["col"] = ri, ci
             if "val" in rec_dtype.names:
-                rec["val"] = v
+                rec["val"] = _values(batch, value, "value", offset, src) if value else 1.0
             if weight is not None:
-                rec["w"] = w
+                rec["w"] = _values(batch, weight, "weight", offset, src)
             if dropped:  # unseen="drop": entries of keys unseen in training
-                rec = rec[(rec["row"] >= 0) & (rec["col"] >= 0)]
-            buckets.spill(rec)
+                keep = (ri >= 0) & (ci >= 0)
+                rec, ri = rec[keep], ri[keep]
+            buckets.spill(rec, rows=ri)
             offset += batch.num_rows
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
-        # pass 3: sort every bucket by (row, col, read order), apply the duplicates rule, write
-        # (a duplicate error stops the writer: its hidden store is removed, nothing appears)
+        def sorted_bucket(bi):
+            """Bucket ``bi`` sorted by (row, col, read order): (records, rows, cols)."""
+            r0, r1 = int(starts[bi]), int(starts[bi + 1])
+            rec = buckets.load(bi, sort=False)
+            if packed:
+                rows, cols = rec["rc"] >> 32, rec["rc"] & 0xFFFFFFFF
+            else:
+                rows, cols = rec["row"], rec["col"]
+            pos, rows, cols = _sort_pairs(rows - r0, cols, r1 - r0, n_cols)
+            return rec.take(pos), rows, cols
+
+        if duplicates == "error" and len(buckets) > 1:
+            # pass 3a: every bucket sorted and checked, then stored back sorted, so that a
+            # duplicate is named before anything is written (one bucket: checked in 3b first)
+            for bi in range(len(buckets)):
+                rec, rows, cols = sorted_bucket(bi)
+                _merge_pairs(rows, cols, {}, "error", rv, cv, roles, src, int(starts[bi]))
+                buckets.store(bi, rec)
+            del rec, rows, cols
+
+        # pass 3b: every bucket sorted (a sorted one is left as it is), duplicates merged, written
         def blocks():
             for bi in range(len(buckets)):
                 r0, r1 = int(starts[bi]), int(starts[bi + 1])
-                rec = buckets.load(bi, sort=False)
-                pos, rows, cols = _sort_pairs(rec["row"] - r0, rec["col"], r1 - r0, n_cols)
-                vals = {f: rec[f][pos] for f in rec_dtype.names[2:]}  # "val" and / or "w"
-                del rec, pos
+                rec, rows, cols = sorted_bucket(bi)
+                vals = {f: rec[f] for f in vfields}
+                del rec
                 rows, cols, vals = _merge_pairs(
                     rows, cols, vals, duplicates, rv, cv, roles, src, r0
                 )
