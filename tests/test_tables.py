@@ -7,6 +7,7 @@ store ``convert arff`` gives.  Bad input: a named error and nothing left behind.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -186,6 +187,70 @@ def test_vocabulary_from_a_training_store(tmp_path):
         )
 
 
+@pytest.fixture
+def no_store_write(monkeypatch):
+    """Fail the test if a conversion reaches the store writer: bad input must be named
+    before anything is written."""
+    import ooc_lowrank.io.tables as tables
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the store writer was reached before the error")
+
+    monkeypatch.setattr(tables, "write_blocks", refuse)
+
+
+def test_duplicates_in_a_later_bucket_named_before_writing(tmp_path, monkeypatch):
+    """Duplicate pairs in the last of several external-sort buckets: every bucket is checked
+    before the store writer starts, so an existing store at dest (overwrite=True) stays as it
+    was, and neither the hidden store nor spill files are left behind."""
+    rows = [f"u{i:03d}" for i in range(200)]
+    t = pa.table({"r": rows + ["u199"], "c": [1] * 201, "v": np.arange(201.0)})
+    dest, scratch = tmp_path / "d.zarr", tmp_path / "scratch"
+    scratch.mkdir()
+    convert_table(t.slice(0, 200), str(dest), **_inter())
+    before = _entries(dest)
+    import ooc_lowrank.io.tables as tables
+
+    opened = []
+    real = tables.write_blocks
+    monkeypatch.setattr(tables, "write_blocks", lambda *a, **k: opened.append(1) or real(*a, **k))
+    with pytest.raises(ConversionError, match=r"duplicate \(row, column\) pairs.*\('u199', 1\)"):
+        convert_table(t, str(dest), bucket_nnz=16, overwrite=True, tmpdir=str(scratch), **_inter())
+    assert opened == []  # the writer was never started
+    assert _entries(dest) == before and _left_behind(tmp_path) == []
+    assert os.listdir(scratch) == []
+    # the same table with a policy: several buckets, one entry per pair
+    convert_table(t, str(dest), bucket_nnz=16, overwrite=True, duplicates="last", **_inter())
+    assert len(_entries(dest)) == 200 and _entries(dest)[("u199", 1)] == 200.0
+
+
+def test_unseen_category_without_other_named_before_writing(tmp_path, no_store_write):
+    """A test table's unseen category, training store converted with other=False: an error
+    naming the value from the validating pass (the writer never starts)."""
+    import ooc_lowrank.io.tables as tables
+
+    train = pa.table({"u": ["a", "b"], "y": [1.0, 0.0]})
+    with pytest.MonkeyPatch.context() as mp:  # the training store is written for real
+        mp.setattr(tables, "write_blocks", _real_write_blocks())
+        convert_table(
+            train, str(tmp_path / "tr.zarr"), kind="views", views={"v": ["u"]}, other=False
+        )
+    with pytest.raises(ConversionError, match="value 'c' of column 'u' is not in the vocab"):
+        convert_table(
+            pa.table({"u": ["a", "c"], "y": [1.0, 1.0]}),
+            str(tmp_path / "te.zarr"),
+            kind="views",
+            vocabulary_from=str(tmp_path / "tr.zarr"),
+        )
+    assert not (tmp_path / "te.zarr").exists() and _left_behind(tmp_path) == []
+
+
+def _real_write_blocks():
+    from ooc_lowrank.io import _common
+
+    return _common.write_blocks
+
+
 def _inter(**kw):
     return dict(kind="interactions", row_key="r", col_key="c", value="v", **kw)
 
@@ -246,7 +311,7 @@ def _inter(**kw):
         ),
     ],
 )
-def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
+def test_bad_input_named_error_nothing_left(tmp_path, no_store_write, table, kw, match):
     dest, scratch = tmp_path / "bad.zarr", tmp_path / "scratch"
     scratch.mkdir()
     with pytest.raises(ConversionError, match=match):
@@ -993,3 +1058,28 @@ def test_split_views_test_side_uses_the_training_columns(tmp_path):
     xa, xb = a["X0"].read(), b["X0"].read()
     assert xa.shape[1] == xb.shape[1] and xb[:, -1].sum() == b.n_rows and xa[:, -1].sum() == 0
     assert a["X1"].read().shape[1] == b["X1"].read().shape[1]
+
+
+@pytest.mark.slow  # ~10 s on the busy 2-core machine: 6 conversions, 2 MVM fits, warm-ups
+def test_bench_tables_scale_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables_scale.py at tiny size, in process (structure only; no timing is
+    asserted): both key types, both view encodings, the MVM epochs, the data deleted after."""
+    from benchmarks import bench_tables_scale
+
+    out = tmp_path / "scale.json"
+    res = bench_tables_scale.main(
+        "--rows 3000 --files 2 --criteo-rows 400 --criteo-files 2 --max-cardinality 300 "
+        f"--hash-features 64 --min-count 2 --n-factors 2 --in-process --quiet "
+        f"--workdir {tmp_path / 'w'} --out {out}".split()
+    )
+    assert [r["keys"] for r in res["interactions"]] == ["int64", "string"]
+    for r in res["interactions"]:
+        assert r["convert_seconds"] > 0 and r["scan_seconds"] > 0 and r["convert_peak_rss"] > 0
+    c = res["criteo"]
+    assert c["cardinalities"][0] == 10 and c["cardinalities"][-1] == 300
+    assert c["hashing"]["view_widths"] == [64, 64, 64]
+    assert c["vocabulary"]["view_widths"][0] == 13  # the numeric view: one column each
+    for mode in ("hashing", "vocabulary"):
+        assert c[mode]["nnz"] > 0 and c[mode]["mvm_sgd_epoch"]["seconds"] > 0
+    assert os.listdir(tmp_path / "w") == []  # generated data deleted
+    assert json.loads(out.read_text())["benchmark"] == "tables_scale"

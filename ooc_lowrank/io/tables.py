@@ -29,10 +29,13 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
     also for labels and classes).  The input may come in any order: an external sort buckets
     entries by row range into temporary files and sorts each bucket (entries of a row end up
-    sorted by column).  Two reads of the table: pass 1 validates and builds the vocabularies
-    (dense integer keys counted in an array, Parquet string keys read dictionary-encoded and
-    counted per dictionary), pass 2 maps keys to indices and spills the records (16-32 bytes
-    each); then every bucket is read once, sorted on one int64 key and written.  Duplicate
+    sorted by column).  Two reads of the table: pass 1 reads the key columns only, validates
+    them and builds the vocabularies (dense integer keys counted in an array, Parquet string
+    keys read dictionary-encoded and counted per dictionary), pass 2 validates the values,
+    maps keys to indices (array lookup, or a search of each distinct key of a row group) and
+    spills the records (8-24 bytes each: row and column packed in one int64) with a counting
+    sort (kernels ``kernels.buckets``); then every bucket is read once, sorted by a counting
+    sort by row and a short sort per row, and written.  Duplicate
     ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
     last one read: files in the order given, a glob's or a folder's in sorted path order, rows
     in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
@@ -73,9 +76,10 @@ Bad input raises :class:`ConversionError` naming the column, the rule, the value
 before the store is opened for writing: a missing column, a null key, a non-numeric value
 column, a non-finite value, duplicate pairs without a policy, a label list holding nulls, a
 column whose type changes between files.  (A row-aligned conversion validates everything in a
-first pass, then writes in a second.)  Duplicate pairs are the exception: they are found while
-the sorted buckets are written into the writer's hidden store, which the error removes.  A
-store appears only when complete.
+first pass, then writes in a second.)  Duplicate pairs without a policy are found by sorting
+every bucket before the store writer starts (the sorted buckets are stored back, one extra
+write and read of the spill files; with one bucket it is kept in memory).  A store appears only
+when complete; an existing store at ``dest`` (``overwrite=True``) stays as it was on an error.
 
 Train / test: :func:`split_table` (or ``convert_table(split_by=..., test_dest=...)``) splits
 rows by a hash of key columns or by a column's value; the test store is converted with the
@@ -988,20 +992,25 @@ def _convert_pairs(
             pos, rows, cols = _sort_pairs(rows - r0, cols, r1 - r0, n_cols)
             return rec.take(pos), rows, cols
 
-        if duplicates == "error" and len(buckets) > 1:
-            # pass 3a: every bucket sorted and checked, then stored back sorted, so that a
-            # duplicate is named before anything is written (one bucket: checked in 3b first)
+        presorted = {}
+        if duplicates == "error":
+            # pass 3a: every bucket sorted and checked before the store is opened, so that a
+            # duplicate is named before anything is written; stored back sorted (one bucket:
+            # kept in memory)
             for bi in range(len(buckets)):
                 rec, rows, cols = sorted_bucket(bi)
                 _merge_pairs(rows, cols, {}, "error", rv, cv, roles, src, int(starts[bi]))
-                buckets.store(bi, rec)
-            del rec, rows, cols
+                if len(buckets) == 1:
+                    presorted[bi] = rec, rows, cols
+                else:
+                    buckets.store(bi, rec)
+                del rec, rows, cols
 
-        # pass 3b: every bucket sorted (a sorted one is left as it is), duplicates merged, written
+        # pass 3b: every bucket sorted (a sorted one stays as it is), duplicates merged, written
         def blocks():
             for bi in range(len(buckets)):
                 r0, r1 = int(starts[bi]), int(starts[bi + 1])
-                rec, rows, cols = sorted_bucket(bi)
+                rec, rows, cols = presorted.pop(bi) if bi in presorted else sorted_bucket(bi)
                 vals = {f: rec[f] for f in vfields}
                 del rec
                 rows, cols, vals = _merge_pairs(
@@ -1629,6 +1638,17 @@ class _ViewSpec:
             flat = _norm_keys(flat, col, "view (category)", None, self.src)
         return rows, flat, null_rows
 
+    def _unseen(self, col, keys, miss):
+        bad = keys[int(np.flatnonzero(miss)[0])].as_py()
+        return _err(
+            f"value {bad!r} of column {col!r} is not in the vocabulary of {self.fixed} "
+            "(converted with other=False)",
+            bad,
+            "convert the training table with other=True (an 'other' bucket for rare and "
+            "unseen values), or drop such rows",
+            self.src.name,
+        )
+
     def validate(self):
         builders = {}
         if self.hash is None and self.fixed is None:
@@ -1647,6 +1667,10 @@ class _ViewSpec:
                 _, keys, _ = self._cat_keys(batch, c, offset)
                 if c in builders and len(keys):
                     builders[c].add(_norm_keys(keys))
+                elif self.fixed is not None and self.hash is None and not self.other:
+                    miss = self.vocab[c].index(keys) < 0
+                    if miss.any():  # no 'other' bucket: named before anything is written
+                        raise self._unseen(c, keys, miss)
             offset += batch.num_rows
         if offset == 0:
             raise _err("the table has no rows", None, "check the source", self.src.name)
@@ -1718,16 +1742,8 @@ class _ViewSpec:
                 if miss.any():
                     if self.other:
                         idx[miss] = len(self.vocab[c])
-                    elif self.fixed is not None:
-                        bad = keys[int(np.flatnonzero(miss)[0])].as_py()
-                        raise _err(
-                            f"value {bad!r} of column {c!r} is not in the vocabulary of "
-                            f"{self.fixed} (converted with other=False)",
-                            bad,
-                            "convert the training table with other=True (an 'other' bucket "
-                            "for rare and unseen values), or drop such rows",
-                            self.src.name,
-                        )
+                    elif self.fixed is not None:  # pragma: no cover - validate() raised
+                        raise self._unseen(c, keys, miss)
                     else:  # rare (below min_count) without an 'other' bucket: no entry
                         rows, idx = rows[~miss], idx[~miss]
                 if self.other and nulls.size:  # missing values: the 'other' bucket
