@@ -1132,6 +1132,7 @@ class _RowSpec:
             need[self.ccol] = ("class", _NUM + ("string",))
         src.check(need)
         self.columns = list(need)
+        self.dictionary = ()
         self.class_is_key = (
             bool(self.ccol) and _type_class(src.schema.field(self.ccol).type) == "string"
         )
@@ -1374,7 +1375,7 @@ def _convert_rows(spec, dest, *, attrs, block_rows, tmpdir, overwrite, progress)
         def blocks():
             nonlocal writer
             offset = 0
-            for batch in spec.src.batches(spec.columns):
+            for batch in spec.src.batches(spec.columns, dictionary=spec.dictionary):
                 if spec.row_key:
                     keys = _keys(batch, spec.row_key, "row key", offset, spec.src)
                     t = pa.table({"key": _norm_keys(_decode(keys))})
@@ -1496,6 +1497,10 @@ def hash_keys(arr, seed: int = 0) -> np.ndarray:
     strings: FNV-1a of the UTF-8 bytes, then splitmix64; kernel ``kernels.hashing``)."""
     from ooc_lowrank.kernels.hashing import hash_strings
 
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type) and len(arr.dictionary) <= len(arr) and not arr.null_count:
+        return hash_keys(arr.dictionary, seed)[arr.indices.to_numpy(zero_copy_only=False)]
     arr = _norm_keys(_decode(arr))
     seed = np.uint64(seed)
     if pa.types.is_integer(arr.type):
@@ -1534,17 +1539,26 @@ def _parse_views(views) -> dict[str, list[str]]:
 
 
 def _csr_summed(rows, cols, vals, n, n_cols, dt):
-    """CSR ``(n, n_cols)`` of coordinate entries; repeated (row, col) entries are summed."""
-    order = np.lexsort((cols, rows))
-    r, c, v = rows[order], cols[order], vals[order]
-    if r.size > 1:
-        new = np.ones(r.size, bool)
-        new[1:] = (r[1:] != r[:-1]) | (c[1:] != c[:-1])
+    """CSR ``(n, n_cols)`` of coordinate entries; repeated (row, col) entries are summed.
+    (The bucket sort's kernel: a counting sort by row, then each short row by column.)"""
+    from ooc_lowrank.kernels.buckets import sort_bucket
+
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    ptr = np.empty(n + 1, np.int64)
+    perm = np.empty(rows.size, np.int64)
+    c = np.empty(rows.size, np.int64)
+    sort_bucket(rows, np.ascontiguousarray(cols, dtype=np.int64), n, ptr, perm, c)
+    v = vals[perm]
+    if c.size > 1:
+        new = np.ones(c.size, bool)
+        new[1:] = c[1:] != c[:-1]
+        new[ptr[1:-1][ptr[1:-1] < c.size]] = True  # a row's first entry
         if not new.all():
             st = np.flatnonzero(new)
-            r, c, v = r[st], c[st], np.add.reduceat(v, st)
-    ptr = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(r, minlength=n), out=ptr[1:])
+            row_of = np.repeat(np.arange(n), np.diff(ptr))[st]
+            c, v = c[st], np.add.reduceat(v, st)
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(np.bincount(row_of, minlength=n), out=ptr[1:])
     return csr_from_parts(ptr, c, v, n_cols, dt)
 
 
@@ -1618,10 +1632,22 @@ class _ViewSpec:
             need[target] = ("target", _NUM)
         src.check(need)
         self.columns = list(need)
+        self.dictionary = [c for c, t in self.types.items() if t == "category"]
 
     def _cat_keys(self, batch, col, offset):
-        """(row numbers, keys, rows of the null values) of a category / multi column."""
-        arr = _decode(batch.column(col))
+        """(row numbers, keys, rows of the null values) of a category / multi column; a
+        category column read dictionary-encoded stays so when its dictionary is no longer than
+        the batch (vocabularies and hashes then work on the dictionary)."""
+        arr = batch.column(col)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        if not (
+            self.types[col] == "category"
+            and pa.types.is_dictionary(arr.type)
+            and _type_class(arr.type) == "string"
+            and len(arr.dictionary) <= len(arr)
+        ):
+            arr = _decode(arr)
         n = batch.num_rows
         if self.types[col] == "multi":
             lens, flat = _list_parts(arr, col, "view (multi)", offset, self.src)
@@ -1655,7 +1681,7 @@ class _ViewSpec:
             builders = {c: _VocabBuilder() for c, t in self.types.items() if t != "numeric"}
         offset = 0
         unique = _UniqueKeys(self.src, self.row_key) if self.row_key else None
-        for batch in self.src.batches(self.columns):
+        for batch in self.src.batches(self.columns, dictionary=self.dictionary):
             if self.row_key:
                 unique.add(_keys(batch, self.row_key, "row key", offset, self.src))
             if self.target:
@@ -1666,7 +1692,7 @@ class _ViewSpec:
                     continue
                 _, keys, _ = self._cat_keys(batch, c, offset)
                 if c in builders and len(keys):
-                    builders[c].add(_norm_keys(keys))
+                    builders[c].add(keys if pa.types.is_dictionary(keys.type) else _norm_keys(keys))
                 elif self.fixed is not None and self.hash is None and not self.other:
                     miss = self.vocab[c].index(keys) < 0
                     if miss.any():  # no 'other' bucket: named before anything is written
