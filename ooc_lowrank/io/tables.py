@@ -129,6 +129,9 @@ KINDS = ("interactions", "features", "labels", "views")
 DUPLICATES = ("error", "last", "sum", "mean")
 #: Rows per record batch read (a batch of a few numeric columns is a few MB).
 DEFAULT_BATCH_ROWS = 1 << 18
+#: kind="views": rows per batch by default, this many values over the number of columns read
+#: (each value becomes an entry of about 60 bytes while its rows are built).
+VIEW_BATCH_VALUES = 1 << 22
 #: Entries per external-sort bucket (32 bytes each while sorting).
 DEFAULT_BUCKET_NNZ = 1 << 21
 #: Up to this many labels, their names also go to the attribute ``label_names``.
@@ -2010,6 +2013,9 @@ def convert_table(
             dtype=dtype,
             vocabulary_from=vocabulary_from,
         )
+        if batch_rows is None:  # wide tables: about 2**22 values per batch (memory)
+            n_values = max(len(spec.columns), 1)
+            source.batch_rows = max(1 << 12, min(DEFAULT_BATCH_ROWS, VIEW_BATCH_VALUES // n_values))
         return _convert_rows(spec, dest, attrs=attrs, **common)
     spec = _RowSpec(
         source,
