@@ -40,9 +40,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "tables_scale.json")
 
-#: Bytes of disk per generated row, upper bounds measured at 2M rows (Parquet + spill + store).
+#: Bytes of disk per generated row, upper bounds (measured at 2M and 1M rows: about 38 and 400).
 DISK_PER_INTERACTION = 60
-DISK_PER_CRITEO_ROW = 900
+DISK_PER_CRITEO_ROW = 500
 
 _CHILD = r"""
 import json, resource, sys, time

@@ -60,6 +60,36 @@ def sort_bucket(rows, cols, n_rows, ptr, perm, cols_sorted):
     for r in range(n_rows):
         ptr[r + 1] += ptr[r]
     nxt = ptr[:-1].copy()
+    wide = False
+    for i in range(n):
+        if cols[i] >= 2**31:
+            wide = True
+            break
+    if n < 2**32 and not wide:
+        # one int64 per entry, (column << 32) | position, unique: sorting it within each row
+        # sorts by (column, read order), in place on contiguous memory
+        key = cols_sorted
+        for i in range(n):  # counting sort by row
+            r = rows[i]
+            key[nxt[r]] = (cols[i] << 32) | i
+            nxt[r] += 1
+        for r in range(n_rows):
+            lo, hi = ptr[r], ptr[r + 1]
+            if hi - lo <= _SHORT_ROW:
+                for j in range(lo + 1, hi):
+                    x = key[j]
+                    k = j - 1
+                    while k >= lo and key[k] > x:
+                        key[k + 1] = key[k]
+                        k -= 1
+                    key[k + 1] = x
+            else:
+                key[lo:hi] = np.sort(key[lo:hi])
+        mask = (1 << 32) - 1
+        for j in range(n):
+            perm[j] = key[j] & mask
+            key[j] = key[j] >> 32
+        return
     for i in range(n):  # counting sort by row: positions ascend within a row
         r = rows[i]
         perm[nxt[r]] = i
