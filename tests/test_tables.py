@@ -1011,7 +1011,7 @@ def test_dictionary_keys_equal_plain_keys(tmp_path):
     convert_table(df, str(tmp_path / "cat.zarr"), **_inter(batch_rows=7))
     assert _entries(tmp_path / "cat.zarr") == _entries(plain)
     pq.write_table(t, tmp_path / "t.parquet", row_group_size=100)
-    for batch_rows in (None, 40):  # 40: batches of one row group share its dictionary
+    for batch_rows in (None, 40, 7):  # batches of one row group share its dictionary (7: longer)
         dest = str(tmp_path / f"pq{batch_rows}.zarr")
         convert_table(str(tmp_path / "t.parquet"), dest, **_inter(batch_rows=batch_rows))
         assert _entries(dest) == _entries(plain)

@@ -485,10 +485,13 @@ def _keys(batch, col, role, offset, src):
     arr = batch.column(col)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
+    if pa.types.is_dictionary(arr.type) and _type_class(arr.dictionary.type) == "string":
+        # as read (a Parquet row group's dictionary, shared by its batches): the caches of
+        # Vocabulary.index and _VocabBuilder see each dictionary once, however long
+        _no_nulls(arr, col, role, offset, src)
+        return arr
     if pa.types.is_dictionary(arr.type) and len(arr.dictionary) <= len(arr):
         _no_nulls(arr, col, role, offset, src)
-        if _type_class(arr.dictionary.type) == "string":  # as read: caches see one dictionary
-            return arr
         values = _norm_keys(arr.dictionary, col, role, None, src)
         return pa.DictionaryArray.from_arrays(arr.indices, values)
     arr = _decode(arr)
@@ -636,16 +639,16 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def index(self, arr) -> np.ndarray:
-        """int64 index of every key of ``arr``; -1 for a key not in the vocabulary."""
-        if (
-            pa.types.is_dictionary(arr.type)
-            and len(arr.dictionary) <= len(arr)
-            and not arr.null_count
-        ):  # each distinct key searched once, once per row group
+    def index(self, arr, distinct=False) -> np.ndarray:
+        """int64 index of every key of ``arr``; -1 for a key not in the vocabulary.
+        ``distinct``: the keys are known to be distinct (a dictionary)."""
+        if pa.types.is_dictionary(arr.type) and not arr.null_count:
+            # each distinct key searched once per dictionary (a Parquet row group's, shared by
+            # its batches; it never holds more keys than the row group has rows)
             last = self._last_dictionary
             if last is None or not _same_array(last[0], arr.dictionary):
-                last = self._last_dictionary = (arr.dictionary, self.index(arr.dictionary))
+                last = (arr.dictionary, self.index(arr.dictionary, distinct=True))
+                self._last_dictionary = last
             return last[1][arr.indices.to_numpy(zero_copy_only=False)]
         arr = _norm_keys(_decode(arr))
         if self._int != pa.types.is_integer(arr.type):
@@ -660,7 +663,7 @@ class Vocabulary:
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
             return np.where(self._sorted[pos] == a, self._order[pos], -1).astype(np.int64)
-        if self._fixed is not None and len(arr) > 1024:  # search each distinct key once
+        if self._fixed is not None and len(arr) > 1024 and not distinct:  # each key once
             enc = pc.dictionary_encode(arr)
             if len(enc.dictionary) < len(arr) // 2:
                 idx = self.index(enc.dictionary)
@@ -1648,7 +1651,7 @@ class _ViewSpec:
             self.types[col] == "category"
             and pa.types.is_dictionary(arr.type)
             and _type_class(arr.type) == "string"
-            and len(arr.dictionary) <= len(arr)
+            and (self.hash is None or len(arr.dictionary) <= len(arr))  # hashes: not cached
         ):
             arr = _decode(arr)
         n = batch.num_rows
