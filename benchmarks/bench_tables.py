@@ -20,8 +20,6 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 _CHILD = r"""
 import json, resource, sys, time
 import pyarrow.dataset as ds
@@ -42,24 +40,9 @@ print(json.dumps({"seconds": dt, "peak_rss": resource.getrusage(resource.RUSAGE_
 
 def generate(folder, rows, files, string_keys, seed=0):
     """``files`` Parquet files of random-order ratings, written one file at a time."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from benchmarks.bench_tables_scale import generate_interactions
 
-    os.makedirs(folder, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    n_users, n_items = max(rows // 50, 10), max(rows // 100, 10)
-    per = -(-rows // files)
-    for k in range(files):
-        m = min(per, rows - k * per)
-        u = rng.integers(0, n_users, m)
-        i = rng.integers(0, n_items, m)
-        cols = {
-            "user": pa.array(np.char.add("u", u.astype(str))) if string_keys else u,
-            "item": pa.array(np.char.add("i", i.astype(str))) if string_keys else i,
-            "rating": rng.integers(1, 6, m).astype(np.float32),
-        }
-        pq.write_table(pa.table(cols), os.path.join(folder, f"part-{k:04d}.parquet"))
-    return folder
+    return generate_interactions(folder, rows, files, string_keys, seed)
 
 
 def _run(kind, src, dest, bucket, in_process):

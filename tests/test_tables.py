@@ -7,6 +7,7 @@ store ``convert arff`` gives.  Bad input: a named error and nothing left behind.
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -186,6 +187,70 @@ def test_vocabulary_from_a_training_store(tmp_path):
         )
 
 
+@pytest.fixture
+def no_store_write(monkeypatch):
+    """Fail the test if a conversion reaches the store writer: bad input must be named
+    before anything is written."""
+    import ooc_lowrank.io.tables as tables
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the store writer was reached before the error")
+
+    monkeypatch.setattr(tables, "write_blocks", refuse)
+
+
+def test_duplicates_in_a_later_bucket_named_before_writing(tmp_path, monkeypatch):
+    """Duplicate pairs in the last of several external-sort buckets: every bucket is checked
+    before the store writer starts, so an existing store at dest (overwrite=True) stays as it
+    was, and neither the hidden store nor spill files are left behind."""
+    rows = [f"u{i:03d}" for i in range(200)]
+    t = pa.table({"r": rows + ["u199"], "c": [1] * 201, "v": np.arange(201.0)})
+    dest, scratch = tmp_path / "d.zarr", tmp_path / "scratch"
+    scratch.mkdir()
+    convert_table(t.slice(0, 200), str(dest), **_inter())
+    before = _entries(dest)
+    import ooc_lowrank.io.tables as tables
+
+    opened = []
+    real = tables.write_blocks
+    monkeypatch.setattr(tables, "write_blocks", lambda *a, **k: opened.append(1) or real(*a, **k))
+    with pytest.raises(ConversionError, match=r"duplicate \(row, column\) pairs.*\('u199', 1\)"):
+        convert_table(t, str(dest), bucket_nnz=16, overwrite=True, tmpdir=str(scratch), **_inter())
+    assert opened == []  # the writer was never started
+    assert _entries(dest) == before and _left_behind(tmp_path) == []
+    assert os.listdir(scratch) == []
+    # the same table with a policy: several buckets, one entry per pair
+    convert_table(t, str(dest), bucket_nnz=16, overwrite=True, duplicates="last", **_inter())
+    assert len(_entries(dest)) == 200 and _entries(dest)[("u199", 1)] == 200.0
+
+
+def test_unseen_category_without_other_named_before_writing(tmp_path, no_store_write):
+    """A test table's unseen category, training store converted with other=False: an error
+    naming the value from the validating pass (the writer never starts)."""
+    import ooc_lowrank.io.tables as tables
+
+    train = pa.table({"u": ["a", "b"], "y": [1.0, 0.0]})
+    with pytest.MonkeyPatch.context() as mp:  # the training store is written for real
+        mp.setattr(tables, "write_blocks", _real_write_blocks())
+        convert_table(
+            train, str(tmp_path / "tr.zarr"), kind="views", views={"v": ["u"]}, other=False
+        )
+    with pytest.raises(ConversionError, match="value 'c' of column 'u' is not in the vocab"):
+        convert_table(
+            pa.table({"u": ["a", "c"], "y": [1.0, 1.0]}),
+            str(tmp_path / "te.zarr"),
+            kind="views",
+            vocabulary_from=str(tmp_path / "tr.zarr"),
+        )
+    assert not (tmp_path / "te.zarr").exists() and _left_behind(tmp_path) == []
+
+
+def _real_write_blocks():
+    from ooc_lowrank.io import _common
+
+    return _common.write_blocks
+
+
 def _inter(**kw):
     return dict(kind="interactions", row_key="r", col_key="c", value="v", **kw)
 
@@ -246,7 +311,7 @@ def _inter(**kw):
         ),
     ],
 )
-def test_bad_input_named_error_nothing_left(tmp_path, table, kw, match):
+def test_bad_input_named_error_nothing_left(tmp_path, no_store_write, table, kw, match):
     dest, scratch = tmp_path / "bad.zarr", tmp_path / "scratch"
     scratch.mkdir()
     with pytest.raises(ConversionError, match=match):
@@ -769,19 +834,59 @@ def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):
 
 
 def test_sort_pairs_is_a_stable_sort_by_row_then_column():
-    """Every path of the bucket sort (unique int64 key, stable argsort, lexsort) equals a stable
-    lexsort: repeated pairs keep their read order ('last' relies on it)."""
+    """The bucket sort (kernel sort_bucket: counting sort by row, then insertion sort or
+    mergesort by column per row) equals its NumPy twin, a stable lexsort: repeated pairs keep
+    their read order ('last' relies on it).  Short and long rows, empty rows and buckets."""
     from ooc_lowrank.io.tables import _sort_pairs
 
     rng = np.random.default_rng(0)
-    rows, cols = rng.integers(0, 5, 300), rng.integers(0, 4, 300)
-    want = np.lexsort((cols, rows))
-    for n_cols in (4, 2**55, 2**61):  # fast key, stable argsort, lexsort
-        pos, r, c = _sort_pairs(rows, cols, 5, n_cols)
+    for n, n_rows, n_cols in ((300, 5, 4), (3000, 7, 2**40), (50, 60, 3)):  # long rows: mergesort
+        rows, cols = rng.integers(0, n_rows, n), rng.integers(0, n_cols, n)
+        rows[rows == 2] = 3  # an empty row
+        want = np.lexsort((cols, rows))
+        pos, r, c = _sort_pairs(rows, cols, n_rows, n_cols)
         np.testing.assert_array_equal(pos, want)
         np.testing.assert_array_equal(r, rows[want])
         np.testing.assert_array_equal(c, cols[want])
     assert all(a.size == 0 for a in _sort_pairs(rows[:0], cols[:0], 5, 4))
+
+
+def test_bucket_kernels_match_their_numpy_twins(tmp_path):
+    """scatter_buckets (via RowBuckets.spill) is a stable partition by row range, cut_buckets
+    (via bucket_starts) the greedy cut, count_into a bincount."""
+    from ooc_lowrank.kernels.buckets import count_into
+
+    from ooc_lowrank.io._common import RowBuckets, bucket_starts
+
+    counts = np.array([3, 0, 5, 1, 9, 2, 2, 0, 4])
+    for cap in (1, 4, 5, 10, 100):  # naive twin: the Python loop the kernel replaced
+        want, acc = [0], 0
+        for i, c in enumerate(counts.tolist()):
+            if acc and acc + c > cap:
+                want.append(i)
+                acc = 0
+            acc += c
+        assert bucket_starts(counts, cap).tolist() == want + [counts.size]
+    assert bucket_starts(np.zeros(0, np.int64), 4).tolist() == [0, 0]
+    rng = np.random.default_rng(1)
+    dt = np.dtype([("row", "<i8"), ("col", "<i8"), ("val", "<f8")])
+    starts = np.array([0, 3, 3, 8, 10])
+    buckets = RowBuckets(str(tmp_path), starts, dt)
+    parts = []
+    for n in (40, 0, 17):
+        rec = np.empty(n, dt)
+        rec["row"], rec["col"], rec["val"] = rng.integers(0, 10, n), np.arange(n), rng.random(n)
+        buckets.spill(rec)
+        parts.append(rec)
+    allrec = np.concatenate(parts)
+    for bi in range(len(buckets)):
+        got = buckets.load(bi, sort=False).copy()
+        want = allrec[(allrec["row"] >= starts[bi]) & (allrec["row"] < starts[bi + 1])]
+        np.testing.assert_array_equal(got, want)  # read order kept, values bit-exact
+    keys = rng.integers(5, 12, 100)
+    out = np.zeros(8, np.int64)
+    count_into(keys, 4, out)
+    np.testing.assert_array_equal(out, np.bincount(keys - 4, minlength=8))
 
 
 def test_vocab_builder_dense_integer_counts_then_wide_keys():
@@ -906,7 +1011,7 @@ def test_dictionary_keys_equal_plain_keys(tmp_path):
     convert_table(df, str(tmp_path / "cat.zarr"), **_inter(batch_rows=7))
     assert _entries(tmp_path / "cat.zarr") == _entries(plain)
     pq.write_table(t, tmp_path / "t.parquet", row_group_size=100)
-    for batch_rows in (None, 40):  # 40: batches of one row group share its dictionary
+    for batch_rows in (None, 40, 7):  # batches of one row group share its dictionary (7: longer)
         dest = str(tmp_path / f"pq{batch_rows}.zarr")
         convert_table(str(tmp_path / "t.parquet"), dest, **_inter(batch_rows=batch_rows))
         assert _entries(dest) == _entries(plain)
@@ -953,3 +1058,46 @@ def test_split_views_test_side_uses_the_training_columns(tmp_path):
     xa, xb = a["X0"].read(), b["X0"].read()
     assert xa.shape[1] == xb.shape[1] and xb[:, -1].sum() == b.n_rows and xa[:, -1].sum() == 0
     assert a["X1"].read().shape[1] == b["X1"].read().shape[1]
+
+
+@pytest.mark.slow  # ~10 s on the busy 2-core machine: 6 conversions, 2 MVM fits, warm-ups
+def test_bench_tables_scale_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables_scale.py at tiny size, in process (structure only; no timing is
+    asserted): both key types, both view encodings, the MVM epochs, the data deleted after."""
+    from benchmarks import bench_tables_scale
+
+    out = tmp_path / "scale.json"
+    res = bench_tables_scale.main(
+        "--rows 3000 --files 2 --criteo-rows 400 --criteo-files 2 --max-cardinality 300 "
+        f"--hash-features 64 --min-count 2 --n-factors 2 --in-process --quiet "
+        f"--workdir {tmp_path / 'w'} --out {out}".split()
+    )
+    assert [r["keys"] for r in res["interactions"]] == ["int64", "string"]
+    for r in res["interactions"]:
+        assert r["convert_seconds"] > 0 and r["scan_seconds"] > 0 and r["convert_peak_rss"] > 0
+    c = res["criteo"]
+    assert c["cardinalities"][0] == 10 and c["cardinalities"][-1] == 300
+    assert c["hashing"]["view_widths"] == [64, 64, 64]
+    assert c["vocabulary"]["view_widths"][0] == 13  # the numeric view: one column each
+    for mode in ("hashing", "vocabulary"):
+        assert c[mode]["nnz"] > 0 and c[mode]["mvm_sgd_epoch"]["seconds"] > 0
+    assert os.listdir(tmp_path / "w") == []  # generated data deleted
+    assert json.loads(out.read_text())["benchmark"] == "tables_scale"
+
+
+def test_csr_summed_matches_scipy_sum_duplicates():
+    """The views' row builder (kernel sort_bucket + sums of repeated entries) equals scipy's
+    coo -> csr with duplicates summed, with empty rows, long rows and no entries at all."""
+    import scipy.sparse as sp
+
+    from ooc_lowrank.io.tables import _csr_summed
+
+    rng = np.random.default_rng(0)
+    for n, w, m in ((5, 4, 40), (50, 3, 20), (3, 100, 0), (4, 2, 1), (2, 500, 300)):
+        r, c, v = rng.integers(0, n, m), rng.integers(0, w, m), rng.random(m)
+        got = _csr_summed(r, c, v, n, w, np.float64)
+        want = sp.coo_matrix((v, (r, c)), shape=(n, w)).tocsr()
+        want.sum_duplicates()
+        np.testing.assert_array_equal(got.indptr, want.indptr)
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_allclose(got.data, want.data, rtol=1e-12)

@@ -422,14 +422,12 @@ def write_blocks(
 def bucket_starts(counts: np.ndarray, bucket_nnz: int) -> np.ndarray:
     """Cut rows into consecutive ranges holding at most ``bucket_nnz`` entries (a row with more
     forms its own range); returns the ``(n_buckets + 1,)`` row boundaries."""
-    starts = [0]
-    acc = 0
-    for i, cnt in enumerate(counts.tolist()):
-        if acc and acc + cnt > bucket_nnz:
-            starts.append(i)
-            acc = 0
-        acc += cnt
-    return np.asarray(starts + [counts.size], dtype=np.int64)
+    from ooc_lowrank.kernels.buckets import cut_buckets
+
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    starts = np.empty(counts.size + 2, np.int64)
+    m = cut_buckets(counts, int(bucket_nnz), starts)
+    return starts[:m].copy()
 
 
 class RowBuckets:
@@ -441,31 +439,61 @@ class RowBuckets:
     """
 
     def __init__(self, tmp: str, starts: np.ndarray, rec_dtype: np.dtype):
-        self.starts = starts
+        self.starts = np.asarray(starts, dtype=np.int64)
         self.dtype = np.dtype(rec_dtype)
         self.files = [os.path.join(tmp, f"bucket{b:06d}.bin") for b in range(starts.size - 1)]
+        self._buf = None  # load()'s buffer, reused
 
     def __len__(self) -> int:
         return len(self.files)
 
-    def spill(self, rec: np.ndarray) -> None:
-        b = np.searchsorted(self.starts, rec["row"], side="right") - 1
-        if len(self.files) < 2**15:  # numpy's stable sort is a radix sort for 16-bit ints
-            b = b.astype(np.int16)
-        order = np.argsort(b, kind="stable")
-        rec, bs = rec.take(order), b[order]  # take: 2x faster than [] on structured arrays
-        cut = np.flatnonzero(np.diff(bs)) + 1
-        for lo, hi in zip(np.r_[0, cut], np.r_[cut, bs.size], strict=True):
-            if hi > lo:
-                with open(self.files[bs[lo]], "ab") as fh:
-                    rec[lo:hi].tofile(fh)
+    def spill(self, rec: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """Append the records ``rec`` to their buckets' files (one counting-sort pass);
+        ``rows``: their rows, when the records do not hold them as the field ``"row"``."""
+        from ooc_lowrank.kernels.buckets import scatter_buckets
+
+        rec = np.ascontiguousarray(rec, dtype=self.dtype)
+        rows = rec["row"] if rows is None else rows
+        n, k = rec.size, self.dtype.itemsize // 8
+        words = self.dtype.itemsize == 8 * k and all(  # records as rows of 8-byte words
+            self.dtype.fields[f][0].itemsize == 8 for f in self.dtype.names
+        )
+        if words and n:
+            out = np.empty((n, k), np.int64)
+            counts = np.empty(len(self.files), np.int64)
+            bounds = self.starts
+            scatter_buckets(
+                np.ascontiguousarray(rows, np.int64),
+                bounds,
+                rec.view(np.int64).reshape(n, k),
+                out,
+                counts,
+            )
+            rec = out.view(self.dtype).reshape(n)
+        else:
+            b = np.searchsorted(self.starts, rows, side="right") - 1
+            rec = rec.take(np.argsort(b, kind="stable"))
+            counts = np.bincount(b, minlength=len(self.files))
+        ends = np.cumsum(counts)
+        for bi in np.flatnonzero(counts).tolist():
+            with open(self.files[bi], "ab") as fh:
+                rec[ends[bi] - counts[bi] : ends[bi]].tofile(fh)
 
     def load(self, bi: int, sort: bool = True) -> np.ndarray:
+        """Bucket ``bi`` (its file removed), stably sorted by ``"row"`` or as spilled; with
+        ``sort=False`` a view of a buffer reused by the next call (fresh pages are slow)."""
         f = self.files[bi]
         if not os.path.exists(f):
             return np.empty(0, dtype=self.dtype)
-        rec = np.fromfile(f, dtype=self.dtype)
+        size = os.path.getsize(f)
+        if self._buf is None or self._buf.size < size:
+            self._buf = np.empty(size, np.uint8)
+        with open(f, "rb") as fh:
+            got = fh.readinto(memoryview(self._buf)[:size])
+        if got != size:  # pragma: no cover - the file is ours
+            raise OSError(f"short read of {f}: {got} of {size} bytes")
         os.remove(f)
+        rec = self._buf[:size].view(self.dtype)
         return rec.take(np.argsort(rec["row"], kind="stable")) if sort else rec
 
     def store(self, bi: int, rec: np.ndarray) -> None:

@@ -1,0 +1,142 @@
+"""External sort of (row, column) entries: spill to row-range buckets, then sort a bucket.
+
+Used by the table converter (``ooc_lowrank.io.tables``, kind ``interactions``).  Both kernels
+are O(n) counting sorts plus short per-row sorts, instead of an O(n log n) sort of 64-bit keys
+(about 6x faster at a few million entries here).  NumPy twins live in ``tests/test_tables.py``
+(``naive_scatter_buckets``, ``naive_sort_bucket``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._numba import njit
+
+#: Rows with at most this many entries are sorted by insertion sort, longer ones by mergesort.
+_SHORT_ROW = 32
+
+
+@njit
+def scatter_buckets(rows, starts, words, out, counts):
+    """Stable partition of records by row range.
+
+    ``rows`` int64 ``(n,)``: each record's row; ``starts`` int64 ``(n_buckets + 1,)``: the row
+    boundaries of the buckets; ``words`` int64 ``(n, k)``: the records as rows of 8-byte words.
+    Writes the records to ``out`` ``(n, k)``, those of bucket 0 first, read order kept within a
+    bucket; ``counts[b]``: the records of bucket ``b``.
+    """
+    n, k = words.shape
+    nb = starts.size - 1
+    bucket = np.searchsorted(starts, rows, side="right") - 1
+    for b in range(nb):
+        counts[b] = 0
+    for i in range(n):
+        counts[bucket[i]] += 1
+    nxt = np.empty(nb, np.int64)
+    acc = 0
+    for b in range(nb):
+        nxt[b] = acc
+        acc += counts[b]
+    for i in range(n):
+        j = nxt[bucket[i]]
+        nxt[bucket[i]] = j + 1
+        for f in range(k):
+            out[j, f] = words[i, f]
+
+
+@njit
+def sort_bucket(rows, cols, n_rows, ptr, perm, cols_sorted):
+    """Order of the entries of one bucket by (row, column, position), stably.
+
+    ``rows`` int64 ``(n,)`` in ``[0, n_rows)``, ``cols`` int64 ``(n,)``.  Writes ``ptr``
+    ``(n_rows + 1,)`` (the CSR row pointer), ``perm`` ``(n,)`` (positions in sorted order: equal
+    (row, column) pairs keep their read order) and ``cols_sorted = cols[perm]``.
+    """
+    n = rows.size
+    for r in range(n_rows + 1):
+        ptr[r] = 0
+    for i in range(n):
+        ptr[rows[i] + 1] += 1
+    for r in range(n_rows):
+        ptr[r + 1] += ptr[r]
+    nxt = ptr[:-1].copy()
+    wide = False
+    for i in range(n):
+        if cols[i] >= 2**31:
+            wide = True
+            break
+    if n < 2**32 and not wide:
+        # one int64 per entry, (column << 32) | position, unique: sorting it within each row
+        # sorts by (column, read order), in place on contiguous memory
+        key = cols_sorted
+        for i in range(n):  # counting sort by row
+            r = rows[i]
+            key[nxt[r]] = (cols[i] << 32) | i
+            nxt[r] += 1
+        for r in range(n_rows):
+            lo, hi = ptr[r], ptr[r + 1]
+            if hi - lo <= _SHORT_ROW:
+                for j in range(lo + 1, hi):
+                    x = key[j]
+                    k = j - 1
+                    while k >= lo and key[k] > x:
+                        key[k + 1] = key[k]
+                        k -= 1
+                    key[k + 1] = x
+            else:
+                key[lo:hi] = np.sort(key[lo:hi])
+        mask = (1 << 32) - 1
+        for j in range(n):
+            perm[j] = key[j] & mask
+            key[j] = key[j] >> 32
+        return
+    for i in range(n):  # counting sort by row: positions ascend within a row
+        r = rows[i]
+        perm[nxt[r]] = i
+        nxt[r] += 1
+    for r in range(n_rows):
+        lo, hi = ptr[r], ptr[r + 1]
+        if hi - lo <= _SHORT_ROW:  # stable insertion sort by column
+            for j in range(lo, hi):
+                cols_sorted[j] = cols[perm[j]]
+            for j in range(lo + 1, hi):
+                c, p = cols_sorted[j], perm[j]
+                k = j - 1
+                while k >= lo and cols_sorted[k] > c:
+                    cols_sorted[k + 1] = cols_sorted[k]
+                    perm[k + 1] = perm[k]
+                    k -= 1
+                cols_sorted[k + 1] = c
+                perm[k + 1] = p
+        else:
+            seg = perm[lo:hi].copy()
+            c = cols[seg]
+            order = np.argsort(c, kind="mergesort")
+            for j in range(hi - lo):
+                perm[lo + j] = seg[order[j]]
+                cols_sorted[lo + j] = c[order[j]]
+
+
+@njit
+def cut_buckets(counts, bucket_nnz, starts):
+    """Greedy cut of rows into consecutive ranges of at most ``bucket_nnz`` entries (a row with
+    more forms its own range); writes the boundaries to ``starts`` and returns their number."""
+    m = 1
+    starts[0] = 0
+    acc = 0
+    for i in range(counts.size):
+        c = counts[i]
+        if acc > 0 and acc + c > bucket_nnz:
+            starts[m] = i
+            m += 1
+            acc = 0
+        acc += c
+    starts[m] = counts.size
+    return m + 1
+
+
+@njit
+def count_into(keys, lo, counts):
+    """``counts[k - lo] += 1`` for every ``k`` of ``keys`` (all within the array's range)."""
+    for i in range(keys.size):
+        counts[keys[i] - lo] += 1
