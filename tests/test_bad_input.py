@@ -464,7 +464,10 @@ def test_boundary_refuses_with_a_named_error(case):
 
 
 def _same(a, b):
-    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-5, atol=1e-8)
+    # float32 fits over differently blocked inputs (dask chunks of 20 rows vs one block) agree
+    # to rounding only: the block partials are summed in another order (measured 2e-6..5e-5
+    # absolute across block_rows on small GIMC fits); a wrong conversion differs far more
+    np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-4, atol=1e-6)
 
 
 # (id, fit with the odd input, fit with the plain input it means); the models must agree
