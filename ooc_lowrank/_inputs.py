@@ -246,12 +246,10 @@ def check_01_block(block, name="Y", where=""):
 def is_lazy(X) -> bool:
     """True for inputs read block by block (Dask arrays and DataFrames, store arrays,
     ``Blocked``): their predictions stay lazy, their checks run as blocks are read."""
-    from .engine import Blocked  # engine imports this module
-
     return (
         _is_dask_array(X)
         or _is_dask_frame(X)
-        or isinstance(X, Blocked)
+        or getattr(type(X), "_row_blocked", False) is True  # engine.Blocked (engine imports us)
         or (hasattr(X, "read") and hasattr(X, "kind"))
     )
 

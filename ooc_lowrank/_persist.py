@@ -25,8 +25,8 @@ import zlib
 import numpy as np
 
 from ooc_lowrank._validation import error_message
+from ooc_lowrank.storage import MODEL_FORMAT, is_model  # noqa: F401 (is_model importable here)
 
-MODEL_FORMAT = "ooc_lowrank.model"
 MODEL_FORMAT_VERSION = 1
 
 #: estimator class name -> "module:attr", filled by the estimator modules via `register`.
@@ -207,25 +207,6 @@ def _jsonable(v):
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
     raise TypeError(f"cannot save value of type {type(v).__name__} in model JSON: {v!r}")
-
-
-def is_model(path) -> bool:
-    """Whether ``path`` (local path or fsspec URL) holds a saved ooc_lowrank model: a directory
-    whose ``model.json`` declares the model format.  Unreadable or foreign means False."""
-    path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
-    try:
-        if "://" in path:
-            import fsspec.core
-
-            fs, p = fsspec.core.url_to_fs(path)
-            with fs.open(f"{p.rstrip('/')}/model.json", "rb") as f:
-                doc = json.loads(f.read())
-        else:
-            with open(os.path.join(path, "model.json"), "rb") as f:
-                doc = json.loads(f.read())
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT
 
 
 def save_model(

@@ -68,7 +68,7 @@ import scipy.sparse as sp
 
 from ._inputs import as_input
 from ._validation import check_csr_structure, check_finite_block
-from .storage import TARGET_BLOCK_BYTES, default_block_rows
+from ._blocksize import TARGET_BLOCK_BYTES, default_block_rows
 
 __all__ = [
     "Blocked",
@@ -119,6 +119,8 @@ class Blocked:
     """
 
     held = None
+    #: what :func:`ooc_lowrank._inputs.is_lazy` recognises a Blocked by (it cannot import us)
+    _row_blocked = True
 
     def __init__(self, arr, kind, source=None, nnz=None, reads=None):
         self.dask = arr

@@ -68,6 +68,7 @@ import numpy as np
 import scipy.sparse as sp
 import zarr
 
+from ._blocksize import TARGET_BLOCK_BYTES, default_block_rows  # noqa: F401 (both importable here)
 from ._validation import (
     OOCLowRankWarning,
     StoreError,
@@ -97,8 +98,6 @@ FORMAT_NAME = "ooc_lowrank.dataset"
 FORMAT_VERSION = 1
 _META_KEY = "ooc_lowrank"
 MANIFEST_FILE = "manifest.json"
-#: Target size of one row block in bytes (PERF_NOTES: 8-32 MB blocks read fastest here).
-TARGET_BLOCK_BYTES = 16 * 2**20
 _NNZ_CHUNK = 1 << 22  # upper bound on entries per chunk of 1-D sparse arrays
 _INDPTR_CHUNK = 1 << 20  # upper bound on rows per indptr chunk
 _MIN_NNZ_CHUNK = 1 << 12
@@ -109,12 +108,6 @@ def _pow2_at_least(x: float) -> int:
 
 
 _KINDS = ("dense", "csr", "coo")
-
-
-def default_block_rows(row_bytes: float, target_bytes: int = TARGET_BLOCK_BYTES) -> int:
-    """Rows per block so that one block holds about ``target_bytes`` (clamped to [256, 2**20])."""
-    rows = int(target_bytes // max(float(row_bytes), 1.0))
-    return int(min(max(rows, 256), 1 << 20))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,6 +160,29 @@ def is_store(loc) -> bool:
     attrs = doc.get("attributes") if isinstance(doc, dict) else None
     meta = attrs.get(_META_KEY) if isinstance(attrs, dict) else None
     return isinstance(meta, dict) and meta.get("format") == FORMAT_NAME
+
+
+#: the ``format`` of a saved model's ``model.json`` (:mod:`ooc_lowrank._persist` writes it)
+MODEL_FORMAT = "ooc_lowrank.model"
+
+
+def is_model(path) -> bool:
+    """Whether ``path`` (local path or fsspec URL) holds a saved ooc_lowrank model: a directory
+    whose ``model.json`` declares the model format.  Unreadable or foreign means False."""
+    path = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    try:
+        if "://" in path:
+            import fsspec.core
+
+            fs, p = fsspec.core.url_to_fs(path)
+            with fs.open(f"{p.rstrip('/')}/model.json", "rb") as f:
+                doc = json.loads(f.read())
+        else:
+            with open(os.path.join(path, "model.json"), "rb") as f:
+                doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("format") == MODEL_FORMAT
 
 
 def _norm(loc) -> str:
@@ -222,10 +238,7 @@ def check_destination(loc, what="store", *, overwrite, inputs=(), name="dest") -
     exists = _exists(loc) or (not _is_url(loc) and os.path.islink(_local_path(loc)))
     if not exists:
         return
-    if what == "model":
-        from ._persist import is_model as ours
-    else:
-        ours = is_store
+    ours = is_model if what == "model" else is_store
     if not ours(loc):
         raise param_error(
             name,

@@ -139,6 +139,10 @@ def test_bench_gimc_passes_structure(tmp_path):
         assert len(sizes) >= r["n_passes"] and max(sizes[3:]) <= max(sizes[:3]), sizes
 
 
+# slow: every case of bench_small with its peers on real data (the longest default test, ~15 s
+# quiet).  bench_small.main() itself stays in the default run (the test below, two cases); the
+# engine's direct path (no graph for in-memory fits) is tested in test_engine / test_gimc.
+@pytest.mark.slow
 def test_bench_small_tiny_structure(tmp_path):
     # issue 24's measurement script at tiny size: every case, ours and peers, with the
     # structural numbers (passes, dask computes per fit, stage breakdown); never a wall time

@@ -96,8 +96,12 @@ def liac_arff_matrix(path, sparse):
     return np.asarray(obj["data"], dtype=float), names
 
 
+# bibtex (the largest two files: liac-arff's pure-Python reference takes ~10 s each on the busy
+# 2-core machine) runs with -m slow; Corel5k keeps a sparse real file in the default run.
 @pytest.mark.parametrize(
-    "folder,stem,xml,n,d,L,nnz,card", ARFF_FILES, ids=[a[1] for a in ARFF_FILES]
+    "folder,stem,xml,n,d,L,nnz,card",
+    [pytest.param(*a, marks=pytest.mark.slow) if a[0] == "bibtex" else a for a in ARFF_FILES],
+    ids=[a[1] for a in ARFF_FILES],
 )
 def test_arff_real_files(tmp_path, folder, stem, xml, n, d, L, nnz, card):
     src = need(folder, f"{stem}.arff.gz")

@@ -22,7 +22,7 @@ SMALL_ARGS = {
                               "--c", "3"],
     "movielens_glrl.py": [],
     "movielens_mvm.py": ["--max-rows", "3000"],
-    "yahoo_kernelmaxide.py": ["--max-rows", "300", "--landmarks", "40", "--max-iter", "10"],
+    "yahoo_kernelmaxide.py": ["--max-rows", "300", "--landmarks", "40", "--max-iter", "3"],
 }
 OWN_WORKDIR = {"bibtex_end_to_end.py", "figure2.py", "segment_clustering.py"}
 

@@ -12,9 +12,14 @@ from ooc_lowrank.glrl._blocks import pack_columns as pack
 from ooc_lowrank.glrl.losses import LOSSES, get_loss
 
 ALL = sorted(LOSSES)
+#: (values dtype, index dtype, read-only inputs) of the kernels' matches-naive tests.  The float32
+#: / int32 case is exactly what the estimators pass (writable scipy CSR blocks), so it compiles no
+#: Numba signature of its own on a cold cache (each GLRL pass kernel takes seconds to compile);
+#: the float64 case covers int64 indices and read-only inputs (STYLE 10).
+DTYPES = [(np.float64, np.int64, True), (np.float32, np.int32, False)]
 
 
-def _problem(rng, loss, m=23, n=17, t=3, p=0.4, dtype=np.float64, idx=np.int64):
+def _problem(rng, loss, m=23, n=17, t=3, p=0.4, dtype=np.float64, idx=np.int64, readonly=True):
     mask = rng.random((m, n)) < p
     mask[5] = False  # an empty row
     rows, cols = np.nonzero(mask)
@@ -32,7 +37,7 @@ def _problem(rng, loss, m=23, n=17, t=3, p=0.4, dtype=np.float64, idx=np.int64):
     theta = rng.standard_normal(t)
     r, c = np.repeat(np.arange(m), np.diff(csr.indptr)), csr.indices.astype(np.int64)
     for a in (csr.indptr, csr.indices, csr.data, U, V, theta):
-        a.flags.writeable = False  # kernels must accept read-only inputs
+        a.flags.writeable = not readonly  # kernels must accept read-only inputs
     return csr, U, V, theta, r, c, csr.data.astype(np.float64)
 
 
@@ -67,9 +72,9 @@ def test_nonsmooth_subgradients_at_kinks_are_zero():
 
 
 @pytest.mark.parametrize("loss", ALL)
-@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
-def test_power_pass_matches_naive(loss, dtype, idx, rng):
-    csr, U, V, theta, r, c, o = _problem(rng, loss, dtype=dtype, idx=idx)
+@pytest.mark.parametrize("dtype,idx,readonly", DTYPES)
+def test_power_pass_matches_naive(loss, dtype, idx, readonly, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, dtype=dtype, idx=idx, readonly=readonly)
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
@@ -83,7 +88,9 @@ def test_power_pass_matches_naive(loss, dtype, idx, rng):
 @pytest.mark.parametrize("loss", ALL)
 def test_power_pass_is_block_additive(loss, rng):
     """Blocks with a row offset return their rows of G v; partial G^T u vectors add up."""
-    csr, U, V, theta, r, c, o = _problem(rng, loss)
+    # writable int32 CSR, as the estimators pass it (row slices are writable copies anyway): no
+    # kernel signature of its own (read-only and int64 inputs: the matches-naive tests)
+    csr, U, V, theta, r, c, o = _problem(rng, loss, idx=np.int32, readonly=False)
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
@@ -99,9 +106,9 @@ def test_power_pass_is_block_additive(loss, rng):
 
 
 @pytest.mark.parametrize("loss", ALL)  # every code: the specialized copies and the generic one
-@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
-def test_refit_full_pass_matches_naive(loss, dtype, idx, rng):
-    csr, U, V, theta, r, c, o = _problem(rng, loss, dtype=dtype, idx=idx)
+@pytest.mark.parametrize("dtype,idx,readonly", DTYPES)
+def test_refit_full_pass_matches_naive(loss, dtype, idx, readonly, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, dtype=dtype, idx=idx, readonly=readonly)
     code = get_loss(loss).code
     grad, st = _blocks.refit_full_block(0, csr, U, V, theta, code, 0.7)
     f2, g2 = naive.refit_full(r, c, o, U, V, theta, loss, 0.7)
@@ -111,9 +118,9 @@ def test_refit_full_pass_matches_naive(loss, dtype, idx, rng):
 
 @pytest.mark.parametrize("loss", ["square", "l1"])  # register copies per rank / generic loop
 @pytest.mark.parametrize("t", [0, 1, 2, 5, K.MAX_FIXED_RANK, K.MAX_FIXED_RANK + 1, 12])
-@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
-def test_power_and_refit_full_passes_match_naive_at_every_rank(loss, t, dtype, idx, rng):
-    csr, U, V, theta, r, c, o = _problem(rng, loss, t=t, dtype=dtype, idx=idx)
+@pytest.mark.parametrize("dtype,idx,readonly", DTYPES)
+def test_power_and_refit_full_passes_match_naive_at_every_rank(loss, t, dtype, idx, readonly, rng):
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=t, dtype=dtype, idx=idx, readonly=readonly)
     m, n = csr.shape
     u, v = rng.standard_normal(m), rng.standard_normal(n)
     code = get_loss(loss).code
@@ -260,11 +267,11 @@ def test_gradient_cache_matches_naive_and_the_fused_pass(loss, idx, rng):
 
 
 @pytest.mark.parametrize("loss", ALL)
-@pytest.mark.parametrize("dtype,idx", [(np.float64, np.int64), (np.float32, np.int32)])
-def test_grad_entries_matches_naive(loss, dtype, idx, rng):
+@pytest.mark.parametrize("dtype,idx,readonly", DTYPES)
+def test_grad_entries_matches_naive(loss, dtype, idx, readonly, rng):
     # per-entry gradients in storage order, from the kernel's specialized (square, l1, huber)
     # and generic (logistic, hinge) copies, against the NumPy loss family at the predictions
-    csr, U, V, theta, r, c, o = _problem(rng, loss, t=20, dtype=dtype, idx=idx)
+    csr, U, V, theta, r, c, o = _problem(rng, loss, t=20, dtype=dtype, idx=idx, readonly=readonly)
     g = _blocks.grad_csr_block(0, csr, U, V, theta, get_loss(loss).code, 0.7)
     pred = ((U[r] * theta) * V[c]).sum(axis=1)
     np.testing.assert_allclose(g.data, get_loss(loss).grad(pred, o, 0.7), rtol=1e-10, atol=1e-12)

@@ -181,6 +181,10 @@ def test_convert_and_write_stores_to_s3(s3, train, tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+# slow: the workers import s3fs and compile GIMC's kernels (cold cache) for this test alone.
+# Reading and writing s3 stores is tested in process by the other tests here, and a fit on the
+# session's LocalCluster equal to the threaded fit by test_engine / test_cluster_alignment.
+@pytest.mark.slow
 def test_fit_from_s3_on_a_local_cluster_and_predict_to_s3(s3, train, s3_cluster):
     import dask
 
