@@ -401,6 +401,8 @@ def run_nuswide(a):
         if not a.keep:
             shutil.rmtree(url, ignore_errors=True)
     est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0)
+    if a.tol is not None:
+        est.set_params(tol=a.tol)
     e = est.estimate(X, Y)
     log("estimate:", json.dumps(_jsonable(est_summary(e))))
     roof = gimc_roofline(a.rows, a.features, a.m, e["block_rows"])
@@ -709,6 +711,8 @@ def main(argv=None):
     s.add_argument("--labels-per-row", type=float, default=5.0)
     s.add_argument("--m", type=int, default=500)
     s.add_argument("--iters", type=int, default=100)
+    s.add_argument("--tol", type=float, default=None,
+                   help="GIMC tol (default: the library's; 0 runs all --iters iterations)")
     s = common(sub.add_parser("delicious"))
     s.add_argument("--rows", type=int, default=196_606)
     s.add_argument("--test-rows", type=int, default=100_095)
