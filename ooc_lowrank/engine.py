@@ -1139,13 +1139,41 @@ def _run_blocks(task, n):
     return _POOL.map(run, range(n))
 
 
+class _OneBlasThread:
+    """The process-wide BLAS limit of :func:`one_blas_thread`, counted: the outermost entry
+    sets it, the last exit restores it, nested entries (a driver loop that already holds it
+    around its passes) cost a lock and a counter instead of a threadpoolctl round trip."""
+
+    _lock = threading.Lock()
+    _depth = 0
+    _limit = None
+
+    def __enter__(self):
+        cls = type(self)
+        with cls._lock:
+            if cls._depth == 0:
+                cls._limit = _blas_controller().limit(limits=1, user_api="blas")
+            cls._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        cls = type(self)
+        with cls._lock:
+            cls._depth -= 1
+            if cls._depth == 0:
+                limit, cls._limit = cls._limit, None
+                limit.restore_original_limits()
+        return False
+
+
 def one_blas_thread():
-    """Context manager: BLAS limited to one thread (restored on exit).  The engine's rule for
-    its own passes (the threads scheduler gives each Dask thread one; the direct path each
+    """Context manager: BLAS limited to one thread (restored when the outermost holder exits;
+    the limit is process-wide, so nested and concurrent holders share it).  The engine's rule
+    for its own passes (the threads scheduler gives each Dask thread one; the direct path each
     pool thread), and for driver code that runs many small products between passes (a single
     block runs on one core: two OpenBLAS threads on the skinny products of small problems ran
     3-7x slower than one on this 2-core machine)."""
-    return _blas_controller().limit(limits=1, user_api="blas")
+    return _OneBlasThread()
 
 
 def _tree_sum(parts, nb, split_every):
