@@ -87,15 +87,9 @@ def chunk_files(path):
 
 def drop_page_cache(path):
     """Advise the kernel to drop ``path``'s files from the page cache (cold reads next)."""
-    for f in chunk_files(path):
-        try:
-            fd = os.open(f, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+    from ooc_lowrank.storage import drop_page_cache as drop
+
+    drop(path)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.glrl.estimator import _obs_handle
-from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_blocked, features_of
+from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features, features_of
 
 READOUTS = ("exact", "svds")
 #: The paper's lam grid for clustering (SPEC 1.7).
@@ -452,7 +452,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
                 )
             if grid is not None:  # the store's shape is checked before its values are read
                 for side, what in enumerate(("row", "column")):
-                    _side_blocked(X, store.shape[side], what, "X", None)
+                    _side_features(X, store.shape[side], what, "X")
             cons = store if grid is None else _constraints_in_memory(store, self.lam)
         elif not (isinstance(constraints, (tuple, list)) and len(constraints) == 3):
             raise TypeError(

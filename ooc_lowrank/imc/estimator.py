@@ -111,6 +111,12 @@ def features_of(X, name):
 
 
 def _side_blocked(X, n_expected, what, name, block_rows):
+    X = _side_features(X, n_expected, what, name)
+    return engine.as_blocked(X, block_rows=block_rows, name=name)
+
+
+def _side_features(X, n_expected, what, name):
+    """``X`` as features, checked to have one row per ``what`` (``n_expected``) and >= 1 column."""
     if X is None:
         raise param_error(name, "is required", None, f"Pass the {what} features (n, d)")
     X = features_of(X, name)
@@ -125,7 +131,7 @@ def _side_blocked(X, n_expected, what, name, block_rows):
             name, "must have at least one feature column", tuple(X.shape),
             f"Pass the {what} features as an (n, d) array with d >= 1",
         )  # fmt: skip
-    return engine.as_blocked(X, block_rows=block_rows, name=name)
+    return X
 
 
 def _physical_memory():
