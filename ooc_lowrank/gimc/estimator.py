@@ -277,7 +277,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     Attributes
     ----------
-    components_ : ndarray of shape (n_features_in_, m_total)
+    components_ : ndarray of shape (``n_features_in_``, m_total)
         Learned projections / landmarks (parts side by side).
     coef_ : ndarray of shape (n_phi, n_labels)
         ``W``.

@@ -204,8 +204,8 @@ class InductiveMatrixCompletion(BaseEstimator):
         ``P = phi_U(X_row) W``.
     col_factors_ : ndarray of shape (n2, n_components)
         ``Q = phi_V(X_col) H``.
-    objective_ : ndarray of shape (n_iter_ + 1,)
-    cg_iterations_ : ndarray of shape (n_iter_, 2)
+    objective_ : ndarray of shape (``n_iter_`` + 1,)
+    cg_iterations_ : ndarray of shape (``n_iter_``, 2)
     n_iter_, n_passes_ : int
     shape_ : (int, int)
 

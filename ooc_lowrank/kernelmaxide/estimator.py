@@ -756,7 +756,7 @@ class KernelMaxide(_MaxideBase):
     gamma_ : float
     coef_ : ndarray of shape (r, n_labels)
         Scores are ``F(X) coef_``.
-    objective_ : ndarray of shape (n_iter_ + 1,)
+    objective_ : ndarray of shape (``n_iter_`` + 1,)
     n_iter_, n_passes_, converged_, rank_, n_ut_, n_features_in_, n_labels_
 
     Notes
