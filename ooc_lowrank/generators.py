@@ -305,22 +305,76 @@ def _write(
     return open_written(dest)
 
 
-def _check_common(dest, n_rows, seed, overwrite, companion=False):
-    n_rows = _int_opt(n_rows, "n_rows", low=1)
-    seed = _check_seed(seed)
-    targets = [str(dest)] + ([columns_store_url(dest)] if companion else [])
-    for t in targets:  # before any work: a store there is replaced only with overwrite
-        check_destination(t, overwrite=overwrite)
-    return n_rows, seed
+class _Job:
+    """One generator call's shared arguments, checked, and its streaming writes.
 
+    ``args`` is the generator's ``locals()`` at entry: every argument but ``dest``,
+    ``block_rows``, ``overwrite`` and ``progress`` is recorded in the store's attributes.  The
+    destination (and, with ``companion``, the column store next to it) is checked before any work:
+    a store there is replaced only with ``overwrite``.
+    """
 
-def _attrs(kind, params, **extra):
-    return {
-        "generator": kind,
-        "params": {k: _jsonable(v) for k, v in params.items()},
-        "gen_chunk_rows": GEN_CHUNK_ROWS,
-        **extra,
-    }
+    def __init__(self, kind, args, companion=False):
+        self.kind = kind
+        self.dest = args["dest"]
+        self.block_rows, self.overwrite, self.progress = (
+            args["block_rows"], args["overwrite"], args["progress"]
+        )
+        self.params = {
+            k: v for k, v in args.items() if k not in ("dest", "block_rows", "overwrite", "progress")
+        }
+        self.n_rows = _int_opt(args["n_rows"], "n_rows", low=1)
+        self.seed = _check_seed(args["seed"])
+        targets = [str(self.dest)] + ([columns_store_url(self.dest)] if companion else [])
+        for t in targets:
+            check_destination(t, overwrite=self.overwrite)
+
+    def attrs(self, suffix="", **extra):
+        return {
+            "generator": self.kind + suffix,
+            "params": {k: _jsonable(v) for k, v in self.params.items()},
+            "gen_chunk_rows": GEN_CHUNK_ROWS,
+            **extra,
+        }
+
+    def write(self, arrays, make_chunk, **extra_attrs):
+        """The row store: ``make_chunk(rng, start, stop) -> {name: block}`` per gen chunk."""
+        return _write(
+            self.dest,
+            n_rows=self.n_rows,
+            seed=self.seed,
+            block_rows=self.block_rows,
+            overwrite=self.overwrite,
+            progress=self.progress,
+            arrays=arrays,
+            make_chunk=make_chunk,
+            attrs=self.attrs(**extra_attrs),
+        )
+
+    def write_columns(self, n_cols, *, arrays, make_chunk):
+        """Write the companion column store; return its arrays stacked in memory, and its URL."""
+        url = columns_store_url(self.dest)
+        kept = {}
+
+        def wrapped(rng, start, stop):
+            blocks = make_chunk(rng, start, stop)
+            for k, v in blocks.items():
+                kept.setdefault(k, []).append(v)
+            return blocks
+
+        _write(
+            url,
+            n_rows=n_cols,
+            seed=self.seed,
+            block_rows=None,
+            overwrite=self.overwrite,
+            progress=None,
+            arrays=arrays,
+            make_chunk=wrapped,
+            attrs=self.attrs(".columns"),
+            stream=_COL_STREAM,
+        )
+        return {k: np.concatenate(v) for k, v in kept.items()}, url
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,10 +481,8 @@ def generate_multilabel(
         Arrays ``"X"`` ``(n_rows, n_features)`` float32 (dense or csr), ``"Y"``
         ``(n_rows, n_labels)`` csr float32 of ones, optionally ``"y"`` ``(n_rows, 1)`` float64.
     """
-    params = dict(locals())
-    for k in ("dest", "block_rows", "overwrite", "progress"):
-        params.pop(k)
-    n_rows, seed = _check_common(dest, n_rows, seed, overwrite)
+    job = _Job("multilabel", locals())
+    n_rows, seed = job.n_rows, job.seed
     d = _int_opt(n_features, "n_features", low=1)
     L = _int_opt(n_labels, "n_labels", low=0)
     C = _int_opt(n_classes, "n_classes", low=0)
@@ -453,7 +505,7 @@ def generate_multilabel(
         if gamma is None
         else _real_opt(gamma, "gamma", low=0.0, low_inclusive=False)
     )
-    params["gamma"] = g
+    job.params["gamma"] = g
 
     # shared parameters, one stream each
     f32 = np.float32
@@ -526,48 +578,12 @@ def generate_multilabel(
         arrays.append(("Y", "csr", L, "float32"))
     if C:
         arrays.append(("y", "dense", 1, "float64"))
-    return _write(
-        dest,
-        n_rows=n_rows,
-        seed=seed,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-        arrays=arrays,
-        make_chunk=make_chunk,
-        attrs=_attrs("multilabel", params),
-    )
+    return job.write(arrays, make_chunk)
 
 
 # ---------------------------------------------------------------------------------------------
 # column side (companion store) shared by imc_toy and lowrank
 # ---------------------------------------------------------------------------------------------
-
-
-def _write_columns(dest, *, n_cols, seed, overwrite, arrays, make_chunk, attrs):
-    """Write the companion column store; return the arrays named in ``keep`` stacked in memory."""
-    url = columns_store_url(dest)
-    kept = {}
-
-    def wrapped(rng, start, stop):
-        blocks = make_chunk(rng, start, stop)
-        for k, v in blocks.items():
-            kept.setdefault(k, []).append(v)
-        return blocks
-
-    _write(
-        url,
-        n_rows=n_cols,
-        seed=seed,
-        block_rows=None,
-        overwrite=overwrite,
-        progress=None,
-        arrays=arrays,
-        make_chunk=wrapped,
-        attrs=attrs,
-        stream=_COL_STREAM,
-    )
-    return {k: np.concatenate(v) for k, v in kept.items()}, url
 
 
 # ---------------------------------------------------------------------------------------------
@@ -621,23 +637,17 @@ def generate_imc_toy(
         (:func:`open_columns`) holds the column features ``"X"`` ``(n_cols, d)`` float64
         (``Y`` in the formula above).
     """
-    params = dict(locals())
-    for k in ("dest", "block_rows", "overwrite", "progress"):
-        params.pop(k)
-    n_rows, seed = _check_common(dest, n_rows, seed, overwrite, companion=True)
+    job = _Job("imc_toy", locals(), companion=True)
+    n_rows, seed = job.n_rows, job.seed
     nc = _int_opt(n_cols, "n_cols", low=1)
     d = _int_opt(n_features, "n_features", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
     p = _real_opt(obs_frac, "obs_frac", low=0.0, high=1.0)
 
-    cols, url = _write_columns(
-        dest,
-        n_cols=nc,
-        seed=seed,
-        overwrite=overwrite,
+    cols, url = job.write_columns(
+        nc,
         arrays=[("X", "dense", d, "float64")],
         make_chunk=lambda rng, s, e: {"X": rng.standard_normal((e - s, d))},
-        attrs=_attrs("imc_toy.columns", params),
     )
     Y = cols["X"]
 
@@ -658,17 +668,7 @@ def generate_imc_toy(
     arrays = [("X", "dense", d, "float64"), ("obs", "coo", nc, "float64")]
     if store_full:
         arrays.append(("A", "dense", nc, "float64"))
-    return _write(
-        dest,
-        n_rows=n_rows,
-        seed=seed,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-        arrays=arrays,
-        make_chunk=make_chunk,
-        attrs=_attrs("imc_toy", params, columns_store=os.path.basename(url)),
-    )
+    return job.write(arrays, make_chunk, columns_store=os.path.basename(url))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -736,10 +736,8 @@ def generate_lowrank(
         if ``d_x > 0``.  Companion store (:func:`open_columns`): ``"V_true"`` ``(n_cols, rank)``
         float64 and the column features ``"X"`` ``(n_cols, d_y)`` float32 if ``d_y > 0``.
     """
-    params = dict(locals())
-    for k in ("dest", "block_rows", "overwrite", "progress"):
-        params.pop(k)
-    n_rows, seed = _check_common(dest, n_rows, seed, overwrite, companion=True)
+    job = _Job("lowrank", locals(), companion=True)
+    n_rows, seed = job.n_rows, job.seed
     nc = _int_opt(n_cols, "n_cols", low=1)
     r = _int_opt(rank, "rank", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
@@ -776,14 +774,10 @@ def generate_lowrank(
     col_arrays = [("V_true", "dense", r, "float64")] + (
         [("X", "dense", dy, "float32")] if dy else []
     )
-    cols, url = _write_columns(
-        dest,
-        n_cols=nc,
-        seed=seed,
-        overwrite=overwrite,
+    cols, url = job.write_columns(
+        nc,
         arrays=col_arrays,
         make_chunk=col_chunk,
-        attrs=_attrs("lowrank.columns", params),
     )
     Vt = np.ascontiguousarray(cols["V_true"].T)  # (rank, n_cols)
     del cols
@@ -812,17 +806,7 @@ def generate_lowrank(
     arrays = [("obs", "coo", nc, vdt), ("U_true", "dense", r, "float64")]
     if dx:
         arrays.append(("X", "dense", dx, "float32"))
-    return _write(
-        dest,
-        n_rows=n_rows,
-        seed=seed,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-        arrays=arrays,
-        make_chunk=make_chunk,
-        attrs=_attrs("lowrank", params, columns_store=os.path.basename(url)),
-    )
+    return job.write(arrays, make_chunk, columns_store=os.path.basename(url))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -883,10 +867,8 @@ def generate_signed(
         ``"V_true"`` ``(n, rank)`` float64; ``model="communities"``: ``"community"`` ``(n, 1)``
         float64.
     """
-    params = dict(locals())
-    for k in ("dest", "block_rows", "overwrite", "progress"):
-        params.pop(k)
-    n, seed = _check_common(dest, n_rows, seed, overwrite)
+    job = _Job("signed", locals())
+    n, seed = job.n_rows, job.seed
     if model not in ("lowrank", "communities"):
         raise ValueError(f"model must be 'lowrank' or 'communities'; got {model!r}")
     r = _int_opt(rank, "rank", low=1)
@@ -935,17 +917,7 @@ def generate_signed(
         arrays += [("U_true", "dense", r, "float64"), ("V_true", "dense", r, "float64")]
     else:
         arrays.append(("community", "dense", 1, "float64"))
-    return _write(
-        dest,
-        n_rows=n,
-        seed=seed,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-        arrays=arrays,
-        make_chunk=make_chunk,
-        attrs=_attrs("signed", params),
-    )
+    return job.write(arrays, make_chunk)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -999,15 +971,13 @@ def generate_multiview(
         factors hold at most 100,000 values, ``attrs["theta_true"]`` lists them (one
         ``(I_p + 1) x rank`` nested list per view, bias row last) such that MVM-9 gives ``f``.
     """
-    params = dict(locals())
-    for k in ("dest", "block_rows", "overwrite", "progress"):
-        params.pop(k)
-    n_rows, seed = _check_common(dest, n_rows, seed, overwrite)
+    job = _Job("multiview", locals())
+    n_rows, seed = job.n_rows, job.seed
     dims = (view_dims,) if isinstance(view_dims, numbers.Integral) else tuple(view_dims)
     if len(dims) < 2:
         raise ValueError(f"view_dims must list at least 2 views; got {view_dims!r}")
     dims = tuple(_int_opt(v, "view_dims[i]", low=1) for v in dims)
-    params["view_dims"] = list(dims)
+    job.params["view_dims"] = list(dims)
     k = _int_opt(rank, "rank", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
     if task not in ("regression", "classification"):
@@ -1049,17 +1019,7 @@ def generate_multiview(
         extra["theta_true"] = [th.tolist() for th in thetas]
     arrays = [(f"X{p}", "dense", ip, vdt) for p, ip in enumerate(dims)]
     arrays.append(("y", "dense", 1, "float64"))
-    return _write(
-        dest,
-        n_rows=n_rows,
-        seed=seed,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-        arrays=arrays,
-        make_chunk=make_chunk,
-        attrs=_attrs("multiview", params, **extra),
-    )
+    return job.write(arrays, make_chunk, **extra)
 
 
 # ---------------------------------------------------------------------------------------------
