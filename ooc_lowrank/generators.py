@@ -278,33 +278,6 @@ def open_columns(ds: Dataset) -> Dataset:
     return open_dataset(f"{head}/{name}" if _is_url(url) else os.path.join(head, name))
 
 
-def _write(
-    dest,
-    *,
-    n_rows,
-    seed,
-    block_rows,
-    overwrite,
-    progress,
-    arrays,
-    make_chunk,
-    attrs,
-    stream=_ROW_STREAM,
-):
-    """Drive a DatasetWriter: ``make_chunk(rng, start, stop) -> {name: block}`` per gen chunk."""
-    with DatasetWriter(
-        dest, block_rows=block_rows, attrs=attrs, overwrite=overwrite, expected_rows=n_rows
-    ) as w:  # the size is checked against the free disk space before the first block
-        for name, kind, n_cols, dtype in arrays:
-            getattr(w, f"add_{kind}")(name, n_cols=n_cols, dtype=dtype)
-        for ci, start in enumerate(range(0, n_rows, GEN_CHUNK_ROWS)):
-            stop = min(start + GEN_CHUNK_ROWS, n_rows)
-            w.append(**make_chunk(_chunk_rng(seed, stream, ci), start, stop))
-            if progress is not None:
-                progress(stop)
-    return open_written(dest)
-
-
 class _Job:
     """One generator call's shared arguments, checked, and its streaming writes.
 
@@ -337,19 +310,25 @@ class _Job:
             **extra,
         }
 
+    def _stream(self, url, n_rows, block_rows, progress, arrays, make_chunk, attrs, stream):
+        """Drive a DatasetWriter over ``n_rows`` in gen chunks of ``GEN_CHUNK_ROWS`` rows."""
+        with DatasetWriter(
+            url, block_rows=block_rows, attrs=attrs, overwrite=self.overwrite, expected_rows=n_rows
+        ) as w:  # the size is checked against the free disk space before the first block
+            for name, kind, n_cols, dtype in arrays:
+                getattr(w, f"add_{kind}")(name, n_cols=n_cols, dtype=dtype)
+            for ci, start in enumerate(range(0, n_rows, GEN_CHUNK_ROWS)):
+                stop = min(start + GEN_CHUNK_ROWS, n_rows)
+                w.append(**make_chunk(_chunk_rng(self.seed, stream, ci), start, stop))
+                if progress is not None:
+                    progress(stop)
+        return open_written(url)
+
     def write(self, arrays, make_chunk, **extra_attrs):
         """The row store: ``make_chunk(rng, start, stop) -> {name: block}`` per gen chunk."""
-        return _write(
-            self.dest,
-            n_rows=self.n_rows,
-            seed=self.seed,
-            block_rows=self.block_rows,
-            overwrite=self.overwrite,
-            progress=self.progress,
-            arrays=arrays,
-            make_chunk=make_chunk,
-            attrs=self.attrs(**extra_attrs),
-        )
+        attrs = self.attrs(**extra_attrs)
+        return self._stream(self.dest, self.n_rows, self.block_rows, self.progress, arrays,
+                            make_chunk, attrs, _ROW_STREAM)
 
     def write_columns(self, n_cols, *, arrays, make_chunk):
         """Write the companion column store; return its arrays stacked in memory, and its URL."""
@@ -362,18 +341,7 @@ class _Job:
                 kept.setdefault(k, []).append(v)
             return blocks
 
-        _write(
-            url,
-            n_rows=n_cols,
-            seed=self.seed,
-            block_rows=None,
-            overwrite=self.overwrite,
-            progress=None,
-            arrays=arrays,
-            make_chunk=wrapped,
-            attrs=self.attrs(".columns"),
-            stream=_COL_STREAM,
-        )
+        self._stream(url, n_cols, None, None, arrays, wrapped, self.attrs(".columns"), _COL_STREAM)
         return {k: np.concatenate(v) for k, v in kept.items()}, url
 
 
