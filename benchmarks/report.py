@@ -7,7 +7,8 @@ A generated block sits between two marker comments in a markdown file::
     <!-- /results:NAME -->
 
 and is rendered from ``benchmarks/report_templates/NAME.md`` (the ``index`` and ``small`` blocks are
-built by code: the list of results files, every fit of ``small.json``).  A template is markdown with fields ``{{FILE:KEY.KEY...|FORMAT}}``:
+built by code: the list of results files, every fit of ``small.json``).  A template is markdown
+with fields ``{{FILE:KEY.KEY...|FORMAT}}``:
 the value at that key path of ``benchmarks/results/FILE.json``, formatted with Python's FORMAT
 (``.2f``, ``.1%`` ...).  ``{{FILE:PATH / FILE:PATH|FORMAT}}`` renders the ratio of two values
 (an operand may be a number: ``{{FILE:store_bytes / 1e9|.1f}}`` GB).
@@ -113,15 +114,16 @@ def _index_table():
 
 
 def _small_table():
-    """Every fit of ``small.json`` (``bench_small.py``): seconds, passes and metrics, ours and peers."""
+    """Every fit of ``small.json`` (``bench_small.py``): seconds, passes, metrics; ours, peers."""
     d = json.loads((RESULTS / "small.json").read_text())
-    rows = ["| case | fit | ours / peer | seconds | passes | metrics |", "|---|---|---|---|---|---|"]
+    rows = ["| case | fit | ours / peer | seconds | passes | metrics |", "|---" * 6 + "|"]
     for case, c in d["cases"].items():
         for side in ("ours", "peers"):
             for fit, r in c.get(side, {}).items():
                 metrics = ", ".join(f"{k} {v:.4g}" for k, v in r.get("metric", {}).items())
                 passes = r.get("passes", "")
-                rows.append(f"| {case} | {fit} | {'ours' if side == 'ours' else 'peer'} | {r['seconds']:.3f} | "
+                who = "ours" if side == "ours" else "peer"
+                rows.append(f"| {case} | {fit} | {who} | {r['seconds']:.3f} | "
                             f"{passes} | {metrics} |")
     return "\n".join(rows) + "\n"
 

@@ -293,9 +293,8 @@ class _Job:
         self.block_rows, self.overwrite, self.progress = (
             args["block_rows"], args["overwrite"], args["progress"]
         )
-        self.params = {
-            k: v for k, v in args.items() if k not in ("dest", "block_rows", "overwrite", "progress")
-        }
+        own = ("dest", "block_rows", "overwrite", "progress")
+        self.params = {k: v for k, v in args.items() if k not in own}
         self.n_rows = _int_opt(args["n_rows"], "n_rows", low=1)
         self.seed = _check_seed(args["seed"])
         targets = [str(self.dest)] + ([columns_store_url(self.dest)] if companion else [])

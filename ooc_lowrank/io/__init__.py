@@ -6,10 +6,10 @@ bounded chunks, and write through :class:`ooc_lowrank.storage.DatasetWriter`, so
 appears only when the conversion succeeded.  Malformed input raises :class:`ConversionError`
 (a ``ValueError``) naming the file, the line, the rule, the value and the fix.
 
-===================  =============================  =================================================
-format               arrays written                 options (besides block_rows, dtype, chunk_bytes,
-                                                    overwrite, progress)
-===================  =============================  =================================================
+===================  =============================  ===============================================
+format               arrays written                 options (besides block_rows, dtype,
+                                                    chunk_bytes, overwrite, progress)
+===================  =============================  ===============================================
 ``svmlight``         X csr; y (n,1) or Y csr 0/1    zero_based ("auto"), multilabel ("auto"),
                                                     n_features, n_labels
 ``xc``               X csr; Y csr 0/1               zero_based (True), n_features, n_labels
@@ -20,8 +20,8 @@ format               arrays written                 options (besides block_rows,
                      one-column class ids as y
 ``dense_text``       X dense; y (n,1)               label_column (-1), delimiter, comments,
                                                     skip_rows
-``movielens``        obs coo (users x items)        shape=(rows, cols), one_based (True), bucket_nnz,
-                                                    tmpdir
+``movielens``        obs coo (users x items)        shape=(rows, cols), one_based (True),
+                                                    bucket_nnz, tmpdir
 ``movielens_views``  X0 csr (user views), X1 csr    user_file, item_file, occupation_file (default:
                      (item), y (n,1)                beside the ratings), target ("rating"|"binary")
 ``snap``             obs coo (nodes x nodes)        shape, square (True), one_based (False),
@@ -31,7 +31,7 @@ format               arrays written                 options (besides block_rows,
                      X0..Xk + y                     feature_columns, label_list, views, ... (see
                                                     ``io.tables``; sources: files, folders, globs,
                                                     s3:// URLs)
-===================  =============================  =================================================
+===================  =============================  ===============================================
 
 Common options: ``block_rows`` (int, rows per stored block; default the writer's choice),
 ``dtype`` ("float64" default or "float32"; label matrices are float32 0/1), ``chunk_bytes``
