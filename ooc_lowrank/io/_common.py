@@ -500,3 +500,37 @@ class RowBuckets:
         """Write bucket ``bi`` back (e.g. sorted and merged), replacing its file."""
         with open(self.files[bi], "wb") as fh:
             rec.tofile(fh)
+
+
+#: the options every text converter takes (``convert_mat`` has no ``chunk_bytes``)
+TEXT_OPTIONS = ("block_rows", "dtype", "chunk_bytes", "overwrite", "progress")
+
+#: numpydoc entries of the options converters share (``{dtype_of}``: what ``dtype`` sets).
+_OPTION_DOCS = {
+    "block_rows": "block_rows : int, optional\n    Rows per stored block (default: the writer's "
+    "choice).",
+    "dtype": 'dtype : {{"float64", "float32"}}, default "float64"\n    Dtype of {dtype_of}.',
+    "chunk_bytes": "chunk_bytes : int, optional\n    Text parsed at once (default 1 MiB); bounds "
+    "the parser's memory.",
+    "overwrite": "overwrite : bool, default False\n    Replace an existing store at ``dest``.",
+    "progress": "progress : callable(rows_done) or None\n    Called after every written block.",
+}
+
+
+def document_options(*names, dtype_of="``X``", own=None):
+    """Decorator: end a converter's docstring with the entries of the shared options ``names``
+    (in that order; ``own`` maps further names to the converter's own entries) and its
+    ``Returns`` section, so the converters do not each repeat them."""
+
+    def decorate(fn):
+        if fn.__doc__:  # None under python -OO
+            docs = {**_OPTION_DOCS, **(own or {})}
+            entries = [docs[n].format(dtype_of=dtype_of) for n in names]
+            body = "\n".join("    " + line for e in entries for line in e.split("\n"))
+            fn.__doc__ = (
+                fn.__doc__.rstrip() + "\n" + body + "\n\n    Returns\n    -------\n    dest : str\n"
+            )
+        return fn
+
+    return decorate
+

@@ -42,6 +42,7 @@ import numpy as np
 
 from ._common import (
     DEFAULT_CHUNK_BYTES,
+    TEXT_OPTIONS,
     ConversionError,
     as_dtype,
     as_opt_int,
@@ -49,6 +50,7 @@ from ._common import (
     check_range,
     check_sources,
     csr_from_parts,
+    document_options,
     iter_lines,
     iter_rows,
     open_text,
@@ -445,6 +447,7 @@ def _first_row_is_sparse(path) -> bool:
     return True
 
 
+@document_options(*TEXT_OPTIONS)
 def convert_arff(
     srcs,
     dest,
@@ -470,20 +473,6 @@ def convert_arff(
         Mulan's label file naming the label attributes.  Either ``xml`` or ``n_labels``.
     n_labels : int, optional
         Without ``xml``: the last ``n_labels`` attributes are the labels.
-    block_rows : int, optional
-        Rows per stored block (default: the writer's choice).
-    dtype : {"float64", "float32"}, default "float64"
-        Dtype of ``X``.
-    chunk_bytes : int, optional
-        Text parsed at once (default 1 MiB).
-    overwrite : bool, default False
-        Replace an existing store at ``dest``.
-    progress : callable(rows_done) or None
-        Called after every written block.
-
-    Returns
-    -------
-    dest : str
     """
     srcs = check_sources(srcs, "arff")
     dt = as_dtype(dtype)

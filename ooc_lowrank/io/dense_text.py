@@ -14,10 +14,12 @@ import numpy as np
 
 from ._common import (
     DEFAULT_CHUNK_BYTES,
+    TEXT_OPTIONS,
     ConversionError,
     as_dtype,
     as_opt_int,
     check_sources,
+    document_options,
     fields_per_line,
     float_token,
     iter_lines,
@@ -66,6 +68,7 @@ def _parse(path, nums, texts, k, delimiter):
     raise ConversionError(path, nums[0], "malformed numbers near this line")
 
 
+@document_options(*TEXT_OPTIONS)
 def convert_dense_text(
     srcs,
     dest,
@@ -96,12 +99,6 @@ def convert_dense_text(
         Text after this marker is ignored.
     skip_rows : int, default 0
         Header lines to skip at the top of every file.
-    block_rows, dtype, chunk_bytes, overwrite, progress
-        As in :func:`ooc_lowrank.io.convert_svmlight`.
-
-    Returns
-    -------
-    dest : str
     """
     srcs = check_sources(srcs, "dense_text")
     dt = as_dtype(dtype)

@@ -36,6 +36,7 @@ from ._common import (
     as_dtype,
     as_opt_int,
     check_sources,
+    document_options,
     write_blocks,
 )
 
@@ -139,6 +140,7 @@ def _binary_labels(path, var, a) -> sp.csr_matrix:
     return m
 
 
+@document_options("block_rows", "dtype", "overwrite", "progress", dtype_of="non-label arrays")
 def convert_mat(
     srcs,
     dest,
@@ -169,18 +171,6 @@ def convert_mat(
     labels : "auto", str, list or False, default "auto"
         Destination arrays stored as 0/1 label matrices (csr).  ``"auto"``: arrays named ``Y...``
         with at least two columns.  ``False`` / ``""``: none.
-    block_rows : int, optional
-        Rows per stored block (default: the writer's choice).
-    dtype : {"float64", "float32"}, default "float64"
-        Dtype of non-label arrays.
-    overwrite : bool, default False
-        Replace an existing store at ``dest``.
-    progress : callable(rows_done) or None
-        Called after every written block.
-
-    Returns
-    -------
-    dest : str
     """
     (path,) = check_sources(srcs, "mat", max_count=1)
     if not os.path.exists(path):

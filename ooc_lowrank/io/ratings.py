@@ -47,6 +47,7 @@ from ._common import (
     bucket_starts,
     check_sources,
     csr_from_parts,
+    document_options,
     fields_per_line,
     float_token,
     int_token,
@@ -303,32 +304,25 @@ def _convert(
         )
 
 
-_DOC_COMMON = """
-    shape : (int, int) or str, optional
-        ``(n_rows, n_cols)`` of the observed matrix; ids must be below it.  Default: the
-        largest ids in the files + 1.  Give it to make separately converted files (train/test)
-        index the same matrix, e.g. ``shape=(943, 1682)`` for MovieLens 100K.
-    dtype : {"float64", "float32"}, default "float64"
-        Dtype of the values.
-    block_rows : int, optional
-        Rows per stored block (default: the writer's choice).
-    chunk_bytes : int, optional
-        Text parsed at once (default 1 MiB).
-    bucket_nnz : int, optional
-        Entries per external-sort bucket (default 2**21, about 48 MB while sorting).
-    tmpdir : path, optional
-        Where the spill files go (default: the system temporary folder).
-    overwrite : bool, default False
-        Replace an existing store at ``dest``.
-    progress : callable(rows_done) or None
-        Called after every written block.
-
-    Returns
-    -------
-    dest : str
-"""
+#: the ratings converters' own option entries (the shared ones come from ``document_options``)
+_RATINGS_DOCS = {
+    "shape": "shape : (int, int) or str, optional\n"
+    "    ``(n_rows, n_cols)`` of the observed matrix; ids must be below it.  Default: the\n"
+    "    largest ids in the files + 1.  Give it to make separately converted files (train/test)\n"
+    "    index the same matrix, e.g. ``shape=(943, 1682)`` for MovieLens 100K.",
+    "chunk_bytes": "chunk_bytes : int, optional\n    Text parsed at once (default 1 MiB).",
+    "bucket_nnz": "bucket_nnz : int, optional\n"
+    "    Entries per external-sort bucket (default 2**21, about 48 MB while sorting).",
+    "tmpdir": "tmpdir : path, optional\n"
+    "    Where the spill files go (default: the system temporary folder).",
+}
+_document = document_options(
+    "shape", "dtype", "block_rows", "chunk_bytes", "bucket_nnz", "tmpdir", "overwrite", "progress",
+    dtype_of="the values", own=_RATINGS_DOCS,
+)
 
 
+@_document
 def convert_movielens(
     srcs,
     dest,
@@ -375,6 +369,7 @@ def convert_movielens(
     )
 
 
+@_document
 def convert_snap(
     srcs,
     dest,
@@ -428,9 +423,6 @@ def convert_snap(
     )
 
 
-if convert_movielens.__doc__:  # None under python -OO
-    convert_movielens.__doc__ = convert_movielens.__doc__.rstrip() + "\n" + _DOC_COMMON
-    convert_snap.__doc__ = convert_snap.__doc__.rstrip() + "\n" + _DOC_COMMON
 
 
 def _bool(v):

@@ -28,6 +28,7 @@ import numpy as np
 
 from ._common import (
     DEFAULT_CHUNK_BYTES,
+    TEXT_OPTIONS,
     ConversionError,
     as_bool_or_auto,
     as_dtype,
@@ -36,6 +37,7 @@ from ._common import (
     check_range,
     check_sources,
     csr_from_parts,
+    document_options,
     float_token,
     int_token,
     iter_lines,
@@ -336,6 +338,7 @@ def iter_blocks(
             )
 
 
+@document_options(*TEXT_OPTIONS, dtype_of="the ``X`` values")
 def convert_svmlight(
     srcs,
     dest,
@@ -369,20 +372,6 @@ def convert_svmlight(
         Number of feature columns ``d``; an index >= ``d`` is an error.  Default: max index + 1.
     n_labels : int, optional
         Multi-label only: number of label columns ``L``.  Default: max label + 1.
-    block_rows : int, optional
-        Rows per stored block (default: the writer's choice).
-    dtype : {"float64", "float32"}, default "float64"
-        Dtype of ``X`` values.
-    chunk_bytes : int, optional
-        Text parsed at once (default 1 MiB); bounds the parser's memory.
-    overwrite : bool, default False
-        Replace an existing store at ``dest``.
-    progress : callable(rows_done) or None
-        Called after every written block.
-
-    Returns
-    -------
-    dest : str
     """
     srcs = check_sources(srcs, "svmlight")
     return _convert(

@@ -14,12 +14,13 @@ truncated download), in which case no store is created.
 
 from __future__ import annotations
 
-from ._common import check_sources
+from ._common import TEXT_OPTIONS, check_sources, document_options
 from .svmlight import _convert
 
 __all__ = ["convert_xc"]
 
 
+@document_options(*TEXT_OPTIONS, dtype_of="the ``X`` values")
 def convert_xc(
     srcs,
     dest,
@@ -46,12 +47,6 @@ def convert_xc(
     n_features, n_labels : int, optional
         Override (enlarge) the header's dimensions, e.g. to give train and test files the
         same width.  Default: the first file's header.
-    block_rows, dtype, chunk_bytes, overwrite, progress
-        As in :func:`ooc_lowrank.io.convert_svmlight`.
-
-    Returns
-    -------
-    dest : str
     """
     srcs = check_sources(srcs, "xc")
     return _convert(
