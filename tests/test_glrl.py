@@ -645,8 +645,9 @@ def _bench_glrl():
     return bench
 
 
+@pytest.mark.slow  # issue 29: 97 s of a 1431 s default run on the busy machine (JIT of every part)
 def test_benchmark_body_tiny(tmp_path):
-    """The benchmark bodies run end to end at a tiny size (they cannot rot)."""
+    """The benchmark bodies run end to end at a tiny size (they cannot rot; ``-m slow``)."""
     from conftest import DATA_DIR
 
     res = _bench_glrl().run(
