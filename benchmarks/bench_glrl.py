@@ -9,8 +9,7 @@
     passes over the data and peak RSS of memory-limited Dask workers (LocalCluster).
 (pass) A generated COO store of a few million entries: seconds of one power pass and one
     loss/gradient pass against a trivial pass that only reads the observations (same run),
-    a per-stage profile of a power pass, passes per greedy step (``--parts pass``, written to
-    ``benchmarks/results/glrl_pass.json``).
+    a per-stage profile of a power pass, passes per greedy step (``--parts pass``).
 
 Usage::
 
@@ -18,7 +17,10 @@ Usage::
 
 ``--small`` runs every part at a reduced size (for a quick look); the unit test
 ``tests/test_glrl.py::test_benchmark_body_tiny`` runs the bodies at a tiny size.  Results are
-printed as a table and written as JSON under ``benchmarks/results/``.
+printed as a table and written to the benchmark's one file, ``benchmarks/results/glrl.json``, under
+the run's key (``full_a``, ``full_c``, ``full_full_b`` (with ``--epinions-methods full``),
+``pass``, ``pass_1000000rows`` (``--pass-rows 1000000``), ``small_ab`` ...), replacing that key
+only.
 """
 
 from __future__ import annotations
@@ -666,10 +668,14 @@ def run(
         tag += f"_init-{epinions_init}"
     if "b" in parts and epinions_methods:
         tag += "_" + "-".join(epinions_methods)
-    name = f"glrl_{tag}_{''.join(sorted(parts))}.json"
+    run = f"{tag}_{''.join(sorted(parts))}"
     if tuple(parts) == ("pass",) and not tiny and not small:
-        name = "glrl_pass.json" if not pass_rows else f"glrl_pass_{pass_rows}rows.json"
-    (out_dir / name).write_text(json.dumps(res, indent=1))
+        run = "pass" if not pass_rows else f"pass_{pass_rows}rows"
+    # one results file for the benchmark: each kind of run replaces its own key in glrl.json
+    out = out_dir / "glrl.json"
+    runs = json.loads(out.read_text()) if out.is_file() else {}
+    runs[run] = res
+    out.write_text(json.dumps(runs, indent=1))
     print_table(res)
     return res
 

@@ -351,7 +351,7 @@ def test_defaults(
             "folds_run": list(epinions_folds),
             "folds": accs,
             "accuracy_mean": float(np.mean([a["accuracy"] for a in accs])),
-            "previous_10_fold_mean_init_zero": "benchmarks/results/glrl_full_full_b.json",
+            "previous_10_fold_mean_init_zero": "benchmarks/results/glrl.json, key full_full_b",
         }
     return out
 
