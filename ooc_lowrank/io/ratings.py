@@ -350,23 +350,7 @@ def convert_movielens(
     one_based : bool, default True
         Ids in the file start at 1 (MovieLens); they are stored 0-based.
     """
-    srcs = check_sources(srcs, "movielens")
-    return _convert(
-        srcs,
-        dest,
-        fmt="movielens",
-        offset=1 if _bool(one_based) else 0,
-        signs=False,
-        comment="#",
-        shape=shape,
-        dtype=dtype,
-        block_rows=block_rows,
-        chunk_bytes=chunk_bytes,
-        bucket_nnz=bucket_nnz,
-        tmpdir=tmpdir,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    return _convert_ratings("movielens", locals(), signs=False)
 
 
 @_document
@@ -403,23 +387,25 @@ def convert_snap(
     one_based : bool, default False
         SNAP ids are 0-based.
     """
-    srcs = check_sources(srcs, "snap")
+    return _convert_ratings("snap", locals(), signs=True)
+
+
+def _convert_ratings(fmt, args, *, signs):
+    """Run ``_convert`` with a public converter's arguments ``args`` (its ``locals()``)."""
+    srcs = check_sources(args["srcs"], fmt)
+    offset = 1 if _bool(args["one_based"]) else 0
+    extra = {"square": _bool(args["square"])} if "square" in args else {}
+    shared = ("shape", "dtype", "block_rows", "chunk_bytes", "bucket_nnz", "tmpdir", "overwrite")
     return _convert(
         srcs,
-        dest,
-        fmt="snap",
-        offset=1 if _bool(one_based) else 0,
-        signs=True,
+        args["dest"],
+        fmt=fmt,
+        offset=offset,
+        signs=signs,
         comment="#",
-        shape=shape,
-        dtype=dtype,
-        block_rows=block_rows,
-        chunk_bytes=chunk_bytes,
-        bucket_nnz=bucket_nnz,
-        tmpdir=tmpdir,
-        overwrite=overwrite,
-        progress=progress,
-        square=_bool(square),
+        progress=args["progress"],
+        **{k: args[k] for k in shared},
+        **extra,
     )
 
 
