@@ -51,6 +51,7 @@ from ._common import (
     check_sources,
     csr_from_parts,
     document_options,
+    float_token,
     iter_lines,
     iter_rows,
     open_text,
@@ -273,21 +274,7 @@ def _value(path, lineno, layout: _Layout, attr: int, tok: str) -> float:
                 f"allowed: {sorted(m)[:10]}",
             )
         return m[t]
-    try:
-        v = float(tok)
-    except ValueError:
-        raise ConversionError(
-            path, lineno, f"value of numeric attribute {attr} is not a number", tok, "fix the value"
-        ) from None
-    if not np.isfinite(v):
-        raise ConversionError(
-            path,
-            lineno,
-            f"value of attribute {attr} must be finite (NaN/inf are not allowed)",
-            tok,
-            "impute or drop such values",
-        )
-    return v
+    return float_token(path, lineno, tok, f"value of numeric attribute {attr}")
 
 
 def _slow_row(path, lineno, s, layout: _Layout, sparse: bool):
