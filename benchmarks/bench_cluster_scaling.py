@@ -8,7 +8,10 @@ while a fit runs, every ``--drop-every`` seconds (``os.posix_fadvise(..., POSIX_
 the machine's 24 GiB would otherwise hold a 4 GB store after its first pass), so passes read
 from the storage.  Recorded per method and worker count: fit seconds, passes
 (``n_passes_``; GLRL: plus its gradient-cache passes; MVM: L-BFGS evaluations + 1), seconds per pass, and the efficiency
-``t1 / (2 t2)`` per pass and per fit (1.0: perfect scaling); and the serialized graph bytes of
+``t1 / (2 t2)`` per pass and per fit (1.0: perfect scaling); the workers' CPU seconds and
+those of their task threads (the same work on 1 and 2 workers, whatever a busy machine does to
+wall time: the measure to compare there), the idle fraction and the busiest worker's share of
+the compute (stragglers); and the serialized graph bytes of
 every pass sent (Dask's large-graph warning recorded at a 1-byte threshold; a graph above
 Dask's own 10 MB threshold is an error: :func:`graph_bytes`); the workers' compute and
 transfer seconds from the task stream (:func:`task_summary`).
@@ -20,6 +23,9 @@ Stores (kept in ``--workdir`` for reruns; sizes from the generators' bytes per r
 * MVM: ``generate multiview`` (three dense float32 views of 20), L-BFGS, ``--mvm-iter`` iters.
 
     python benchmarks/bench_cluster_scaling.py                        # 4 GB per method
+    # the quiet full run (about 15-20 min): stores 4x a 0.75 GiB worker, streamed, cold reads
+    nice -n 10 python benchmarks/bench_cluster_scaling.py --gb 3 --memory-limit 0.75 \
+        --cache-bytes 0 --workdir /tmp/cluster_scaling
     python benchmarks/bench_cluster_scaling.py --gb 0.02 --iters 1 --out /tmp/s.json   # seconds
 """
 
