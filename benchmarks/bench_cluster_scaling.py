@@ -8,7 +8,10 @@ while a fit runs, every ``--drop-every`` seconds (``os.posix_fadvise(..., POSIX_
 the machine's 24 GiB would otherwise hold a 4 GB store after its first pass), so passes read
 from the storage.  Recorded per method and worker count: fit seconds, passes
 (``n_passes_``; GLRL: plus its gradient-cache passes; MVM: L-BFGS evaluations + 1), seconds per pass, and the efficiency
-``t1 / (2 t2)`` per pass and per fit (1.0: perfect scaling); and the serialized graph bytes of
+``t1 / (2 t2)`` per pass and per fit (1.0: perfect scaling); the workers' CPU seconds and
+those of their task threads (the same work on 1 and 2 workers, whatever a busy machine does to
+wall time: the measure to compare there), the idle fraction and the busiest worker's share of
+the compute (stragglers); and the serialized graph bytes of
 every pass sent (Dask's large-graph warning recorded at a 1-byte threshold; a graph above
 Dask's own 10 MB threshold is an error: :func:`graph_bytes`); the workers' compute and
 transfer seconds from the task stream (:func:`task_summary`).
@@ -20,6 +23,9 @@ Stores (kept in ``--workdir`` for reruns; sizes from the generators' bytes per r
 * MVM: ``generate multiview`` (three dense float32 views of 20), L-BFGS, ``--mvm-iter`` iters.
 
     python benchmarks/bench_cluster_scaling.py                        # 4 GB per method
+    # the quiet full run (about 15-20 min): stores 4x a 0.75 GiB worker, streamed, cold reads
+    nice -n 10 python benchmarks/bench_cluster_scaling.py --gb 3 --memory-limit 0.75 \
+        --cache-bytes 0 --workdir /tmp/cluster_scaling
     python benchmarks/bench_cluster_scaling.py --gb 0.02 --iters 1 --out /tmp/s.json   # seconds
 """
 
@@ -94,7 +100,11 @@ def drop_page_cache(path):
 
 @contextlib.contextmanager
 def cold(path, every):
-    """Drop ``path`` from the page cache now and every ``every`` seconds until the block ends."""
+    """Drop ``path`` from the page cache now and every ``every`` seconds until the block ends
+    (``every`` <= 0: never, the store stays in the page cache once read)."""
+    if every <= 0:
+        yield
+        return
     drop_page_cache(path)
     stop = threading.Event()
 
@@ -184,10 +194,8 @@ def run(method, path, probe, n_workers, a, log):
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
         memory_limit=int(a.memory_limit * 2**30),
-        # one thread means one core: Numba's parallel kernels would otherwise use every core
-        # of the machine inside a "1-thread" worker (Dask's nanny sets only the BLAS / OpenMP
-        # variables), and 1 worker would already run on 2 cores
-        env={"NUMBA_NUM_THREADS": "1"},
+        # one thread means one core: the engine limits Numba and BLAS inside every task to
+        # engine.task_threads() (default 1), so no NUMBA_NUM_THREADS is needed here
     )  # fmt: skip
     client = distributed.Client(cluster)
     try:
@@ -195,16 +203,49 @@ def run(method, path, probe, n_workers, a, log):
             if a.warm:  # imports, JIT compilation, worker start-up: not the measurement
                 fit(method, probe, a)  # the driver, and one worker (the probe is one block)
                 client.run(_warm_here, method, probe, a)  # every worker's own JIT
+            cpu0 = client.run(_cpu_seconds)
             with graph_bytes() as sizes, cold(path, a.drop_every), \
                     distributed.get_task_stream(client) as ts:  # fmt: skip
                 seconds, passes = fit(method, path, a)
+            cpu1 = client.run(_cpu_seconds)
     finally:
         client.close()
         cluster.close()
+    cpu = {w: cpu1[w][0] - cpu0[w][0] for w in cpu1 if w in cpu0}
+    # threads started during the fit count from zero: their whole CPU time is the fit's
+    task_cpu = {w: cpu1[w][1] - (cpu0[w][1] or 0.0) for w in cpu1
+                if w in cpu0 and cpu1[w][1] is not None}  # fmt: skip
+    tasks = task_summary(ts.data)
     log(f"{method}: {n_workers} worker(s): {seconds:.1f} s, {passes} passes, "
-        f"{seconds / max(passes, 1):.2f} s per pass")  # fmt: skip
+        f"{seconds / max(passes, 1):.2f} s per pass, workers' CPU {sum(cpu.values()):.1f} s "
+        f"(task threads {sum(task_cpu.values()):.1f} s), "
+        f"task compute {tasks.get('compute_seconds', 0):.1f} s")  # fmt: skip
     return {"seconds": seconds, "passes": passes, "seconds_per_pass": seconds / max(passes, 1),
-            "graph": graph_summary(sizes), "tasks": task_summary(ts.data)}  # fmt: skip
+            "worker_cpu_seconds": sum(cpu.values()),
+            "task_cpu_seconds": sum(task_cpu.values()) if task_cpu else None,
+            "task_cpu_seconds_each": sorted(task_cpu.values()),
+            # the workers' time not spent in tasks: per-pass latency, stragglers, I/O waits
+            "idle_fraction": 1 - tasks.get("compute_seconds", 0) / (n_workers * seconds),
+            "graph": graph_summary(sizes), "tasks": tasks}  # fmt: skip
+
+
+def _cpu_seconds():
+    """This worker process's CPU seconds (user + system): ``(all its threads, its task-executor
+    threads)``; the second is the work of the tasks whatever their wall time on a busy machine
+    (Linux ``/proc``; None elsewhere)."""
+    t = os.times()
+    tasks = 0.0
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for th in threading.enumerate():
+        if "Dask-Default-Threads" not in th.name or th.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{th.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return t.user + t.system, None
+        tasks += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return t.user + t.system, tasks
 
 
 def task_summary(records):
@@ -212,10 +253,17 @@ def task_summary(records):
     ``transfer`` between workers, ``disk-read`` of spilled data): transfers say whether blocks
     were read on one worker and used on the other."""
     out = {"n_tasks": len(records)}
+    per_worker: dict = {}
     for r in records:
         for ss in r.get("startstops", ()):
             k = f"{ss['action']}_seconds"
-            out[k] = out.get(k, 0.0) + float(ss["stop"] - ss["start"])
+            dt = float(ss["stop"] - ss["start"])
+            out[k] = out.get(k, 0.0) + dt
+            if ss["action"] == "compute":
+                per_worker[r.get("worker")] = per_worker.get(r.get("worker"), 0.0) + dt
+    # stragglers: the busiest worker's share of the compute (1 / n_workers when even)
+    total = sum(per_worker.values())
+    out["compute_share_max"] = max(per_worker.values()) / total if total else None
     return out
 
 
@@ -234,7 +282,11 @@ def main(argv=None):
     p.add_argument("--cache-bytes", type=int, default=None,
                    help="GIMC / GLRL cache_bytes (0: stream every pass, as a store 4x the "
                    "workers' memory does anyway; for a small validation run)")  # fmt: skip
-    p.add_argument("--drop-every", type=float, default=1.0, help="page-cache drop period, s")
+    p.add_argument("--drop-every", type=float, default=1.0,
+                   help="page-cache drop period, s (0: no drops; the store, 4x a worker's "
+                   "memory limit but inside the machine's RAM, is then read from the page "
+                   "cache: the stand-in for a cluster whose workers each read with their own "
+                   "bandwidth, where the default measures this machine's one shared disk)")
     p.add_argument("--no-warm", dest="warm", action="store_false",
                    help="skip the warm-up fit (on a 2,000-row store) on each cluster")  # fmt: skip
     p.add_argument("--workdir", default=None, help="keeps the stores there for reruns")
@@ -256,8 +308,17 @@ def main(argv=None):
             t1, t2 = r["workers_1"], r["workers_2"]
             r["efficiency_per_pass"] = t1["seconds_per_pass"] / (2 * t2["seconds_per_pass"])
             r["efficiency_per_fit"] = t1["seconds"] / (2 * t2["seconds"])
+            # the same work's CPU seconds, 1 vs 2 workers (1.0: no extra work; on a busy
+            # machine this, not wall time, says whether the second worker wastes cycles)
+            r["cpu_ratio"] = t1["worker_cpu_seconds"] / max(t2["worker_cpu_seconds"], 1e-9)
+            if t1["task_cpu_seconds"] and t2["task_cpu_seconds"]:
+                r["task_cpu_ratio"] = t1["task_cpu_seconds"] / t2["task_cpu_seconds"]
+            r["task_compute_ratio"] = (t1["tasks"].get("compute_seconds", 0)
+                                       / max(t2["tasks"].get("compute_seconds", 0), 1e-9))
             log(f"{method}: efficiency {r['efficiency_per_pass']:.2f} per pass, "
-                f"{r['efficiency_per_fit']:.2f} per fit")  # fmt: skip
+                f"{r['efficiency_per_fit']:.2f} per fit; CPU 1/2 workers {r['cpu_ratio']:.2f} "
+                f"(tasks {r.get('task_cpu_ratio', float('nan')):.2f}), "
+                f"task compute 1/2 workers {r['task_compute_ratio']:.2f}")  # fmt: skip
             res["methods"][method] = r
     finally:
         if a.workdir is None:

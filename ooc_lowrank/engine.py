@@ -40,8 +40,10 @@ Scheduler policy
     threads and BLAS policy without a graph; a scheduler set in ``dask.config``, even
     ``"threads"``, always takes the graph path).  Dask owns the cores: on the threaded scheduler
     BLAS is limited to one thread per Dask thread for the duration of the compute (restored
-    afterwards); distributed workers already start with ``OMP/OPENBLAS/MKL_NUM_THREADS=1``;
-    kernels are serial (``nogil``) so they never add threads of their own.
+    afterwards); on a distributed worker every block function runs with Numba's and BLAS's
+    thread counts limited to :func:`task_threads` (default one: the worker's ``nthreads`` is
+    its share of the cores); kernels are serial (``nogil``) so they never add threads of
+    their own.
 
 Lost workers
     On a distributed cluster a compute is watched: if the cluster has no worker for
@@ -84,6 +86,7 @@ __all__ = [
     "maybe_persist",
     "one_blas_thread",
     "reduce_blocks",
+    "task_threads",
 ]
 
 logger = logging.getLogger("ooc_lowrank")
@@ -534,11 +537,99 @@ def _aligned(items):
     ]
 
 
+def _setting(name, default, cast):
+    """``(raw, cast(raw) or None when it does not cast)`` of dask config ``ooc_lowrank.<name>``,
+    else env ``OOC_LOWRANK_<NAME>``, else ``default``."""
+    v = dask.config.get(f"ooc_lowrank.{name}", None)
+    if v is None:
+        v = os.environ.get(f"OOC_LOWRANK_{name.upper()}", default)
+    try:
+        return v, cast(v)
+    except (TypeError, ValueError):
+        return v, None
+
+
+#: Threads one task's block function may use on a distributed worker (Numba's thread pool and
+#: BLAS); override with the worker's dask config ``ooc_lowrank.task_threads`` or its env
+#: ``OOC_LOWRANK_TASK_THREADS`` (see :func:`task_threads`).
+DEFAULT_TASK_THREADS = 1
+
+
+def task_threads() -> int:
+    """Threads a block function may use inside one task on a distributed worker: dask config
+    ``ooc_lowrank.task_threads``, else env ``OOC_LOWRANK_TASK_THREADS``, else
+    :data:`DEFAULT_TASK_THREADS` (read where the task runs, i.e. the worker's setting).
+
+    One, as on the local threads scheduler: a worker's ``nthreads`` is its share of the cores,
+    one core per task.  Numba's thread pool otherwise defaults to every core of the machine
+    inside a "1-thread" worker (Dask's nanny sets only ``OMP/OPENBLAS/MKL_NUM_THREADS``), so
+    two such workers on two cores would run four threads.  Raise it only for workers that own
+    ``task_threads x nthreads`` cores (the BLAS limit is process-wide)."""
+    v, n = _setting("task_threads", DEFAULT_TASK_THREADS, int)
+    if n is None or n < 1:
+        raise ValueError(
+            f"task_threads must be an integer >= 1; got {v!r}. Set the workers' dask config "
+            "'ooc_lowrank.task_threads' (or env OOC_LOWRANK_TASK_THREADS) to the cores one task "
+            "may use, e.g. 1"
+        )
+    return n
+
+
+def _on_worker() -> bool:
+    """This thread runs a task of a ``dask.distributed`` worker."""
+    try:
+        from distributed.worker import get_worker
+    except ImportError:  # pragma: no cover - distributed is a dependency
+        return False
+    try:
+        get_worker()
+    except ValueError:
+        return False
+    return True
+
+
+class _TaskThreads:
+    """On a distributed worker: Numba's thread count (per thread) and BLAS's (process-wide,
+    counted as :func:`one_blas_thread`) limited to :func:`task_threads` while a block function
+    runs, restored afterwards; elsewhere nothing (the local paths hold their own limit)."""
+
+    __slots__ = ("_numba", "_blas")
+
+    def __enter__(self):
+        self._numba = self._blas = None
+        if not _on_worker():
+            return self
+        import numba
+
+        n = min(task_threads(), int(numba.config.NUMBA_NUM_THREADS))
+        prev = numba.get_num_threads()
+        if prev != n:
+            numba.set_num_threads(n)
+            self._numba = prev
+        if n == 1:
+            self._blas = one_blas_thread().__enter__()
+        else:
+            self._blas = _blas_controller().limit(limits=n, user_api="blas")
+        return self
+
+    def __exit__(self, *exc):
+        if self._numba is not None:
+            import numba
+
+            numba.set_num_threads(self._numba)
+        if isinstance(self._blas, _OneBlasThread):
+            self._blas.__exit__(*exc)
+        elif self._blas is not None:
+            self._blas.restore_original_limits()
+        return False
+
+
 def _call_block(fn, blocks, args, offset, bounds, block_id):
     blocks, args = _aligned(blocks), _aligned(args)
-    if offset:
-        return fn(int(bounds[block_id[0]]), *blocks, *args)
-    return fn(*blocks, *args)
+    with _TaskThreads():
+        if offset:
+            return fn(int(bounds[block_id[0]]), *blocks, *args)
+        return fn(*blocks, *args)
 
 
 def _row_outputs(fn) -> frozenset:
@@ -685,7 +776,8 @@ def _fold_block(
         if h is not None:
             blocks[j] = h.read(start, stop)
     blocks, args = _aligned(blocks), _aligned(args)
-    raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
+    with _TaskThreads():
+        raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
     outs = _as_tuple(raw)
     rows = []
     if rows_at:
@@ -978,14 +1070,8 @@ _WORKER_POLL = 0.5
 def no_worker_timeout() -> float:
     """The wait (seconds) for workers to (re)appear: dask config ``ooc_lowrank.no_worker_timeout``,
     else env ``OOC_LOWRANK_NO_WORKER_TIMEOUT``, else :data:`DEFAULT_NO_WORKER_TIMEOUT`."""
-    v = dask.config.get("ooc_lowrank.no_worker_timeout", None)
-    if v is None:
-        v = os.environ.get("OOC_LOWRANK_NO_WORKER_TIMEOUT", DEFAULT_NO_WORKER_TIMEOUT)
-    try:
-        t = float(v)
-    except (TypeError, ValueError):
-        t = float("nan")
-    if not t > 0 or t == float("inf"):
+    v, t = _setting("no_worker_timeout", DEFAULT_NO_WORKER_TIMEOUT, float)
+    if t is None or not t > 0 or t == float("inf"):
         raise ValueError(
             f"no_worker_timeout must be a number > 0; got {v!r}. Set the dask config "
             "'ooc_lowrank.no_worker_timeout' (or env OOC_LOWRANK_NO_WORKER_TIMEOUT) to a number "
