@@ -56,6 +56,14 @@ MAX_TRIALS = 64
 AUTO_COMPONENTS = 100
 
 
+#: the orthonormal kernel basis by subspace iteration (core.randomized_orthonormal_root) when
+#: ``n_landmarks > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE)``; below, the exact Gram and
+#: eigendecomposition cost no more (measurements in docs/kernelmaxide.md section 8)
+RANDOMIZED_RATIO = 4
+RANDOMIZED_OVERSAMPLE = 20
+RANDOMIZED_PASSES = 3
+
+
 def cholesky_normalization(U, gamma, tol=1e-10):
     """A square root ``M`` (r x r) of ``K_rr^+`` from a pivoted Cholesky factor of the RBF
     kernel ``K_rr`` of the landmarks (columns of ``U``): ``P^T K_rr P = L L^T`` stopped at the
@@ -908,10 +916,23 @@ class KernelMaxide(_MaxideBase):
         columns ``K`` (``F = K M``), so ``G = M^T (K_UT^T K_UT) M``."""
         if fmap.kind == "kernel":
             return core.Identity(fmap.n_features)
+        k = self._components()
+        r = fmap.n_features
+        if k is not None and r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
+            # many landmarks per direction kept: subspace iteration costs RANDOMIZED_PASSES
+            # products with an r x (k + oversample) block instead of the r x r Gram, M^T G M
+            # and the r x r eigendecomposition (docs/kernelmaxide.md section 8)
+            def gram_times(B):
+                if M is None:
+                    return passes.gram_times(B)
+                return M.T @ passes.gram_times(M @ B)
+
+            return core.randomized_orthonormal_root(
+                gram_times, r, k, oversample=RANDOMIZED_OVERSAMPLE, n_passes=RANDOMIZED_PASSES
+            )
         G, _ = passes.gram()
         if M is not None:
             G = M.T @ G @ M
-        k = self._components()
         if k is not None:
             return core.orthonormal_root(G, k)
         return core.span_root(G)
