@@ -943,7 +943,7 @@ def test_kernelmaxide_n_components_auto():
 
 def test_randomized_orthonormal_root_is_the_top_eigenspace():
     """Subspace iteration (issue 24, many landmarks): ``R G R^T = I`` exactly on the returned
-    directions, which span the top-k eigenvectors of G; one product with G per pass."""
+    directions, which span the top-k eigenvectors of G; one product with G per iteration."""
     r = np.random.default_rng(5)
     n, k = 200, 10
     V = np.linalg.qr(r.standard_normal((n, n)))[0]
@@ -955,7 +955,7 @@ def test_randomized_orthonormal_root_is_the_top_eigenspace():
         calls.append(B.shape)
         return G @ B
 
-    R = core.randomized_orthonormal_root(gram_times, n, k, oversample=10, n_passes=3, seed=1)
+    R = core.randomized_orthonormal_root(gram_times, n, k, oversample=10, n_iter=3, seed=1)
     assert R.shape == (k, n) and calls == [(n, k + 10)] * 3
     np.testing.assert_allclose(R @ G @ R.T, np.eye(k), atol=1e-10)
     cos = np.linalg.svd(V[:, :k].T @ np.linalg.qr(R.T)[0], compute_uv=False)
@@ -965,20 +965,26 @@ def test_randomized_orthonormal_root_is_the_top_eigenspace():
 
 
 def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
-    """n_landmarks > RANDOMIZED_RATIO (k + oversample): the basis from subspace iteration (two
-    passes more than the Gram), cached and streamed F alike, with the exact basis's scores."""
+    """n_landmarks > RANDOMIZED_RATIO (k + oversample): the basis from subspace iteration on
+    the UT Gram (no extra pass), cached and streamed F alike, with the exact basis's scores."""
     from ooc_lowrank.kernelmaxide import estimator as est_mod
 
     X, Yobs = _planted()
     kw = dict(n_landmarks=150, n_components=5, random_state=0)
     assert 150 > est_mod.RANDOMIZED_RATIO * (5 + est_mod.RANDOMIZED_OVERSAMPLE)
+    calls = []
+    root = core.randomized_orthonormal_root
+    monkeypatch.setattr(
+        core, "randomized_orthonormal_root", lambda *a, **k: calls.append(1) or root(*a, **k)
+    )
     a = KernelMaxide(**kw).fit(X, Yobs)
     s = KernelMaxide(**kw, cache_bytes=0).fit(X, Yobs)
+    assert len(calls) == 2
     monkeypatch.setattr(est_mod, "RANDOMIZED_RATIO", 10**9)
     b = KernelMaxide(**kw).fit(X, Yobs)
-    assert a.n_passes_ == b.n_passes_ + est_mod.RANDOMIZED_PASSES - 1
+    assert len(calls) == 2 and a.n_passes_ == b.n_passes_
     Sa, Sb = a.decision_function(X), b.decision_function(X)
     np.testing.assert_allclose(s.decision_function(X), Sa, atol=1e-8 * np.abs(Sa).max())
-    # the subspace error of 3 passes with 20 extra directions: scores within 1 % of the
+    # the subspace error of 4 iterations with 20 extra directions: scores within 1 % of the
     # exact basis's here (a wrong basis is off by the scores' own size)
     np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())

@@ -124,14 +124,6 @@ def gram_block(Xb, Yb, kind, U, M, gamma):
     return F64.T @ F64, np.array([Yu.nnz], dtype=np.float64)
 
 
-def gram_times_block(Xb, Yb, kind, U, M, gamma, B):
-    """``F_u^T (F_u B)`` (r x l, float64): the UT Gram of ``F`` times ``B`` without the r x r
-    Gram (the randomized orthonormal basis, :func:`core.randomized_orthonormal_root`)."""
-    F, _ = _ut(Xb, Yb, kind, U, M, gamma)
-    F64 = F.astype(np.float64, copy=False)
-    return F64.T @ (F64 @ B)
-
-
 def grad_block(Xb, Yb, kind, U, M, gamma, W):
     """``(E_b, F_u^T R_b)`` at the prediction weights ``W`` (r x m): the block's share of
     ``E = 1/2 ||R_Omega(F W - Y)||^2`` and of ``P = F^T R_Omega(F W - Y)`` (r x m)."""

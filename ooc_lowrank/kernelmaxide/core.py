@@ -73,10 +73,6 @@ class Passes:
         G, nobs = self._run(_blocks.gram_block, ())
         return G, float(nobs[0])
 
-    def gram_times(self, B):
-        """``G B`` with ``G = F_UT^T F_UT`` (r x r) never formed: ``B`` (r x l), one pass."""
-        return self._run(_blocks.gram_times_block, (np.ascontiguousarray(B),))
-
     def grad(self, W):
         """``(E, P)`` at weights ``W``: ``E = 1/2||R_Omega(F W - Y)||^2``, ``P = F^T R_Omega``."""
         E, P = self._run(_blocks.grad_block, (np.ascontiguousarray(W),))
@@ -134,23 +130,21 @@ def orthonormal_root(G, k, rtol=1e-13):
     return V[:, :kk].T / np.sqrt(ev[:kk])[:, None]
 
 
-def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_passes=3, seed=0, rtol=1e-13):
-    """:func:`orthonormal_root` without forming ``G`` (r x r): subspace iteration on ``G`` from
-    ``n_passes`` products ``gram_times(B) = G B`` (B of shape r x l, ``l = k + oversample``;
-    one pass over the features each), started from a fixed Gaussian block (``seed``), then
-    Rayleigh-Ritz on the last block.  ``R G R^T = I`` holds exactly on the returned ``k' <= k``
-    directions (``R = diag(t^-1/2) (Q V)^T`` with ``Q^T G Q = V diag(t) V^T``); the directions
-    are the top ``k`` eigenvectors of ``G`` up to the subspace error, which shrinks like
-    ``(g_{l+1} / g_k)^(n_passes - 1)`` per Ritz value (Halko, Martinsson & Tropp 2011, sec. 4.5).
-    Cost: ``n_passes`` products of the n x r features with an r x l block (``4 n r l`` flops
-    each) in place of the ``2 n r^2`` Gram and the r x r eigendecomposition."""
+def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, seed=0, rtol=1e-13):
+    """:func:`orthonormal_root` by subspace iteration: ``n_iter`` products ``gram_times(B) = G
+    B`` (``B`` of shape r x l, ``l = k + oversample``) from a fixed Gaussian start (``seed``),
+    each orthonormalized, then Rayleigh-Ritz on the last block.  ``R G R^T = I`` holds exactly
+    on the returned ``k' <= k`` directions (``R = diag(t^-1/2) (Q V)^T`` with ``Q^T G Q = V
+    diag(t) V^T``); they span the top ``k`` eigenvectors of ``G`` up to the subspace error,
+    which shrinks like ``(g_{l+1} / g_k)^(n_iter - 1)`` (Halko, Martinsson & Tropp 2011,
+    sections 4.5 and 5.5).  Cost: ``n_iter`` r x r x l products in place of the r x r
+    eigendecomposition (and, for ``G = M^T H M``, of forming ``G``)."""
     kk = min(int(k), r)
     if kk <= 0:
         return np.zeros((0, r))
     l = min(r, kk + int(oversample))
-    rng = np.random.default_rng(seed)
-    Q = np.linalg.qr(rng.standard_normal((r, l)))[0]
-    for _ in range(int(n_passes) - 1):
+    Q = np.linalg.qr(np.random.default_rng(seed).standard_normal((r, l)))[0]
+    for _ in range(int(n_iter) - 1):
         Q = np.linalg.qr(gram_times(Q))[0]
     T = Q.T @ gram_times(Q)
     ev, V = np.linalg.eigh(0.5 * (T + T.T))

@@ -56,12 +56,13 @@ MAX_TRIALS = 64
 AUTO_COMPONENTS = 100
 
 
-#: the orthonormal kernel basis by subspace iteration (core.randomized_orthonormal_root) when
-#: ``n_landmarks > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE)``; below, the exact Gram and
-#: eigendecomposition cost no more (measurements in docs/kernelmaxide.md section 8)
+#: the orthonormal kernel basis by subspace iteration on the UT Gram
+#: (core.randomized_orthonormal_root, RANDOMIZED_ITER products with an r x (k + oversample)
+#: block) when ``n_landmarks > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE)``; below, the
+#: exact top-k eigendecomposition costs no more (docs/kernelmaxide.md section 9)
 RANDOMIZED_RATIO = 4
 RANDOMIZED_OVERSAMPLE = 20
-RANDOMIZED_PASSES = 3
+RANDOMIZED_ITER = 4
 
 
 def cholesky_normalization(U, gamma, tol=1e-10):
@@ -918,19 +919,17 @@ class KernelMaxide(_MaxideBase):
             return core.Identity(fmap.n_features)
         k = self._components()
         r = fmap.n_features
+        G, _ = passes.gram()
         if k is not None and r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
-            # many landmarks per direction kept: subspace iteration costs RANDOMIZED_PASSES
-            # products with an r x (k + oversample) block instead of the r x r Gram, M^T G M
-            # and the r x r eigendecomposition (docs/kernelmaxide.md section 8)
+            # many landmarks per direction kept: subspace iteration with products
+            # M^T (G (M B)) of an r x (k + oversample) block B, in place of forming M^T G M
+            # and its r x r eigendecomposition (docs/kernelmaxide.md section 9)
             def gram_times(B):
-                if M is None:
-                    return passes.gram_times(B)
-                return M.T @ passes.gram_times(M @ B)
+                return G @ B if M is None else M.T @ (G @ (M @ B))
 
             return core.randomized_orthonormal_root(
-                gram_times, r, k, oversample=RANDOMIZED_OVERSAMPLE, n_passes=RANDOMIZED_PASSES
+                gram_times, r, k, oversample=RANDOMIZED_OVERSAMPLE, n_iter=RANDOMIZED_ITER
             )
-        G, _ = passes.gram()
         if M is not None:
             G = M.T @ G @ M
         if k is not None:
