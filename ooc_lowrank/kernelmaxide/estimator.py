@@ -711,7 +711,10 @@ class KernelMaxide(_MaxideBase):
     n_landmarks : int or None, default=1000
         Nystrom landmarks drawn uniformly from all rows of ``X`` (KernelMaxide-n).  ``None``:
         every row (KernelMaxide-f, the exact kernel); refused with a memory estimate when the
-        n x n kernel does not fit ``cache_bytes``.
+        n x n kernel does not fit ``cache_bytes``.  300 and 500 landmarks were not better on
+        held-out training labels of the yahoo sets (docs/kernelmaxide.md section 9).  Above
+        ``4 (k + 20)`` landmarks the top-``k`` basis comes from subspace iteration on the UT
+        Gram (4 products with an r x (k + 20) block) instead of an r x r eigendecomposition.
     gamma : float or None, default=None
         RBF width, ``k(x, x') = exp(-gamma ||x - x'||^2)`` (the paper's ``sigma``:
         ``gamma = 1 / (2 sigma^2)``).  ``None``: median heuristic on a row sample.
