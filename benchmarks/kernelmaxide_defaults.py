@@ -7,8 +7,9 @@ Per cell (yahoo set x repetition of the SPEC 4.6 protocol at ``omega``): the row
 ``KernelMaxideCV`` / ``MaxideCV`` use) give a validation ranking loss for every setting of
 
 * ``Maxide(n_components=k, lam=lam)``, ``k`` in ``--maxide-ks`` (0 = every direction),
-* ``KernelMaxide(n_landmarks=1000, gamma=scale * median, n_components=k, lam=lam)``, ``k`` in
-  ``--km-ks`` (0 = SPEC KM-6, the span form), ``scale`` in ``--scales``;
+* ``KernelMaxide(n_landmarks=r, gamma=scale * median, n_components=k, lam=lam)``, ``k`` in
+  ``--km-ks`` (0 = SPEC KM-6, the span form), ``scale`` in ``--scales``, ``r`` in
+  ``--landmarks``;
 
 the default is the setting with the lowest mean validation loss relative to each cell's best
 (``pick``), the same rule on every dataset.  Records iterations and whether the stop fired.
@@ -37,15 +38,16 @@ from ooc_lowrank.kernelmaxide.cv import split_observed  # noqa: E402
 
 
 def _settings(a):
-    out = [("maxide", k, 0.0, lam) for k in a.maxide_ks for lam in a.lams]
-    out += [("kernelmaxide", k, s, lam) for k in a.km_ks for s in a.scales for lam in a.lams]
+    out = [("maxide", k, 0.0, 0, lam) for k in a.maxide_ks for lam in a.maxide_lams or a.lams]
+    out += [("kernelmaxide", k, s, r, lam) for k in a.km_ks for s in a.scales
+            for r in a.landmarks for lam in a.lams]  # fmt: skip
     return out
 
 
-def _est(method, k, scale, gmed, rep, a):
+def _est(method, k, scale, landmarks, gmed, rep, a):
     if method == "maxide":
         return Maxide(n_components=k or None, max_iter=a.max_iter)
-    return KernelMaxide(n_landmarks=a.landmarks, gamma=gmed * scale, n_components=k or None,
+    return KernelMaxide(n_landmarks=landmarks, gamma=gmed * scale, n_components=k or None,
                         max_iter=a.max_iter, random_state=rep)  # fmt: skip
 
 
@@ -55,17 +57,22 @@ def run_cell(X, Y, name, rep, a):
     rng = np.random.default_rng(np.random.RandomState(rep).randint(2**31 - 1))
     gmed = float(median_gamma(sample_rows(X, 1000, rng)))
     rows = []
-    groups = sorted({s[:3] for s in _settings(a)})
-    for method, k, scale in groups:
-        est = _est(method, k, scale, gmed, rep, a)
-        lams = list(a.lams)
-        res = {lam: {"method": method, "k": k, "gamma_scale": scale, "lam": lam} for lam in lams}
+    groups = sorted({s[:4] for s in _settings(a)})
+    for method, k, scale, landmarks in groups:
+        est = _est(method, k, scale, landmarks, gmed, rep, a)
+        lams = [s[4] for s in _settings(a) if s[:4] == (method, k, scale, landmarks)]
+        res = {lam: {"method": method, "k": k, "gamma_scale": scale, "landmarks": landmarks,
+                     "lam": lam} for lam in lams}  # fmt: skip
         for j in range(a.n_splits):
             Yfit, Yval = split_observed(Yobs, 0.25, rep + j, by="rows")
             for lam, e in zip(lams, est._fit_lams(X, Yfit, lams)):
                 res[lam][f"val{j}"] = float(e.observed_ranking_loss(X, Yval))
-        for lam, e in zip(lams, est._fit_lams(X, Yobs, lams)):
+        t0 = time.perf_counter()
+        fits = est._fit_lams(X, Yobs, lams)
+        seconds = (time.perf_counter() - t0) / len(lams)  # shared setup: per lam, busy machine
+        for lam, e in zip(lams, fits):
             S = e.decision_function(X[~train])
+            res[lam]["fit_seconds_shared_setup"] = seconds
             res[lam].update(test=float(metrics.ranking_loss(Y[~train], S)), n_iter=e.n_iter_,
                             converged=e.converged_)  # fmt: skip
         rows += [res[lam] for lam in lams]
@@ -75,9 +82,13 @@ def run_cell(X, Y, name, rep, a):
     return {"dataset": name, "rep": rep, "omega": a.omega, "gamma_median": gmed, "settings": rows}
 
 
+def _key(r):
+    return (r["k"], r["gamma_scale"], r.get("landmarks", 0), r["lam"])
+
+
 def pick(cells, method):
     """The setting of ``method`` with the lowest mean over cells of (validation - cell best)."""
-    keys = {(r["k"], r["gamma_scale"], r["lam"]) for c in cells for r in c["settings"]
+    keys = {_key(r) for c in cells for r in c["settings"]
             if r["method"] == method}  # fmt: skip
     regret = {}
     for key in keys:
@@ -85,7 +96,7 @@ def pick(cells, method):
         for c in cells:
             own = [r for r in c["settings"] if r["method"] == method]
             best = min(r["val"] for r in own)
-            v += [r["val"] - best for r in own if (r["k"], r["gamma_scale"], r["lam"]) == key]
+            v += [r["val"] - best for r in own if _key(r) == key]
         regret[key] = float(np.mean(v))
     return min(regret, key=regret.get), regret
 
@@ -96,10 +107,11 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--omega", type=int, default=20)
     ap.add_argument("--n-splits", type=int, default=2)
-    ap.add_argument("--landmarks", type=int, default=1000)
+    ap.add_argument("--landmarks", type=int, nargs="+", default=[1000])
     ap.add_argument("--max-iter", type=int, default=100)
     ap.add_argument("--lams", type=float, nargs="+", default=[1.0, 2.0, 4.0, 8.0])
     ap.add_argument("--maxide-ks", type=int, nargs="+", default=[0, 100])
+    ap.add_argument("--maxide-lams", type=float, nargs="+", help="Maxide's lams (default --lams)")
     ap.add_argument("--km-ks", type=int, nargs="+", default=[100])
     ap.add_argument("--scales", type=float, nargs="+", default=[1.0, 2.0])
     ap.add_argument("--rows", type=int, help="first rows only (a smoke run)")
@@ -115,10 +127,12 @@ def main(argv=None):
             out = {"args": vars(a), "cells": cells, "seconds": time.perf_counter() - t0}
             for method in ("maxide", "kernelmaxide"):
                 key, regret = pick(cells, method)
-                out[f"pick_{method}"] = {"k": key[0], "gamma_scale": key[1], "lam": key[2]}
+                out[f"pick_{method}"] = dict(zip(("k", "gamma_scale", "landmarks", "lam"), key))
+                out[f"regret_{method}"] = sorted([[*k, v] for k, v in regret.items()],
+                                                 key=lambda row: row[-1])  # fmt: skip
                 out[f"test_{method}"] = {f"{c['dataset']}/{c['rep']}": r["test"] for c in cells
                                          for r in c["settings"] if r["method"] == method and
-                                         (r["k"], r["gamma_scale"], r["lam"]) == key}  # fmt: skip
+                                         _key(r) == key}  # fmt: skip
             with open(a.out, "w") as f:
                 json.dump(out, f, indent=1)
     print(json.dumps({k: v for k, v in out.items() if k.startswith(("pick", "test"))}, indent=1))

@@ -677,7 +677,10 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     np.testing.assert_array_equal(best.coef_, full.coef_)
     assert "mean ranking loss" in cv.format_cv_table()
     m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
-    assert m.best_params_ == {"n_components": None, "lam": 1.0}
+    # the default grid holds Maxide's default k = 100 (issue 28), first; here above the rank
+    # of X, so the same fits as None and the tie goes to the first
+    assert list(m.cv_results_["param_n_components"]) == [100, 100, None, None]
+    assert m.best_params_ == {"n_components": 100, "lam": 1.0}
     # the defaults: whole rows held out, the same choice, scored on split_observed(by="rows")
     rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0],
                           refit=False).fit(X, Yobs)  # fmt: skip
@@ -784,7 +787,7 @@ def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
     assert cv.cv_results_["mean_test_score"][0] == pytest.approx(1.0, abs=1e-3)  # scores ~ 0
     assert "mean squared error" in cv.format_cv_table()
     m = MaxideCV(lams=[1e4, 1.0], max_iter=50, scoring="squared_error").fit(X, Yobs)
-    assert m.best_params_ == {"n_components": None, "lam": 1.0}
+    assert m.best_params_["lam"] == 1.0
 
 
 def test_split_observed_rows_holds_out_whole_rows():
@@ -936,3 +939,52 @@ def test_kernelmaxide_n_components_auto():
     assert f.normalization_ is None
     with pytest.raises(ValueError, match="n_components"):
         KernelMaxide(n_components="all").fit(X, Yobs)
+
+
+def test_randomized_orthonormal_root_is_the_top_eigenspace():
+    """Subspace iteration (issue 24, many landmarks): ``R G R^T = I`` exactly on the returned
+    directions, which span the top-k eigenvectors of G; one product with G per iteration."""
+    r = np.random.default_rng(5)
+    n, k = 200, 10
+    V = np.linalg.qr(r.standard_normal((n, n)))[0]
+    g = 100.0 * 0.7 ** np.arange(n)
+    G = (V * g) @ V.T
+    calls = []
+
+    def gram_times(B):
+        calls.append(B.shape)
+        return G @ B
+
+    R = core.randomized_orthonormal_root(gram_times, n, k, oversample=10, n_iter=3, seed=1)
+    assert R.shape == (k, n) and calls == [(n, k + 10)] * 3
+    np.testing.assert_allclose(R @ G @ R.T, np.eye(k), atol=1e-10)
+    cos = np.linalg.svd(V[:, :k].T @ np.linalg.qr(R.T)[0], compute_uv=False)
+    np.testing.assert_allclose(cos, 1.0, atol=1e-5)
+    exact = core.orthonormal_root(G, k)  # the same directions up to sign
+    np.testing.assert_allclose(np.abs(R @ G @ exact.T), np.eye(k), atol=1e-4)
+
+
+def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
+    """n_landmarks > RANDOMIZED_RATIO (k + oversample): the basis from subspace iteration on
+    the UT Gram (no extra pass), cached and streamed F alike, with the exact basis's scores."""
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+
+    X, Yobs = _planted()
+    kw = dict(n_landmarks=150, n_components=5, random_state=0)
+    assert 150 > est_mod.RANDOMIZED_RATIO * (5 + est_mod.RANDOMIZED_OVERSAMPLE)
+    calls = []
+    root = core.randomized_orthonormal_root
+    monkeypatch.setattr(
+        core, "randomized_orthonormal_root", lambda *a, **k: calls.append(1) or root(*a, **k)
+    )
+    a = KernelMaxide(**kw).fit(X, Yobs)
+    s = KernelMaxide(**kw, cache_bytes=0).fit(X, Yobs)
+    assert len(calls) == 2
+    monkeypatch.setattr(est_mod, "RANDOMIZED_RATIO", 10**9)
+    b = KernelMaxide(**kw).fit(X, Yobs)
+    assert len(calls) == 2 and a.n_passes_ == b.n_passes_
+    Sa, Sb = a.decision_function(X), b.decision_function(X)
+    np.testing.assert_allclose(s.decision_function(X), Sa, atol=1e-8 * np.abs(Sa).max())
+    # the subspace error of 4 iterations with 20 extra directions: scores within 1 % of the
+    # exact basis's here (a wrong basis is off by the scores' own size)
+    np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())

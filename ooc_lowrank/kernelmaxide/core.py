@@ -46,6 +46,7 @@ __all__ = [
     "apg",
     "next_theta",
     "orthonormal_root",
+    "randomized_orthonormal_root",
     "span_root",
     "svt",
 ]
@@ -127,6 +128,30 @@ def orthonormal_root(G, k, rtol=1e-13):
     top = max(float(ev[0]), 0.0)
     kk = min(int(k), int(np.count_nonzero(ev > rtol * top))) if top > 0 else 0
     return V[:, :kk].T / np.sqrt(ev[:kk])[:, None]
+
+
+def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, seed=0, rtol=1e-13):
+    """:func:`orthonormal_root` by subspace iteration: ``n_iter`` products ``gram_times(B) = G
+    B`` (``B`` of shape r x l, ``l = k + oversample``) from a fixed Gaussian start (``seed``),
+    each orthonormalized, then Rayleigh-Ritz on the last block.  ``R G R^T = I`` holds exactly
+    on the returned ``k' <= k`` directions (``R = diag(t^-1/2) (Q V)^T`` with ``Q^T G Q = V
+    diag(t) V^T``); they span the top ``k`` eigenvectors of ``G`` up to the subspace error,
+    which shrinks like ``(g_{l+1} / g_k)^(n_iter - 1)`` (Halko, Martinsson & Tropp 2011,
+    sections 4.5 and 5.5).  Cost: ``n_iter`` r x r x l products in place of the r x r
+    eigendecomposition (and, for ``G = M^T H M``, of forming ``G``)."""
+    kk = min(int(k), r)
+    if kk <= 0:
+        return np.zeros((0, r))
+    l = min(r, kk + int(oversample))
+    Q = np.linalg.qr(np.random.default_rng(seed).standard_normal((r, l)))[0]
+    for _ in range(int(n_iter) - 1):
+        Q = np.linalg.qr(gram_times(Q))[0]
+    T = Q.T @ gram_times(Q)
+    ev, V = np.linalg.eigh(0.5 * (T + T.T))
+    ev, V = ev[::-1], V[:, ::-1]
+    top = max(float(ev[0]), 0.0)
+    kk = min(kk, int(np.count_nonzero(ev > rtol * top))) if top > 0 else 0
+    return (Q @ V[:, :kk]).T / np.sqrt(ev[:kk])[:, None]
 
 
 def svt(B, tau):

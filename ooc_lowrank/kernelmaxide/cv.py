@@ -427,8 +427,10 @@ class MaxideCV(_ObservedSearch):
 
     Parameters
     ----------
-    n_components_grid : sequence of int or None, default=(None,)
-        Numbers of left singular vectors ``k`` (``None`` in the list: the numerical rank).
+    n_components_grid : sequence of int or None, default=(100, None)
+        Numbers of left singular vectors ``k`` (``None`` in the list: the numerical rank).  The
+        default holds :class:`Maxide`'s own default ``k = 100`` and every direction, so the
+        search never excludes the fixed default (twice the fits of one ``k``).
     lams : sequence of float, default=(0.25, 1.0, 4.0, 16.0)
     validation_fraction, holdout, scoring, n_splits, refit, max_iter, tol, n_trials, cache_bytes,
     random_state, verbose
@@ -453,7 +455,7 @@ class MaxideCV(_ObservedSearch):
     def __init__(
         self,
         *,
-        n_components_grid=(None,),
+        n_components_grid=(100, None),
         lams=(0.25, 1.0, 4.0, 16.0),
         validation_fraction=0.25,
         holdout="rows",
