@@ -584,6 +584,11 @@ def test_two_loop_of_all_models_equals_one_model_at_a_time(rng):
     for c in range(K):
         np.testing.assert_allclose(P[c], naive.two_loop(G[c], *pairs[c]), rtol=1e-12)
     np.testing.assert_array_equal(P[2], -G[2])  # no pairs: steepest descent
+    # a subset of the models (the ones still running): only their rows are written
+    out = np.full_like(G, 7.0)
+    core._two_loop(G, S, Y, rho, gamma, order, np.array([4, 1]), out)
+    np.testing.assert_allclose(out[[1, 4]], P[[1, 4]], rtol=1e-14)
+    assert (out[[0, 2, 3]] == 7.0).all()
 
 
 def test_backtrack_is_the_cubic_minimizer_clipped():
@@ -612,6 +617,24 @@ def test_one_vs_rest_fit_costs_the_passes_of_one_fit_not_k(rng):
     assert max(p) <= joint.n_passes_ < sum(p) / 2
     # first trial step min(1, 2 x the last accepted one): retries are the exception
     assert all(q <= 1.5 * 25 + 2 for q in p)
+
+
+def test_lbfgs_pass_calls_the_block_function_once_per_block(rng, monkeypatch):
+    """An L-BFGS pass over several blocks runs the block function once per block and nothing
+    else (the output shapes are given to the engine, no probe call on a one-row block)."""
+    V, y = _three_classes(rng, n=120)
+    calls = []
+    real = _blocks.loss_grad
+
+    def counted(*items, **kw):
+        calls.append(np.shape(items[0])[0])
+        return real(*items, **kw)
+
+    monkeypatch.setattr(_blocks, "loss_grad", counted)
+    m = MultiViewMachineClassifier(n_factors=2, random_state=0, solver="lbfgs", max_iter=5,
+                                   block_rows=40).fit(V, y)
+    # n_passes_ also counts the target's validation pass
+    assert m.n_passes_ >= 6 and calls.count(40) == len(calls) == 3 * (m.n_passes_ - 1)
 
 
 def test_mvm_lbfgs_defaults_benchmark_runs_at_tiny_size(tmp_path):

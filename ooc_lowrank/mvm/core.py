@@ -217,25 +217,22 @@ LBFGS_MEMORY = 10
 MAX_LINE_SEARCH = 20
 
 
-def _two_loop(G, S, Y, rho, gamma, order):
-    """L-BFGS directions ``-H_c g_c`` of several models at once (one row each).
+def _two_loop(G, S, Y, rho, gamma, order, models=None, out=None):
+    """L-BFGS directions ``-H_c g_c`` of several models (one row each): rows ``models``
+    (default: all) of ``out`` (default: a new zero ``(K, D)`` array), which is returned.
 
     ``G`` ``(K, D)``; ``S``, ``Y`` ``(K, M, D)`` the curvature pairs in a ring of ``M`` slots
     shared by the models, ``order`` the slots newest first; ``rho`` ``(K, M)`` the pairs'
     ``1 / s.y``, 0 for an empty slot (which then contributes nothing); ``gamma`` ``(K,)`` the
-    initial scaling ``s.y / y.y`` of each model's newest pair (1 without pairs).  The loops
-    run over the slots with every model's vector work in one NumPy call (a loop per model
-    cost about 16 % of a one-vs-rest fit on mfeat, 10 models); nothing is copied per slot."""
-    q, tmp = G.copy(), np.empty_like(G)  # products into tmp: no fresh (K, D) per slot
-    a = np.zeros(rho.shape)
-    for j in order:
-        a[:, j] = rho[:, j] * np.einsum("ad,ad->a", S[:, j], q)
-        q -= np.multiply(a[:, j, None], Y[:, j], out=tmp)
-    q *= gamma[:, None]
-    for j in order[::-1]:
-        b = rho[:, j] * np.einsum("ad,ad->a", Y[:, j], q)
-        q += np.multiply((a[:, j] - b)[:, None], S[:, j], out=tmp)
-    return np.negative(q, out=q)
+    initial scaling ``s.y / y.y`` of each model's newest pair (1 without pairs).  The kernel
+    :func:`ooc_lowrank.kernels.mvm.lbfgs_two_loop` runs one model at a time, its pairs in
+    cache across both loops (measured on mfeat, 10 models: the former loop over the slots with
+    every model's vector work in one NumPy call per slot cost about 12 % of the fit)."""
+    K = G.shape[0]
+    out = np.zeros_like(G) if out is None else out
+    models = np.arange(K) if models is None else np.asarray(models, dtype=np.int64)
+    _k.lbfgs_two_loop(G, S, Y, rho, gamma, np.asarray(order, dtype=np.int64), models, out)
+    return out
 
 
 def _backtrack(alpha, f0, d0, ft, dt):
@@ -300,7 +297,9 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
             _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
             n_models=Xs.shape[0], models=None if idx is None else tuple(int(c) for c in idx),
         )
-        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(Xs))
+        Kp = Xs.shape[0]  # the output shapes given: no probe call of fn per pass
+        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(Xs),
+                                            shapes=[(Kp,), (rows, Kp * k), (Kp,)])
         passes[0] += 1
         pen, dpen = penalty(Xs[:, :-1], reg, axis=1)
         G = pack(grad / n, np.asarray(gb) / n)
@@ -343,10 +342,9 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
             )
         while it < int(max_iter) and active.any():
             act = np.flatnonzero(active)
-            P = np.zeros_like(X)
             order = [(head - 1 - j) % LBFGS_MEMORY for j in range(LBFGS_MEMORY)]
             gamma[~rho.any(axis=1)] = 1.0  # every pair skipped or forgotten
-            P[act] = _two_loop(G, S, Yp, rho, gamma, order)[act]
+            P = _two_loop(G, S, Yp, rho, gamma, order, act)
             gp = (G * P).sum(axis=1)
             bad = active & ~(gp < 0)  # not a descent direction: forget the pairs
             rho[bad], gamma[bad] = 0.0, 1.0
