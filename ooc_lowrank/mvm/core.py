@@ -109,7 +109,7 @@ class _Monitor:
     def __call__(self, it, objective, theta):
         """Record; return True when training should stop (no improvement for ``patience``).
 
-        ``theta`` is the state ``(factors, intercepts)``."""
+        ``theta`` is the state ``(factors, intercepts)``; None is allowed without ``score``."""
         self.path.append(float(objective))
         elapsed = time.perf_counter() - self.t0
         msg = f"MVM iteration {it}: objective {objective:.6g}"
@@ -302,7 +302,8 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
                                             shapes=[(Kp,), (rows, Kp * k), (Kp,)])
         passes[0] += 1
         pen, dpen = penalty(Xs[:, :-1], reg, axis=1)
-        G = pack(grad / n, np.asarray(gb) / n)
+        G = pack(grad, np.asarray(gb))
+        G /= n
         G[:, :-1] += reg_weight * dpen
         F = np.asarray(total, float) / n + reg_weight * pen
         bad = ~(np.isfinite(F) & np.isfinite(G).all(axis=1))
@@ -345,15 +346,20 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
             order = [(head - 1 - j) % LBFGS_MEMORY for j in range(LBFGS_MEMORY)]
             gamma[~rho.any(axis=1)] = 1.0  # every pair skipped or forgotten
             P = _two_loop(G, S, Yp, rho, gamma, order, act)
-            gp = (G * P).sum(axis=1)
+            # the vector work below covers the running models only (all of them: no copy)
+            run = slice(None) if act.size == K else act
+            gp = np.zeros(K)
+            gp[run] = np.einsum("ad,ad->a", G[run], P[run])
             bad = active & ~(gp < 0)  # not a descent direction: forget the pairs
             rho[bad], gamma[bad] = 0.0, 1.0
             P[bad] = -G[bad]
             gp[bad] = -(G[bad] * G[bad]).sum(axis=1)
             # first step: 1 / ||g|| without curvature pairs, else twice the last accepted step
             # capped at 1 (a model whose last step was cut starts below 1)
-            alpha = np.where(rho.any(axis=1), np.minimum(1.0, 2.0 * last_alpha),
-                             np.minimum(1.0, 1.0 / np.maximum(np.linalg.norm(G, axis=1), 1e-300)))
+            fresh = active & ~rho.any(axis=1)
+            alpha = np.minimum(1.0, 2.0 * last_alpha)
+            alpha[fresh] = np.minimum(
+                1.0, 1.0 / np.maximum(np.linalg.norm(G[fresh], axis=1), 1e-300))
             Xn, Fn, Gn = X.copy(), F.copy(), G.copy()
             searching = active.copy()
             for _ in range(MAX_LINE_SEARCH):
@@ -370,19 +376,25 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
                 slope = (Gt[~ok] * P[f]).sum(axis=1)  # at the trial: the pass computed Gt
                 alpha[f] = _backtrack(alpha[f], F[f], gp[f], Ft[~ok], slope)
             active &= ~searching  # no acceptable step found: that model stops where it is
-            s_, y_ = Xn - X, Gn - G
-            sy, yy = (s_ * y_).sum(axis=1), (y_ * y_).sum(axis=1)
-            keep = active & (sy > 1e-10 * yy)
-            S[keep, head], Yp[keep, head] = s_[keep], y_[keep]
-            rho[:, head] = np.where(keep, 1.0 / np.where(keep, sy, 1.0), 0.0)
-            gamma[keep] = sy[keep] / yy[keep]
+            s_, y_ = Xn[run] - X[run], Gn[run] - G[run]
+            sy, yy = np.einsum("ad,ad->a", s_, y_), np.einsum("ad,ad->a", y_, y_)
+            keep = active[run] & (sy > 1e-10 * yy)
+            kept = np.arange(K)[run][keep]
+            S[kept, head], Yp[kept, head] = s_[keep], y_[keep]
+            rho[:, head] = 0.0
+            rho[kept, head] = 1.0 / sy[keep]
+            gamma[kept] = sy[keep] / yy[keep]
             head = (head + 1) % LBFGS_MEMORY
-            scale = np.maximum(np.maximum(np.abs(F), np.abs(Fn)), 1.0)
-            done = (np.abs(Gn).max(axis=1) <= tol) | (F - Fn <= 1e-3 * tol * scale)
+            scale = np.maximum(np.maximum(np.abs(F[run]), np.abs(Fn[run])), 1.0)
+            done = np.zeros(K, bool)
+            done[run] = ((np.abs(Gn[run]).max(axis=1) <= tol)
+                         | (F[run] - Fn[run] <= 1e-3 * tol * scale))
             X, F, G = Xn, Fn, Gn
             active &= ~done
             it += 1
-            stopped = monitor(it, float(F.sum()), unpack(X))
+            # the factors only when the monitor scores them (a validation set)
+            stopped = monitor(it, float(F.sum()),
+                              unpack(X) if monitor.score is not None else None)
             if checkpoint is not None and (stopped or checkpoint.due(it)):
                 save(stopped)
             if stopped:
