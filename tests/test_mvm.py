@@ -471,6 +471,39 @@ def test_auto_solver_lbfgs_for_dense_views_sgd_for_sparse(rng):
 # ------------------------------------------------------------------------------ SGD order
 
 
+def test_one_vs_rest_models_that_stop_early_equal_separate_fits_in_any_chunking(rng):
+    """Models of a joint fit that converge at different iterations drop out (the driver's
+    vector work and the passes cover the running ones only) without changing the others: each
+    model equals its binary fit alone, and the joint fit does not depend on the chunking."""
+    V, y = _three_classes(rng, n=200)
+    layout = core._Layout((3, 2))
+    K, k = 3, 2
+    theta0 = rng.normal(0, 0.3, size=(layout.n_feat + layout.n_views, K * k))
+    b0 = rng.normal(size=K)
+
+    def fit(yy, th, b, K, bounds=None):
+        views = [ooc_engine.as_blocked(v) for v in V]
+        yb = ooc_engine.as_blocked(yy.astype(float)[:, None])
+        if bounds is not None:
+            views, yb = [v.rechunk(bounds) for v in views], yb.rechunk(bounds)
+        mon = core._Monitor(None, 5, None, False)
+        return core._fit_lbfgs_batched(
+            views, yb, th, b, layout, loss="logistic", task="classification", reg="l2",
+            reg_weight=1e-2, n=200, max_iter=200, tol=1e-3, monitor=mon, checkpoint=None,
+            n_models=K)
+
+    theta, b, n_iter, _ = fit(y, theta0, b0, K)
+    alone = [fit((y == c).astype(int), theta0[:, c * k:(c + 1) * k].copy(), b0[c:c + 1], 1)
+             for c in range(K)]
+    assert len({a[2] for a in alone}) > 1 and n_iter == max(a[2] for a in alone) < 200
+    for c, (th_c, b_c, _, _) in enumerate(alone):
+        np.testing.assert_allclose(theta[:, c * k:(c + 1) * k], th_c, rtol=1e-6, atol=1e-9)
+        assert b[c] == pytest.approx(b_c[0], rel=1e-6, abs=1e-9)
+    chunked = fit(y, theta0, b0, K, bounds=np.array([0, 70, 71, 200]))
+    np.testing.assert_allclose(chunked[0], theta, rtol=1e-6, atol=1e-9)
+    assert chunked[2] == n_iter
+
+
 def test_sgd_model_does_not_depend_on_the_chunking(rng, tmp_path, monkeypatch):
     """Issue 23 item 5: the same data as NumPy views, Dask views chunked two ways and a store
     give the same SGD model, to rounding (the visiting order is defined on row numbers; the
