@@ -226,8 +226,9 @@ def _two_loop(G, S, Y, rho, gamma, order, models=None, out=None):
     ``1 / s.y``, 0 for an empty slot (which then contributes nothing); ``gamma`` ``(K,)`` the
     initial scaling ``s.y / y.y`` of each model's newest pair (1 without pairs).  The kernel
     :func:`ooc_lowrank.kernels.mvm.lbfgs_two_loop` runs one model at a time, its pairs in
-    cache across both loops (measured on mfeat, 10 models: the former loop over the slots with
-    every model's vector work in one NumPy call per slot cost about 12 % of the fit)."""
+    cache across both loops (10 models of 6,551 entries, 10 pairs each: 0.5 ms against 1.25 ms
+    for the former loop over the slots with every model's vector work in one NumPy call per
+    slot; best of 30, busy machine)."""
     K = G.shape[0]
     out = np.zeros_like(G) if out is None else out
     models = np.arange(K) if models is None else np.asarray(models, dtype=np.int64)
@@ -270,8 +271,9 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
     100 iterations) against the former rule (first trial 1, quadratic backtracking): 183
     passes against 207 (a retry pass evaluates only the models still searching), the same
     accuracy; one binary class: 125 passes against SciPy L-BFGS-B's 153.  The history is held as
-    ``(K, M, D)`` arrays and :func:`_two_loop` runs every model's loop in one NumPy call per
-    slot.  Checkpoints as
+    ``(K, M, D)`` arrays and :func:`_two_loop` runs the running models' loops in one kernel
+    call; the rest of the per-iteration vector work covers the running models only.
+    Checkpoints as
     :func:`fit_lbfgs` (a resumed fit restarts each model's L-BFGS at the saved iterate).
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
