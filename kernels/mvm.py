@@ -244,3 +244,49 @@ def dense_weighted_loo(S, k, dl):
             for j in range(width):
                 S[p, i, j] *= acc[j]
                 acc[j] *= s[p, j]
+
+
+# ------------------------------------------------------------------------------ L-BFGS driver
+
+
+@njit
+def _dot(u, v):
+    acc = 0.0
+    for d in range(u.shape[0]):
+        acc += u[d] * v[d]
+    return acc
+
+
+@njit
+def _axpy(alpha, x, y):
+    """``y += alpha x`` in place."""
+    for d in range(y.shape[0]):
+        y[d] += alpha * x[d]
+
+
+@njit
+def lbfgs_two_loop(G, S, Y, rho, gamma, order, models, out):
+    """L-BFGS directions ``out[c] = -H_c G[c]`` of the models ``c`` in ``models`` (the other
+    rows of ``out`` are left alone), by the two-loop recursion over each model's curvature
+    pairs: ``S``, ``Y`` ``(K, M, D)``, a ring of ``M`` slots visited newest first in ``order``;
+    ``rho`` ``(K, M)`` the pairs' ``1 / s.y``, 0 for an empty slot (skipped); ``gamma`` ``(K,)``
+    the initial scaling.
+
+    One model at a time, so its direction (``D`` floats) and its pairs stay in cache across
+    both loops (the NumPy twin ``tests/naive_mvm.py::two_loop`` runs the textbook recursion of
+    one model; a loop over the slots with every model's vector work in one NumPy call streamed
+    all models' pairs through memory four times per iteration)."""
+    a = np.empty(S.shape[1])
+    for c in models:
+        q = out[c]
+        q[:] = G[c]
+        for j in order:
+            if rho[c, j] != 0.0:
+                a[j] = rho[c, j] * _dot(S[c, j], q)
+                _axpy(-a[j], Y[c, j], q)
+        q *= gamma[c]
+        for jj in range(len(order) - 1, -1, -1):
+            j = order[jj]
+            if rho[c, j] != 0.0:
+                _axpy(a[j] - rho[c, j] * _dot(Y[c, j], q), S[c, j], q)
+        q *= -1.0

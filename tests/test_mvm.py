@@ -471,6 +471,39 @@ def test_auto_solver_lbfgs_for_dense_views_sgd_for_sparse(rng):
 # ------------------------------------------------------------------------------ SGD order
 
 
+def test_one_vs_rest_models_that_stop_early_equal_separate_fits_in_any_chunking(rng):
+    """Models of a joint fit that converge at different iterations drop out (the driver's
+    vector work and the passes cover the running ones only) without changing the others: each
+    model equals its binary fit alone, and the joint fit does not depend on the chunking."""
+    V, y = _three_classes(rng, n=200)
+    layout = core._Layout((3, 2))
+    K, k = 3, 2
+    theta0 = rng.normal(0, 0.3, size=(layout.n_feat + layout.n_views, K * k))
+    b0 = rng.normal(size=K)
+
+    def fit(yy, th, b, K, bounds=None):
+        views = [ooc_engine.as_blocked(v) for v in V]
+        yb = ooc_engine.as_blocked(yy.astype(float)[:, None])
+        if bounds is not None:
+            views, yb = [v.rechunk(bounds) for v in views], yb.rechunk(bounds)
+        mon = core._Monitor(None, 5, None, False)
+        return core._fit_lbfgs_batched(
+            views, yb, th, b, layout, loss="logistic", task="classification", reg="l2",
+            reg_weight=1e-2, n=200, max_iter=200, tol=1e-3, monitor=mon, checkpoint=None,
+            n_models=K)
+
+    theta, b, n_iter, _ = fit(y, theta0, b0, K)
+    alone = [fit((y == c).astype(int), theta0[:, c * k:(c + 1) * k].copy(), b0[c:c + 1], 1)
+             for c in range(K)]
+    assert len({a[2] for a in alone}) > 1 and n_iter == max(a[2] for a in alone) < 200
+    for c, (th_c, b_c, _, _) in enumerate(alone):
+        np.testing.assert_allclose(theta[:, c * k:(c + 1) * k], th_c, rtol=1e-6, atol=1e-9)
+        assert b[c] == pytest.approx(b_c[0], rel=1e-6, abs=1e-9)
+    chunked = fit(y, theta0, b0, K, bounds=np.array([0, 70, 71, 200]))
+    np.testing.assert_allclose(chunked[0], theta, rtol=1e-6, atol=1e-9)
+    assert chunked[2] == n_iter
+
+
 def test_sgd_model_does_not_depend_on_the_chunking(rng, tmp_path, monkeypatch):
     """Issue 23 item 5: the same data as NumPy views, Dask views chunked two ways and a store
     give the same SGD model, to rounding (the visiting order is defined on row numbers; the
@@ -584,6 +617,11 @@ def test_two_loop_of_all_models_equals_one_model_at_a_time(rng):
     for c in range(K):
         np.testing.assert_allclose(P[c], naive.two_loop(G[c], *pairs[c]), rtol=1e-12)
     np.testing.assert_array_equal(P[2], -G[2])  # no pairs: steepest descent
+    # a subset of the models (the ones still running): only their rows are written
+    out = np.full_like(G, 7.0)
+    core._two_loop(G, S, Y, rho, gamma, order, np.array([4, 1]), out)
+    np.testing.assert_allclose(out[[1, 4]], P[[1, 4]], rtol=1e-14)
+    assert (out[[0, 2, 3]] == 7.0).all()
 
 
 def test_backtrack_is_the_cubic_minimizer_clipped():
@@ -612,6 +650,24 @@ def test_one_vs_rest_fit_costs_the_passes_of_one_fit_not_k(rng):
     assert max(p) <= joint.n_passes_ < sum(p) / 2
     # first trial step min(1, 2 x the last accepted one): retries are the exception
     assert all(q <= 1.5 * 25 + 2 for q in p)
+
+
+def test_lbfgs_pass_calls_the_block_function_once_per_block(rng, monkeypatch):
+    """An L-BFGS pass over several blocks runs the block function once per block and nothing
+    else (the output shapes are given to the engine, no probe call on a one-row block)."""
+    V, y = _three_classes(rng, n=120)
+    calls = []
+    real = _blocks.loss_grad
+
+    def counted(*items, **kw):
+        calls.append(np.shape(items[0])[0])
+        return real(*items, **kw)
+
+    monkeypatch.setattr(_blocks, "loss_grad", counted)
+    m = MultiViewMachineClassifier(n_factors=2, random_state=0, solver="lbfgs", max_iter=5,
+                                   block_rows=40).fit(V, y)
+    # n_passes_ also counts the target's validation pass
+    assert m.n_passes_ >= 6 and calls.count(40) == len(calls) == 3 * (m.n_passes_ - 1)
 
 
 def test_mvm_lbfgs_defaults_benchmark_runs_at_tiny_size(tmp_path):

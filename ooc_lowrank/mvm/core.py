@@ -109,7 +109,7 @@ class _Monitor:
     def __call__(self, it, objective, theta):
         """Record; return True when training should stop (no improvement for ``patience``).
 
-        ``theta`` is the state ``(factors, intercepts)``."""
+        ``theta`` is the state ``(factors, intercepts)``; None is allowed without ``score``."""
         self.path.append(float(objective))
         elapsed = time.perf_counter() - self.t0
         msg = f"MVM iteration {it}: objective {objective:.6g}"
@@ -217,25 +217,23 @@ LBFGS_MEMORY = 10
 MAX_LINE_SEARCH = 20
 
 
-def _two_loop(G, S, Y, rho, gamma, order):
-    """L-BFGS directions ``-H_c g_c`` of several models at once (one row each).
+def _two_loop(G, S, Y, rho, gamma, order, models=None, out=None):
+    """L-BFGS directions ``-H_c g_c`` of several models (one row each): rows ``models``
+    (default: all) of ``out`` (default: a new zero ``(K, D)`` array), which is returned.
 
     ``G`` ``(K, D)``; ``S``, ``Y`` ``(K, M, D)`` the curvature pairs in a ring of ``M`` slots
     shared by the models, ``order`` the slots newest first; ``rho`` ``(K, M)`` the pairs'
     ``1 / s.y``, 0 for an empty slot (which then contributes nothing); ``gamma`` ``(K,)`` the
-    initial scaling ``s.y / y.y`` of each model's newest pair (1 without pairs).  The loops
-    run over the slots with every model's vector work in one NumPy call (a loop per model
-    cost about 16 % of a one-vs-rest fit on mfeat, 10 models); nothing is copied per slot."""
-    q, tmp = G.copy(), np.empty_like(G)  # products into tmp: no fresh (K, D) per slot
-    a = np.zeros(rho.shape)
-    for j in order:
-        a[:, j] = rho[:, j] * np.einsum("ad,ad->a", S[:, j], q)
-        q -= np.multiply(a[:, j, None], Y[:, j], out=tmp)
-    q *= gamma[:, None]
-    for j in order[::-1]:
-        b = rho[:, j] * np.einsum("ad,ad->a", Y[:, j], q)
-        q += np.multiply((a[:, j] - b)[:, None], S[:, j], out=tmp)
-    return np.negative(q, out=q)
+    initial scaling ``s.y / y.y`` of each model's newest pair (1 without pairs).  The kernel
+    :func:`ooc_lowrank.kernels.mvm.lbfgs_two_loop` runs one model at a time, its pairs in
+    cache across both loops (10 models of 6,551 entries, 10 pairs each: 0.5 ms against 1.25 ms
+    for the former loop over the slots with every model's vector work in one NumPy call per
+    slot; best of 30, busy machine)."""
+    K = G.shape[0]
+    out = np.zeros_like(G) if out is None else out
+    models = np.arange(K) if models is None else np.asarray(models, dtype=np.int64)
+    _k.lbfgs_two_loop(G, S, Y, rho, gamma, np.asarray(order, dtype=np.int64), models, out)
+    return out
 
 
 def _backtrack(alpha, f0, d0, ft, dt):
@@ -273,8 +271,9 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
     100 iterations) against the former rule (first trial 1, quadratic backtracking): 183
     passes against 207 (a retry pass evaluates only the models still searching), the same
     accuracy; one binary class: 125 passes against SciPy L-BFGS-B's 153.  The history is held as
-    ``(K, M, D)`` arrays and :func:`_two_loop` runs every model's loop in one NumPy call per
-    slot.  Checkpoints as
+    ``(K, M, D)`` arrays and :func:`_two_loop` runs the running models' loops in one kernel
+    call; the rest of the per-iteration vector work covers the running models only.
+    Checkpoints as
     :func:`fit_lbfgs` (a resumed fit restarts each model's L-BFGS at the saved iterate).
 
     Returns ``(theta, b0, n_iter, n_passes)``."""
@@ -300,10 +299,13 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
             _blocks.loss_grad, **layout.kw(len(views)), loss=LOSS_CODES[loss], task=task,
             n_models=Xs.shape[0], models=None if idx is None else tuple(int(c) for c in idx),
         )
-        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(Xs))
+        Kp = Xs.shape[0]  # the output shapes given: no probe call of fn per pass
+        total, grad, gb = engine.map_reduce(fn, *views, y, args=unpack(Xs),
+                                            shapes=[(Kp,), (rows, Kp * k), (Kp,)])
         passes[0] += 1
         pen, dpen = penalty(Xs[:, :-1], reg, axis=1)
-        G = pack(grad / n, np.asarray(gb) / n)
+        G = pack(grad, np.asarray(gb))
+        G /= n
         G[:, :-1] += reg_weight * dpen
         F = np.asarray(total, float) / n + reg_weight * pen
         bad = ~(np.isfinite(F) & np.isfinite(G).all(axis=1))
@@ -343,19 +345,23 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
             )
         while it < int(max_iter) and active.any():
             act = np.flatnonzero(active)
-            P = np.zeros_like(X)
             order = [(head - 1 - j) % LBFGS_MEMORY for j in range(LBFGS_MEMORY)]
             gamma[~rho.any(axis=1)] = 1.0  # every pair skipped or forgotten
-            P[act] = _two_loop(G, S, Yp, rho, gamma, order)[act]
-            gp = (G * P).sum(axis=1)
+            P = _two_loop(G, S, Yp, rho, gamma, order, act)
+            # the vector work below covers the running models only (all of them: no copy)
+            run = slice(None) if act.size == K else act
+            gp = np.zeros(K)
+            gp[run] = np.einsum("ad,ad->a", G[run], P[run])
             bad = active & ~(gp < 0)  # not a descent direction: forget the pairs
             rho[bad], gamma[bad] = 0.0, 1.0
             P[bad] = -G[bad]
             gp[bad] = -(G[bad] * G[bad]).sum(axis=1)
             # first step: 1 / ||g|| without curvature pairs, else twice the last accepted step
             # capped at 1 (a model whose last step was cut starts below 1)
-            alpha = np.where(rho.any(axis=1), np.minimum(1.0, 2.0 * last_alpha),
-                             np.minimum(1.0, 1.0 / np.maximum(np.linalg.norm(G, axis=1), 1e-300)))
+            fresh = active & ~rho.any(axis=1)
+            alpha = np.minimum(1.0, 2.0 * last_alpha)
+            alpha[fresh] = np.minimum(
+                1.0, 1.0 / np.maximum(np.linalg.norm(G[fresh], axis=1), 1e-300))
             Xn, Fn, Gn = X.copy(), F.copy(), G.copy()
             searching = active.copy()
             for _ in range(MAX_LINE_SEARCH):
@@ -372,19 +378,25 @@ def _fit_lbfgs_batched(views, y, theta0, b0, layout, *, loss, task, reg, reg_wei
                 slope = (Gt[~ok] * P[f]).sum(axis=1)  # at the trial: the pass computed Gt
                 alpha[f] = _backtrack(alpha[f], F[f], gp[f], Ft[~ok], slope)
             active &= ~searching  # no acceptable step found: that model stops where it is
-            s_, y_ = Xn - X, Gn - G
-            sy, yy = (s_ * y_).sum(axis=1), (y_ * y_).sum(axis=1)
-            keep = active & (sy > 1e-10 * yy)
-            S[keep, head], Yp[keep, head] = s_[keep], y_[keep]
-            rho[:, head] = np.where(keep, 1.0 / np.where(keep, sy, 1.0), 0.0)
-            gamma[keep] = sy[keep] / yy[keep]
+            s_, y_ = Xn[run] - X[run], Gn[run] - G[run]
+            sy, yy = np.einsum("ad,ad->a", s_, y_), np.einsum("ad,ad->a", y_, y_)
+            keep = active[run] & (sy > 1e-10 * yy)
+            kept = np.arange(K)[run][keep]
+            S[kept, head], Yp[kept, head] = s_[keep], y_[keep]
+            rho[:, head] = 0.0
+            rho[kept, head] = 1.0 / sy[keep]
+            gamma[kept] = sy[keep] / yy[keep]
             head = (head + 1) % LBFGS_MEMORY
-            scale = np.maximum(np.maximum(np.abs(F), np.abs(Fn)), 1.0)
-            done = (np.abs(Gn).max(axis=1) <= tol) | (F - Fn <= 1e-3 * tol * scale)
+            scale = np.maximum(np.maximum(np.abs(F[run]), np.abs(Fn[run])), 1.0)
+            done = np.zeros(K, bool)
+            done[run] = ((np.abs(Gn[run]).max(axis=1) <= tol)
+                         | (F[run] - Fn[run] <= 1e-3 * tol * scale))
             X, F, G = Xn, Fn, Gn
             active &= ~done
             it += 1
-            stopped = monitor(it, float(F.sum()), unpack(X))
+            # the factors only when the monitor scores them (a validation set)
+            stopped = monitor(it, float(F.sum()),
+                              unpack(X) if monitor.score is not None else None)
             if checkpoint is not None and (stopped or checkpoint.due(it)):
                 save(stopped)
             if stopped:
