@@ -753,3 +753,78 @@ def test_direct_path_builds_no_graph_per_pass_and_equals_the_graph_path(
     np.testing.assert_array_equal(g.objective_, ref.objective_)
     np.testing.assert_array_equal(g.components_, ref.components_)
     np.testing.assert_array_equal(g.coef_, ref.coef_)
+
+
+# ------------------------------------------------------------------ gradient pass at scale (issue 25)
+
+
+def _sparse_grad_problem(rng, n=300, d=5000, L=9, m=4, dtype=np.float32):
+    X = sp.random(n, d, density=0.002, format="csr", random_state=3, dtype=dtype)
+    X = sp.csr_matrix(X + sp.csr_matrix((np.ones(n, dtype), (np.arange(n), np.arange(n) % d)),
+                                        shape=(n, d)))  # no empty row
+    A = sp.csr_matrix((rng.random((n, L)) < 0.3).astype(dtype))
+    spec = _spec(["fourier", "nystrom"], m, 0.5)
+    U = (0.5 * rng.standard_normal((d, 2 * m))).astype(dtype)
+    W = rng.standard_normal((spec.n_features, L)) * 0.5
+    return X, A, spec, U, W
+
+
+def _grad_args(U, spec, W, L, dt):
+    return (U, spec, (W @ W.T).astype(dt), np.ascontiguousarray(W.T).astype(dt), L, False)
+
+
+@pytest.mark.parametrize("block_rows", [300, 100, 77])
+@pytest.mark.parametrize("csr", [True, False])
+def test_accumulated_gradient_equals_per_block_sum(rng, block_rows, csr):
+    """The fit's gradient pass (grad_block_into adding into one chain accumulator) equals the
+    sum of the per-block grad_block outputs, for any chunking; CSR blocks scatter-add."""
+    X, A, spec, U, W = _sparse_grad_problem(rng)
+    X = X if csr else X.toarray()
+    args = _grad_args(U, spec, W, A.shape[1], np.float32)
+    ref_gX = np.zeros((X.shape[1], spec.n_params))
+    ref_cs = np.zeros(spec.n_params)
+    for s in range(0, X.shape[0], 50):  # the previous implementation, one block at a time
+        gX, cs = _blocks.grad_block(X[s : s + 50], A[s : s + 50], *args)
+        ref_gX += gX
+        ref_cs += cs
+    red = engine.reduce_blocks(
+        _blocks.grad_block_into,
+        engine.as_blocked(X, block_rows=block_rows),
+        engine.as_blocked(A, block_rows=block_rows),
+        args=args,
+        shapes=_blocks.grad_shapes(spec, X.shape[1]),
+    )
+    (gX, cs) = engine.compute(red)[0]
+    scale = np.abs(ref_gX).max()
+    np.testing.assert_allclose(gX, ref_gX, rtol=0, atol=2e-5 * scale)
+    np.testing.assert_allclose(cs, ref_cs, rtol=2e-5, atol=2e-5 * np.abs(ref_cs).max())
+
+
+def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng):
+    """Peak memory of the gradient pass on CSR blocks: the chains' accumulators (d x m_total
+    float64 each) plus block-sized transients; no (d, m_total) array per block (the previous
+    grad_block allocated two: its zeros and scipy's dense X^T Xi)."""
+    import tracemalloc
+
+    X, A, spec, U, W = _sparse_grad_problem(rng, n=400, d=60_000, m=16)
+    d, mt = X.shape[1], spec.n_params
+    acc_bytes = 8 * (d * mt + mt)
+    nb = 8
+    Xb = engine.as_blocked(X, block_rows=50)
+    Ab = engine.as_blocked(A, block_rows=50)
+    assert Xb.n_blocks == nb
+    args = _grad_args(U, spec, W, A.shape[1], np.float32)
+    shapes = _blocks.grad_shapes(spec, d)
+    n_chains = engine._n_chains(nb, d * mt + mt)
+    engine.compute(engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, args=args, shapes=shapes))
+    tracemalloc.start()
+    try:
+        engine.compute(
+            engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, args=args, shapes=shapes)
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the accumulators, plus one partial per chain's last link at most, plus block transients
+    block_bytes = 4 * 50 * (d // 100 + 4 * spec.n_features + A.shape[1]) * 8
+    assert peak <= n_chains * acc_bytes + block_bytes + 2**20, (peak, n_chains, acc_bytes)

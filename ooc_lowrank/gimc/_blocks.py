@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from ooc_lowrank.kernels.csr import csr_t_dense_add
 from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
 from ooc_lowrank.kernels.rbf import lnys_t, rbf_from_dot
 
@@ -305,6 +306,25 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     (the caller's choice for ``L < D/2``) it is ``(Phi_b W - A_b) W^T`` instead, cheaper by a
     factor ``D / 2L``; its transient (n_b, L) block is smaller than ``Phi_b``.
     """
+    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes)
+    return backprop_block(Xb, Phi, G, spec)
+
+
+def grad_block_into(acc, Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
+    """:func:`grad_block` added into ``acc``, the flat float64 accumulator of an engine chain
+    (``X^T Xi`` (d, m_total) then the column sums, C order): an accumulating block function
+    (``engine.reduce_blocks``), the fit's gradient pass.  A CSR block scatter-adds only the
+    rows of its nonzero columns: no (d, m_total) array per block (issue 25)."""
+    d, mt = Xb.shape[1], spec.n_params
+    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes)
+    backprop_block(Xb, Phi, G, spec, out=(acc[: d * mt].reshape(d, mt), acc[d * mt :]))
+
+
+grad_block_into.accumulates = True
+
+
+def _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
+    """The block as the features see it, its features ``Phi`` and ``G = df/dPhi`` (n_b, D)."""
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
@@ -321,32 +341,47 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     else:
         G = Phi @ WWt
         G -= np.asarray(A @ Wt)
-    return backprop_block(Xb, Phi, G, spec)
+    return Xb, Phi, G
 
 
-def backprop_block(Xb, Phi, G, spec):
+def _add_xt(Xb, B, out):
+    """``out += Xb^T B`` (``out`` a float64 (d, m) view): a scatter-add of the block's nonzero
+    columns for CSR, one BLAS product for dense."""
+    if sp.issparse(Xb):
+        Xb = sp.csr_matrix(Xb)
+        csr_t_dense_add(Xb.indptr, Xb.indices, Xb.data, B, out)
+    else:
+        out += Xb.T @ B
+
+
+def backprop_block(Xb, Phi, G, spec, out=None):
     """Back-propagate ``G = df/dPhi`` (n_b, D) of one block to the feature parameters:
     ``X_b^T Xi_b`` (d, m_total) and the LNYS column sums (m_total,), for :func:`finalize_grad`.
 
     ``Xb`` is the block as the features saw it (row-normalized if the spec asks) and ``Phi``
-    its features; ``G`` is overwritten (the caller owns it)."""
-    gX = np.zeros((Xb.shape[1], spec.n_params), dtype=np.float64)
-    colsum = np.zeros(spec.n_params, dtype=np.float64)
-    XT = Xb.T
+    its features; ``G`` is overwritten (the caller owns it).  With ``out = (gX, colsum)``
+    (float64 arrays of those shapes) the block's terms are added into them and nothing is
+    returned."""
+    if out is None:
+        gX = np.zeros((Xb.shape[1], spec.n_params), dtype=np.float64)
+        colsum = np.zeros(spec.n_params, dtype=np.float64)
+        backprop_block(Xb, Phi, G, spec, out=(gX, colsum))
+        return gX, colsum
+    gX, colsum = out
     for p in spec.parts:
         if not p.learn:
             continue
         Gp = G[:, p.phi_start : p.phi_stop]
         if p.kind == "fourier":
             Xi = lff_xi(Phi[:, p.phi_start : p.phi_stop], Gp, out=Gp[:, : p.m])
-            gX[:, p.start : p.stop] = XT @ Xi
+            _add_xt(Xb, Xi, gX[:, p.start : p.stop])
         else:
             if p.M is not None:
                 raise NotImplementedError("learned Nystrom parts use M = I")
             T, cs = lnys_t(Gp, Phi[:, p.phi_start : p.phi_stop], out=Gp)
-            gX[:, p.start : p.stop] = XT @ T
-            colsum[p.start : p.stop] = cs
-    return gX, colsum
+            _add_xt(Xb, T, gX[:, p.start : p.stop])
+            colsum[p.start : p.stop] += cs
+    return None
 
 
 def finalize_grad(gX, colsum, U, spec):

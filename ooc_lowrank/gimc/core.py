@@ -369,7 +369,7 @@ def _fit_gimc(
         Wt = np.ascontiguousarray(W.T).astype(dt)
         (gres,) = engine.compute(
             engine.reduce_blocks(
-                _blocks.grad_block,
+                _blocks.grad_block_into,
                 X,
                 A,
                 args=(U.astype(dt), spec, WWt, Wt, n_labels, codes),
