@@ -17,7 +17,11 @@ line-search pass, ``s`` the block dtype's itemsize.
   trial the Gram ``D^2`` and ``A^T Phi`` ``L D`` outputs (``T (D^2 + L D) s``), and the
   engine's float64 copy of them (``T (D^2 + L D) 8``);
 * gradient pass, per block: ``Z`` (``n M s``), ``Phi`` and ``G`` (``2 n D s``), ``A W^T``
-  or the residual (``n D s`` or ``2 n L s``), ``X^T Xi`` (``d M (8 + s)``);
+  or the residual (``n D s`` or ``2 n L s``), ``X^T Xi`` added into the chain's accumulator
+  (dense: the product, ``d M s``; CSR: a scatter-add of float64 casts of ``Xi`` and the
+  block's values, ``n M 8 + nnz 8``) once ``Z`` and ``A W^T`` are freed (the larger of the
+  two counts); one float64 accumulator ``d M 8`` per chain (one chain when it is above
+  ``engine.ONE_CHAIN_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
   label block (CSR, one copy more when transposed for ``A^T Phi``).
 """
@@ -92,6 +96,15 @@ def _input_bytes(B):
     return _csr_bytes(B.nnz or 0, B.shape[0], s, idx)
 
 
+def _block_nnz(B, rows=None):
+    """Nonzeros of the largest row block of a CSR ``B`` (of ``rows`` rows if given); None for
+    dense."""
+    n, nnz = _max_block(B)
+    if nnz is None or rows is None or not n:
+        return nnz
+    return int(math.ceil(nnz * rows / n))
+
+
 def _block_bytes(B, rows=None):
     n, nnz = _max_block(B)
     if rows is not None and n:
@@ -104,17 +117,20 @@ def _block_bytes(B, rows=None):
 
 
 def gimc_task_bytes(
-    n, d, M, D, L, itemsize, n_trials, *, x_bytes, a_bytes, transposed_a, n_parts=1
+    n, d, M, D, L, itemsize, n_trials, *, x_bytes, a_bytes, transposed_a, n_parts=1, x_nnz=None
 ):
     """Bytes one GIMC block task allocates, ``{"stats": ..., "grad": ...}`` (block functions
     only, not their inputs; see the module docstring for the terms).  With several feature
-    parts (``features="both"``) each part's projections are copied contiguous (``n M s``)."""
+    parts (``features="both"``) each part's projections are copied contiguous (``n M s``).
+    ``x_nnz``: nonzeros of a CSR block (None: dense)."""
     s, T = int(itemsize), int(n_trials)
     labels = a_bytes * (2 if transposed_a else 1) + (n * M * s if n_parts > 1 else 0)
     stats = labels + 3 * n * M * s + n * D * s + d * M * s + T * (D * D + L * D) * s
     wwt = 2 * L >= D  # grad_block forms Phi (W W^T) when L >= D / 2, else the residual
     extra = n * D * s if wwt else 2 * n * L * s
-    grad = labels + n * M * s + 2 * n * D * s + extra + d * M * (8 + s)
+    # back-propagation runs after Z and the label products are freed: the larger of the two
+    xt = d * M * s if x_nnz is None else 8 * (n * M + int(x_nnz))
+    grad = labels + 2 * n * D * s + max(n * M * s + extra, xt)
     return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
 
 
@@ -169,22 +185,26 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
             a_bytes=ab,
             transposed_a=L > 4 * n,
             n_parts=len(kinds),
+            x_nnz=_block_nnz(XB, rows),
         )
         out64 = n_trials * (D_ * D_ + L * D_) * 8
         task = xb + ab + max(t["stats"] + out64, t["grad"])
-        n_blocks = XB.n_blocks
+        n_blocks = XB.n_blocks if rows is None else math.ceil(n_rows / max(int(rows), 1))
         chains = engine._n_chains(n_blocks, out64 // 8) if out64 >= engine.CHAIN_BYTES else 1
         per_worker_chains = math.ceil(chains / max(n_workers or 1, 1))
+        acc = (d + 1) * M_  # the gradient pass's accumulator (float64 values) per chain
+        acc_chains = math.ceil(engine._n_chains(n_blocks, acc, True) / max(n_workers or 1, 1))
         state = 2 * d * M_ * s + D_ * L * s + (D_ * D_ * s if 2 * L >= D_ else 0)
         cached = store_bytes / max(n_workers or 1, 1) if (resident and n_workers) else 0
         total = (
             (WORKER_BASE_BYTES if n_workers else 0)
             + (threads or 1) * task
-            + per_worker_chains * out64
+            + max(per_worker_chains * out64, acc_chains * 8 * acc)
             + state
             + cached
         )
-        return int(total), t, int(task), int(out64 * per_worker_chains), int(state), int(cached)
+        reduce_b = max(out64 * per_worker_chains, acc_chains * 8 * acc)
+        return int(total), t, int(task), int(reduce_b), int(state), int(cached)
 
     rows_max, _ = _max_block(XB)
     total, t, task, reduce_b, state, cached = worker_bytes(None, m)

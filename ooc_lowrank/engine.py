@@ -649,11 +649,20 @@ def _fan_in(size: int) -> int:
     return int(min(8, max(2, REDUCE_BYTES // max(8 * size, 1))))
 
 
-def _n_chains(nb: int, size: int) -> int:
+#: An accumulating reduction (``fn.accumulates``) whose accumulator is larger than this runs
+#: along one chain: its accumulators, not block outputs, are then the pass's memory (GIMC's
+#: gradient at the Delicious-large shape: 782,585 x 1,000 float64 = 6.3 GB each, issue 25).
+ONE_CHAIN_BYTES = 2**30
+
+
+def _n_chains(nb: int, size: int, accumulates: bool = False) -> int:
     """Chains of a chained reduction: their totals (``size`` float64 each) wait for the final
     sum, so at most REDUCE_BYTES of them, between 2 and :data:`REDUCE_CHAINS` (the dask config
-    key ``ooc_lowrank.reduce_chains`` overrides it)."""
+    key ``ooc_lowrank.reduce_chains`` overrides it); one for an accumulating reduction with an
+    accumulator above :data:`ONE_CHAIN_BYTES`."""
     n = dask.config.get("ooc_lowrank.reduce_chains", None)
+    if n is None and accumulates and 8 * size > ONE_CHAIN_BYTES:
+        n = 1
     if n is None:
         n = min(REDUCE_CHAINS, max(2, REDUCE_BYTES // max(8 * size, 1)))
     return int(max(1, min(nb, int(n))))
@@ -775,7 +784,9 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     ]
     dargs = _unwrap_args(args, active_client(client))
     # row outputs are not accumulated: the chain count follows the summed outputs only
-    n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
+    n_chains = _n_chains(
+        nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
+    )
     edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
     fold = delayed(_fold_block, pure=False)
     totals = []
@@ -1236,7 +1247,9 @@ def _reduce_direct(fn, bounds, args, offset, sizes, rows_at, chains, split_every
     nb = len(bounds) - 1
     with one_blas_thread():
         if chains:
-            n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
+            n_chains = _n_chains(
+                nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
+            )
             edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
 
             def chain(c):

@@ -800,12 +800,16 @@ def test_accumulated_gradient_equals_per_block_sum(rng, block_rows, csr):
     np.testing.assert_allclose(cs, ref_cs, rtol=2e-5, atol=2e-5 * np.abs(ref_cs).max())
 
 
-def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng):
+@pytest.mark.parametrize("one_chain", [False, True])
+def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng, monkeypatch, one_chain):
     """Peak memory of the gradient pass on CSR blocks: the chains' accumulators (d x m_total
     float64 each) plus block-sized transients; no (d, m_total) array per block (the previous
-    grad_block allocated two: its zeros and scipy's dense X^T Xi)."""
+    grad_block allocated two: its zeros and scipy's dense X^T Xi).  An accumulator above
+    engine.ONE_CHAIN_BYTES (6.3 GB at the Delicious-large shape) has one chain: one in all."""
     import tracemalloc
 
+    if one_chain:
+        monkeypatch.setattr(engine, "ONE_CHAIN_BYTES", 2**20)
     X, A, spec, U, W = _sparse_grad_problem(rng, n=400, d=60_000, m=16)
     d, mt = X.shape[1], spec.n_params
     acc_bytes = 8 * (d * mt + mt)
@@ -815,7 +819,8 @@ def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng):
     assert Xb.n_blocks == nb
     args = _grad_args(U, spec, W, A.shape[1], np.float32)
     shapes = _blocks.grad_shapes(spec, d)
-    n_chains = engine._n_chains(nb, d * mt + mt)
+    n_chains = engine._n_chains(nb, d * mt + mt, True)
+    assert n_chains == (1 if one_chain else 4)
     engine.compute(engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, args=args, shapes=shapes))
     tracemalloc.start()
     try:
