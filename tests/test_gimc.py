@@ -755,7 +755,7 @@ def test_direct_path_builds_no_graph_per_pass_and_equals_the_graph_path(
     np.testing.assert_array_equal(g.coef_, ref.coef_)
 
 
-# ------------------------------------------------------------------ gradient pass at scale (issue 25)
+# -------------------------------------------------------- gradient pass at scale (issue 25)
 
 
 def _sparse_grad_problem(rng, n=300, d=5000, L=9, m=4, dtype=np.float32):
@@ -833,3 +833,27 @@ def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng, monkeypatch, on
     # the accumulators, plus one partial per chain's last link at most, plus block transients
     block_bytes = 4 * 50 * (d // 100 + 4 * spec.n_features + A.shape[1]) * 8
     assert peak <= n_chains * acc_bytes + block_bytes + 2**20, (peak, n_chains, acc_bytes)
+
+
+def test_fit_state_by_row_slices_equals_whole(rng, monkeypatch):
+    """The driver's d x m_total arithmetic (trial matrices, the step, ||g||^2) by row slices of
+    core.TRIAL_ROWS (no float64 (d, m_total) temporaries at the Delicious shape) gives the fit
+    of the whole-array arithmetic: the same bits for the elementwise parts, ||g||^2 to
+    rounding."""
+    X, Y = _ml_data(rng, n=300, d=40)
+    spec = _spec(["fourier", "nystrom"], 6, 0.2)
+    U0 = _U0(rng, X, ["fourier", "nystrom"], 6, 0.2)
+    kw = dict(alpha=0.5, n_labels=Y.shape[1], codes=False, max_iter=5, tol=0.0, n_trials=1)
+    whole = core.fit_gimc(X, Y, U0, spec, **kw)
+    U = rng.standard_normal((40, 12))
+    g = rng.standard_normal((40, 12))
+    monkeypatch.setattr(core, "TRIAL_ROWS", 7)
+    np.testing.assert_array_equal(
+        core._trial_matrices(U, g, (0.5, 0.25), np.float32),
+        np.stack([(U - e * g).astype(np.float32) for e in (0.5, 0.25)]),
+    )
+    np.testing.assert_array_equal(core._step(U, 0.3, g), U - 0.3 * g)
+    assert core._sq_norm(g) == pytest.approx(np.sum(g * g), rel=1e-14)
+    sliced = core.fit_gimc(X, Y, U0, spec, **kw)
+    np.testing.assert_allclose(sliced.U, whole.U, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sliced.objective, whole.objective, rtol=1e-12)

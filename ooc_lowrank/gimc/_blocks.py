@@ -384,12 +384,15 @@ def backprop_block(Xb, Phi, G, spec, out=None):
     return None
 
 
-def finalize_grad(gX, colsum, U, spec):
+def finalize_grad(gX, colsum, U, spec, inplace=False):
     """``grad_U`` from the reduced pieces.
 
     LFF parts as they are; LNYS parts ``2 gamma (X^T T - U diag(1^T T))``; frozen parts 0.
+    ``inplace``: ``gX`` (float64, the caller's) becomes the gradient when it is writable (no
+    (d, m_total) copy; the same bits).
     """
-    g = np.array(gX, dtype=np.float64)
+    own = inplace and gX.dtype == np.float64 and gX.flags.writeable
+    g = gX if own else np.array(gX, dtype=np.float64)
     for p in spec.parts:
         sl = slice(p.start, p.stop)
         if not p.learn:

@@ -173,6 +173,40 @@ def _check_finite(what, where, *arrays):
             raise NonFiniteError(f"GIMC: NaN or inf in {what} {where}. {_SCALE_HINT}")
 
 
+#: Rows of ``U`` per slice when the trial matrices are formed: the float64 ``U - eta g`` is a
+#: transient of this many rows, not of ``d`` (6.3 GB at the Delicious-large shape, issue 25).
+TRIAL_ROWS = 1 << 14
+
+
+def _trial_matrices(U, direction, etas, dt):
+    """``[U - eta direction for eta in etas]`` rounded to ``dt``, shape (n_trials, d, m_total),
+    formed by row slices (the same bits as whole: elementwise)."""
+    out = np.empty((len(etas), *U.shape), dtype=dt)
+    for t, e in enumerate(etas):
+        for s in range(0, U.shape[0], TRIAL_ROWS):
+            rows = slice(s, s + TRIAL_ROWS)
+            out[t, rows] = U[rows] - float(e) * direction[rows]
+    return out
+
+
+def _sq_norm(g):
+    """``sum(g * g)``; by row slices when ``g`` is larger than :data:`TRIAL_ROWS` rows (no
+    (d, m_total) temporary; smaller ``g``: the same bits as ``np.sum(g * g)``)."""
+    if g.shape[0] <= TRIAL_ROWS:
+        return float(np.sum(g * g))
+    return float(sum(np.sum(g[s : s + TRIAL_ROWS] ** 2) for s in range(0, g.shape[0], TRIAL_ROWS)))
+
+
+def _step(U, eta, g):
+    """A new array ``U - eta g`` (the old one may be held by a monitor), by row slices: no
+    float64 (d, m_total) temporary besides the result (the same bits)."""
+    out = np.empty_like(U)
+    for s in range(0, U.shape[0], TRIAL_ROWS):
+        rows = slice(s, s + TRIAL_ROWS)
+        np.subtract(U[rows], eta * g[rows], out=out[rows])
+    return out
+
+
 def _unpack_stats(res, n_trials):
     out = []
     for t in range(n_trials):
@@ -284,7 +318,7 @@ def _fit_gimc(
             # will see it: the default single trial costs one n d m product instead of two
             # (X U and X direction: 13 % of a steady iteration's flops at the NUS-WIDE shape,
             # d = 1134, m = 500, L = 1000; issue 25), the same bits whatever the grouping
-            U = np.stack([(U - float(e) * direction).astype(dt) for e in etas])
+            U = _trial_matrices(U, direction, etas, dt)
             direction = None
         args = (
             U.astype(dt, copy=False),
@@ -377,8 +411,9 @@ def _fit_gimc(
             )
         )
         n_passes += 1
-        g = _blocks.finalize_grad(gres[0], gres[1], U, spec)
-        gnorm2 = float(np.sum(g * g))
+        g = _blocks.finalize_grad(gres[0], gres[1], U, spec, inplace=True)
+        del gres  # g is the pass's accumulator itself (d x m_total float64, issue 25)
+        gnorm2 = _sq_norm(g)
         _check_finite("the gradient with respect to U", f"at iteration {it}", gnorm2)
         if gnorm2 == 0.0:
             logger.info("GIMC iteration %d: zero gradient, stopping", it)
@@ -401,7 +436,7 @@ def _fit_gimc(
             result.converged = True
             break
         eta, W, f_new = accepted
-        U = U - eta * g
+        U = _step(U, eta, g)
         eta_next = next_trial(eta, f, f_new, gnorm2)
         logger.debug("GIMC iteration %d: first trial %.3g, accepted %.3g", it, eta0, eta)
         _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
