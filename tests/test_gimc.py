@@ -857,3 +857,18 @@ def test_fit_state_by_row_slices_equals_whole(rng, monkeypatch):
     sliced = core.fit_gimc(X, Y, U0, spec, **kw)
     np.testing.assert_allclose(sliced.U, whole.U, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(sliced.objective, whole.objective, rtol=1e-12)
+
+
+def test_objective_by_label_slices_equals_whole(rng, monkeypatch):
+    """Above core.OBJECTIVE_COLS labels the Gram-trick objective is summed by column slices of
+    W (no (D, L) temporaries); the value equals the one-piece formula and the direct one."""
+    X, A = _problem(rng, L=23)
+    spec = _spec(["fourier"], 5, 0.4)
+    U = _U0(rng, X, ["fourier"], 5, 0.4)
+    res = _blocks.stats_block(X, A, U, None, (0.0,), spec, A.shape[1], False, True)
+    S_PP, S_AP, a2 = _blocks.symmetrize_lower(res[0]), res[1], float(res[2])
+    W = core.w_step(S_PP, S_AP, 0.3)
+    whole = core.objective(W, S_PP, S_AP, a2, 0.3)
+    monkeypatch.setattr(core, "OBJECTIVE_COLS", 4)  # 23 labels: 6 slices, the last short
+    assert core.objective(W, S_PP, S_AP, a2, 0.3) == pytest.approx(whole, rel=1e-13)
+    assert whole == pytest.approx(nv.objective_direct(X, A, U, W, spec, 0.3), rel=1e-10)

@@ -124,10 +124,28 @@ def w_step(S_PP, S_AP, alpha):
     return cho_solve(c, S_AP.T, check_finite=False)
 
 
+#: Label columns of ``W`` per slice of :func:`objective` above this many labels: its
+#: temporaries are (D, OBJECTIVE_COLS), not three (D, L) float64 arrays (2.5 GB each at the
+#: Delicious-large shape, D = 1,500 and L = 205,443; issue 25).
+OBJECTIVE_COLS = 8192
+
+
 def objective(W, S_PP, S_AP, a2, alpha):
-    """``alpha/2 ||W||^2 + 1/2 (<W W^T, S_PP> + ||A||^2 - 2 <W, S_AP^T>)`` (Gram trick)."""
-    fit = np.sum((S_PP @ W) * W) + a2 - 2.0 * np.sum(W * S_AP.T)
-    return 0.5 * alpha * np.sum(W * W) + 0.5 * fit
+    """``alpha/2 ||W||^2 + 1/2 (<W W^T, S_PP> + ||A||^2 - 2 <W, S_AP^T>)`` (Gram trick).
+
+    Up to :data:`OBJECTIVE_COLS` labels in one piece; more by column slices (the same value
+    to rounding)."""
+    L = W.shape[1]
+    if L <= OBJECTIVE_COLS:
+        fit = np.sum((S_PP @ W) * W) + a2 - 2.0 * np.sum(W * S_AP.T)
+        return 0.5 * alpha * np.sum(W * W) + 0.5 * fit
+    quad = cross = sq = 0.0
+    for c in range(0, L, OBJECTIVE_COLS):
+        Wc, Sc = W[:, c : c + OBJECTIVE_COLS], S_AP[c : c + OBJECTIVE_COLS]
+        quad += np.sum((S_PP @ Wc) * Wc)
+        cross += np.sum(Wc * Sc.T)
+        sq += np.sum(Wc * Wc)
+    return 0.5 * alpha * sq + 0.5 * (quad + a2 - 2.0 * cross)
 
 
 def reduced_objective(S_PP, S_AP, a2, alpha):
