@@ -16,12 +16,14 @@ line-search pass, ``s`` the block dtype's itemsize.
 * statistics pass, per block: ``Z0, X direction, Z`` (``3 n M s``), ``Phi`` (``n D s``), per
   trial the Gram ``D^2`` and ``A^T Phi`` ``L D`` outputs (``T (D^2 + L D) s``), and the
   engine's float64 copy of them (``T (D^2 + L D) 8``);
-* gradient pass, per block: ``Z`` (``n M s``), ``Phi`` and ``G`` (``2 n D s``), ``A W^T``
-  or the residual (``n D s`` or ``2 n L s``), ``X^T Xi`` added into the chain's accumulator
-  (dense: the product, ``d M s``; CSR: a scatter-add of float64 casts of ``Xi`` and the
-  block's values, ``n M 8 + nnz 8``) once ``Z`` and ``A W^T`` are freed (the larger of the
-  two counts); one float64 accumulator ``d M 8`` per chain (one chain when it is above
-  ``engine.ONE_CHAIN_BYTES``);
+* gradient pass, per block: ``Phi`` (``n D s``) throughout, with the largest of ``Z``
+  (``n M s``, freed once ``Phi`` is made; nothing when the line search kept ``Phi``), ``G``
+  and ``A W^T`` or the residual (``n D s`` and ``n D s`` or ``2 n L s``), ``G`` and one
+  part's ``X^T Xi`` added into the chain's accumulator (dense: the product, ``d M_p s``;
+  CSR: a scatter-add of float64 casts of ``Xi`` and the block's values, ``n M_p 8 + nnz
+  8``); one float64 accumulator ``d M 8`` per chain (one chain when it is above
+  ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
+  at most ``PHI_CACHE_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
   label block (CSR, one copy more when transposed for ``A^T Phi``).
 """
@@ -42,6 +44,9 @@ WORKER_BASE_BYTES = 256 * 2**20
 WORKER_PAUSE_FRACTION = 0.8
 #: Line-search trials the GIMC core tries at most per iteration (``gimc.core.MAX_TRIALS``).
 MAX_TRIALS = 20
+#: Largest block features ``Phi`` (n x D) a GIMC fit keeps between passes
+#: (``gimc.core.PHI_CACHE_BYTES``).
+PHI_CACHE_BYTES = 2**30
 #: Trials per line-search pass when ``n_trials`` is None (``gimc.core.DEFAULT_N_TRIALS``).
 DEFAULT_N_TRIALS = 1
 
@@ -128,9 +133,12 @@ def gimc_task_bytes(
     stats = labels + 3 * n * M * s + n * D * s + d * M * s + T * (D * D + L * D) * s
     wwt = 2 * L >= D  # grad_block forms Phi (W W^T) when L >= D / 2, else the residual
     extra = n * D * s if wwt else 2 * n * L * s
-    # back-propagation runs after Z and the label products are freed: the larger of the two
-    xt = d * M * s if x_nnz is None else 8 * (n * M + int(x_nnz))
-    grad = labels + 2 * n * D * s + max(n * M * s + extra, xt)
+    # Phi lives throughout; Z is freed before G, the label products before back-propagation,
+    # which forms one part's X^T Xi (dense) or float64 casts (CSR) at a time
+    mp = -(-M // max(int(n_parts), 1))
+    xt = d * mp * s if x_nnz is None else 8 * (n * mp + int(x_nnz))
+    zs = n * M * s + (n * mp * s if n_parts > 1 else 0)  # Z and one part's contiguous copy
+    grad = a_bytes * (2 if transposed_a else 1) + n * D * s + max(zs, n * D * s + max(extra, xt))
     return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
 
 
@@ -195,6 +203,8 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         acc = (d + 1) * M_  # the gradient pass's accumulator (float64 values) per chain
         acc_chains = math.ceil(engine._n_chains(n_blocks, acc, True) / max(n_workers or 1, 1))
         state = 2 * d * M_ * s + D_ * L * s + (D_ * D_ * s if 2 * L >= D_ else 0)
+        phi = n_rows * D_ * s  # a single trial's features, kept for the next gradient pass
+        state += phi if phi <= PHI_CACHE_BYTES else 0
         cached = store_bytes / max(n_workers or 1, 1) if (resident and n_workers) else 0
         total = (
             (WORKER_BASE_BYTES if n_workers else 0)

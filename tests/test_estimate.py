@@ -90,7 +90,7 @@ def test_block_memory_model_matches_measured_allocations(case, rng):
     Wt = np.ascontiguousarray(W.T).astype(dt)
     stats = _peak(_blocks.stats_block, X, Y, U, direction, (1.0, 0.5), spec, L, False, False)
     acc = np.zeros((c["d"] + 1) * M)  # the chain's accumulator: the engine's, not the task's
-    grad = _peak(_blocks.grad_block_into, acc, X, Y, U, spec, WWt, Wt, L, False)
+    grad = _peak(_blocks.grad_block_into, acc, 0, X, Y, U, spec, WWt, Wt, L, False)
     for name, got in (("stats", stats), ("grad", grad)):
         model = e["task_alloc_bytes"][name]
         assert 0.7 <= got / model <= 1.1, (name, got, model, got / model)

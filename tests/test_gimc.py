@@ -792,6 +792,7 @@ def test_accumulated_gradient_equals_per_block_sum(rng, block_rows, csr):
         engine.as_blocked(X, block_rows=block_rows),
         engine.as_blocked(A, block_rows=block_rows),
         args=args,
+        offset=True,
         shapes=_blocks.grad_shapes(spec, X.shape[1]),
     )
     (gX, cs) = engine.compute(red)[0]
@@ -821,11 +822,12 @@ def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng, monkeypatch, on
     shapes = _blocks.grad_shapes(spec, d)
     n_chains = engine._n_chains(nb, d * mt + mt, True)
     assert n_chains == (1 if one_chain else 4)
-    engine.compute(engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, args=args, shapes=shapes))
+    kw = dict(args=args, shapes=shapes, offset=True)
+    engine.compute(engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, **kw))
     tracemalloc.start()
     try:
         engine.compute(
-            engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, args=args, shapes=shapes)
+            engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, **kw)
         )
         peak = tracemalloc.get_traced_memory()[1]
     finally:
@@ -872,3 +874,30 @@ def test_objective_by_label_slices_equals_whole(rng, monkeypatch):
     monkeypatch.setattr(core, "OBJECTIVE_COLS", 4)  # 23 labels: 6 slices, the last short
     assert core.objective(W, S_PP, S_AP, a2, 0.3) == pytest.approx(whole, rel=1e-13)
     assert whole == pytest.approx(nv.objective_direct(X, A, U, W, spec, 0.3), rel=1e-10)
+
+
+@pytest.mark.parametrize("csr", [False, True])
+def test_kept_features_skip_the_gradient_pass_product_same_fit(rng, monkeypatch, csr):
+    """The accepted single trial's block features are kept for the next gradient pass: the fit
+    is bitwise the one that recomputes them, and each gradient pass then multiplies X U for no
+    block (one X U_t per line-search block only)."""
+    X, Y = _ml_data(rng, n=300, d=20)
+    X = sp.csr_matrix(X) if csr else X
+    spec = _spec(["fourier", "nystrom"], 6, 0.2)
+    U0 = _U0(rng, np.asarray(X.todense()) if csr else X, ["fourier", "nystrom"], 6, 0.2)
+    Xb, Yb = engine.as_blocked(X, block_rows=70), engine.as_blocked(Y, block_rows=70)
+    kw = dict(alpha=0.5, n_labels=Y.shape[1], codes=False, max_iter=4, tol=0.0, n_trials=1)
+    calls = []
+    dot = _blocks._dot
+    monkeypatch.setattr(_blocks, "_dot", lambda Xb, U: calls.append(U.shape) or dot(Xb, U))
+    kept = core.fit_gimc(Xb, Yb, U0, spec, **kw)
+    n_kept = len(calls)
+    assert _blocks._PHI["blocks"] == {}  # cleared when the fit stops
+    monkeypatch.setattr(core, "PHI_CACHE_BYTES", 0)
+    calls.clear()
+    fresh = core.fit_gimc(Xb, Yb, U0, spec, **kw)
+    np.testing.assert_array_equal(kept.U, fresh.U)
+    np.testing.assert_array_equal(kept.W, fresh.W)
+    assert kept.objective == fresh.objective and kept.n_passes == fresh.n_passes
+    # the gradient passes' X U products (5 blocks each, one pass per iteration) are gone
+    assert len(calls) - n_kept == 5 * kept.n_iter, (len(calls), n_kept)

@@ -25,6 +25,7 @@ over 20 iterations (2.9-3.1 with "fixed W, twice the last step") and reaches a l
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -191,6 +192,11 @@ def _check_finite(what, where, *arrays):
             raise NonFiniteError(f"GIMC: NaN or inf in {what} {where}. {_SCALE_HINT}")
 
 
+#: The fit keeps a single trial's block features ``Phi`` (n x D, the data dtype) for the next
+#: gradient pass when they take at most this many bytes: the gradient pass then skips ``X U``
+#: and the feature map (issue 25; 0.65 GB at the NUS-WIDE shape).
+PHI_CACHE_BYTES = 2**30
+
 #: Rows of ``U`` per slice when the trial matrices are formed: the float64 ``U - eta g`` is a
 #: transient of this many rows, not of ``d`` (6.3 GB at the Delicious-large shape, issue 25).
 TRIAL_ROWS = 1 << 14
@@ -290,21 +296,24 @@ def fit_gimc(
     # 30x slower (0.75 s against 0.026 s) on this 2-core machine, and 2-10x slower at
     # D = 2000 and 4000 (docs/performance.md).
     with engine.one_blas_thread():
-        return _fit_gimc(
-            X,
-            A,
-            U0,
-            spec,
-            alpha=alpha,
-            n_labels=n_labels,
-            codes=codes,
-            max_iter=max_iter,
-            tol=tol,
-            n_trials=n_trials,
-            callback=callback,
-            monitor=monitor,
-            checkpoint=checkpoint,
-        )
+        try:
+            return _fit_gimc(
+                X,
+                A,
+                U0,
+                spec,
+                alpha=alpha,
+                n_labels=n_labels,
+                codes=codes,
+                max_iter=max_iter,
+                tol=tol,
+                n_trials=n_trials,
+                callback=callback,
+                monitor=monitor,
+                checkpoint=checkpoint,
+            )
+        finally:
+            _blocks.clear_phi_cache()
 
 
 def _fit_gimc(
@@ -329,8 +338,15 @@ def _fit_gimc(
     U = np.array(U0, dtype=np.float64)
     n_passes = 0
 
+    # a single trial's features are kept for the next gradient pass when they are small
+    keep_phi = X.shape[0] * spec.n_features * dt.itemsize <= PHI_CACHE_BYTES
+    fit_token = os.urandom(8).hex()
+
     def stats_pass(U, direction, etas, with_a2):
+        """The statistics of the trials ``etas`` (one pass) and the key under which the block
+        features of a single trial are kept for the next gradient pass (or None)."""
         nonlocal n_passes
+        key = (fit_token, n_passes) if keep_phi and len(etas) == 1 else None
         if direction is not None:
             # one GEMM X U_t per trial and block, U_t rounded to dt as the next gradient pass
             # will see it: the default single trial costs one n d m product instead of two
@@ -346,20 +362,23 @@ def _fit_gimc(
             n_labels,
             codes,
             with_a2,
+            key,
         )
         (res,) = engine.compute(
             engine.reduce_blocks(
-                _blocks.stats_block,
+                _blocks.stats_block_at,
                 X,
                 A,
                 args=args,
+                offset=True,
                 shapes=_blocks.stats_shapes(spec, n_labels, len(etas), with_a2),
             )
         )
         n_passes += 1
-        return res
+        return res, key
 
     restored = checkpoint.load() if checkpoint is not None else None
+    phi_key = None  # a resumed fit computes its first gradient pass's features
     if restored is not None:
         st, arr = restored[0], restored[1]
         U, W = np.array(arr["U"], dtype=np.float64), np.array(arr["W"], dtype=np.float64)
@@ -379,7 +398,7 @@ def _fit_gimc(
             result.n_passes = n_passes
             return result
     else:
-        res = stats_pass(U, None, (0.0,), True)
+        res, phi_key = stats_pass(U, None, (0.0,), True)
         a2 = float(res[-1])
         if a2 == 0.0 and not codes:  # lazy labels: known after this first pass, at no cost
             raise no_label_error()
@@ -424,7 +443,8 @@ def _fit_gimc(
                 _blocks.grad_block_into,
                 X,
                 A,
-                args=(U.astype(dt), spec, WWt, Wt, n_labels, codes),
+                args=(U.astype(dt), spec, WWt, Wt, n_labels, codes, phi_key),
+                offset=True,
                 shapes=_blocks.grad_shapes(spec, X.shape[1]),
             )
         )
@@ -441,7 +461,7 @@ def _fit_gimc(
         accepted = None
         for b in range(0, MAX_TRIALS, n_trials):
             etas = trial_steps(eta0, b, n_trials)
-            res = stats_pass(U, g, etas, False)
+            res, phi_key = stats_pass(U, g, etas, False)
             for eta, (spp, sap) in zip(etas, _unpack_stats(res, len(etas)), strict=True):
                 W1, f1 = reduced_objective(spp, sap, a2, alpha)
                 if f1 <= f - C1 * eta * gnorm2:
