@@ -205,6 +205,9 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         state = 2 * d * M_ * s + D_ * L * s + (D_ * D_ * s if 2 * L >= D_ else 0)
         phi = n_rows * D_ * s  # a single trial's features, kept for the next gradient pass
         state += phi if phi <= PHI_CACHE_BYTES else 0
+        if not n_workers:  # this process is also the driver: U and g (float64), and W, the
+            # statistics A^T Phi and a trial's W (D x L float64 each) while a trial is judged
+            state += 16 * d * M_ + 24 * D_ * L
         cached = store_bytes / max(n_workers or 1, 1) if (resident and n_workers) else 0
         total = (
             (WORKER_BASE_BYTES if n_workers else 0)

@@ -475,6 +475,7 @@ def _fit_gimc(
             break
         eta, W, f_new = accepted
         U = _step(U, eta, g)
+        g = None  # not held through the next gradient pass (d x m_total float64, issue 25)
         eta_next = next_trial(eta, f, f_new, gnorm2)
         logger.debug("GIMC iteration %d: first trial %.3g, accepted %.3g", it, eta0, eta)
         _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
