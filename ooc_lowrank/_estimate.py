@@ -15,7 +15,8 @@ line-search pass, ``s`` the block dtype's itemsize.
 
 * statistics pass, per block: ``Z0, X direction, Z`` (``3 n M s``), ``Phi`` (``n D s``), per
   trial the Gram ``D^2`` and ``A^T Phi`` ``L D`` outputs (``T (D^2 + L D) s``), and the
-  engine's float64 copy of them (``T (D^2 + L D) 8``);
+  engine's float64 copy of them (``T (D^2 + L D) 8``), a dense block's aligned copy of a
+  trial's ``U`` (``d M s``; none for CSR);
 * gradient pass, per block: ``Phi`` (``n D s``) throughout, with the largest of ``Z``
   (``n M s``, freed once ``Phi`` is made; nothing when the line search kept ``Phi``), ``G``
   and ``A W^T`` or the residual (``n D s`` and ``n D s`` or ``2 n L s``), ``G`` and one
@@ -130,7 +131,8 @@ def gimc_task_bytes(
     ``x_nnz``: nonzeros of a CSR block (None: dense)."""
     s, T = int(itemsize), int(n_trials)
     labels = a_bytes * (2 if transposed_a else 1) + (n * M * s if n_parts > 1 else 0)
-    stats = labels + 3 * n * M * s + n * D * s + d * M * s + T * (D * D + L * D) * s
+    trial = d * M * s if x_nnz is None else 0  # the dense GEMM's own copy of a trial's U
+    stats = labels + 3 * n * M * s + n * D * s + trial + T * (D * D + L * D) * s
     wwt = 2 * L >= D  # grad_block forms Phi (W W^T) when L >= D / 2, else the residual
     extra = n * D * s if wwt else 2 * n * L * s
     # Phi lives throughout; Z is freed before G, the label products before back-propagation,

@@ -293,7 +293,8 @@ def _stats_per_trial(Xb, A, AT, Us, spec, with_a2, keep=None):
     Phi = np.empty((Xb.shape[0], spec.n_features), dtype=dt)
     out = []
     for Ut in Us:
-        Ut = Ut.copy()  # own, aligned buffer: the same GEMM bits as a 2-D trial matrix
+        if not sp.issparse(Xb):  # own, aligned buffer: the same GEMM bits as a 2-D matrix
+            Ut = Ut.copy()  # (a CSR product needs none: no d x m_total copy per block)
         Z = _dot(Xb, Ut)
         usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if xsq is not None else None
         _phi_from_dots(Z, xsq, usq, spec, Phi)
