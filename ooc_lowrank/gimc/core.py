@@ -7,7 +7,10 @@ gradient step on the feature parameters ``U``.  Data are touched only through th
 * per iteration: one gradient pass, then one line-search pass that evaluates a batch of trial
   steps at once; the accepted trial's statistics feed the next W-step (about 2 passes per
   iteration).  Each pass is exactly one ``engine.compute``; the graph is rebuilt from the same
-  blocked inputs every pass, so it never grows.
+  blocked inputs every pass, so it never grows.  A single-trial pass keeps its block features
+  (:data:`PHI_CACHE_BYTES`), so the next gradient pass, at the accepted ``U``, does not
+  recompute ``X U`` and the feature map; the gradient pass adds each block's ``X^T Xi`` into
+  one accumulator per engine chain (a scatter-add of the nonzero columns for CSR blocks).
 
 The objective is evaluated with the Gram trick (SPEC 1.4.4) and is non-increasing by
 construction: Armijo only accepts descent steps.  All reductions and the small dense algebra are
