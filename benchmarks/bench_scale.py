@@ -122,8 +122,9 @@ def side_by_side(fn, n_threads=2, repeats=3):
 def gimc_roofline(n_rows, d, m, block_rows, dtype="float32", seed=0):
     """Seconds of the BLAS products of one steady GIMC-LFF iteration (a gradient pass and a
     one-trial line-search pass) over ``n_rows`` rows, timed on ``block_rows``-row blocks here:
-    per row ``X U`` (stats and gradient passes), ``Phi^T Phi`` (syrk), ``Phi (W W^T)``,
-    ``X^T Xi``; the roofline ignores sin/cos, reading and reductions."""
+    per row ``X U`` (the line-search pass; the gradient pass reuses the features it kept),
+    ``Phi^T Phi`` (syrk), ``Phi (W W^T)``, ``X^T Xi``; the roofline ignores sin/cos, reading
+    and reductions."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -135,7 +136,7 @@ def gimc_roofline(n_rows, d, m, block_rows, dtype="float32", seed=0):
     WWt = rng.standard_normal((D, D), dtype=np.float32).astype(dtype)
     Xi = rng.standard_normal((b, m), dtype=np.float32).astype(dtype)
     ops = {
-        "X@U": (lambda: X @ U, 2.0 * b * d * m, 2),  # stats pass and gradient pass
+        "X@U": (lambda: X @ U, 2.0 * b * d * m, 1),  # stats pass (kept Phi: not gradient)
         "Phi^T Phi (syrk)": (lambda: Phi.T @ Phi, 1.0 * b * D * D, 1),
         "Phi@WWt": (lambda: Phi @ WWt, 2.0 * b * D * D, 1),
         "X^T Xi": (lambda: X.T @ Xi, 2.0 * b * d * m, 1),
@@ -453,9 +454,10 @@ def run_delicious(a):
         log("estimate:", json.dumps(_jsonable(est_summary(e))))
         if e.get("fits") is False:  # fit would refuse: record why instead of failing
             out = {"args": vars(a), "completed": False, "estimate": _jsonable(e),
-                   "why": "estimate(): worker_bytes > memory_cap (task_alloc_bytes: the "
-                          "(d, m_total) float64 gradient block of X^T Xi; state: U and its "
-                          "gradient (d, m_total) in float64, W (D, L))"}
+                   "why": "estimate(): worker_bytes > memory_cap (state_bytes_per_worker: "
+                          "the driver's U and gradient, (d, m_total) float64, and W, A^T Phi "
+                          "and a trial's W, (D, L) float64; reduce_bytes_per_worker: the "
+                          "gradient pass's one (d, m_total) float64 accumulator)"}
             log(json.dumps(out["why"]))
             save("delicious", out, a.out)
             return

@@ -15,9 +15,16 @@ line-search pass, ``s`` the block dtype's itemsize.
 
 * statistics pass, per block: ``Z0, X direction, Z`` (``3 n M s``), ``Phi`` (``n D s``), per
   trial the Gram ``D^2`` and ``A^T Phi`` ``L D`` outputs (``T (D^2 + L D) s``), and the
-  engine's float64 copy of them (``T (D^2 + L D) 8``);
-* gradient pass, per block: ``Z`` (``n M s``), ``Phi`` and ``G`` (``2 n D s``), ``A W^T``
-  or the residual (``n D s`` or ``2 n L s``), ``X^T Xi`` (``d M (8 + s)``);
+  engine's float64 copy of them (``T (D^2 + L D) 8``), a dense block's aligned copy of a
+  trial's ``U`` (``d M s``; none for CSR);
+* gradient pass, per block: ``Phi`` (``n D s``) throughout, with the largest of ``Z``
+  (``n M s``, freed once ``Phi`` is made; nothing when the line search kept ``Phi``), ``G``
+  and ``A W^T`` or the residual (``n D s`` and ``n D s`` or ``2 n L s``), ``G`` and one
+  part's ``X^T Xi`` added into the chain's accumulator (dense: the product, ``d M_p s``;
+  CSR: a scatter-add of float64 casts of ``Xi`` and the block's values, ``n M_p 8 + nnz
+  8``); one float64 accumulator ``d M 8`` per chain (one chain when it is above
+  ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
+  at most ``PHI_CACHE_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
   label block (CSR, one copy more when transposed for ``A^T Phi``).
 """
@@ -38,6 +45,9 @@ WORKER_BASE_BYTES = 256 * 2**20
 WORKER_PAUSE_FRACTION = 0.8
 #: Line-search trials the GIMC core tries at most per iteration (``gimc.core.MAX_TRIALS``).
 MAX_TRIALS = 20
+#: Largest block features ``Phi`` (n x D) a GIMC fit keeps between passes
+#: (``gimc.core.PHI_CACHE_BYTES``).
+PHI_CACHE_BYTES = 2**30
 #: Trials per line-search pass when ``n_trials`` is None (``gimc.core.DEFAULT_N_TRIALS``).
 DEFAULT_N_TRIALS = 1
 
@@ -92,6 +102,15 @@ def _input_bytes(B):
     return _csr_bytes(B.nnz or 0, B.shape[0], s, idx)
 
 
+def _block_nnz(B, rows=None):
+    """Nonzeros of the largest row block of a CSR ``B`` (of ``rows`` rows if given); None for
+    dense."""
+    n, nnz = _max_block(B)
+    if nnz is None or rows is None or not n:
+        return nnz
+    return int(math.ceil(nnz * rows / n))
+
+
 def _block_bytes(B, rows=None):
     n, nnz = _max_block(B)
     if rows is not None and n:
@@ -104,17 +123,24 @@ def _block_bytes(B, rows=None):
 
 
 def gimc_task_bytes(
-    n, d, M, D, L, itemsize, n_trials, *, x_bytes, a_bytes, transposed_a, n_parts=1
+    n, d, M, D, L, itemsize, n_trials, *, x_bytes, a_bytes, transposed_a, n_parts=1, x_nnz=None
 ):
     """Bytes one GIMC block task allocates, ``{"stats": ..., "grad": ...}`` (block functions
     only, not their inputs; see the module docstring for the terms).  With several feature
-    parts (``features="both"``) each part's projections are copied contiguous (``n M s``)."""
+    parts (``features="both"``) each part's projections are copied contiguous (``n M s``).
+    ``x_nnz``: nonzeros of a CSR block (None: dense)."""
     s, T = int(itemsize), int(n_trials)
     labels = a_bytes * (2 if transposed_a else 1) + (n * M * s if n_parts > 1 else 0)
-    stats = labels + 3 * n * M * s + n * D * s + d * M * s + T * (D * D + L * D) * s
+    trial = d * M * s if x_nnz is None else 0  # the dense GEMM's own copy of a trial's U
+    stats = labels + 3 * n * M * s + n * D * s + trial + T * (D * D + L * D) * s
     wwt = 2 * L >= D  # grad_block forms Phi (W W^T) when L >= D / 2, else the residual
     extra = n * D * s if wwt else 2 * n * L * s
-    grad = labels + n * M * s + 2 * n * D * s + extra + d * M * (8 + s)
+    # Phi lives throughout; Z is freed before G, the label products before back-propagation,
+    # which forms one part's X^T Xi (dense) or float64 casts (CSR) at a time
+    mp = -(-M // max(int(n_parts), 1))
+    xt = d * mp * s if x_nnz is None else 8 * (n * mp + int(x_nnz))
+    zs = n * M * s + (n * mp * s if n_parts > 1 else 0)  # Z and one part's contiguous copy
+    grad = a_bytes * (2 if transposed_a else 1) + n * D * s + max(zs, n * D * s + max(extra, xt))
     return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
 
 
@@ -169,22 +195,31 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
             a_bytes=ab,
             transposed_a=L > 4 * n,
             n_parts=len(kinds),
+            x_nnz=_block_nnz(XB, rows),
         )
         out64 = n_trials * (D_ * D_ + L * D_) * 8
         task = xb + ab + max(t["stats"] + out64, t["grad"])
-        n_blocks = XB.n_blocks
+        n_blocks = XB.n_blocks if rows is None else math.ceil(n_rows / max(int(rows), 1))
         chains = engine._n_chains(n_blocks, out64 // 8) if out64 >= engine.CHAIN_BYTES else 1
         per_worker_chains = math.ceil(chains / max(n_workers or 1, 1))
+        acc = (d + 1) * M_  # the gradient pass's accumulator (float64 values) per chain
+        acc_chains = math.ceil(engine._n_chains(n_blocks, acc, True) / max(n_workers or 1, 1))
         state = 2 * d * M_ * s + D_ * L * s + (D_ * D_ * s if 2 * L >= D_ else 0)
+        phi = n_rows * D_ * s  # a single trial's features, kept for the next gradient pass
+        state += phi if phi <= PHI_CACHE_BYTES else 0
+        if not n_workers:  # this process is also the driver: U and g (float64), and W, the
+            # statistics A^T Phi and a trial's W (D x L float64 each) while a trial is judged
+            state += 16 * d * M_ + 24 * D_ * L
         cached = store_bytes / max(n_workers or 1, 1) if (resident and n_workers) else 0
         total = (
             (WORKER_BASE_BYTES if n_workers else 0)
             + (threads or 1) * task
-            + per_worker_chains * out64
+            + max(per_worker_chains * out64, acc_chains * 8 * acc)
             + state
             + cached
         )
-        return int(total), t, int(task), int(out64 * per_worker_chains), int(state), int(cached)
+        reduce_b = max(out64 * per_worker_chains, acc_chains * 8 * acc)
+        return int(total), t, int(task), int(reduce_b), int(state), int(cached)
 
     rows_max, _ = _max_block(XB)
     total, t, task, reduce_b, state, cached = worker_bytes(None, m)

@@ -632,6 +632,13 @@ def _call_block(fn, blocks, args, offset, bounds, block_id):
         return fn(*blocks, *args)
 
 
+def _accumulates(fn) -> bool:
+    """``fn.accumulates``: ``fn(acc, *blocks, *args)`` adds its block's outputs into ``acc`` (the
+    flat float64 accumulator of its chain, outputs in C order one after the other) and returns
+    nothing (see :func:`reduce_blocks`)."""
+    return bool(getattr(fn, "accumulates", False))
+
+
 def _row_outputs(fn) -> frozenset:
     """Indices of the outputs of ``fn`` that are per-row vectors of its block
     (``fn.row_outputs``; see :func:`reduce_blocks`)."""
@@ -733,11 +740,20 @@ def _fan_in(size: int) -> int:
     return int(min(8, max(2, REDUCE_BYTES // max(8 * size, 1))))
 
 
-def _n_chains(nb: int, size: int) -> int:
+#: An accumulating reduction (``fn.accumulates``) whose accumulator is larger than this runs
+#: along one chain: its accumulators, not block outputs, are then the pass's memory (GIMC's
+#: gradient at the Delicious-large shape: 782,585 x 1,000 float64 = 6.3 GB each, issue 25).
+ONE_CHAIN_BYTES = 2**30
+
+
+def _n_chains(nb: int, size: int, accumulates: bool = False) -> int:
     """Chains of a chained reduction: their totals (``size`` float64 each) wait for the final
     sum, so at most REDUCE_BYTES of them, between 2 and :data:`REDUCE_CHAINS` (the dask config
-    key ``ooc_lowrank.reduce_chains`` overrides it)."""
+    key ``ooc_lowrank.reduce_chains`` overrides it); one for an accumulating reduction with an
+    accumulator above :data:`ONE_CHAIN_BYTES`."""
     n = dask.config.get("ooc_lowrank.reduce_chains", None)
+    if n is None and accumulates and 8 * size > ONE_CHAIN_BYTES:
+        n = 1
     if n is None:
         n = min(REDUCE_CHAINS, max(2, REDUCE_BYTES // max(8 * size, 1)))
     return int(max(1, min(nb, int(n))))
@@ -776,6 +792,12 @@ def _fold_block(
         if h is not None:
             blocks[j] = h.read(start, stop)
     blocks, args = _aligned(blocks), _aligned(args)
+    if _accumulates(fn):  # the block function adds into the chain's accumulator itself
+        new = np.zeros(sum(sizes), dtype=np.float64) if acc is None else acc
+        new = new if new.flags.writeable else new.copy()  # deserialized: a read-only frame
+        with _TaskThreads():
+            fn(new, start, *blocks, *args) if offset else fn(new, *blocks, *args)
+        return new
     with _TaskThreads():
         raw = fn(start, *blocks, *args) if offset else fn(*blocks, *args)
     outs = _as_tuple(raw)
@@ -855,7 +877,9 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
     ]
     dargs = _unwrap_args(args, active_client(client))
     # row outputs are not accumulated: the chain count follows the summed outputs only
-    n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
+    n_chains = _n_chains(
+        nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
+    )
     edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
     fold = delayed(_fold_block, pure=False)
     totals = []
@@ -888,6 +912,10 @@ def _plan(fn, blocked, ref, args, offset, shapes, chains, split_every):
     ``(shapes, single, sizes, rows_at, chains)``; shapes come from ``shapes`` or from one call
     of ``fn`` on one-row all-zero probe blocks; ``chains`` is resolved (see
     :func:`reduce_blocks`)."""
+    if shapes is None and _accumulates(fn):
+        raise ValueError(f"reduce_blocks: an accumulating block function ({fn!r}) needs shapes=")
+    if _accumulates(fn) and _row_outputs(fn):
+        raise ValueError(f"reduce_blocks: {fn!r} both accumulates and has row outputs; pick one")
     if shapes is None:
         empties = [_probe_block(b) for b in blocked]
         raw = fn(0, *empties, *args) if offset else fn(*empties, *args)
@@ -901,7 +929,7 @@ def _plan(fn, blocked, ref, args, offset, shapes, chains, split_every):
     sizes = tuple(int(np.prod(s)) for s in shapes)
     if chains is None:
         chains = 8 * int(sum(sizes)) >= CHAIN_BYTES and split_every is None
-    return shapes, single, sizes, rows_at, bool(chains or rows_at)
+    return shapes, single, sizes, rows_at, bool(chains or rows_at or _accumulates(fn))
 
 
 def reduce_blocks(
@@ -939,6 +967,14 @@ def reduce_blocks(
     ``split_every`` do not apply): each chain keeps its blocks' row vectors and the final task
     concatenates them, so the row outputs cost one full-length vector in all, not one per
     block or per chain.
+
+    Accumulating block functions: ``fn.accumulates = True`` declares ``fn(acc, *blocks,
+    *args)`` (``fn(acc, row_start, ...)`` with ``offset``), which adds its block's outputs
+    into ``acc``, the flat float64 accumulator of its chain (outputs in C order, one after the
+    other), and returns nothing.  Such reductions always run along chains and need
+    ``shapes``.  A block then allocates no output of the full size: a sparse block whose
+    gradient touches only its nonzero columns scatter-adds those rows (GIMC's ``X_b^T Xi_b``,
+    ``d x m`` with ``d`` = 782,585 at the Delicious shape, issue 25).
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
     chains : bool, optional
@@ -1298,7 +1334,9 @@ def _reduce_direct(fn, bounds, args, offset, sizes, rows_at, chains, split_every
     nb = len(bounds) - 1
     with one_blas_thread():
         if chains:
-            n_chains = _n_chains(nb, sum(z for i, z in enumerate(sizes) if i not in rows_at))
+            n_chains = _n_chains(
+                nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
+            )
             edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
 
             def chain(c):

@@ -16,6 +16,11 @@ def dense(X):
 # kernels -----------------------------------------------------------------------------------
 
 
+def csr_t_dense_add(X, B, out):
+    """``out + X^T B`` in float64 (twin of ``kernels.csr.csr_t_dense_add``)."""
+    return np.asarray(out, np.float64) + dense(X).astype(np.float64).T @ np.asarray(B, np.float64)
+
+
 def fourier_features(Z, scale):
     Z = np.asarray(Z, dtype=np.float64)
     return np.hstack([np.cos(Z), np.sin(Z)]) * scale

@@ -753,3 +753,151 @@ def test_direct_path_builds_no_graph_per_pass_and_equals_the_graph_path(
     np.testing.assert_array_equal(g.objective_, ref.objective_)
     np.testing.assert_array_equal(g.components_, ref.components_)
     np.testing.assert_array_equal(g.coef_, ref.coef_)
+
+
+# -------------------------------------------------------- gradient pass at scale (issue 25)
+
+
+def _sparse_grad_problem(rng, n=300, d=5000, L=9, m=4, dtype=np.float32):
+    X = sp.random(n, d, density=0.002, format="csr", random_state=3, dtype=dtype)
+    X = sp.csr_matrix(X + sp.csr_matrix((np.ones(n, dtype), (np.arange(n), np.arange(n) % d)),
+                                        shape=(n, d)))  # no empty row
+    A = sp.csr_matrix((rng.random((n, L)) < 0.3).astype(dtype))
+    spec = _spec(["fourier", "nystrom"], m, 0.5)
+    U = (0.5 * rng.standard_normal((d, 2 * m))).astype(dtype)
+    W = rng.standard_normal((spec.n_features, L)) * 0.5
+    return X, A, spec, U, W
+
+
+def _grad_args(U, spec, W, L, dt):
+    return (U, spec, (W @ W.T).astype(dt), np.ascontiguousarray(W.T).astype(dt), L, False)
+
+
+@pytest.mark.parametrize("block_rows", [300, 100, 77])
+@pytest.mark.parametrize("csr", [True, False])
+def test_accumulated_gradient_equals_per_block_sum(rng, block_rows, csr):
+    """The fit's gradient pass (grad_block_into adding into one chain accumulator) equals the
+    sum of the per-block grad_block outputs, for any chunking; CSR blocks scatter-add."""
+    X, A, spec, U, W = _sparse_grad_problem(rng)
+    X = X if csr else X.toarray()
+    args = _grad_args(U, spec, W, A.shape[1], np.float32)
+    ref_gX = np.zeros((X.shape[1], spec.n_params))
+    ref_cs = np.zeros(spec.n_params)
+    for s in range(0, X.shape[0], 50):  # the previous implementation, one block at a time
+        gX, cs = _blocks.grad_block(X[s : s + 50], A[s : s + 50], *args)
+        ref_gX += gX
+        ref_cs += cs
+    red = engine.reduce_blocks(
+        _blocks.grad_block_into,
+        engine.as_blocked(X, block_rows=block_rows),
+        engine.as_blocked(A, block_rows=block_rows),
+        args=args,
+        offset=True,
+        shapes=_blocks.grad_shapes(spec, X.shape[1]),
+    )
+    (gX, cs) = engine.compute(red)[0]
+    scale = np.abs(ref_gX).max()
+    np.testing.assert_allclose(gX, ref_gX, rtol=0, atol=2e-5 * scale)
+    np.testing.assert_allclose(cs, ref_cs, rtol=2e-5, atol=2e-5 * np.abs(ref_cs).max())
+
+
+@pytest.mark.parametrize("one_chain", [False, True])
+def test_sparse_gradient_pass_allocates_no_per_block_d_by_m(rng, monkeypatch, one_chain):
+    """Peak memory of the gradient pass on CSR blocks: the chains' accumulators (d x m_total
+    float64 each) plus block-sized transients; no (d, m_total) array per block (the previous
+    grad_block allocated two: its zeros and scipy's dense X^T Xi).  An accumulator above
+    engine.ONE_CHAIN_BYTES (6.3 GB at the Delicious-large shape) has one chain: one in all."""
+    import tracemalloc
+
+    if one_chain:
+        monkeypatch.setattr(engine, "ONE_CHAIN_BYTES", 2**20)
+    X, A, spec, U, W = _sparse_grad_problem(rng, n=400, d=60_000, m=16)
+    d, mt = X.shape[1], spec.n_params
+    acc_bytes = 8 * (d * mt + mt)
+    nb = 8
+    Xb = engine.as_blocked(X, block_rows=50)
+    Ab = engine.as_blocked(A, block_rows=50)
+    assert Xb.n_blocks == nb
+    args = _grad_args(U, spec, W, A.shape[1], np.float32)
+    shapes = _blocks.grad_shapes(spec, d)
+    n_chains = engine._n_chains(nb, d * mt + mt, True)
+    assert n_chains == (1 if one_chain else 4)
+    kw = dict(args=args, shapes=shapes, offset=True)
+    engine.compute(engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, **kw))
+    tracemalloc.start()
+    try:
+        engine.compute(
+            engine.reduce_blocks(_blocks.grad_block_into, Xb, Ab, **kw)
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # the accumulators, plus one partial per chain's last link at most, plus block transients
+    block_bytes = 4 * 50 * (d // 100 + 4 * spec.n_features + A.shape[1]) * 8
+    assert peak <= n_chains * acc_bytes + block_bytes + 2**20, (peak, n_chains, acc_bytes)
+
+
+def test_fit_state_by_row_slices_equals_whole(rng, monkeypatch):
+    """The driver's d x m_total arithmetic (trial matrices, the step, ||g||^2) by row slices of
+    core.TRIAL_ROWS (no float64 (d, m_total) temporaries at the Delicious shape) gives the fit
+    of the whole-array arithmetic: the same bits for the elementwise parts, ||g||^2 to
+    rounding."""
+    X, Y = _ml_data(rng, n=300, d=40)
+    spec = _spec(["fourier", "nystrom"], 6, 0.2)
+    U0 = _U0(rng, X, ["fourier", "nystrom"], 6, 0.2)
+    kw = dict(alpha=0.5, n_labels=Y.shape[1], codes=False, max_iter=5, tol=0.0, n_trials=1)
+    whole = core.fit_gimc(X, Y, U0, spec, **kw)
+    U = rng.standard_normal((40, 12))
+    g = rng.standard_normal((40, 12))
+    monkeypatch.setattr(core, "TRIAL_ROWS", 7)
+    np.testing.assert_array_equal(
+        core._trial_matrices(U, g, (0.5, 0.25), np.float32),
+        np.stack([(U - e * g).astype(np.float32) for e in (0.5, 0.25)]),
+    )
+    np.testing.assert_array_equal(core._step(U, 0.3, g), U - 0.3 * g)
+    assert core._sq_norm(g) == pytest.approx(np.sum(g * g), rel=1e-14)
+    sliced = core.fit_gimc(X, Y, U0, spec, **kw)
+    np.testing.assert_allclose(sliced.U, whole.U, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(sliced.objective, whole.objective, rtol=1e-12)
+
+
+def test_objective_by_label_slices_equals_whole(rng, monkeypatch):
+    """Above core.OBJECTIVE_COLS labels the Gram-trick objective is summed by column slices of
+    W (no (D, L) temporaries); the value equals the one-piece formula and the direct one."""
+    X, A = _problem(rng, L=23)
+    spec = _spec(["fourier"], 5, 0.4)
+    U = _U0(rng, X, ["fourier"], 5, 0.4)
+    res = _blocks.stats_block(X, A, U, None, (0.0,), spec, A.shape[1], False, True)
+    S_PP, S_AP, a2 = _blocks.symmetrize_lower(res[0]), res[1], float(res[2])
+    W = core.w_step(S_PP, S_AP, 0.3)
+    whole = core.objective(W, S_PP, S_AP, a2, 0.3)
+    monkeypatch.setattr(core, "OBJECTIVE_COLS", 4)  # 23 labels: 6 slices, the last short
+    assert core.objective(W, S_PP, S_AP, a2, 0.3) == pytest.approx(whole, rel=1e-13)
+    assert whole == pytest.approx(nv.objective_direct(X, A, U, W, spec, 0.3), rel=1e-10)
+
+
+@pytest.mark.parametrize("csr", [False, True])
+def test_kept_features_skip_the_gradient_pass_product_same_fit(rng, monkeypatch, csr):
+    """The accepted single trial's block features are kept for the next gradient pass: the fit
+    is bitwise the one that recomputes them, and each gradient pass then multiplies X U for no
+    block (one X U_t per line-search block only)."""
+    X, Y = _ml_data(rng, n=300, d=20)
+    X = sp.csr_matrix(X) if csr else X
+    spec = _spec(["fourier", "nystrom"], 6, 0.2)
+    U0 = _U0(rng, np.asarray(X.todense()) if csr else X, ["fourier", "nystrom"], 6, 0.2)
+    Xb, Yb = engine.as_blocked(X, block_rows=70), engine.as_blocked(Y, block_rows=70)
+    kw = dict(alpha=0.5, n_labels=Y.shape[1], codes=False, max_iter=4, tol=0.0, n_trials=1)
+    calls = []
+    dot = _blocks._dot
+    monkeypatch.setattr(_blocks, "_dot", lambda Xb, U: calls.append(U.shape) or dot(Xb, U))
+    kept = core.fit_gimc(Xb, Yb, U0, spec, **kw)
+    n_kept = len(calls)
+    assert _blocks._PHI["blocks"] == {}  # cleared when the fit stops
+    monkeypatch.setattr(core, "PHI_CACHE_BYTES", 0)
+    calls.clear()
+    fresh = core.fit_gimc(Xb, Yb, U0, spec, **kw)
+    np.testing.assert_array_equal(kept.U, fresh.U)
+    np.testing.assert_array_equal(kept.W, fresh.W)
+    assert kept.objective == fresh.objective and kept.n_passes == fresh.n_passes
+    # the gradient passes' X U products (5 blocks each, one pass per iteration) are gone
+    assert len(calls) - n_kept == 5 * kept.n_iter, (len(calls), n_kept)

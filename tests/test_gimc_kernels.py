@@ -95,3 +95,25 @@ def test_lnys_t(rng, dtype):
     G2 = G.copy()
     lnys_t(G2, C, out=G2)
     np.testing.assert_allclose(G2, Tr, rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_csr_t_dense_add_matches_numpy(rng, dtype):
+    import scipy.sparse as sp
+
+    from ooc_lowrank.kernels.csr import csr_t_dense_add
+
+    X = sp.random(23, 41, density=0.1, format="csr", random_state=1, dtype=dtype)
+    X[5] = 0  # an empty row
+    X = sp.csr_matrix(X)
+    B = _ro(rng.standard_normal((23, 6)).astype(dtype))
+    wide = rng.standard_normal((41, 10))
+    ref = nv.csr_t_dense_add(X, B, wide[:, 2:8])
+    out = wide.copy()
+    ro = [_ro(a) for a in (X.indptr, X.indices, X.data)]
+    csr_t_dense_add(*ro, B, out[:, 2:8])  # a column slice of a wider accumulator
+    np.testing.assert_allclose(out[:, 2:8], ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(out[:, :2], wide[:, :2])  # nothing outside the view
+    np.testing.assert_array_equal(out[:, 8:], wide[:, 8:])
+    with pytest.raises(ValueError, match="expected B"):
+        csr_t_dense_add(*ro, B[:, :3], out[:, 2:8])

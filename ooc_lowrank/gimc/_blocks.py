@@ -17,11 +17,13 @@ return float arrays that the engine sums over blocks in float64.  ``A`` blocks a
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
+from ooc_lowrank.kernels.csr import csr_t_dense_add
 from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
 from ooc_lowrank.kernels.rbf import lnys_t, rbf_from_dot
 
@@ -176,9 +178,10 @@ def _needs_xsq(spec):
     return any(p.kind == "nystrom" for p in spec.parts)
 
 
-def features_block(Xb, U, spec):
-    """``Phi`` of one block, shape (n_b, D), dtype of ``Xb``."""
-    Xb = _prep(Xb, spec)
+def features_block(Xb, U, spec, prepped=False):
+    """``Phi`` of one block, shape (n_b, D), dtype of ``Xb`` (``prepped``: ``Xb`` is already
+    row-normalized as the spec asks)."""
+    Xb = Xb if prepped else _prep(Xb, spec)
     dt = Xb.dtype
     Z = _dot(Xb, U)
     xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
@@ -227,7 +230,7 @@ def grad_shapes(spec, d):
     return [(d, spec.n_params), (spec.n_params,)]
 
 
-def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
+def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=None):
     """Statistics pass: for each trial ``U_t = U - eta_t * direction`` return
     ``tril(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
 
@@ -245,13 +248,15 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
     direction : ndarray of shape (d, m_total) or None (then ``etas`` must be ``(0.0,)``, or
         ``U`` holds one matrix per trial)
     etas : tuple of float
+    keep : callable(Phi) or None
+        Called with the features of a single trial (see :func:`stats_block_at`).
     """
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
     AT = A.T.tocsr() if A.shape[1] > 4 * A.shape[0] else A.T  # csc view: A^T Phi streams A
     if U.ndim == 3:  # one matrix per trial: one GEMM each
-        return _stats_per_trial(Xb, A, AT, U, spec, with_a2)
+        return _stats_per_trial(Xb, A, AT, U, spec, with_a2, keep)
     Z0 = _dot(Xb, U)
     Zg = _dot(Xb, direction) if direction is not None else None
     nys = _needs_xsq(spec)
@@ -274,24 +279,29 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2):
         _phi_from_dots(Z, xsq, usq, spec, Phi)
         out.append(_gram(Phi))
         out.append(np.asarray(AT @ Phi))
+    if keep is not None and len(etas) == 1:
+        keep(Phi)
     if with_a2:
         out.append(np.array(float(np.dot(A.data.astype(np.float64), A.data))))
     return tuple(out)
 
 
-def _stats_per_trial(Xb, A, AT, Us, spec, with_a2):
+def _stats_per_trial(Xb, A, AT, Us, spec, with_a2, keep=None):
     """:func:`stats_block` for trial matrices ``Us`` (n_trials, d, m_total): ``X U_t`` each."""
     dt = Xb.dtype
     xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
     Phi = np.empty((Xb.shape[0], spec.n_features), dtype=dt)
     out = []
     for Ut in Us:
-        Ut = Ut.copy()  # own, aligned buffer: the same GEMM bits as a 2-D trial matrix
+        if not sp.issparse(Xb):  # own, aligned buffer: the same GEMM bits as a 2-D matrix
+            Ut = Ut.copy()  # (a CSR product needs none: no d x m_total copy per block)
         Z = _dot(Xb, Ut)
         usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if xsq is not None else None
         _phi_from_dots(Z, xsq, usq, spec, Phi)
         out.append(_gram(Phi))
         out.append(np.asarray(AT @ Phi))
+    if keep is not None and len(Us) == 1:
+        keep(Phi)
     if with_a2:
         out.append(np.array(float(np.dot(A.data.astype(np.float64), A.data))))
     return tuple(out)
@@ -305,15 +315,71 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     (the caller's choice for ``L < D/2``) it is ``(Phi_b W - A_b) W^T`` instead, cheaper by a
     factor ``D / 2L``; its transient (n_b, L) block is smaller than ``Phi_b``.
     """
+    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes)
+    return backprop_block(Xb, Phi, G, spec)
+
+
+def grad_block_into(acc, start, Xb, Ab, U, spec, WWt, Wt, n_labels, codes, phi_key=None):
+    """:func:`grad_block` added into ``acc``, the flat float64 accumulator of an engine chain
+    (``X^T Xi`` (d, m_total) then the column sums, C order): an accumulating block function
+    (``engine.reduce_blocks`` with ``offset=True``: ``start`` is the block's first row), the
+    fit's gradient pass.  A CSR block scatter-adds only the rows of its nonzero columns: no
+    (d, m_total) array per block (issue 25).  ``phi_key``: the features of this block left by
+    :func:`stats_block_at` under that key (the accepted trial's ``U``) are used, not recomputed
+    (the same bits; computed as usual when this process has none)."""
+    d, mt = Xb.shape[1], spec.n_params
+    Phi = None if phi_key is None else _phi_take(phi_key, start)
+    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=Phi)
+    backprop_block(Xb, Phi, G, spec, out=(acc[: d * mt].reshape(d, mt), acc[d * mt :]))
+
+
+grad_block_into.accumulates = True
+
+
+def stats_block_at(start, Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, phi_key):
+    """:func:`stats_block` of the block whose first row is ``start`` (``offset=True``); with a
+    single trial and ``phi_key`` not None its features are kept in this process under
+    ``(phi_key, start)`` for the next gradient pass (:func:`grad_block_into`)."""
+    keep = None
+    if phi_key is not None and len(etas) == 1:
+        keep = lambda Phi: _phi_put(phi_key, start, Phi)  # noqa: E731
+    return stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=keep)
+
+
+# The features of the last single-trial statistics pass, per block start: one generation (key)
+# at a time, so at most one pass's Phi (n D s) is held per process; a gradient pass takes
+# (removes) its blocks' entries.  At the NUS-WIDE shape (D = 1,000, d = 1,134, m = 500) this
+# saves the GEMM X U and the sin/cos of every block in every gradient pass (issue 25).
+_PHI = {"key": None, "blocks": {}}
+_PHI_LOCK = threading.Lock()
+
+
+def _phi_put(key, start, Phi):
+    with _PHI_LOCK:
+        if _PHI["key"] != key:
+            _PHI["key"], _PHI["blocks"] = key, {}
+        _PHI["blocks"][int(start)] = Phi
+
+
+def _phi_take(key, start):
+    with _PHI_LOCK:
+        return _PHI["blocks"].pop(int(start), None) if _PHI["key"] == key else None
+
+
+def clear_phi_cache():
+    """Drop the features kept by :func:`stats_block_at` (the fit driver, when it stops)."""
+    with _PHI_LOCK:
+        _PHI["key"], _PHI["blocks"] = None, {}
+
+
+def _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=None):
+    """The block as the features see it, its features ``Phi`` (computed unless given) and
+    ``G = df/dPhi`` (n_b, D)."""
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
-    Z = _dot(Xb, U)
-    nys = _needs_xsq(spec)
-    xsq = _row_sq(Xb, dt) if nys else None
-    usq = np.einsum("ij,ij->j", U, U).astype(dt) if nys else None
-    Phi = np.empty((Z.shape[0], spec.n_features), dtype=dt)
-    _phi_from_dots(Z, xsq, usq, spec, Phi)
+    if Phi is None:
+        Phi = features_block(Xb, U, spec, prepped=True)
     if WWt is None:  # few labels (L < D/2): residual form, transient (n_b, L) block
         R = Phi @ Wt.T
         R -= A.toarray()
@@ -321,40 +387,58 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     else:
         G = Phi @ WWt
         G -= np.asarray(A @ Wt)
-    return backprop_block(Xb, Phi, G, spec)
+    return Xb, Phi, G
 
 
-def backprop_block(Xb, Phi, G, spec):
+def _add_xt(Xb, B, out):
+    """``out += Xb^T B`` (``out`` a float64 (d, m) view): a scatter-add of the block's nonzero
+    columns for CSR, one BLAS product for dense."""
+    if sp.issparse(Xb):
+        Xb = sp.csr_matrix(Xb)
+        csr_t_dense_add(Xb.indptr, Xb.indices, Xb.data, B, out)
+    else:
+        out += Xb.T @ B
+
+
+def backprop_block(Xb, Phi, G, spec, out=None):
     """Back-propagate ``G = df/dPhi`` (n_b, D) of one block to the feature parameters:
     ``X_b^T Xi_b`` (d, m_total) and the LNYS column sums (m_total,), for :func:`finalize_grad`.
 
     ``Xb`` is the block as the features saw it (row-normalized if the spec asks) and ``Phi``
-    its features; ``G`` is overwritten (the caller owns it)."""
-    gX = np.zeros((Xb.shape[1], spec.n_params), dtype=np.float64)
-    colsum = np.zeros(spec.n_params, dtype=np.float64)
-    XT = Xb.T
+    its features; ``G`` is overwritten (the caller owns it).  With ``out = (gX, colsum)``
+    (float64 arrays of those shapes) the block's terms are added into them and nothing is
+    returned."""
+    if out is None:
+        gX = np.zeros((Xb.shape[1], spec.n_params), dtype=np.float64)
+        colsum = np.zeros(spec.n_params, dtype=np.float64)
+        backprop_block(Xb, Phi, G, spec, out=(gX, colsum))
+        return gX, colsum
+    gX, colsum = out
     for p in spec.parts:
         if not p.learn:
             continue
         Gp = G[:, p.phi_start : p.phi_stop]
         if p.kind == "fourier":
             Xi = lff_xi(Phi[:, p.phi_start : p.phi_stop], Gp, out=Gp[:, : p.m])
-            gX[:, p.start : p.stop] = XT @ Xi
+            _add_xt(Xb, Xi, gX[:, p.start : p.stop])
         else:
             if p.M is not None:
                 raise NotImplementedError("learned Nystrom parts use M = I")
             T, cs = lnys_t(Gp, Phi[:, p.phi_start : p.phi_stop], out=Gp)
-            gX[:, p.start : p.stop] = XT @ T
-            colsum[p.start : p.stop] = cs
-    return gX, colsum
+            _add_xt(Xb, T, gX[:, p.start : p.stop])
+            colsum[p.start : p.stop] += cs
+    return None
 
 
-def finalize_grad(gX, colsum, U, spec):
+def finalize_grad(gX, colsum, U, spec, inplace=False):
     """``grad_U`` from the reduced pieces.
 
     LFF parts as they are; LNYS parts ``2 gamma (X^T T - U diag(1^T T))``; frozen parts 0.
+    ``inplace``: ``gX`` (float64, the caller's) becomes the gradient when it is writable (no
+    (d, m_total) copy; the same bits).
     """
-    g = np.array(gX, dtype=np.float64)
+    own = inplace and gX.dtype == np.float64 and gX.flags.writeable
+    g = gX if own else np.array(gX, dtype=np.float64)
     for p in spec.parts:
         sl = slice(p.start, p.stop)
         if not p.learn:

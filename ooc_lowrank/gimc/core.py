@@ -7,7 +7,10 @@ gradient step on the feature parameters ``U``.  Data are touched only through th
 * per iteration: one gradient pass, then one line-search pass that evaluates a batch of trial
   steps at once; the accepted trial's statistics feed the next W-step (about 2 passes per
   iteration).  Each pass is exactly one ``engine.compute``; the graph is rebuilt from the same
-  blocked inputs every pass, so it never grows.
+  blocked inputs every pass, so it never grows.  A single-trial pass keeps its block features
+  (:data:`PHI_CACHE_BYTES`), so the next gradient pass, at the accepted ``U``, does not
+  recompute ``X U`` and the feature map; the gradient pass adds each block's ``X^T Xi`` into
+  one accumulator per engine chain (a scatter-add of the nonzero columns for CSR blocks).
 
 The objective is evaluated with the Gram trick (SPEC 1.4.4) and is non-increasing by
 construction: Armijo only accepts descent steps.  All reductions and the small dense algebra are
@@ -25,6 +28,7 @@ over 20 iterations (2.9-3.1 with "fixed W, twice the last step") and reaches a l
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
@@ -124,10 +128,28 @@ def w_step(S_PP, S_AP, alpha):
     return cho_solve(c, S_AP.T, check_finite=False)
 
 
+#: Label columns of ``W`` per slice of :func:`objective` above this many labels: its
+#: temporaries are (D, OBJECTIVE_COLS), not three (D, L) float64 arrays (2.5 GB each at the
+#: Delicious-large shape, D = 1,500 and L = 205,443; issue 25).
+OBJECTIVE_COLS = 8192
+
+
 def objective(W, S_PP, S_AP, a2, alpha):
-    """``alpha/2 ||W||^2 + 1/2 (<W W^T, S_PP> + ||A||^2 - 2 <W, S_AP^T>)`` (Gram trick)."""
-    fit = np.sum((S_PP @ W) * W) + a2 - 2.0 * np.sum(W * S_AP.T)
-    return 0.5 * alpha * np.sum(W * W) + 0.5 * fit
+    """``alpha/2 ||W||^2 + 1/2 (<W W^T, S_PP> + ||A||^2 - 2 <W, S_AP^T>)`` (Gram trick).
+
+    Up to :data:`OBJECTIVE_COLS` labels in one piece; more by column slices (the same value
+    to rounding)."""
+    L = W.shape[1]
+    if L <= OBJECTIVE_COLS:
+        fit = np.sum((S_PP @ W) * W) + a2 - 2.0 * np.sum(W * S_AP.T)
+        return 0.5 * alpha * np.sum(W * W) + 0.5 * fit
+    quad = cross = sq = 0.0
+    for c in range(0, L, OBJECTIVE_COLS):
+        Wc, Sc = W[:, c : c + OBJECTIVE_COLS], S_AP[c : c + OBJECTIVE_COLS]
+        quad += np.sum((S_PP @ Wc) * Wc)
+        cross += np.sum(Wc * Sc.T)
+        sq += np.sum(Wc * Wc)
+    return 0.5 * alpha * sq + 0.5 * (quad + a2 - 2.0 * cross)
 
 
 def reduced_objective(S_PP, S_AP, a2, alpha):
@@ -171,6 +193,45 @@ def _check_finite(what, where, *arrays):
     for a in arrays:
         if not np.all(np.isfinite(a)):
             raise NonFiniteError(f"GIMC: NaN or inf in {what} {where}. {_SCALE_HINT}")
+
+
+#: The fit keeps a single trial's block features ``Phi`` (n x D, the data dtype) for the next
+#: gradient pass when they take at most this many bytes: the gradient pass then skips ``X U``
+#: and the feature map (issue 25; 0.65 GB at the NUS-WIDE shape).
+PHI_CACHE_BYTES = 2**30
+
+#: Rows of ``U`` per slice when the trial matrices are formed: the float64 ``U - eta g`` is a
+#: transient of this many rows, not of ``d`` (6.3 GB at the Delicious-large shape, issue 25).
+TRIAL_ROWS = 1 << 14
+
+
+def _trial_matrices(U, direction, etas, dt):
+    """``[U - eta direction for eta in etas]`` rounded to ``dt``, shape (n_trials, d, m_total),
+    formed by row slices (the same bits as whole: elementwise)."""
+    out = np.empty((len(etas), *U.shape), dtype=dt)
+    for t, e in enumerate(etas):
+        for s in range(0, U.shape[0], TRIAL_ROWS):
+            rows = slice(s, s + TRIAL_ROWS)
+            out[t, rows] = U[rows] - float(e) * direction[rows]
+    return out
+
+
+def _sq_norm(g):
+    """``sum(g * g)``; by row slices when ``g`` is larger than :data:`TRIAL_ROWS` rows (no
+    (d, m_total) temporary; smaller ``g``: the same bits as ``np.sum(g * g)``)."""
+    if g.shape[0] <= TRIAL_ROWS:
+        return float(np.sum(g * g))
+    return float(sum(np.sum(g[s : s + TRIAL_ROWS] ** 2) for s in range(0, g.shape[0], TRIAL_ROWS)))
+
+
+def _step(U, eta, g):
+    """A new array ``U - eta g`` (the old one may be held by a monitor), by row slices: no
+    float64 (d, m_total) temporary besides the result (the same bits)."""
+    out = np.empty_like(U)
+    for s in range(0, U.shape[0], TRIAL_ROWS):
+        rows = slice(s, s + TRIAL_ROWS)
+        np.subtract(U[rows], eta * g[rows], out=out[rows])
+    return out
 
 
 def _unpack_stats(res, n_trials):
@@ -238,21 +299,24 @@ def fit_gimc(
     # 30x slower (0.75 s against 0.026 s) on this 2-core machine, and 2-10x slower at
     # D = 2000 and 4000 (docs/performance.md).
     with engine.one_blas_thread():
-        return _fit_gimc(
-            X,
-            A,
-            U0,
-            spec,
-            alpha=alpha,
-            n_labels=n_labels,
-            codes=codes,
-            max_iter=max_iter,
-            tol=tol,
-            n_trials=n_trials,
-            callback=callback,
-            monitor=monitor,
-            checkpoint=checkpoint,
-        )
+        try:
+            return _fit_gimc(
+                X,
+                A,
+                U0,
+                spec,
+                alpha=alpha,
+                n_labels=n_labels,
+                codes=codes,
+                max_iter=max_iter,
+                tol=tol,
+                n_trials=n_trials,
+                callback=callback,
+                monitor=monitor,
+                checkpoint=checkpoint,
+            )
+        finally:
+            _blocks.clear_phi_cache()
 
 
 def _fit_gimc(
@@ -277,14 +341,21 @@ def _fit_gimc(
     U = np.array(U0, dtype=np.float64)
     n_passes = 0
 
+    # a single trial's features are kept for the next gradient pass when they are small
+    keep_phi = X.shape[0] * spec.n_features * dt.itemsize <= PHI_CACHE_BYTES
+    fit_token = os.urandom(8).hex()
+
     def stats_pass(U, direction, etas, with_a2):
+        """The statistics of the trials ``etas`` (one pass) and the key under which the block
+        features of a single trial are kept for the next gradient pass (or None)."""
         nonlocal n_passes
+        key = (fit_token, n_passes) if keep_phi and len(etas) == 1 else None
         if direction is not None:
             # one GEMM X U_t per trial and block, U_t rounded to dt as the next gradient pass
             # will see it: the default single trial costs one n d m product instead of two
             # (X U and X direction: 13 % of a steady iteration's flops at the NUS-WIDE shape,
             # d = 1134, m = 500, L = 1000; issue 25), the same bits whatever the grouping
-            U = np.stack([(U - float(e) * direction).astype(dt) for e in etas])
+            U = _trial_matrices(U, direction, etas, dt)
             direction = None
         args = (
             U.astype(dt, copy=False),
@@ -294,20 +365,23 @@ def _fit_gimc(
             n_labels,
             codes,
             with_a2,
+            key,
         )
         (res,) = engine.compute(
             engine.reduce_blocks(
-                _blocks.stats_block,
+                _blocks.stats_block_at,
                 X,
                 A,
                 args=args,
+                offset=True,
                 shapes=_blocks.stats_shapes(spec, n_labels, len(etas), with_a2),
             )
         )
         n_passes += 1
-        return res
+        return res, key
 
     restored = checkpoint.load() if checkpoint is not None else None
+    phi_key = None  # a resumed fit computes its first gradient pass's features
     if restored is not None:
         st, arr = restored[0], restored[1]
         U, W = np.array(arr["U"], dtype=np.float64), np.array(arr["W"], dtype=np.float64)
@@ -327,7 +401,7 @@ def _fit_gimc(
             result.n_passes = n_passes
             return result
     else:
-        res = stats_pass(U, None, (0.0,), True)
+        res, phi_key = stats_pass(U, None, (0.0,), True)
         a2 = float(res[-1])
         if a2 == 0.0 and not codes:  # lazy labels: known after this first pass, at no cost
             raise no_label_error()
@@ -369,16 +443,18 @@ def _fit_gimc(
         Wt = np.ascontiguousarray(W.T).astype(dt)
         (gres,) = engine.compute(
             engine.reduce_blocks(
-                _blocks.grad_block,
+                _blocks.grad_block_into,
                 X,
                 A,
-                args=(U.astype(dt), spec, WWt, Wt, n_labels, codes),
+                args=(U.astype(dt), spec, WWt, Wt, n_labels, codes, phi_key),
+                offset=True,
                 shapes=_blocks.grad_shapes(spec, X.shape[1]),
             )
         )
         n_passes += 1
-        g = _blocks.finalize_grad(gres[0], gres[1], U, spec)
-        gnorm2 = float(np.sum(g * g))
+        g = _blocks.finalize_grad(gres[0], gres[1], U, spec, inplace=True)
+        del gres  # g is the pass's accumulator itself (d x m_total float64, issue 25)
+        gnorm2 = _sq_norm(g)
         _check_finite("the gradient with respect to U", f"at iteration {it}", gnorm2)
         if gnorm2 == 0.0:
             logger.info("GIMC iteration %d: zero gradient, stopping", it)
@@ -388,7 +464,7 @@ def _fit_gimc(
         accepted = None
         for b in range(0, MAX_TRIALS, n_trials):
             etas = trial_steps(eta0, b, n_trials)
-            res = stats_pass(U, g, etas, False)
+            res, phi_key = stats_pass(U, g, etas, False)
             for eta, (spp, sap) in zip(etas, _unpack_stats(res, len(etas)), strict=True):
                 W1, f1 = reduced_objective(spp, sap, a2, alpha)
                 if f1 <= f - C1 * eta * gnorm2:
@@ -401,7 +477,8 @@ def _fit_gimc(
             result.converged = True
             break
         eta, W, f_new = accepted
-        U = U - eta * g
+        U = _step(U, eta, g)
+        g = None  # not held through the next gradient pass (d x m_total float64, issue 25)
         eta_next = next_trial(eta, f, f_new, gnorm2)
         logger.debug("GIMC iteration %d: first trial %.3g, accepted %.3g", it, eta0, eta)
         _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
