@@ -152,13 +152,13 @@ def fit(method, path, a):
     if method == "gimc":
         from ooc_lowrank import GIMC
 
-        est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0,
+        est = GIMC(n_features_map=a.m, max_iter=a.iters, random_state=0,
                    cache_bytes=a.cache_bytes).fit(ds)  # fmt: skip
         passes = est.n_passes_
     elif method == "glrl":
         from ooc_lowrank.glrl import GreedyLowRank
 
-        est = GreedyLowRank(rank=a.rank, random_state=0, cache_bytes=a.cache_bytes).fit(ds)
+        est = GreedyLowRank(n_components=a.rank, random_state=0, cache_bytes=a.cache_bytes).fit(ds)
         passes = est.n_passes_ + getattr(est, "n_cache_passes_", 0)  # data + gradient-cache
     else:
         from ooc_lowrank.mvm import MultiViewMachineRegressor

@@ -108,7 +108,7 @@ def make_estimator(method, *, m, gamma, alpha, seed, max_iter):
     features = "fourier" if method in ("GIMC-LFF", "IMC-RFF") else "nystrom"
     return GIMC(
         features=features,
-        n_components=m,
+        n_features_map=m,
         gamma=gamma,
         alpha=alpha,
         learn_features=method in LEARNED,
@@ -143,7 +143,7 @@ def warm_up():
     for feat in ("fourier", "nystrom"):
         for learn in (True, False):
             GIMC(
-                features=feat, n_components=4, learn_features=learn, max_iter=2, random_state=0
+                features=feat, n_features_map=4, learn_features=learn, max_iter=2, random_state=0
             ).fit(X, y).predict(X)
 
 

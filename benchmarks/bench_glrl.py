@@ -73,7 +73,7 @@ def _warmup():
         ("logistic", "economic", [1.0, -1, 1, -1]),
         ("l1", "none", [1.0, 2, 3, 4]),
     ):
-        GreedyLowRank(loss=loss, refit=refit, rank=2, power_iter=2, step_schedule="search").fit(
+        GreedyLowRank(loss=loss, refit=refit, n_components=2, power_iter=2, step_schedule="search").fit(
             (r, c, np.array(v)), shape=(3, 3)
         )
 
@@ -192,7 +192,7 @@ def bench_epinions(
             t0 = time.perf_counter()
             est = GreedyLowRank(
                 loss="logistic",
-                rank=rank,
+                n_components=rank,
                 refit=refit,
                 power_iter=power_iter,
                 init=init,
@@ -315,7 +315,7 @@ def bench_large(
     }
     est = GreedyLowRank(
         loss="square",
-        rank=rank,
+        n_components=rank,
         refit=refit,
         power_iter=power_iter,
         lbfgs_iter=lbfgs_iter,
@@ -554,7 +554,7 @@ def bench_pass(
     )
     est = GreedyLowRank(
         loss="square",
-        rank=fit_rank,
+        n_components=fit_rank,
         refit="economic",
         power_iter=5,
         lbfgs_iter=2,

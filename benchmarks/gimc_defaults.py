@@ -144,7 +144,7 @@ def model(X, norm, gs, alpha, max_iter, m):
     S = sample_rows(X, 1000, np.random.default_rng(0))
     g0 = median_gamma(l2_normalize_rows(S) if norm else S)
     return GIMC(
-        n_components=m,
+        n_features_map=m,
         normalize_rows=bool(norm),
         gamma=gs * g0,
         alpha=alpha,
@@ -295,7 +295,7 @@ def fit_test(X, Y, Xt, Yt, setting, args):
 def fit_default(X, Y, Xt, Yt, args):
     from ooc_lowrank.gimc import GIMC
 
-    g = GIMC(n_components=args.m, random_state=0).fit(X, Y)
+    g = GIMC(n_features_map=args.m, random_state=0).fit(X, Y)
     out = {k: round(100 * v, 2) for k, v in g.evaluate(Xt, list(METRICS), Y=Yt).items()}
     out["resolved"] = {
         "normalize_rows_": bool(g.normalize_rows_),

@@ -107,7 +107,7 @@ def method_estimator(method, k, *, m, max_iter, seed, lams):
     features = "identity" if method == "MCCC" else "fourier"
     return GIMCClustering(
         n_clusters=k,
-        lam=1.0 if method == "GIMC-LFF (lam=1)" else lams,
+        alpha=1.0 if method == "GIMC-LFF (lam=1)" else lams,
         features=features,
         learn_features=method.startswith("GIMC-LFF"),
         n_features_map=m,

@@ -45,7 +45,7 @@ def _settings(a):
 def _est(method, k, scale, gmed, rep, a):
     if method == "maxide":
         return Maxide(n_components=k or None, max_iter=a.max_iter)
-    return KernelMaxide(n_landmarks=a.landmarks, gamma=gmed * scale, n_components=k or None,
+    return KernelMaxide(n_features_map=a.landmarks, gamma=gmed * scale, n_components=k or None,
                         max_iter=a.max_iter, random_state=rep)  # fmt: skip
 
 

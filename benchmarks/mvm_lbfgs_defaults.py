@@ -50,7 +50,7 @@ def main(argv=None):
     extra = {} if a.max_iter is None else {"max_iter": a.max_iter}
 
     def mvm(reg, tol):
-        return MultiViewMachineClassifier(view_sizes=sizes, reg_weight=reg, tol=tol,
+        return MultiViewMachineClassifier(view_sizes=sizes, alpha=reg, tol=tol,
                                           random_state=0, **extra)
 
     mvm(*grid[0]).set_params(max_iter=2).fit(Xtr, ytr)  # warm the JIT

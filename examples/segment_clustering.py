@@ -66,7 +66,7 @@ def main(argv=None):
           f"({100 * cons[2].mean():.1f} % must-link)")
     t0 = time.time()
     model = GIMCClustering(n_clusters=k, n_features_map=a.m, max_iter=a.max_iter,
-                           lam="auto" if a.lams is None else a.lams, random_state=a.seed)
+                           alpha="auto" if a.lams is None else a.lams, random_state=a.seed)
     model.fit(X, constraints=cons)
     print("held-out constraint error by lam: "
           + ", ".join(f"{lam:g}: {e:.4f}" for lam, e in model.lam_scores_.items())

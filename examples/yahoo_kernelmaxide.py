@@ -82,18 +82,18 @@ def main(argv=None):
         Yobs = mask_labels(Y, omega, train=train, random_state=args.seed)
         if args.fixed:
             made = {
-                "KernelMaxide-n": KernelMaxide(n_landmarks=nl, gamma=gamma, lam=args.lam, **it),
-                "Maxide": Maxide(lam=args.maxide_lam, **it),
+                "KernelMaxide-n": KernelMaxide(n_features_map=nl, gamma=gamma, alpha=args.lam, **it),
+                "Maxide": Maxide(alpha=args.maxide_lam, **it),
             }
         else:  # built-in selection on held-out observed training labels
-            made = {"KernelMaxide-n": KernelMaxideCV(n_landmarks=nl, **it),
+            made = {"KernelMaxide-n": KernelMaxideCV(n_features_map=nl, **it),
                     "Maxide": MaxideCV(**it)}
         for name in ("KernelMaxide-n", "KernelMaxide-f", "Maxide"):
             t = time.perf_counter()
             if name == "KernelMaxide-f":  # KernelMaxide-n's gamma and lam, the exact kernel
                 kn = made["KernelMaxide-n"]
                 kn = getattr(kn, "best_estimator_", kn)
-                est = KernelMaxide(n_landmarks=None, gamma=kn.gamma_, lam=kn.lam, **it).fit(X, Yobs)
+                est = KernelMaxide(n_features_map=None, gamma=kn.gamma_, alpha=kn.lam, **it).fit(X, Yobs)
             else:
                 est = made[name].fit(X, Yobs)
             secs = time.perf_counter() - t

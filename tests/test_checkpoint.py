@@ -137,19 +137,19 @@ def test_gimc_finished_checkpoint_returns_at_once_and_extends(tmp_path):
 def test_gimc_checkpoint_of_another_fit_is_refused(tmp_path):
     X, Y = _gimc_data()
     ck = tmp_path / "c"
-    GIMC(n_components=6, max_iter=2, random_state=0).fit(X, Y, checkpoint=ck)
+    GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X, Y, checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match=r"params\.alpha is 1\.0 there and 2\.0 here"):
-        GIMC(n_components=6, max_iter=2, random_state=0, alpha=2.0).fit(X, Y, checkpoint=ck)
+        GIMC(n_features_map=6, max_iter=2, random_state=0, alpha=2.0).fit(X, Y, checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match=r"data\.X\.shape is \[120, 6\] there and"):
-        GIMC(n_components=6, max_iter=2, random_state=0).fit(X[:100], Y[:100], checkpoint=ck)
+        GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X[:100], Y[:100], checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match="estimator is 'GIMC' there"):
         rows, cols = np.nonzero(X[:20] > 0)
-        GreedyLowRank(rank=2).fit((rows, cols, X[:20][rows, cols]), shape=(20, 6), checkpoint=ck)
+        GreedyLowRank(n_components=2).fit((rows, cols, X[:20][rows, cols]), shape=(20, 6), checkpoint=ck)
 
 
 def test_checkpoint_arguments_and_damage_are_reported(tmp_path):
     X, Y = _gimc_data()
-    est = GIMC(n_components=6, max_iter=2, random_state=0)
+    est = GIMC(n_features_map=6, max_iter=2, random_state=0)
     with pytest.raises(ValueError, match="checkpoint_every must be >= 1; got 0"):
         est.fit(X, Y, checkpoint=tmp_path / "a", checkpoint_every=0)
     with pytest.raises(TypeError, match="checkpoint must be a directory path"):
@@ -203,10 +203,10 @@ def test_glrl_resume_after_crash_equals_uninterrupted(case, tmp_path):
 def test_glrl_checkpoint_of_other_data_is_refused(tmp_path):
     X, shape = _glrl_data()
     ck = tmp_path / "c"
-    GreedyLowRank(rank=3).fit(X, shape=shape, checkpoint=ck)
+    GreedyLowRank(n_components=3).fit(X, shape=shape, checkpoint=ck)
     rows, cols, vals = X
     with pytest.raises(CheckpointMismatchError, match=r"data\.mean is"):
-        GreedyLowRank(rank=3).fit((rows, cols, vals + 1.0), shape=shape, checkpoint=ck)
+        GreedyLowRank(n_components=3).fit((rows, cols, vals + 1.0), shape=shape, checkpoint=ck)
 
 
 # ---------------------------------------------------------------------------- KernelMaxide

@@ -530,7 +530,7 @@ def test_fit_imc_evaluate_predict_as_the_python_api(tmp_path, capsys):
     argv = ["fit", "imc", s["tr"], m, "--row-features", s["rows"], "--col-features", s["cols"],
             "--n-components", "2", "--lam", "0.001", "--max-iter", "4", "--seed", "0", "-q"]  # fmt: skip
     assert main(argv) == 0
-    py = InductiveMatrixCompletion(n_components=2, lam=0.001, max_iter=4, random_state=0)
+    py = InductiveMatrixCompletion(n_components=2, alpha=0.001, max_iter=4, random_state=0)
     py.fit(s["tr"], X_row=X1, X_col=X2)
     capsys.readouterr()
     assert main(["evaluate", m, s["te"], "--metrics", "mae,rmse", "--json"]) == 0

@@ -23,7 +23,7 @@ def _separate(cv, X, Y, fold, metric):
             tr, va = fold != k, fold == k
             g = GIMC(
                 features=cv.features,
-                n_components=cv.n_components,
+                n_features_map=cv.n_components,
                 gamma=p["gamma"],
                 alpha=p["alpha"],
                 learn_features=cv.learn_features,
@@ -74,7 +74,7 @@ def test_refit_and_delegation(rng):
     cv = GIMCCV(cv=3, **SMALL).fit(X, Y)
     p = cv.best_params_
     ref = GIMC(
-        n_components=6,
+        n_features_map=6,
         gamma=p["gamma"],
         alpha=p["alpha"],
         max_iter=p["max_iter"],

@@ -348,7 +348,7 @@ def test_nonsmooth_l1_reduces_objective(schedule, rng):  # SPEC check 23
 
 def test_nonsmooth_hinge_runs_and_improves(rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
-    est = GreedyLowRank(loss="hinge", rank=5, step_size=1.0).fit((rows, cols, vals), shape=M.shape)
+    est = GreedyLowRank(loss="hinge", n_components=5, step_size=1.0).fit((rows, cols, vals), shape=M.shape)
     assert est.objective_path_.min() < est.objective_path_[0]
     assert est.evaluate((rows, cols, vals), ["sign_accuracy"])["sign_accuracy"] > 0.6
 
@@ -440,7 +440,7 @@ def test_exact_refits_give_the_same_result_for_any_blocking(refit, rng):
     M, rows, cols, vals = _lowrank(rng, noise=0.1)
     fits = []
     for br in (60, 30, 7):  # 1 block, 2 blocks, uneven blocks
-        est = GreedyLowRank(loss="square", rank=4, refit=refit, power_iter=6, block_rows=br)
+        est = GreedyLowRank(loss="square", n_components=4, refit=refit, power_iter=6, block_rows=br)
         fits.append(est.fit((rows, cols, vals), shape=M.shape))
     for f in fits[1:]:
         np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
@@ -452,7 +452,7 @@ def test_same_result_for_any_blocking(refit, rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
     fits = []
     for br in (None, 30, 7):  # 1 block, 2 blocks, uneven blocks
-        est = GreedyLowRank(loss="logistic", rank=3, refit=refit, power_iter=6, block_rows=br or 60)
+        est = GreedyLowRank(loss="logistic", n_components=3, refit=refit, power_iter=6, block_rows=br or 60)
         fits.append(est.fit((rows, cols, vals), shape=M.shape))
     for f in fits[1:]:
         np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
@@ -523,7 +523,7 @@ def test_estimator_predict_topk_evaluate_save_load(rng, tmp_path):
     seen = []
     est = GreedyLowRank(
         loss="square",
-        rank=5,
+        n_components=5,
         init="mean",
         power_iter=8,
         callback=lambda i, t, f: seen.append((i, f)),
@@ -553,8 +553,8 @@ def test_fit_on_store_float32(rng, tmp_path):
     csr = naive.to_csr(rows, cols, vals.astype(np.float32), M.shape)
     csr.data = csr.data.astype(np.float32)
     ds = write_arrays(str(tmp_path / "s.zarr"), {"obs": csr}, kinds={"obs": "coo"}, block_rows=11)
-    est = GreedyLowRank(loss="square", rank=2, power_iter=5).fit(ds)
-    ref = GreedyLowRank(loss="square", rank=2, power_iter=5, block_rows=11).fit(
+    est = GreedyLowRank(loss="square", n_components=2, power_iter=5).fit(ds)
+    ref = GreedyLowRank(loss="square", n_components=2, power_iter=5, block_rows=11).fit(
         (rows, cols, vals.astype(np.float32)), shape=M.shape
     )
     np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-9)
@@ -566,7 +566,7 @@ def test_validation_early_stopping_keeps_best(rng):
     tr = rng.random(rows.size) < 0.8
     est = GreedyLowRank(
         loss="square",
-        rank=15,
+        n_components=15,
         validation=(rows[~tr], cols[~tr], vals[~tr]),
         n_iter_no_change=2,
         power_iter=8,
@@ -583,8 +583,8 @@ def test_duplicates_policy(rng):
     vals = np.array([1.0, 3.0, 2.0, -1.0, 0.5])
     msg = r"repeat a \(row, col\) pair.*1 repeated.*duplicates='keep'"
     with pytest.raises(ValueError, match=msg):
-        GreedyLowRank(rank=1).fit((rows, cols, vals), shape=(3, 3))
-    est = GreedyLowRank(rank=1, duplicates="keep", refit="full").fit(
+        GreedyLowRank(n_components=1).fit((rows, cols, vals), shape=(3, 3))
+    est = GreedyLowRank(n_components=1, duplicates="keep", refit="full").fit(
         (rows, cols, vals), shape=(3, 3)
     )
     assert est.n_observed_ == 5  # both copies are separate observations
@@ -606,18 +606,18 @@ def test_bad_input_is_refused_before_work(bad, match, counting_scheduler):
     d = dict(rows=np.array([0, 1]), cols=np.array([0, 1]), vals=np.array([1.0, -1.0]))
     d.update(bad)
     with pytest.raises(ValueError, match=match):
-        GreedyLowRank(rank=2).fit((d["rows"], d["cols"], d["vals"]), shape=(4, 3))
+        GreedyLowRank(n_components=2).fit((d["rows"], d["cols"], d["vals"]), shape=(4, 3))
     assert counting_scheduler.count <= 1  # at most the validation pass ran
 
 
 def test_bad_labels_and_params():
     rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
     with pytest.raises(ValueError, match=r"labels in \{-1, \+1\} for loss='logistic'.*1 of 3"):
-        GreedyLowRank(loss="logistic", rank=2).fit(
+        GreedyLowRank(loss="logistic", n_components=2).fit(
             (rows, cols, np.array([1.0, -1.0, 0.0])), shape=(3, 3)
         )  # rank <= min(shape): a larger one is refused first (issue 23)
     with pytest.raises(ValueError, match="rank must be >= 1; got 0"):
-        GreedyLowRank(rank=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
+        GreedyLowRank(n_components=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="refit must be 'none' or 'auto' for the nonsmooth"):
         GreedyLowRank(loss="l1", refit="full").fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="loss must be one of"):
@@ -625,7 +625,7 @@ def test_bad_labels_and_params():
     with pytest.raises(ValueError, match="shape must be given"):
         GreedyLowRank().fit((rows, cols, np.ones(3)))
     with pytest.raises(ValueError, match=r"cols must lie in \[0, 3\)"):
-        GreedyLowRank(rank=1).fit((rows, cols, np.ones(3)), shape=(3, 3)).predict(rows, cols + 1)
+        GreedyLowRank(n_components=1).fit((rows, cols, np.ones(3)), shape=(3, 3)).predict(rows, cols + 1)
 
 
 def test_store_without_obs_is_refused(tmp_path):
@@ -742,7 +742,7 @@ def test_bias_init_counts_two_terms_and_helps(loss, rng):
 def test_bias_init_params_are_checked():
     rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
     with pytest.raises(ValueError, match="rank must be >= 3 with init='bias'"):
-        GreedyLowRank(init="bias", rank=2).fit((rows, cols, np.ones(3)), shape=(3, 3))
+        GreedyLowRank(init="bias", n_components=2).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="init must be one of"):
         GreedyLowRank(init="median").fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="bias_reg"):
@@ -788,21 +788,21 @@ def _ratings(rng, m=120, n=80, p=0.3):
 @pytest.mark.parametrize("loss", ["l1", "square"])
 def test_auto_init_resolution_is_fitted_and_saved(loss, rng, tmp_path):
     tr, _, shape = _ratings(rng)
-    est = GreedyLowRank(loss=loss, rank=4, power_iter=5).fit(tr, shape=shape)
+    est = GreedyLowRank(loss=loss, n_components=4, power_iter=5).fit(tr, shape=shape)
     assert est.init == "auto" and est.init_ == "bias"
     assert est.n_components_ == 4  # the two bias terms count in the budget
     est.save(tmp_path / "m")
     assert ooc_lowrank.load(tmp_path / "m").init_ == "bias"
-    small = GreedyLowRank(loss=loss, rank=2, power_iter=5).fit(tr, shape=shape)
+    small = GreedyLowRank(loss=loss, n_components=2, power_iter=5).fit(tr, shape=shape)
     assert small.init_ == "mean"
     signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
     for lo in ("logistic", loss):
-        assert GreedyLowRank(loss=lo, rank=3, power_iter=5).fit(signs, shape=shape).init_ == "bias"
+        assert GreedyLowRank(loss=lo, n_components=3, power_iter=5).fit(signs, shape=shape).init_ == "bias"
     binary = (tr[0], tr[1], (tr[2] > 3).astype(float))
-    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(binary, shape=shape).init_ == "bias"
+    assert GreedyLowRank(loss=loss, n_components=3, power_iter=5).fit(binary, shape=shape).init_ == "bias"
     centred = (tr[0], tr[1], tr[2] - 3.0)
-    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(centred, shape=shape).init_ == "zero"
-    assert GreedyLowRank(loss=loss, rank=3, init="mean").fit(tr, shape=shape).init_ == "mean"
+    assert GreedyLowRank(loss=loss, n_components=3, power_iter=5).fit(centred, shape=shape).init_ == "zero"
+    assert GreedyLowRank(loss=loss, n_components=3, init="mean").fit(tr, shape=shape).init_ == "mean"
 
 
 @pytest.mark.parametrize(
@@ -834,7 +834,7 @@ def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
     assert off.greedy_l2_ == 0.0 and not np.array_equal(off.theta_, est.theta_)
     est.save(tmp_path / "m")
     assert ooc_lowrank.load(tmp_path / "m").greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
-    assert GreedyLowRank(loss="l1", rank=4, power_iter=5).fit(tr, shape=shape).greedy_l2_ == 0.0
+    assert GreedyLowRank(loss="l1", n_components=4, power_iter=5).fit(tr, shape=shape).greedy_l2_ == 0.0
     with pytest.raises(ValueError, match="greedy_l2"):
         GreedyLowRank(greedy_l2=-1.0).fit(tr, shape=shape)
 
@@ -844,7 +844,7 @@ def test_default_l1_glrl_beats_the_global_mean_on_ratings(refit, rng):
     """Issue 12: ``fit glrl --loss l1 --rank 10`` with every other parameter at its default
     must predict ratings better than their mean (the zero start did far worse)."""
     tr, te, shape = _ratings(rng)
-    est = GreedyLowRank(loss="l1", rank=10, refit=refit, random_state=0).fit(tr, shape=shape)
+    est = GreedyLowRank(loss="l1", n_components=10, refit=refit, random_state=0).fit(tr, shape=shape)
     mae = est.evaluate(te, ["mae"], shape=shape)["mae"]
     mae_mean = float(np.mean(np.abs(te[2] - tr[2].mean())))
     assert mae < 0.85 * mae_mean, (mae, mae_mean)
@@ -877,7 +877,7 @@ def test_best_iterate_at_the_start_keeps_the_start_terms(init):
     c = np.array([0, 1, 2, 1])
     v = np.array([4.0, 3.0, 5.0, 4.0])
     rank = 1 if init == "mean" else 3
-    est = GreedyLowRank(rank=rank, init=init).fit((r, c, v), shape=(3, 3))
+    est = GreedyLowRank(n_components=rank, init=init).fit((r, c, v), shape=(3, 3))
     k = est.theta_.size
     assert est.U_.shape == (3, k) and est.V_.shape == (3, k) and k >= 1
     pred = est.predict(r, c)

@@ -142,7 +142,7 @@ def test_save_load(fitted, data, tmp_path):
 def test_smooth_loss_grid_and_scoring(data):
     rows, cols, vals = data
     est = GreedyLowRankCV(
-        loss="square", rank=4, bias_regs=[1.0, 5.0], greedy_l2s=[0.0, 0.5], cv=2, power_iter=5,
+        loss="square", n_components=4, bias_regs=[1.0, 5.0], greedy_l2s=[0.0, 0.5], cv=2, power_iter=5,
         random_state=0, refit=False,
     ).fit((rows, cols, vals), shape=SHAPE)  # fmt: skip
     assert est.scoring_ == "rmse"

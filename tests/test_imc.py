@@ -149,7 +149,7 @@ def _lowrank(seed, n1=60, n2=50, d1=8, d2=7, k=3, frac=0.25):
 
 def test_recovers_low_rank_matrix_from_a_fraction_of_entries():
     X1, X2, A, trip = _lowrank(0)
-    est = InductiveMatrixCompletion(n_components=3, lam=1e-4, max_iter=40, random_state=0)
+    est = InductiveMatrixCompletion(n_components=3, alpha=1e-4, max_iter=40, random_state=0)
     est.fit(trip, X_row=X1, X_col=X2, shape=A.shape)
     B = est.row_factors_ @ est.col_factors_.T
     assert np.linalg.norm(B - A) / np.linalg.norm(A) < 1e-3
@@ -168,7 +168,7 @@ def test_recovers_low_rank_matrix_from_a_fraction_of_entries():
 def test_objective_non_increasing(learn):
     X1, X2, A, trip = _lowrank(1, n1=30, n2=25)
     est = InductiveMatrixCompletion(
-        n_components=3, lam=0.5, row_map="fourier", col_map="fourier", n_features_map=10,
+        n_components=3, alpha=0.5, row_map="fourier", col_map="fourier", n_features_map=10,
         learn_features=learn, max_iter=6, cg_iter=5, tol=0.0, random_state=0,
     )
     est.fit(trip, X_row=X1, X_col=X2, shape=A.shape)
@@ -341,7 +341,7 @@ def test_clustering_recovers_blobs_from_constraints(features):
     X, y = _blobs(3)
     cons = sample_constraints(y, 10 * X.shape[0], random_state=0)
     m = GIMCClustering(
-        n_clusters=3, lam=0.5, features=features, n_features_map=30, max_iter=5, n_init=3,
+        n_clusters=3, alpha=0.5, features=features, n_features_map=30, max_iter=5, n_init=3,
         random_state=0,
     ).fit(X, constraints=cons)
     assert m.labels_.shape == (90,)
@@ -474,7 +474,7 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
     )
 
     X, y, (r, c, v), kw = _auto_problem()
-    auto = GIMCClustering(lam=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
+    auto = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
     assert tuple(auto.lam_scores_) == GRID
     assert len(set(auto.lam_scores_.values())) == 3  # the planted problem separates them
     assert auto.lam_ == min(GRID, key=auto.lam_scores_.get) and auto.selection_passes_ > 0
@@ -487,11 +487,11 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
     assert tr.size + va.size == r.size
     for lam, score in auto.lam_scores_.items():
         iters = min(kw["max_iter"], SELECT_ITER)
-        alone = GIMCClustering(lam=lam, random_state=0, **{**kw, "max_iter": iters})
+        alone = GIMCClustering(alpha=lam, random_state=0, **{**kw, "max_iter": iters})
         alone.fit(X, constraints=(r[tr], c[tr], v[tr]))
         assert constraint_error(alone.labels_, r[va], c[va], v[va]) == score
     # seeded: the same random_state gives the same split, scores and clusters
-    again = GIMCClustering(lam=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
+    again = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
     assert again.lam_scores_ == auto.lam_scores_
     np.testing.assert_array_equal(again.labels_, auto.labels_)
 
@@ -502,11 +502,11 @@ def test_lam_auto_refits_on_all_constraints():
     X, y, cons, kw = _auto_problem()
     auto = GIMCClustering(random_state=0, **kw).fit(X, constraints=cons)
     assert tuple(auto.lam_scores_) == LAM_GRIDS["fourier"] and auto.lam_ in LAM_GRIDS["fourier"]
-    fixed = GIMCClustering(lam=auto.lam_, random_state=0, **kw).fit(X, constraints=cons)
+    fixed = GIMCClustering(alpha=auto.lam_, random_state=0, **kw).fit(X, constraints=cons)
     np.testing.assert_array_equal(auto.labels_, fixed.labels_)
     np.testing.assert_array_equal(auto.imc_.objective_, fixed.imc_.objective_)
     assert fixed.selection_passes_ == 0 and fixed.lam_scores_ is None
-    part = GIMCClustering(lam=auto.lam_, random_state=0, **kw)
+    part = GIMCClustering(alpha=auto.lam_, random_state=0, **kw)
     part.fit(X, constraints=tuple(a[:240] for a in cons))
     assert part.imc_.objective_[0] != auto.imc_.objective_[0]  # not the training part only
 
@@ -550,7 +550,7 @@ def test_bad_lam_is_refused_by_name_before_work(no_fit, lam, exc, msg):
 
     X, y, cons, kw = _auto_problem()
     with pytest.raises(exc, match=msg) as e:
-        GIMCClustering(lam=lam, **kw).fit(X, constraints=cons)
+        GIMCClustering(alpha=lam, **kw).fit(X, constraints=cons)
     assert 'Use lam="auto"' in str(e.value)  # the fix, with the rule and the value
 
 

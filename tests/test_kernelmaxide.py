@@ -362,7 +362,7 @@ def test_kernelmaxide_f_equals_exact_kernel_solution(toy):
     """n_landmarks=None (every row): the fit is the exact-kernel direct APG's solution."""
     t = toy
     X, g, UT = t["X"], t["gamma"], t["UT"]
-    est = KernelMaxide(n_landmarks=None, gamma=g, lam=0.5, max_iter=100, random_state=0)
+    est = KernelMaxide(n_features_map=None, gamma=g, alpha=0.5, max_iter=100, random_state=0)
     est.fit(X, t["Yobs"])
     Kex = naive.rbf(X, X, g)[:, UT]
     C, its, objs = naive.apg_direct(Kex, t["Yobs"], 0.5, max_iter=100)
@@ -375,7 +375,7 @@ def test_kernelmaxide_f_equals_exact_kernel_solution(toy):
 def test_maxide_equals_direct_twin_and_basis_is_left_singular(toy):
     t = toy
     X = t["X"]
-    est = Maxide(lam=0.5, max_iter=100).fit(X, t["Yobs"])
+    est = Maxide(alpha=0.5, max_iter=100).fit(X, t["Yobs"])
     A = X @ est.projection_
     np.testing.assert_allclose(A.T @ A, np.eye(A.shape[1]), atol=1e-10)
     U, s = naive.left_singular(X, X.shape[1])
@@ -423,7 +423,7 @@ def test_kernelmaxide_n_components_above_the_rank_keeps_every_direction(toy):
 
 def test_kernelmaxide_n_components_needs_landmarks(toy):
     with pytest.raises(ValueError, match="n_components.*n_landmarks"):
-        KernelMaxide(n_landmarks=None, n_components=3).fit(toy["X"], toy["Yobs"])
+        KernelMaxide(n_features_map=None, n_components=3).fit(toy["X"], toy["Yobs"])
     with pytest.raises(ValueError, match="n_components"):
         KernelMaxide(n_components=0).fit(toy["X"], toy["Yobs"])
 
@@ -482,7 +482,7 @@ def test_float32_path(toy):
 def test_predict_topk_save_load_callback(tmp_path, toy):
     t = toy
     seen = []
-    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0, callback=lambda *a: seen.append(a))
+    est = KernelMaxide(n_features_map=20, alpha=0.5, max_iter=5, random_state=0, callback=lambda *a: seen.append(a))
     est.fit(t["X"], t["Yobs"])
     assert [s[0] for s in seen] == list(range(1, est.n_iter_ + 1))
     assert seen[-1][2] == pytest.approx(est.objective_[-1])
@@ -490,7 +490,7 @@ def test_predict_topk_save_load_callback(tmp_path, toy):
     top = est.predict_topk(t["X"], 3)
     np.testing.assert_array_equal(top, metrics.topk_from_scores(S, 3))
     assert isinstance(est.predict_topk(_dask(t["X"], (30, 30)), 3), da.Array)
-    for e in (est, Maxide(lam=0.5, max_iter=5).fit(t["X"], t["Yobs"])):
+    for e in (est, Maxide(alpha=0.5, max_iter=5).fit(t["X"], t["Yobs"])):
         e.save(str(tmp_path / type(e).__name__))
         back = ool.load(str(tmp_path / type(e).__name__))
         assert type(back) is type(e)
@@ -504,7 +504,7 @@ def test_label_without_observation_warns_and_fits(toy):
     Y = sp.csr_matrix(Y)
     Y.eliminate_zeros()
     with pytest.warns(OOCLowRankWarning, match=r"1 label\(s\) have no observed entry \(first: \[2\]\)"):
-        est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0).fit(t["X"], Y)
+        est = KernelMaxide(n_features_map=20, alpha=0.5, max_iter=5, random_state=0).fit(t["X"], Y)
     assert np.isfinite(est.coef_).all()
 
 
@@ -554,7 +554,7 @@ def test_store_labels_bad_values_found_by_the_check_pass(tmp_path, toy):
     Y.data[5] = 3.0
     ds = write_arrays(str(tmp_path / "b.zarr"), {"X": t["X"], "Y_obs": Y}, block_rows=16)
     with pytest.raises(ValueError, match="found 1 other stored values"):
-        KernelMaxide(n_landmarks=20).fit(open_dataset(ds.url))
+        KernelMaxide(n_features_map=20).fit(open_dataset(ds.url))
 
 
 @pytest.mark.slow
@@ -570,7 +570,7 @@ def test_local_cluster_fit_equals_threaded(toy, cluster_client):
 def test_prediction_is_lazy_and_fit_computes_once_per_pass(toy, counting_scheduler):
     t = toy
     Xd = _dask(t["X"], (30, 30))
-    est = KernelMaxide(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=4, random_state=0)
+    est = KernelMaxide(n_features_map=20, gamma=0.3, alpha=0.5, max_iter=4, random_state=0)
     est.fit(Xd, t["Yobs"])
     # n_passes_ = label check + persist F + gram + per iteration (grad + >= 1 trial pass);
     # one more compute reads the landmark rows
@@ -599,7 +599,7 @@ def test_tampered_model_is_refused_at_load(tmp_path, toy):
     from ooc_lowrank._persist import ModelFileError
 
     t = toy
-    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=3, random_state=0).fit(t["X"], t["Yobs"])
+    est = KernelMaxide(n_features_map=20, alpha=0.5, max_iter=3, random_state=0).fit(t["X"], t["Yobs"])
     path = str(tmp_path / "m")
     est.save(path)
     with np.load(os.path.join(path, "arrays.npz")) as z:
@@ -660,7 +660,7 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
 
     X, Yobs = _lam_problem()
     kw = dict(n_landmarks=100, max_iter=100, random_state=0)
-    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0, 1e-3],
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, alphas=[1e4, 3.0, 1e-3],
                         holdout="entries").fit(X, Yobs)  # fmt: skip
     res = cv.cv_results_
     assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
@@ -670,20 +670,20 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     assert best.lam == 3.0 and best.gamma == 1.0
     # the score is the twin's over the hold-out the search used, the refit uses every label
     Yfit, Yval = split_observed(Yobs, 0.25, 0)
-    est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
+    est = KernelMaxide(**kw, gamma=1.0, alpha=3.0).fit(X, Yfit)
     rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
     assert res["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
-    full = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yobs)
+    full = KernelMaxide(**kw, gamma=1.0, alpha=3.0).fit(X, Yobs)
     np.testing.assert_array_equal(best.coef_, full.coef_)
     assert "mean ranking loss" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
+    m = MaxideCV(alphas=[1e4, 1.0], max_iter=50).fit(X, Yobs)
     assert m.best_params_ == {"n_components": None, "lam": 1.0}
     # the defaults: whole rows held out, the same choice, scored on split_observed(by="rows")
-    rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0],
+    rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, alphas=[1e4, 3.0],
                           refit=False).fit(X, Yobs)  # fmt: skip
     assert rows.best_params_ == {"gamma": 1.0, "lam": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0, by="rows")
-    est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
+    est = KernelMaxide(**kw, gamma=1.0, alpha=3.0).fit(X, Yfit)
     rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
     assert rows.cv_results_["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
 
@@ -750,7 +750,7 @@ def test_kernelmaxide_cv_scores_equal_separate_fits(toy):
 
     t = toy
     kw = dict(n_landmarks=20, max_iter=15, random_state=3)
-    cv = KernelMaxideCV(**kw, gammas=[0.1, 0.3], gamma_scales=None, lams=[0.2, 2.0], n_splits=2,
+    cv = KernelMaxideCV(**kw, gammas=[0.1, 0.3], gamma_scales=None, alphas=[0.2, 2.0], n_splits=2,
                         validation_fraction=0.3, refit=False).fit(t["X"], t["Yobs"])  # fmt: skip
     for k in range(2):
         Yfit, Yval = split_observed(t["Yobs"], 0.3, 3 + k, by="rows")
@@ -771,19 +771,19 @@ def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
     X, Yobs = _lam_problem()
     kw = dict(n_landmarks=100, max_iter=100, random_state=0)
     kw = dict(kw, n_components=None)  # SPEC KM-6: the CV machinery, not the model
-    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0], refit=False,
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, alphas=[1e4, 3.0], refit=False,
                         holdout="entries", scoring="squared_error")  # fmt: skip
     cv.fit(X, Yobs)
     assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0)
     for i, lam in enumerate([1e4, 3.0]):
-        S = KernelMaxide(**kw, gamma=1.0, lam=lam).fit(X, Yfit).decision_function(X)
+        S = KernelMaxide(**kw, gamma=1.0, alpha=lam).fit(X, Yfit).decision_function(X)
         r, c = Yval.nonzero()
         want = np.mean((S[r, c] - np.asarray(Yval[r, c]).ravel()) ** 2)
         assert cv.cv_results_["split0_test_score"][i] == pytest.approx(want, rel=1e-10)
     assert cv.cv_results_["mean_test_score"][0] == pytest.approx(1.0, abs=1e-3)  # scores ~ 0
     assert "mean squared error" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50, scoring="squared_error").fit(X, Yobs)
+    m = MaxideCV(alphas=[1e4, 1.0], max_iter=50, scoring="squared_error").fit(X, Yobs)
     assert m.best_params_ == {"n_components": None, "lam": 1.0}
 
 
@@ -870,9 +870,9 @@ def test_kernelmaxide_defaults_meet_the_stopping_rule_in_few_iterations():
     the paper's 1e-5 relative-change stop (SPEC 4.4) fires, within 40 iterations, where SPEC
     KM-6 (n_components=None) runs into max_iter."""
     X, Yobs = _planted()
-    est = KernelMaxide(n_landmarks=150, random_state=0).fit(X, Yobs)
+    est = KernelMaxide(n_features_map=150, random_state=0).fit(X, Yobs)
     assert est.converged_ and est.n_iter_ <= 40
-    km6 = KernelMaxide(n_landmarks=150, n_components=None, random_state=0).fit(X, Yobs)
+    km6 = KernelMaxide(n_features_map=150, n_components=None, random_state=0).fit(X, Yobs)
     assert not km6.converged_ and km6.n_iter_ == 100
 
 
@@ -882,7 +882,7 @@ def test_kernelmaxide_default_objective_is_the_trace_norm_of_the_ut_scores():
     fitted scores (``||W||_* = ||A_UT W||_*``), i.e. ``lam ||K~_UT C||_*`` in the paper's
     ``C`` where KM-6 has ``lam ||C||_*``; ``objective_`` is that value at ``coef_``."""
     X, Yobs = _planted()
-    est = KernelMaxide(n_landmarks=150, random_state=0).fit(X, Yobs)
+    est = KernelMaxide(n_features_map=150, random_state=0).fit(X, Yobs)
     S = est.decision_function(X)
     ut = np.flatnonzero(np.diff(Yobs.indptr))
     Yc = Yobs.tocoo()
@@ -930,9 +930,9 @@ def test_kernelmaxide_n_components_auto():
     """"auto": the orthonormal basis of 100 directions with landmarks, SPEC KM-6 with the
     exact kernel; any other string is refused naming the argument."""
     X, Yobs = _planted()
-    assert KernelMaxide(n_landmarks=None)._components() is None
+    assert KernelMaxide(n_features_map=None)._components() is None
     assert KernelMaxide()._components() == 100
-    f = KernelMaxide(n_landmarks=None, max_iter=3).fit(X[:120], Yobs[:120])
+    f = KernelMaxide(n_features_map=None, max_iter=3).fit(X[:120], Yobs[:120])
     assert f.normalization_ is None
     with pytest.raises(ValueError, match="n_components"):
         KernelMaxide(n_components="all").fit(X, Yobs)

@@ -174,7 +174,7 @@ def _arrays(ds):
 
 def test_lbfgs_recovers_a_generated_cp_model(cp_store):
     views, y = _arrays(cp_store)
-    m = MultiViewMachineRegressor(n_factors=2, reg_weight=1e-7, random_state=0, max_iter=500,
+    m = MultiViewMachineRegressor(n_components=2, alpha=1e-7, random_state=0, max_iter=500,
                                   solver="lbfgs")
     m.fit(views, y)  # one in-memory block: no graph per pass
     # the target's noise is 0.05, its spread 0.41
@@ -225,7 +225,7 @@ def test_local_cluster_equals_threaded(cp_store, cluster_client):
 def test_early_stopping_keeps_the_best_iterate(cp_store, rng):
     views, y = _arrays(cp_store)
     tr, va = slice(0, 1000), slice(1000, None)
-    m = MultiViewMachineRegressor(n_factors=2, random_state=0, solver="sgd", n_epochs=40,
+    m = MultiViewMachineRegressor(n_components=2, random_state=0, solver="sgd", n_epochs=40,
                                   n_iter_no_change=3)
     m.fit([v[tr] for v in views], y[tr], eval_set=([v[va] for v in views], y[va]))
     assert len(m.validation_path_) == m.n_iter_
@@ -235,7 +235,7 @@ def test_early_stopping_keeps_the_best_iterate(cp_store, rng):
 
 
 def test_save_load_roundtrip(cp_store, tmp_path):
-    m = MultiViewMachineRegressor(n_factors=2, random_state=0, max_iter=5).fit(cp_store)
+    m = MultiViewMachineRegressor(n_components=2, random_state=0, max_iter=5).fit(cp_store)
     m.save(str(tmp_path / "m.model"))
     r = load(str(tmp_path / "m.model"))
     assert isinstance(r, MultiViewMachineRegressor)
@@ -251,12 +251,12 @@ def test_classifier_any_two_labels_and_one_vs_rest(rng):
     X1, X2 = rng.standard_normal((n, 3)), rng.standard_normal((n, 2))
     score = X1[:, 0] * X2[:, 0] + X1[:, 1]
     y2 = np.where(score > 0, "yes", "no")
-    c = MultiViewMachineClassifier(n_factors=3, random_state=0).fit([X1, X2], y2)
+    c = MultiViewMachineClassifier(n_components=3, random_state=0).fit([X1, X2], y2)
     assert list(c.classes_) == ["no", "yes"]
     assert c.score([X1, X2], y2) > 0.9
     assert set(c.evaluate([X1, X2], y=np.where(score > 0, 1, -1))) == {"accuracy", "auc"}
     y3 = np.digitize(score, [-0.5, 0.5])
-    ovr = OneVsRestClassifier(MultiViewMachineClassifier(n_factors=3, view_sizes=(3, 2), random_state=0))
+    ovr = OneVsRestClassifier(MultiViewMachineClassifier(n_components=3, view_sizes=(3, 2), random_state=0))
     ovr.fit(np.hstack([X1, X2]), y3)
     assert ovr.score(np.hstack([X1, X2]), y3) > 0.75
 
@@ -432,7 +432,7 @@ def test_one_vs_rest_models_in_lockstep_equal_separate_fits(rng):
 def test_classifier_handles_three_classes_itself(rng, solver, tmp_path):
     V, y = _three_classes(rng)
     labels = np.array(["lo", "mid", "hi"])[y]
-    c = MultiViewMachineClassifier(n_factors=3, random_state=0, solver=solver, n_epochs=20,
+    c = MultiViewMachineClassifier(n_components=3, random_state=0, solver=solver, n_epochs=20,
                                    max_iter=60).fit(V, labels)
     assert list(c.classes_) == ["hi", "lo", "mid"]
     assert c.coef_.shape == (3, 3 + 2 + 2, 3) and c.intercept_.shape == (3,)

@@ -111,7 +111,7 @@ def test_load_refuses_a_model_of_another_estimator(data, tmp_path):
     X = rng.normal(size=(40, 4))
     Yo = mask_labels((rng.random((40, 3)) < 0.4).astype(float), 30, random_state=0)
     path = tmp_path / "km.model"
-    KernelMaxide(n_landmarks=10, max_iter=3, random_state=0).fit(X, Yo).save(str(path))
+    KernelMaxide(n_features_map=10, max_iter=3, random_state=0).fit(X, Yo).save(str(path))
     with pytest.raises(ValueError, match="not a MultiViewMachineRegressor"):
         MVR.load(str(path))
     _edit(path, lambda d: d.update(estimator="MultiViewMachineRegressor"))

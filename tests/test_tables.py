@@ -590,7 +590,7 @@ def test_glrl_on_table_stores_matches_movielens_and_topk_keys(tmp_path):
             else:
                 convert("movielens", data_file(ml, part), dest, shape=(943, 1682))
             stores.append(dest)
-        model = GreedyLowRank(loss="l1", rank=10, refit="none", random_state=0).fit(stores[0])
+        model = GreedyLowRank(loss="l1", n_components=10, refit="none", random_state=0).fit(stores[0])
         maes.append(model.evaluate(stores[1], metrics="mae")["mae"])
         models.append(model)
     print("u1 test MAE, table stores / movielens stores:", maes)

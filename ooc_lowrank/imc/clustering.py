@@ -302,10 +302,10 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     ----------
     n_clusters : int, default=2
         k: clusters and the IMC rank.
-    lam : float, "auto" or sequence of float, default="auto"
+    alpha : float, "auto" or sequence of float, default="auto"
         Regularization of W and H.  ``"auto"``: the paper's selection (SPEC 1.7): hold out a
         random 20 % of the constraints (seeded by ``random_state``), fit on the rest once per
-        candidate, keep the ``lam`` whose clustering violates the fewest held-out constraints
+        candidate, keep the ``alpha`` whose clustering violates the fewest held-out constraints
         (ties: the one nearest 1.0), then refit on all constraints.  Candidates
         (:data:`LAM_GRIDS`): (0.1, 0.5, 1) for ``features="fourier"``, where 5 and 10 never won
         on held-out constraints across four datasets; the paper's (0.1, 0.5, 1, 5, 10) for
@@ -319,9 +319,9 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         all candidates, and every candidate starts from the same feature maps and
         initialization.  Measured with five candidates on four datasets (busy 2-core machine,
         docs/imc.md): the selection took 1.3-1.4 times the refit; with the three Fourier
-        candidates about 0.8 times, so ``lam="auto"`` costs about 1.8 fits at a fixed ``lam``
+        candidates about 0.8 times, so ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha``
         (Segment at 10n: about 8 s against about 4.5 s, estimated for a quiet machine).
-        ``selection_passes_`` and ``selection_time_`` report it; ``lam=1.0`` skips it.
+        ``selection_passes_`` and ``selection_time_`` report it; ``alpha=1.0`` skips it.
     features : {"fourier", "nystrom", "identity"}, default="fourier"
         Feature map of both sides; "identity" is the MCCC stand-in (SPEC 1.6).
     learn_features : bool, default=True
@@ -357,14 +357,14 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     embedding_ : ndarray of shape (n_samples, n_clusters)
     imc_ : InductiveMatrixCompletion
     lam_ : float
-        The ``lam`` of the final fit (chosen or given).
+        The ``alpha`` of the final fit (chosen or given).
     lam_scores_ : dict or None
-        Held-out constraint error per candidate ``lam`` (None for a fixed ``lam``).
+        Held-out constraint error per candidate ``alpha`` (None for a fixed ``alpha``).
     selection_passes_ : int
-        Data passes spent choosing ``lam`` (0 for a fixed ``lam``); the refit's are
+        Data passes spent choosing ``alpha`` (0 for a fixed ``alpha``); the refit's are
         ``imc_.n_passes_``.
     selection_time_ : float
-        Seconds spent choosing ``lam`` (0.0 for a fixed ``lam``).
+        Seconds spent choosing ``alpha`` (0.0 for a fixed ``alpha``).
 
     Notes
     -----
@@ -381,7 +381,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         self,
         *,
         n_clusters=2,
-        lam="auto",
+        alpha="auto",
         features="fourier",
         learn_features=True,
         n_features_map=500,
@@ -398,7 +398,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         callback=None,
     ):
         self.n_clusters = n_clusters
-        self.lam = lam
+        self.alpha = alpha
         self.features = features
         self.learn_features = learn_features
         self.n_features_map = n_features_map
@@ -419,7 +419,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         ``constraints``: ``(rows, cols, values)`` or an ``(n, n)`` observation store (``coo``
         array ``obs``, streamed in row blocks).
 
-        Values must be 0 or 1; indices in ``[0, n)``.  With ``lam="auto"`` (or a list) ``lam``
+        Values must be 0 or 1; indices in ``[0, n)``.  With ``alpha="auto"`` (or a list) ``alpha``
         is chosen on held-out constraints first (see the class docstring).  Returns ``self``.
         """
         check_scalar(
@@ -429,7 +429,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         check_scalar(self.n_init, "n_init", kind=numbers.Integral, low=1)
         if self.readout not in READOUTS:
             raise param_error("readout", f"must be one of {READOUTS}", self.readout)
-        grid, lam = check_lam(self.lam)
+        grid, lam = check_lam(self.alpha)
         if grid == "auto":
             if self.features not in LAM_GRIDS:  # IMC names the rule; before any work
                 self._imc(1.0, 0, 0)._check_params()
@@ -453,7 +453,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             if grid is not None:  # the store's shape is checked before its values are read
                 for side, what in enumerate(("row", "column")):
                     _side_features(X, store.shape[side], what, "X")
-            cons = store if grid is None else _constraints_in_memory(store, self.lam)
+            cons = store if grid is None else _constraints_in_memory(store, self.alpha)
         elif not (isinstance(constraints, (tuple, list)) and len(constraints) == 3):
             raise TypeError(
                 "constraints must be a (rows, cols, values) tuple of 1-D arrays or an "
@@ -491,7 +491,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     def _imc(self, lam, seed, max_iter):
         return InductiveMatrixCompletion(
             n_components=self.n_clusters,
-            lam=lam,
+            alpha=lam,
             row_map=self.features,
             col_map=self.features,
             n_features_map=self.n_features_map,
@@ -516,10 +516,10 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         return labels, km, T
 
     def _select(self, X, cons, grid, imc_seed, km_seed, rng):
-        """The paper's selection (SPEC 1.7): fit on 80 % of the constraints for every ``lam``
+        """The paper's selection (SPEC 1.7): fit on 80 % of the constraints for every ``alpha``
         of ``grid`` (``SELECT_ITER`` outer iterations each, the same feature-map seed and
         initialization, the training constraints validated and blocked once), score each
-        clustering by the violated held-out constraints.  Returns ``(lam, scores, passes)``."""
+        clustering by the violated held-out constraints.  Returns ``(alpha, scores, passes)``."""
         r, c, v = cons
         tr, va = split_constraints(r.size, HOLDOUT, rng)
         train = self._symmetrized((r[tr], c[tr], v[tr]))

@@ -169,8 +169,8 @@ class InductiveMatrixCompletion(BaseEstimator):
     ----------
     n_components : int, default=10
         Rank ``k``.
-    lam : float, default=1.0
-        Regularization ``lam/2 (||W||^2 + ||H||^2)``.
+    alpha : float, default=1.0
+        Regularization ``alpha/2 (||W||^2 + ||H||^2)``.
     row_map, col_map : {"identity", "fourier", "nystrom"}, default="identity"
         Feature map of each side.
     n_features_map : int, default=500
@@ -226,7 +226,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         self,
         *,
         n_components=10,
-        lam=1.0,
+        alpha=1.0,
         row_map="identity",
         col_map="identity",
         n_features_map=500,
@@ -241,7 +241,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         callback=None,
     ):
         self.n_components = n_components
-        self.lam = lam
+        self.alpha = alpha
         self.row_map = row_map
         self.col_map = col_map
         self.n_features_map = n_features_map
@@ -258,7 +258,7 @@ class InductiveMatrixCompletion(BaseEstimator):
     # ------------------------------------------------------------------ validation
     def _check_params(self):
         check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
-        check_scalar(self.lam, "lam", low=0.0, fix="Use a non-negative regularization, e.g. 1.0")
+        check_scalar(self.alpha, "alpha", low=0.0, fix="Use a non-negative regularization, e.g. 1.0")
         for nm in ("row_map", "col_map"):
             v = getattr(self, nm)
             if v not in FEATURE_MAPS:
@@ -340,7 +340,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         rows = self._side(self.row_map, Br, rng)
         cols = self._side(self.col_map, Bc, rng)
-        prob = core.Problem(obs, rows, cols, self.lam, transposed(obs, self.block_rows))
+        prob = core.Problem(obs, rows, cols, self.alpha, transposed(obs, self.block_rows))
         res = core.fit_imc(
             prob,
             int(self.n_components),
