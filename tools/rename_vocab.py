@@ -22,27 +22,15 @@ Markdown, dict keys in ``cli.py``, and the translation table for old model files
 from __future__ import annotations
 
 import ast
-import io
 import re
 import sys
-import tokenize
 from pathlib import Path
 
-# class -> {old public name: new public name}; the single source of the renames
-RENAMES = {
-    "GIMC": {"n_components": "n_features_map"},
-    "GIMCCV": {"n_components": "n_features_map"},
-    "GreedyLowRank": {"rank": "n_components", "l2": "alpha"},
-    "GreedyLowRankCV": {"rank": "n_components", "l2s": "alphas"},
-    "InductiveMatrixCompletion": {"lam": "alpha"},
-    "GIMCClustering": {"lam": "alpha"},
-    "KernelMaxide": {"n_landmarks": "n_features_map", "lam": "alpha"},
-    "Maxide": {"lam": "alpha"},
-    "KernelMaxideCV": {"n_landmarks": "n_features_map", "lams": "alphas"},
-    "MaxideCV": {"lams": "alphas"},
-    "MultiViewMachineRegressor": {"n_factors": "n_components", "reg_weight": "alpha"},
-    "MultiViewMachineClassifier": {"n_factors": "n_components", "reg_weight": "alpha"},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from ooc_lowrank._persist import RENAMED_PARAMS  # noqa: E402 (the one table of the renames)
+
+# class -> {old public name: new public name}
+RENAMES = {cls: dict(table) for cls, table in RENAMED_PARAMS.items()}
 # private bases whose bodies hold the public parameters of their subclasses
 RENAMES["_MaxideBase"] = {**RENAMES["KernelMaxide"]}
 RENAMES["_ObservedSearch"] = {**RENAMES["KernelMaxideCV"], "lam": "alpha"}
@@ -52,9 +40,26 @@ RENAMES["MaxideCV"]["lam"] = "alpha"
 RENAMES["GreedyLowRankCV"]["l2"] = "alpha"
 RENAMES["GIMCCV"]["n_components"] = "n_features_map"
 RENAMES["_BaseMVM"] = RENAMES["MultiViewMachineRegressor"]
+# fitted attributes named after a renamed parameter (unique names: renamed on any object)
+ATTRIBUTES = {"lam_": "alpha_", "lam_scores_": "alpha_scores_"}
+RENAMES["GIMCClustering"] = {**RENAMES["GIMCClustering"], **ATTRIBUTES}
 # per file: exact string literals that are a renamed parameter's name (grid keys of GLRL's CV)
 LITERALS = {
     "ooc_lowrank/glrl/cv.py": {'"l2"': '"alpha"', '"l2s"': '"alphas"'},
+    # the classifier's docstring is the regressor's with its own reg_weight / tol paragraphs
+    "ooc_lowrank/mvm/estimator.py": {
+        '"    reg_weight : "': '"    alpha : "',
+        '"""    reg_weight : float': '"""    alpha : float',
+        "(chosen with ``reg_weight``)": "(chosen with ``alpha``)",
+        "the classifier's reg_weight and tol": "the classifier's alpha and tol",
+    },
+    "ooc_lowrank/gimc/estimator.py": {"(block_rows / n_components": "(block_rows / n_features_map"},
+    # the fixes of GreedyLowRank's rank checks ("rank" is prose elsewhere)
+    "ooc_lowrank/glrl/estimator.py": {
+        '"Use rank >= 1': '"Use n_components >= 1',
+        'f"Use rank <= {most}"': 'f"Use n_components <= {most}"',
+        "``rank <= min(n_rows, n_cols)``": "``n_components <= min(n_rows, n_cols)``",
+    },
 }
 # (class, method) whose ``dict(...)`` calls build the parameters of the estimator of the class
 DICT_BUILDERS = {("GreedyLowRankCV", "base_params")}
@@ -129,6 +134,10 @@ class _Collector(ast.NodeVisitor):
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Attribute(self, node):
+        if node.attr in ATTRIBUTES:
+            end = node.end_col_offset
+            self.edits.append((node.end_lineno, end - len(node.attr), node.attr,
+                               ATTRIBUTES[node.attr]))
         m = self._mapping()
         if (m and node.attr in m and isinstance(node.value, ast.Name)
                 and node.value.id in OBJECT_NAMES):
