@@ -714,7 +714,7 @@ def case_clustering(a, log):
         lambda e: e.imc_.n_passes_, warm=warm),
         f"GIMCClustering (GIMC-LFF, m = {m}, 10n), default lam='auto'": Run(
         lambda: est().fit(X, constraints=cons),
-        lambda e: {**err(e.labels_), "lam": e.lam_, "selection_seconds": e.selection_time_},
+        lambda e: {**err(e.labels_), "lam": e.alpha_, "selection_seconds": e.selection_time_},
         lambda e: e.imc_.n_passes_ + e.selection_passes_, warm=warm)}  # fmt: skip
     peers = {
         f"KMeans(n_init={n_init}), raw features": Run(

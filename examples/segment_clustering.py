@@ -69,11 +69,11 @@ def main(argv=None):
                            alpha="auto" if a.lams is None else a.lams, random_state=a.seed)
     model.fit(X, constraints=cons)
     print("held-out constraint error by lam: "
-          + ", ".join(f"{lam:g}: {e:.4f}" for lam, e in model.lam_scores_.items())
+          + ", ".join(f"{lam:g}: {e:.4f}" for lam, e in model.alpha_scores_.items())
           + f" (selection {model.selection_time_:.1f} s)")
     err = clustering_error(model.labels_, y)
     km, _, _ = kmeans_blocks(X, k, random_state=a.seed)
-    print(f"GIMC-LFF (lam = {model.lam_:g}): pairwise error {err:.4f}   "
+    print(f"GIMC-LFF (lam = {model.alpha_:g}): pairwise error {err:.4f}   "
           f"k-means: {clustering_error(km, y):.4f}   ({time.time() - t0:.0f} s)")
     return 0
 

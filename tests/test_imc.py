@@ -475,9 +475,9 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
 
     X, y, (r, c, v), kw = _auto_problem()
     auto = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
-    assert tuple(auto.lam_scores_) == GRID
-    assert len(set(auto.lam_scores_.values())) == 3  # the planted problem separates them
-    assert auto.lam_ == min(GRID, key=auto.lam_scores_.get) and auto.selection_passes_ > 0
+    assert tuple(auto.alpha_scores_) == GRID
+    assert len(set(auto.alpha_scores_.values())) == 3  # the planted problem separates them
+    assert auto.alpha_ == min(GRID, key=auto.alpha_scores_.get) and auto.selection_passes_ > 0
     # each score is the held-out error of a fit on the other 80 %: the documented seeding
     # (random_state gives the model's seed, k-means' seed, then the split's) reproduces it
     rs = np.random.RandomState(0)
@@ -485,14 +485,14 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
     tr, va = split_constraints(r.size, HOLDOUT, np.random.default_rng(rs.randint(2**31 - 1)))
     assert va.size == round(HOLDOUT * r.size) and np.intersect1d(tr, va).size == 0
     assert tr.size + va.size == r.size
-    for lam, score in auto.lam_scores_.items():
+    for lam, score in auto.alpha_scores_.items():
         iters = min(kw["max_iter"], SELECT_ITER)
         alone = GIMCClustering(alpha=lam, random_state=0, **{**kw, "max_iter": iters})
         alone.fit(X, constraints=(r[tr], c[tr], v[tr]))
         assert constraint_error(alone.labels_, r[va], c[va], v[va]) == score
     # seeded: the same random_state gives the same split, scores and clusters
     again = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
-    assert again.lam_scores_ == auto.lam_scores_
+    assert again.alpha_scores_ == auto.alpha_scores_
     np.testing.assert_array_equal(again.labels_, auto.labels_)
 
 
@@ -501,12 +501,12 @@ def test_lam_auto_refits_on_all_constraints():
 
     X, y, cons, kw = _auto_problem()
     auto = GIMCClustering(random_state=0, **kw).fit(X, constraints=cons)
-    assert tuple(auto.lam_scores_) == LAM_GRIDS["fourier"] and auto.lam_ in LAM_GRIDS["fourier"]
-    fixed = GIMCClustering(alpha=auto.lam_, random_state=0, **kw).fit(X, constraints=cons)
+    assert tuple(auto.alpha_scores_) == LAM_GRIDS["fourier"] and auto.alpha_ in LAM_GRIDS["fourier"]
+    fixed = GIMCClustering(alpha=auto.alpha_, random_state=0, **kw).fit(X, constraints=cons)
     np.testing.assert_array_equal(auto.labels_, fixed.labels_)
     np.testing.assert_array_equal(auto.imc_.objective_, fixed.imc_.objective_)
-    assert fixed.selection_passes_ == 0 and fixed.lam_scores_ is None
-    part = GIMCClustering(alpha=auto.lam_, random_state=0, **kw)
+    assert fixed.selection_passes_ == 0 and fixed.alpha_scores_ is None
+    part = GIMCClustering(alpha=auto.alpha_, random_state=0, **kw)
     part.fit(X, constraints=tuple(a[:240] for a in cons))
     assert part.imc_.objective_[0] != auto.imc_.objective_[0]  # not the training part only
 
@@ -518,7 +518,7 @@ def test_lam_auto_is_independent_of_the_row_blocks():
     kw = {**kw, "random_state": 0, "lam": GRID}
     one = GIMCClustering(**kw).fit(X, constraints=cons)
     uneven = GIMCClustering(block_rows=17, **kw).fit(X, constraints=cons)
-    assert uneven.lam_scores_ == one.lam_scores_ and uneven.lam_ == one.lam_
+    assert uneven.alpha_scores_ == one.alpha_scores_ and uneven.alpha_ == one.alpha_
     assert clustering_error(uneven.labels_, one.labels_) == 0.0
     np.testing.assert_allclose(uneven.embedding_, one.embedding_, rtol=1e-6, atol=1e-8)
 

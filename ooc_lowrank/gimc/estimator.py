@@ -733,7 +733,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             its input blocks and what the block functions allocate), ``worker_bytes`` (needed
             per worker: process, ``threads_per_worker`` tasks, reduction buffers, shipped
             state, cached input share), ``worker_memory_limit``, ``memory_cap`` and ``fits``
-            (locally against the available memory), ``suggest`` (block_rows / n_components
+            (locally against the available memory), ``suggest`` (block_rows / n_features_map
             that fit) when it does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
         """
         self._validate_params()

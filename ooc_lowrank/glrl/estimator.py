@@ -398,7 +398,7 @@ class GreedyLowRank(BaseEstimator):
             "n_components",
             kind=numbers.Integral,
             low=1,
-            fix="Use rank >= 1 (the number of rank-one terms)",
+            fix="Use n_components >= 1 (the number of rank-one terms)",
         )
         refit = "none" if self.refit is None else self.refit  # the CLI parses "none" as None
         if refit not in ("auto",) + REFITS:
@@ -518,7 +518,7 @@ class GreedyLowRank(BaseEstimator):
         return score
 
     def _check_rank(self, shape):
-        """``rank <= min(n_rows, n_cols)``: a matrix of that shape has no more independent
+        """``n_components <= min(n_rows, n_cols)``: a matrix of that shape has no more independent
         rank-one terms (scikit-learn's ``TruncatedSVD`` refuses such a rank too)."""
         most = int(min(shape))
         if int(self.n_components) > most:
@@ -528,7 +528,7 @@ class GreedyLowRank(BaseEstimator):
                 "observed matrix (a matrix of that shape has rank at most that; further "
                 "rank-one terms add nothing and the fit would not end for a huge rank)",
                 self.n_components,
-                f"Use rank <= {most}",
+                f"Use n_components <= {most}",
             )
 
     # ------------------------------------------------------------------ fit

@@ -356,9 +356,9 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     labels_ : ndarray of shape (n_samples,)
     embedding_ : ndarray of shape (n_samples, n_clusters)
     imc_ : InductiveMatrixCompletion
-    lam_ : float
+    alpha_ : float
         The ``alpha`` of the final fit (chosen or given).
-    lam_scores_ : dict or None
+    alpha_scores_ : dict or None
         Held-out constraint error per candidate ``alpha`` (None for a fixed ``alpha``).
     selection_passes_ : int
         Data passes spent choosing ``alpha`` (0 for a fixed ``alpha``); the refit's are
@@ -468,15 +468,15 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             full, X, X, (n, n) if isinstance(full, tuple) else None, zero_one=True,
             name="constraints",
         )
-        self.lam_scores_, self.selection_passes_, self.selection_time_ = None, 0, 0.0
+        self.alpha_scores_, self.selection_passes_, self.selection_time_ = None, 0, 0.0
         if grid is not None:
             t0 = time.perf_counter()
             split = np.random.default_rng(rs.randint(2**31 - 1))
-            lam, self.lam_scores_, self.selection_passes_ = self._select(
+            lam, self.alpha_scores_, self.selection_passes_ = self._select(
                 X, cons, grid, imc_seed, km_seed, split
             )
             self.selection_time_ = time.perf_counter() - t0
-        self.lam_ = lam
+        self.alpha_ = lam
         imc = self._fit_imc(X, full, lam, imc_seed, int(self.max_iter), prepared)
         self.labels_, self.kmeans_, self.embedding_ = self._read_out(imc, self.n_init, km_seed)
         self.imc_ = imc

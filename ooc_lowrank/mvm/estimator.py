@@ -852,8 +852,8 @@ _PARAMS_DOC = MultiViewMachineRegressor.__doc__[
 
 
 _REG_WEIGHT_DOC = (
-    _PARAMS_DOC[_PARAMS_DOC.index("    reg_weight : "):_PARAMS_DOC.index("    init_std : ")],
-    """    reg_weight : float, default 1e-2
+    _PARAMS_DOC[_PARAMS_DOC.index("    alpha : "):_PARAMS_DOC.index("    init_std : ")],
+    """    alpha : float, default 1e-2
         Weight of the regulariser against the *mean* loss.  Classifier default chosen with
         ``tol`` by 3-fold validation on the training half of mfeat-handwritten (one-vs-rest,
         10 classes, L-BFGS; grid ``benchmarks/mvm_lbfgs_defaults.py``, results
@@ -865,7 +865,7 @@ _TOL_DOC = (
     _PARAMS_DOC[_PARAMS_DOC.index("    tol : "):_PARAMS_DOC.index("    n_iter_no_change : ")],
     """    tol : float, default 1e-3
         L-BFGS stops a model when its largest gradient entry is <= ``tol`` or its objective
-        fell by <= ``1e-3 tol`` (relative) in one iteration (chosen with ``reg_weight``).
+        fell by <= ``1e-3 tol`` (relative) in one iteration (chosen with ``alpha``).
 """,
 )
 
@@ -922,7 +922,7 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
         random_state=None,
         verbose=False,
         callback=None,
-    ):  # the regressor's parameters with the classifier's reg_weight and tol defaults
+    ):  # the regressor's parameters with the classifier's alpha and tol defaults
         super().__init__(
             n_components=n_components, view_sizes=view_sizes, loss=loss, reg=reg,
             alpha=alpha, init_std=init_std, solver=solver, max_iter=max_iter,
