@@ -48,7 +48,7 @@ DEFAULT_DATA = Path(os.environ.get("OOC_LOWRANK_DATA", REPO.parent / "shared" / 
 # rank-10 budget, so 8 greedy terms remain), c = 2, at most 2 terms per step, nu = 0.99.
 ML_PARAMS = dict(
     loss="l1",
-    rank=10,
+    n_components=10,
     init="bias",
     bias_reg=5.0,
     bias_sweeps=5,
@@ -612,7 +612,7 @@ def run(
             if (data_dir / "movielens-100k" / "u1.base.gz").exists():
                 kw = {}
                 if tiny:
-                    kw = dict(folds=("u1",), params=dict(rank=3, power_iter=2), surprise=False)
+                    kw = dict(folds=("u1",), params=dict(n_components=3, power_iter=2), surprise=False)
                 elif small:
                     kw = dict(folds=("u1",))
                 res["movielens"] = bench_movielens(data_dir, tmp, **kw)

@@ -485,8 +485,8 @@ def case_kernelmaxide(a, log):
 
     def warm(mk):
         est = mk().set_params(max_iter=2)
-        if getattr(est, "n_landmarks", None):
-            est.set_params(n_landmarks=20)
+        if getattr(est, "n_features_map", None):
+            est.set_params(n_features_map=20)
         return lambda: est.fit(X[:100], Yobs[:100])
 
     makers = {
@@ -706,11 +706,11 @@ def case_clustering(a, log):
         return GIMCClustering(n_clusters=k, features="fourier", learn_features=True,
                               n_features_map=mm, random_state=0, **{**kw, **extra})  # fmt: skip
 
-    warm = lambda: est(8, max_iter=2, lam=1.0).fit(  # noqa: E731
+    warm = lambda: est(8, max_iter=2, alpha=1.0).fit(  # noqa: E731
         X[:100], constraints=sample_constraints(y[:100], 200, random_state=0))
     # issue 24's row: lam fixed at 1.0; issue 28's: the default lam="auto" (selection + refit)
     ours = {f"GIMCClustering (GIMC-LFF, m = {m}, 10n)": Run(
-        lambda: est(lam=1.0).fit(X, constraints=cons), lambda e: err(e.labels_),
+        lambda: est(alpha=1.0).fit(X, constraints=cons), lambda e: err(e.labels_),
         lambda e: e.imc_.n_passes_, warm=warm),
         f"GIMCClustering (GIMC-LFF, m = {m}, 10n), default lam='auto'": Run(
         lambda: est().fit(X, constraints=cons),

@@ -280,7 +280,7 @@ def part_power(data_dir, max_edges=None, ep_steps=(1, 10, 30), ml_steps=(1, 3, 6
     tr = fold != 0
     out = {
         "epinions_logistic": _power_check(
-            {"rank": 40}, (r[tr], c[tr], s[tr]), shape, ep_steps, "logistic"
+            {"n_components": 40}, (r[tr], c[tr], s[tr]), shape, ep_steps, "logistic"
         )
     }
     full = load_movielens(Path(data_dir) / "movielens-100k" / "u.data.gz")
@@ -481,9 +481,9 @@ def part_ufolds(data_dir, variants=("defaults", "inverse")):
 #: Extra GreedyLowRank settings on Epinions fold 0 (issue 13: do the greedy terms help on test,
 #: and does GLRL's own l2 regularize like AltMin's?)
 EXTRAS = {
-    "bias_plus_1_term_rank3": dict(rank=3, init="bias"),
-    "glrl_l2_1": dict(rank=40, l2=1.0),
-    "eglrl_l2_1": dict(rank=40, l2=1.0, refit="economic"),
+    "bias_plus_1_term_rank3": dict(n_components=3, init="bias"),
+    "glrl_l2_1": dict(n_components=40, alpha=1.0),
+    "eglrl_l2_1": dict(n_components=40, alpha=1.0, refit="economic"),
 }
 
 

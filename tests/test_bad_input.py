@@ -346,8 +346,8 @@ def test_select_lam_refuses_a_bad_grid(lams, exc):
 
     X = np.random.default_rng(0).random((30, 3))
     cons = sample_constraints(np.repeat([0, 1], 15), 100, random_state=0)
-    with pytest.raises(exc, match="lams"):
-        select_lam(GIMCClustering(), X, cons, lams=lams)
+    with pytest.raises(exc, match="alphas"):
+        select_lam(GIMCClustering(), X, cons, alphas=lams)
 
 
 # ---------------------------------------------------------------------------------------------

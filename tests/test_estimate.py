@@ -133,14 +133,14 @@ def test_fit_that_cannot_fit_a_worker_is_refused_before_it_starts(rng, cluster_c
         e = big.estimate(X, Y)
         assert e["n_workers"] == 2 and e["worker_memory_limit"] == 2 * 2**30
         assert e["fits"] is False and e["worker_bytes"] > 0.8 * 2 * 2**30
-        m_ok = e["suggest"]["n_components"]
+        m_ok = e["suggest"]["n_features_map"]
         assert 0 < m_ok < 9000
         with pytest.raises(WorkerMemoryError) as err:
             big.fit(X, Y)
         assert not hasattr(big, "coef_")
         msg = str(err.value)
         assert "per worker" in msg and "memory_limit 2.00 GiB" in msg
-        assert f"n_components (<= {m_ok})" in msg and "n_components=9000" in msg
+        assert f"n_features_map (<= {m_ok})" in msg and "n_features_map=9000" in msg
         ok = GIMC(n_features_map=m_ok).estimate(X, Y)
         assert ok["fits"] is True
         assert GIMC(n_features_map=m_ok + 1).estimate(X, Y)["fits"] is False
@@ -313,12 +313,12 @@ def test_other_methods_refuse_a_fit_that_cannot_fit_a_worker(cluster_client):
         obs, shape = (rows, rows, np.ones(3)), (1_000_000, 1_000_000)
         big = GreedyLowRank(n_components=200)  # U and V: 3.2 GB of shipped factors
         e = big.estimate(obs, shape=shape)
-        k = e["suggest"]["rank"]
+        k = e["suggest"]["n_components"]
         assert e["fits"] is False and 0 < k < 200
         assert GreedyLowRank(n_components=k).estimate(obs, shape=shape)["fits"] is True
-        with pytest.raises(WorkerMemoryError, match=rf"a smaller rank \(<= {k}\)") as err:
+        with pytest.raises(WorkerMemoryError, match=rf"a smaller n_components \(<= {k}\)") as err:
             big.fit(obs, shape=shape)
-        assert "rank=200" in str(err.value) and "memory_limit 2.00 GiB" in str(err.value)
+        assert "n_components=200" in str(err.value) and "memory_limit 2.00 GiB" in str(err.value)
         assert not hasattr(big, "U_")
     assert engine.active_client() is None
 

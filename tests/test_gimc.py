@@ -48,7 +48,7 @@ def _ml_data(rng, n=400, d=8, L=12, dtype=np.float64):
     return X, Y
 
 
-SMALL = dict(n_components=12, max_iter=6, random_state=0)
+SMALL = dict(n_features_map=12, max_iter=6, random_state=0)
 
 # ------------------------------------------------------------------------------ SPEC checks
 
@@ -177,7 +177,7 @@ def test_fit_objective_monotone_and_callback(rng, features, learn):
 
 def test_gimc_beats_imc_on_structured_data(rng):
     X, Y = _ml_data(rng, n=800)
-    kw = dict(n_components=20, alpha=0.5, random_state=1)
+    kw = dict(n_features_map=20, alpha=0.5, random_state=1)
     lff = GIMC(max_iter=30, **kw).fit(X[:600], Y[:600])
     rff = GIMC(learn_features=False, **kw).fit(X[:600], Y[:600])
     assert lff.objective_[-1] < rff.objective_[-1]
@@ -336,7 +336,7 @@ def test_distributed_fit_equals_threaded(rng, cluster_client):
 @pytest.mark.parametrize(
     "params, match",
     [
-        (dict(n_components=0), "n_components must be >= 1"),
+        (dict(n_features_map=0), "n_features_map must be >= 1"),
         (dict(gamma=0.0), "gamma must be > 0"),
         (dict(gamma=-1.0), "gamma must be > 0"),
         (dict(alpha=0), "alpha must be > 0"),
@@ -639,7 +639,7 @@ def test_auto_defaults_resolved_on_the_input(rng, tmp_path):
     from ooc_lowrank.gimc.features import median_gamma
 
     Xb, Yb = _bow_data(rng)  # n <= 1000: the heuristic's sample is every row
-    auto = dict(n_components=12, max_iter=3, random_state=0, normalize_rows="auto")
+    auto = dict(n_features_map=12, max_iter=3, random_state=0, normalize_rows="auto")
     g = GIMC(**auto).fit(Xb, Yb)
     assert g.normalize_rows_ is True and g.spec_.row_norm
     scale = GIMC().gamma_scale

@@ -464,9 +464,9 @@ def test_same_result_for_any_blocking(refit, rng):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(loss="logistic", rank=2, refit="economic", power_iter=4, lbfgs_iter=2),
-        dict(loss="square", rank=3, refit="full", power_iter=4),  # exact: Gram kept
-        dict(loss="square", rank=3, refit="economic", power_iter=4),  # exact 2 x 2
+        dict(loss="logistic", n_components=2, refit="economic", power_iter=4, lbfgs_iter=2),
+        dict(loss="square", n_components=3, refit="full", power_iter=4),  # exact: Gram kept
+        dict(loss="square", n_components=3, refit="economic", power_iter=4),  # exact 2 x 2
     ],
     ids=["logistic-lbfgs", "square-full-exact", "square-econ-exact"],
 )
@@ -491,7 +491,7 @@ def test_store_and_local_cluster_give_identical_results(kw, rng, tmp_path, clust
 
 def test_one_pass_per_power_iteration(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
-    kw = dict(loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20)
+    kw = dict(loss="square", n_components=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20)
     # several blocks: the engine path; cache_bytes=0: no gradient cache, every pass streams
     est = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, vals), shape=M.shape)
     # 1 validation pass + 1 objective pass at X=0 + per step: power_iter passes, the last of
@@ -502,7 +502,7 @@ def test_one_pass_per_power_iteration(rng, counting_scheduler):
 
 def test_gradient_cache_reads_the_data_twice_per_step(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
-    kw = dict(loss="logistic", rank=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
+    kw = dict(loss="logistic", n_components=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
     kw["init"] = "zero"  # three greedy steps (init="auto" would spend two terms on biases)
     S = np.sign(vals)
     ref = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, S), shape=M.shape)
@@ -616,7 +616,7 @@ def test_bad_labels_and_params():
         GreedyLowRank(loss="logistic", n_components=2).fit(
             (rows, cols, np.array([1.0, -1.0, 0.0])), shape=(3, 3)
         )  # rank <= min(shape): a larger one is refused first (issue 23)
-    with pytest.raises(ValueError, match="rank must be >= 1; got 0"):
+    with pytest.raises(ValueError, match="n_components must be >= 1; got 0"):
         GreedyLowRank(n_components=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="refit must be 'none' or 'auto' for the nonsmooth"):
         GreedyLowRank(loss="l1", refit="full").fit((rows, cols, np.ones(3)), shape=(3, 3))
@@ -723,7 +723,7 @@ def test_bias_init_counts_two_terms_and_helps(loss, rng):
     bu, bi, rows, cols, vals = _additive(rng)
     M = rng.standard_normal((40, 1)) @ rng.standard_normal((1, 30))
     vals = vals + M[rows, cols]
-    kw = dict(loss=loss, rank=4, power_iter=10, step_size=1.0)
+    kw = dict(loss=loss, n_components=4, power_iter=10, step_size=1.0)
     fits = {
         i: GreedyLowRank(init=i, **kw).fit((rows, cols, vals), shape=(40, 30))
         for i in ("mean", "bias")
@@ -741,7 +741,7 @@ def test_bias_init_counts_two_terms_and_helps(loss, rng):
 
 def test_bias_init_params_are_checked():
     rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
-    with pytest.raises(ValueError, match="rank must be >= 3 with init='bias'"):
+    with pytest.raises(ValueError, match="n_components must be >= 3 with init='bias'"):
         GreedyLowRank(init="bias", n_components=2).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="init must be one of"):
         GreedyLowRank(init="median").fit((rows, cols, np.ones(3)), shape=(3, 3))
@@ -825,7 +825,7 @@ def test_resolve_greedy_l2_rules(greedy_l2, loss, init, expected):
 def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
     tr, _, shape = _ratings(rng)
     signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
-    kw = dict(loss="logistic", rank=4, power_iter=5)
+    kw = dict(loss="logistic", n_components=4, power_iter=5)
     est = GreedyLowRank(**kw).fit(signs, shape=shape)
     assert est.greedy_l2 is None and est.greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
     explicit = GreedyLowRank(greedy_l2=glrl_core.GREEDY_L2_LOGISTIC, **kw).fit(signs, shape=shape)
@@ -841,7 +841,7 @@ def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
 
 @pytest.mark.parametrize("refit", ["none", "auto"])
 def test_default_l1_glrl_beats_the_global_mean_on_ratings(refit, rng):
-    """Issue 12: ``fit glrl --loss l1 --rank 10`` with every other parameter at its default
+    """Issue 12: ``fit glrl --loss l1 --n-components 10`` with every other parameter at its default
     must predict ratings better than their mean (the zero start did far worse)."""
     tr, te, shape = _ratings(rng)
     est = GreedyLowRank(loss="l1", n_components=10, refit=refit, random_state=0).fit(tr, shape=shape)
@@ -900,7 +900,7 @@ def test_glrl_fidelity_benchmark_pieces_tiny():
     y = np.where(A[rr, cc] >= 0, 1.0, -1.0)
     P, Q, info = bench.altmin_logistic((rr, cc, y), (m, n), 2, 0.1, maxiter=50)
     assert bench._acc(bench._pred_pq(P, Q, rr, cc), y) > 0.9 and info["iters"] > 0
-    (row,) = bench._power_check({"rank": 3}, (rr, cc, y), (m, n), (1,), "logistic", (20,))
+    (row,) = bench._power_check({"n_components": 3}, (rr, cc, y), (m, n), (1,), "logistic", (20,))
     assert 0.0 <= row["power_20"]["rel_gap"] < 0.05
     # the robust MF baseline fits a noisy rank-2 rating matrix better than its median
     R = 3.0 + A / np.abs(A).max()

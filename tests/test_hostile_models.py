@@ -673,20 +673,20 @@ MODEL_CASES = [
         "extra.n_iter",
     ),
     Case(
-        "glrl-params-rank-string",
+        "glrl-params-n_components-string",
         "glrl",
         "file",
-        _json(lambda d: d["params"].update(rank="ten")),
+        _json(lambda d: d["params"].update(n_components="ten")),
         ValueError,
-        "rank",
+        "n_components",
     ),
     Case(
-        "glrl-params-l2-nan",
+        "glrl-params-alpha-nan",
         "glrl",
         "file",
-        _json(lambda d: d["params"].update(l2=float("nan"))),
+        _json(lambda d: d["params"].update(alpha=float("nan"))),
         ValueError,
-        "l2 must be finite",
+        "alpha must be finite",
     ),
     Case(
         "glrl-params-not-a-dict",
@@ -1098,8 +1098,8 @@ PARAM_CASES = [
     ("gimc", "alpha", float("nan")),
     ("gimc", "tol", float("nan")),
     ("gimc", "tol", float("inf")),
-    ("glrl", "l2", float("nan")),
-    ("glrl", "l2", float("inf")),
+    ("glrl", "alpha", float("nan")),
+    ("glrl", "alpha", float("inf")),
     ("glrl", "step_size", float("nan")),
     ("glrl", "step_size", float("inf")),
     ("glrl", "power_tol", float("nan")),
@@ -1313,15 +1313,15 @@ def test_glrl_refuses_a_rank_above_what_the_shape_allows(rank):
     rng = np.random.default_rng(0)
     M = sp.random(40, 30, density=0.3, random_state=0, format="coo")
     M.data = rng.normal(size=M.nnz)
-    with pytest.raises(ValueError, match=r"rank must be <= min\(n_rows, n_cols\) = 30 for the "
-                       r"40 x 30 observed matrix.*Use rank <= 30"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"n_components must be <= min\(n_rows, n_cols\) = 30 for the "
+                       r"40 x 30 observed matrix.*Use n_components <= 30"):  # fmt: skip
         GreedyLowRank(n_components=rank, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
     est = GreedyLowRank(n_components=30, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
     assert est.U_.shape[1] <= 30
 
 
 def test_local_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypatch):
-    """``fit gimc-lff ... --n-components 100000`` failed after 26 s with NumPy's "Unable to
+    """``fit gimc-lff ... --n-features-map 100000`` failed after 26 s with NumPy's "Unable to
     allocate 149. GiB"; the local scheduler now refuses it before any pass, as a distributed
     client did, and names the parameter and the value that would fit."""
     from ooc_lowrank import engine
@@ -1336,7 +1336,7 @@ def test_local_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypa
     for m in (100_000, 10**30):
         with pytest.raises(WorkerMemoryError, match=r"GIMC would need about .* more than the "
                            r".* of memory available on this machine \(local scheduler.*Use a "
-                           r"smaller n_components \(<= \d+\)"):  # fmt: skip
+                           r"smaller n_features_map \(<= \d+\)"):  # fmt: skip
             GIMC(n_features_map=m, max_iter=1).fit(X, Y)
     assert passes == []
 

@@ -182,7 +182,7 @@ def test_objective_non_increasing(learn):
 def test_chunk_invariance():
     X1, X2, (r, c, v) = _data(4, csr=True)
     kw = dict(
-        n_components=2, lam=0.3, row_map="identity", col_map="fourier", n_features_map=5,
+        n_components=2, alpha=0.3, row_map="identity", col_map="fourier", n_features_map=5,
         learn_features=True, max_iter=3, cg_iter=4, tol=0.0, random_state=3,
     )
     shape = (X1.shape[0], X2.shape[0])
@@ -253,7 +253,7 @@ def test_store_fit_equals_in_memory_fit(tmp_path):
     X1, X2, (r, c, v) = _data(7)
     n1, n2 = X1.shape[0], X2.shape[0]
     ds = _store(tmp_path, (r, c, v), (n1, n2), 10)
-    kw = dict(n_components=2, lam=0.2, max_iter=3, tol=0.0, random_state=0)
+    kw = dict(n_components=2, alpha=0.2, max_iter=3, tol=0.0, random_state=0)
     a = InductiveMatrixCompletion(**kw).fit(ds, X_row=X1, X_col=X2)
     b = InductiveMatrixCompletion(**kw).fit((r, c, v), X_row=X1, X_col=X2, shape=(n1, n2))
     np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-9)
@@ -443,9 +443,9 @@ def test_select_lam_picks_lowest_validation_error_and_refits():
     X, y = _blobs(5, n=60)
     cons = sample_constraints(y, 300, random_state=1)
     base = GIMCClustering(n_clusters=3, features="identity", max_iter=3, n_init=2, random_state=0)
-    est, errors = select_lam(base, X, cons, lams=(0.1, 1e4), random_state=0)
+    est, errors = select_lam(base, X, cons, alphas=(0.1, 1e4), random_state=0)
     assert set(errors) == {0.1, 1e4}
-    assert est.lam == min(errors, key=errors.get)
+    assert est.alpha == min(errors, key=errors.get)
     assert est.imc_.n_iter_ >= 1 and est.labels_.shape == (60,)
 
 
@@ -515,7 +515,7 @@ def test_lam_auto_is_independent_of_the_row_blocks():
     from ooc_lowrank.imc.clustering import GIMCClustering, clustering_error
 
     X, y, cons, kw = _auto_problem()
-    kw = {**kw, "random_state": 0, "lam": GRID}
+    kw = {**kw, "random_state": 0, "alpha": GRID}
     one = GIMCClustering(**kw).fit(X, constraints=cons)
     uneven = GIMCClustering(block_rows=17, **kw).fit(X, constraints=cons)
     assert uneven.alpha_scores_ == one.alpha_scores_ and uneven.alpha_ == one.alpha_
@@ -535,14 +535,14 @@ def test_best_lam_breaks_ties_towards_one():
 @pytest.mark.parametrize(
     "lam, exc, msg",
     [
-        ("fast", ValueError, 'lam must be "auto", a positive number'),
-        (-1.0, ValueError, "lam must be >= 0"),
-        (float("nan"), ValueError, "lam"),
-        ((), ValueError, "lam must hold at least one candidate"),
-        ((0.1, 0.0), ValueError, r"lam\[i\] must be > 0"),
-        ((0.1, "x"), TypeError, r"lam\[i\] must be a real number"),
-        (None, TypeError, 'lam must be "auto"'),
-        (True, TypeError, 'lam must be "auto"'),
+        ("fast", ValueError, 'alpha must be "auto", a positive number'),
+        (-1.0, ValueError, "alpha must be >= 0"),
+        (float("nan"), ValueError, "alpha"),
+        ((), ValueError, "alpha must hold at least one candidate"),
+        ((0.1, 0.0), ValueError, r"alpha\[i\] must be > 0"),
+        ((0.1, "x"), TypeError, r"alpha\[i\] must be a real number"),
+        (None, TypeError, 'alpha must be "auto"'),
+        (True, TypeError, 'alpha must be "auto"'),
     ],
 )
 def test_bad_lam_is_refused_by_name_before_work(no_fit, lam, exc, msg):
@@ -551,7 +551,7 @@ def test_bad_lam_is_refused_by_name_before_work(no_fit, lam, exc, msg):
     X, y, cons, kw = _auto_problem()
     with pytest.raises(exc, match=msg) as e:
         GIMCClustering(alpha=lam, **kw).fit(X, constraints=cons)
-    assert 'Use lam="auto"' in str(e.value)  # the fix, with the rule and the value
+    assert 'Use alpha="auto"' in str(e.value)  # the fix, with the rule and the value
 
 
 def test_movielens_side_features_from_the_files():
@@ -594,3 +594,28 @@ def test_fused_block_matches_its_definition(kind):
     np.testing.assert_allclose(_blocks.project_block(Phi, None, None, Delta), T, rtol=tol, atol=tol)
     Z = rng.standard_normal((30, 3))
     np.testing.assert_allclose(_blocks.phit_block(Phi, Z, None, None), Pd.T @ Z, rtol=tol, atol=tol)
+
+
+def test_cache_bytes_zero_recomputes_phi_every_pass_with_the_same_model():
+    """``cache_bytes`` reaches the fit (issue 29: every streaming estimator has it): with 0 the
+    learned feature maps' ``Phi`` is never held, so no pass is spent computing it and every
+    CG pass recomputes it from ``X``; the model is the same."""
+    X1, X2, trip = _data(5)
+    kw = dict(n_components=2, row_map="fourier", col_map="fourier", n_features_map=4,
+              learn_features=True, max_iter=2, tol=0.0, random_state=0)  # fmt: skip
+    fit = dict(X_row=X1, X_col=X2, shape=(X1.shape[0], X2.shape[0]))
+    held = InductiveMatrixCompletion(**kw).fit(trip, **fit)
+    streamed = InductiveMatrixCompletion(**kw, cache_bytes=0).fit(trip, **fit)
+    assert streamed.n_passes_ < held.n_passes_  # the Phi passes of the held maps are gone
+    np.testing.assert_allclose(streamed.W_, held.W_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(streamed.H_, held.H_, rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="cache_bytes"):
+        InductiveMatrixCompletion(**kw, cache_bytes=-1).fit(trip, **fit)
+
+
+def test_clustering_passes_cache_bytes_to_its_imc():
+    from ooc_lowrank.imc.clustering import GIMCClustering
+
+    est = GIMCClustering(n_clusters=3, alpha=1.0, cache_bytes=0)
+    assert est._imc(1.0, 0, 1).cache_bytes == 0
+    assert GIMCClustering()._imc(1.0, 0, 1).cache_bytes is None

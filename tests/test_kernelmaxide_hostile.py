@@ -23,7 +23,7 @@ from ooc_lowrank.kernelmaxide import (
 from ooc_lowrank.kernelmaxide.cv import split_observed
 from ooc_lowrank.storage import open_dataset, write_arrays
 
-KM = dict(n_landmarks=20, max_iter=5, random_state=0)
+KM = dict(n_features_map=20, max_iter=5, random_state=0)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +176,7 @@ def test_n_trials_bounded_before_any_work(data, cls, monkeypatch):
     X, _, Yo = data
     _no_pass(monkeypatch, _blocks, "label_stats_block")
     _no_pass(monkeypatch, cv, "_labels_in_memory")
-    kw = {"n_landmarks": 20} if cls in (KernelMaxide, KernelMaxideCV) else {}
+    kw = {"n_features_map": 20} if cls in (KernelMaxide, KernelMaxideCV) else {}
     with pytest.raises(ValueError, match=r"^n_trials must be <= 64; got 1000000000"):
         cls(**kw, n_trials=10**9).fit(X, Yo)
     cls(**kw, n_trials=64)  # the bound itself is allowed
@@ -237,3 +237,19 @@ def test_a_model_file_relabelled_as_the_other_estimator_is_refused(tmp_path):
         (path / "model.json").write_text(json.dumps(doc))
         with pytest.raises(ModelFileError, match="kind"):
             ooc_lowrank.load(path)
+
+
+@pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
+def test_block_rows_reaches_the_blocked_input_with_the_same_model(data, cls):
+    """``block_rows`` (issue 29: every streaming estimator has it) sets the row blocks of an
+    in-memory ``X``: the estimate sees 7-row blocks, and the model is the same."""
+    X, _, Yo = data
+    kw = dict(KM) if cls is KernelMaxide else dict(n_components=3, max_iter=5)
+    assert cls(**kw, block_rows=7).estimate(X, Yo)["block_rows"] == 7
+    assert cls(**kw).estimate(X, Yo)["block_rows"] > 7
+    one = cls(**kw).fit(X, Yo)
+    seven = cls(**kw, block_rows=7).fit(X, Yo)
+    np.testing.assert_allclose(seven.decision_function(X), one.decision_function(X),
+                               rtol=1e-7, atol=1e-9)  # fmt: skip
+    with pytest.raises(ValueError, match="block_rows"):
+        cls(**kw, block_rows=0).fit(X, Yo)

@@ -76,7 +76,7 @@ def test_save_replaces_a_model_only_when_asked(model, data, tmp_path):
         other.save(dest)
     assert _snapshot(dest) == before
     other.save(dest, overwrite=True)
-    assert ooc_lowrank.load(dest).lam == 0.25
+    assert ooc_lowrank.load(dest).alpha == 0.25
     assert _siblings(dest) == []
 
 

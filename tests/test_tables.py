@@ -542,7 +542,7 @@ def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
     convert_table(test, te, vocabulary_from=tr, **kw)
     assert read_vocabulary(te, "labels").to_pylist() == ["blue", "green", "red"]
     model = str(tmp_path / "m")
-    assert main(["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "3", "-q"]) == 0
+    assert main(["fit", "gimc-lff", tr, model, "--n-features-map", "8", "--max-iter", "3", "-q"]) == 0
     out = str(tmp_path / "top.parquet")
     assert (
         main(

@@ -550,7 +550,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
         for kind in kinds:
             seed = int(rng.integers(2**31 - 1))
             if kind == "fourier":
-                t = FourierFeatures(n_components=self.n_features_map, gamma=gamma, random_state=seed)
+                t = FourierFeatures(
+                    n_components=self.n_features_map, gamma=gamma, random_state=seed
+                )
                 t.fit(S)
                 Us.append(t.components_)
                 parts.append(("fourier", t.components_.shape[1], gamma, None, learn))

@@ -25,7 +25,7 @@ from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features,
 READOUTS = ("exact", "svds")
 #: The paper's lam grid for clustering (SPEC 1.7).
 PAPER_LAM_GRID = (0.1, 0.5, 1.0, 5.0, 10.0)
-#: ``lam="auto"``: the candidates per feature map, the held-out share of the constraints and
+#: ``alpha="auto"``: the candidates per feature map, the held-out share of the constraints and
 #: the outer iterations of each selection fit (the refit uses ``max_iter``).  With Fourier
 #: features (GIMC-LFF, IMC-RFF) lam = 5 and 10 never had a held-out error below the best of
 #: (0.1, 0.5, 1) in over 100 selections on Segment, Mushroom, mfeat and mfeat-kar (in the
@@ -150,30 +150,30 @@ def best_lam(errors):
 
 
 def check_lam(lam):
-    """``lam`` as ``(grid, fixed)``: ``"auto"`` gives ``("auto", None)``, a sequence its
-    candidates (positive) and ``None``, a number (>= 0) ``None`` and the number.  Errors name
-    ``lam``."""
+    """``alpha`` (SPEC 1.7's ``lam``) as ``(grid, fixed)``: ``"auto"`` gives
+    ``("auto", None)``, a sequence its candidates (positive) and ``None``, a number (>= 0)
+    ``None`` and the number.  Errors name ``alpha``."""
     fix = (
-        'Use lam="auto" (chosen on held-out constraints), a positive number such as 1.0, or a '
+        'Use alpha="auto" (chosen on held-out constraints), a positive number such as 1.0, or a '
         "list of positive candidates"
     )
     rule = 'must be "auto", a positive number or a list of them'
     if isinstance(lam, str):
         if lam != "auto":
-            raise param_error("lam", rule, lam, fix)
+            raise param_error("alpha", rule, lam, fix)
         return "auto", None
     if isinstance(lam, numbers.Real) and not isinstance(lam, bool):
-        check_scalar(lam, "lam", low=0.0, fix=fix)
+        check_scalar(lam, "alpha", low=0.0, fix=fix)
         return None, float(lam)
     try:
         grid = [float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else x
                 for x in lam]  # fmt: skip
     except TypeError:
-        raise param_error("lam", rule, lam, fix, exc=TypeError) from None
+        raise param_error("alpha", rule, lam, fix, exc=TypeError) from None
     if not grid:
-        raise param_error("lam", "must hold at least one candidate", lam, fix)
+        raise param_error("alpha", "must hold at least one candidate", lam, fix)
     for x in grid:
-        check_scalar(x, "lam[i]", low=0.0, low_inclusive=False, fix=fix)
+        check_scalar(x, "alpha[i]", low=0.0, low_inclusive=False, fix=fix)
     return tuple(grid), None
 
 
@@ -239,14 +239,14 @@ def select_lam(
     X,
     constraints,
     *,
-    lams=(0.1, 0.5, 1, 5, 10),
+    alphas=(0.1, 0.5, 1, 5, 10),
     holdout=0.2,
     random_state=None,
     select_params=None,
 ):
     """The paper's model selection (SPEC 1.7) for any estimator settings: hold out ``holdout`` of
-    the constraints, pick ``lam`` by the constraint error on them, then refit on all constraints.
-    ``GIMCClustering(lam="auto")`` does this inside ``fit``; this function is for other grids,
+    the constraints, pick ``alpha`` by the constraint error on them, then refit on all constraints.
+    ``GIMCClustering(alpha="auto")`` does this inside ``fit``; this function is for other grids,
     hold-out shares or selection settings.
 
     ``select_params`` (e.g. ``{"max_iter": 5}``) are set on the selection fits only, to make the
@@ -254,27 +254,29 @@ def select_lam(
 
     Returns
     -------
-    estimator : the refitted clone (``lam`` set to the winner)
-    errors : dict lam -> validation constraint error
+    estimator : the refitted clone (``alpha`` set to the winner)
+    errors : dict alpha -> validation constraint error
     """
     from sklearn.base import clone
 
     r, c, v = (np.asarray(a) for a in constraints)
     check_scalar(holdout, "holdout", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
-    lams = list(np.atleast_1d(np.asarray(lams, dtype=object)).ravel())
+    lams = list(np.atleast_1d(np.asarray(alphas, dtype=object)).ravel())
     if not lams:
-        raise param_error("lams", "must hold at least one value", lams, "e.g. lams=(0.1, 1, 10)")
+        raise param_error(
+            "alphas", "must hold at least one value", lams, "e.g. alphas=(0.1, 1, 10)"
+        )
     for lam in lams:
-        check_scalar(lam, "lams[i]", low=0.0, low_inclusive=False)
+        check_scalar(lam, "alphas[i]", low=0.0, low_inclusive=False)
     rs = check_random_state(random_state)
     tr, va = split_constraints(r.size, holdout, np.random.default_rng(rs.randint(2**31 - 1)))
     errors = {}
     for lam in lams:
-        m = clone(estimator).set_params(lam=lam, **(select_params or {}))
+        m = clone(estimator).set_params(alpha=lam, **(select_params or {}))
         m.fit(X, constraints=(r[tr], c[tr], v[tr]))
         errors[lam] = constraint_error(m.labels_, r[va], c[va], v[va])
     best = min(errors, key=errors.get)
-    return clone(estimator).set_params(lam=best).fit(X, constraints=(r, c, v)), errors
+    return clone(estimator).set_params(alpha=best).fit(X, constraints=(r, c, v)), errors
 
 
 def _constraints_in_memory(store, lam):
@@ -285,10 +287,10 @@ def _constraints_in_memory(store, lam):
     need = 24 * int(store.nnz or 0)  # int64 row, int64 col, float64 value
     if need > DEFAULT_CACHE_BYTES:
         raise param_error(
-            "lam", f"must be a number for constraint stores larger than the cache budget "
+            "alpha", f"must be a number for constraint stores larger than the cache budget "
             f"({need / 2**20:.0f} MiB > {DEFAULT_CACHE_BYTES / 2**20:.0f} MiB; the selection "
             "holds the constraints in memory to hold out a random 20 % of them)", lam,
-            "Pass lam=1.0 (or the lam_ of a fit on a sample of the constraints), or raise "
+            "Pass alpha=1.0 (or the alpha_ of a fit on a sample of the constraints), or raise "
             "OOC_LOWRANK_CACHE_BYTES",
         )  # fmt: skip
     coo = store.read().tocoo()
@@ -346,6 +348,8 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         Add (j, i) for every constraint (i, j).
     block_rows : int or None, default=None
         Rows per block for in-memory inputs.
+    cache_bytes : int or None, default=None
+        Memory budget for the held feature matrices, as in :class:`InductiveMatrixCompletion`.
     random_state : int, RandomState, Generator or None, default=None
         Seed of the feature maps, the initialization and k-means.
     callback : callable(iteration, elapsed, objective) or None, default=None
@@ -394,6 +398,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         n_init=10,
         symmetrize=False,
         block_rows=None,
+        cache_bytes=None,
         random_state=None,
         callback=None,
     ):
@@ -411,6 +416,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         self.n_init = n_init
         self.symmetrize = symmetrize
         self.block_rows = block_rows
+        self.cache_bytes = cache_bytes
         self.random_state = random_state
         self.callback = callback
 
@@ -502,6 +508,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             cg_tol=self.cg_tol,
             tol=self.tol,
             block_rows=self.block_rows,
+            cache_bytes=self.cache_bytes,
             random_state=seed,
             callback=self.callback,
         )

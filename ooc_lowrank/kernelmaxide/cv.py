@@ -112,6 +112,7 @@ class _ObservedSearch(BaseEstimator):
             tol=self.tol,
             n_trials=self.n_trials,
             cache_bytes=self.cache_bytes,
+            block_rows=self.block_rows,
             random_state=seed,
         )
 
@@ -326,7 +327,7 @@ class KernelMaxideCV(_ObservedSearch):
         against 0.0027.  A finer gamma grid (scales 1, 1.5, 2, 3, 4) with 3 hold-outs was no
         better (0.0022) at 61 fits instead of 37, a one-standard-error rule worse (0.0028).
     refit : bool, default=True
-    max_iter, tol, n_trials, cache_bytes
+    max_iter, tol, n_trials, cache_bytes, block_rows
         As in :class:`KernelMaxide`.
     random_state : int or None, default=None
         Seeds the hold-outs (None: 0) and every fit's landmarks.
@@ -369,6 +370,7 @@ class KernelMaxideCV(_ObservedSearch):
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         verbose=False,
     ):
@@ -386,6 +388,7 @@ class KernelMaxideCV(_ObservedSearch):
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.verbose = verbose
 
@@ -431,7 +434,7 @@ class MaxideCV(_ObservedSearch):
         Numbers of left singular vectors ``k`` (``None`` in the list: the numerical rank).
     alphas : sequence of float, default=(0.25, 1.0, 4.0, 16.0)
     validation_fraction, holdout, scoring, n_splits, refit, max_iter, tol, n_trials, cache_bytes,
-    random_state, verbose
+    block_rows, random_state, verbose
         As in :class:`KernelMaxideCV`.
 
     Attributes
@@ -464,6 +467,7 @@ class MaxideCV(_ObservedSearch):
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         verbose=False,
     ):
@@ -478,6 +482,7 @@ class MaxideCV(_ObservedSearch):
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.verbose = verbose
 
@@ -506,4 +511,5 @@ class MaxideCV(_ObservedSearch):
                 )
         if len(set(ks)) != len(ks):
             raise param_error("n_components_grid", "must not repeat a value", ks, "remove the duplicates")
-        return [{"n_components": None if k is None else int(k), "alpha": lam} for k in ks for lam in lams]
+        return [{"n_components": None if k is None else int(k), "alpha": lam}
+                for k in ks for lam in lams]  # fmt: skip

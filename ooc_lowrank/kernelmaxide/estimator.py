@@ -228,7 +228,8 @@ class _MaxideBase(BaseEstimator):
             "alpha",
             low=0.0,
             low_inclusive=False,
-            fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is 2^-10..2^10)",
+            fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is "
+            "2^-10..2^10)",
         )
         check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
         check_scalar(self.tol, "tol", low=0.0)
@@ -243,6 +244,8 @@ class _MaxideBase(BaseEstimator):
             )
         if self.cache_bytes is not None:
             check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
+        if self.block_rows is not None:
+            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
         if self.callback is not None and not callable(self.callback):
             raise param_error("callback", "must be callable or None", self.callback, exc=TypeError)
         self._validate_method_params()
@@ -353,7 +356,7 @@ class _MaxideBase(BaseEstimator):
         return self._solve(self._setup(X, Y, checkpoint, checkpoint_every))
 
     def _fit_lams(self, X, Y, lams):
-        """One fitted estimator per ``alpha`` of ``lams``: ``clone(self).set_params(alpha=alpha).fit(X,
+        """One fitted estimator per ``alpha`` of ``lams``: ``clone(self).set_params(alpha=a).fit(X,
         Y)`` each, with the setup (label check, feature map, cached ``F``, Gram, span root) done
         once.  Nothing of the setup depends on ``alpha``, so the models are the same as independent
         fits (``tests/test_kernelmaxide.py``).  Used by :class:`KernelMaxideCV` /
@@ -378,7 +381,7 @@ class _MaxideBase(BaseEstimator):
         on ``self``; :meth:`_solve` copies them to the estimator it fits."""
         rs = check_random_state(self.random_state)  # before any work
         rng = np.random.default_rng(rs.randint(2**31 - 1))
-        XB = engine.as_blocked(X, name="X")
+        XB = engine.as_blocked(X, block_rows=self.block_rows, name="X")
         if XB.in_memory:  # lazy X: its row samples and first pass check the scale
             check_X_scale(XB.source, "X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
@@ -490,7 +493,7 @@ class _MaxideBase(BaseEstimator):
         """
         self._validate_params()
         X, Y = self._inputs(X, Y)
-        XB = engine.as_blocked(X, name="X")
+        XB = engine.as_blocked(X, block_rows=self.block_rows, name="X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         return _estimate.maxide_estimate(self, XB, YB, client=client)
 
@@ -500,7 +503,7 @@ class _MaxideBase(BaseEstimator):
         if _is_dataset(X):
             X = X["X"]
         X = as_features(X, "X")
-        B = engine.as_blocked(X, name="X")
+        B = engine.as_blocked(X, block_rows=self.block_rows, name="X")
         if B.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {B.shape[1]} features, but {type(self).__name__} was fitted with "
@@ -737,6 +740,9 @@ class KernelMaxide(_MaxideBase):
     cache_bytes : int or None
         Keep ``F`` (n x r) in memory when it fits this budget (default
         ``engine.DEFAULT_CACHE_BYTES``); otherwise recompute its blocks from ``X`` every pass.
+    block_rows : int or None, default=None
+        Rows per block of in-memory ``X`` (``None``: from the engine's memory budget; a store
+        streams its own chunks).
     random_state : int, RandomState or None
     callback : callable or None
         ``callback(iteration, elapsed_seconds, objective)`` after each APG iteration.
@@ -784,6 +790,7 @@ class KernelMaxide(_MaxideBase):
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         callback=None,
     ):
@@ -795,6 +802,7 @@ class KernelMaxide(_MaxideBase):
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.callback = callback
 
@@ -931,7 +939,7 @@ class Maxide(_MaxideBase):
         set; every direction with ``alpha=1`` (the former default) was 0.10 worse than the paper
         on Arts (docs/kernelmaxide.md section 9).  :class:`MaxideCV` selects both per dataset.
     alpha : float, default=4.0
-    max_iter, tol, n_trials, cache_bytes, callback
+    max_iter, tol, n_trials, cache_bytes, block_rows, callback
         As in :class:`KernelMaxide`.
     random_state : ignored (kept for a uniform interface)
 
@@ -964,6 +972,7 @@ class Maxide(_MaxideBase):
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         callback=None,
     ):
@@ -973,6 +982,7 @@ class Maxide(_MaxideBase):
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.callback = callback
 
