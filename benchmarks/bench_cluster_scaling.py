@@ -226,7 +226,7 @@ def main(argv=None):
     p.add_argument("--memory-limit", type=float, default=1.0, help="per worker, GiB")
     p.add_argument("--block-rows", type=int, default=None, help="default: the store's default")
     p.add_argument("--d", type=int, default=100, help="GIMC features")
-    p.add_argument("--m", type=int, default=100, help="GIMC n_components")
+    p.add_argument("--m", type=int, default=100, help="GIMC n_features_map")
     p.add_argument("--iters", type=int, default=2, help="GIMC iterations")
     p.add_argument("--obs-per-row", type=int, default=100, help="GLRL entries per row")
     p.add_argument("--rank", type=int, default=2, help="GLRL rank")

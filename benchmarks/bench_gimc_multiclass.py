@@ -264,7 +264,7 @@ def table(out):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="m=16, 300 rows, a 2x2 grid (seconds)")
-    p.add_argument("--m", type=int, default=None, help="n_components (default 500; 16 --small)")
+    p.add_argument("--m", type=int, default=None, help="n_features_map (default 500; 16 --small)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--max-iter", type=int, default=None, help="final fits (default 30; 5 --small)")
     p.add_argument(

@@ -1,6 +1,6 @@
 """GIMC-LFF defaults chosen by evidence across all multi-label datasets of ``../shared/data``.
 
-Three phases, all at ``n_components = 500`` (``--m``):
+Three phases, all at ``n_features_map = 500`` (``--m``):
 
 1. ``grid``: for every dataset, every setting of (row normalization, gamma scale relative to
    the median heuristic, alpha) is fitted on the TRAINING rows only -- 3-fold CV below 1000
@@ -21,7 +21,7 @@ Three phases, all at ``n_components = 500`` (``--m``):
    the rule chosen without dataset D is scored on D (validation regret and, in phase 3, test
    P@1), which estimates how the rule does on a dataset it has not seen.
 3. ``test``: per dataset, fits on all training rows evaluated once on the test rows: the
-   library defaults (``GIMC(n_components=500, random_state=0)`` and nothing else), the
+   library defaults (``GIMC(n_features_map=500, random_state=0)`` and nothing else), the
    per-dataset best-by-validation setting, and the leave-one-out rule's setting.
 
     python benchmarks/gimc_defaults.py --phase grid --datasets emotions scene ...

@@ -1,4 +1,4 @@
-"""Codemod for issue 29 (one parameter vocabulary): rename estimator parameters, re-runnable.
+r"""Codemod for issue 29 (one parameter vocabulary): rename estimator parameters, re-runnable.
 
     python tools/rename_vocab.py [paths...]      # default: ooc_lowrank tests benchmarks examples
 
@@ -14,8 +14,18 @@ positions from the AST (no reformatting, word-bounded, per class):
    ````old````, ``old=``, ``old :`` (a numpydoc heading) and, for the names that cannot be
    prose, every word-bounded ``old``.
 
-What it does not do (done by hand, see the vocab29 commits): CLI flags in shell-like strings,
-Markdown, dict keys in ``cli.py``, and the translation table for old model files
+Run it from the repository root after merging ``ooc_lowrank/_persist.py`` (its
+``RENAMED_PARAMS`` is the table of the renames), then ``git diff`` and the tests; the hand edits
+of the vocab29 branch (below) are merged as usual.
+
+What it does not do (done by hand in the vocab29 branch; on newly merged code, look for them
+with ``git grep -nE "\b(lam|lams|rank|l2|l2s|n_landmarks|n_factors|reg_weight)\b"`` and the
+flags ``--lam --rank --l2 --n-landmarks --n-factors --reg-weight``, and ``n_components`` near
+GIMC): keyword dicts whose target it cannot see (``kw = dict(rank=3)`` ... ``GreedyLowRank(**kw)``,
+``cls(n_factors=3)`` with a variable class), ``get_params()`` / ``best_params_`` keys and
+error-message regexes in tests, CLI flags in argv lists, Markdown, ``cli.py``'s preset dicts,
+``_estimate.py``'s suggestion names, the module-level helpers of ``imc/clustering.py``
+(``check_lam`` / ``select_lam``), and the translation table for old model files
 (``ooc_lowrank/_persist.py::RENAMED_PARAMS``).
 """
 
@@ -27,7 +37,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from ooc_lowrank._persist import RENAMED_PARAMS  # noqa: E402 (the one table of the renames)
+try:
+    from ooc_lowrank._persist import RENAMED_PARAMS  # noqa: E402 (the one table of the renames)
+except ImportError:  # a tree without the vocab29 branch's ooc_lowrank/_persist.py
+    sys.exit("ooc_lowrank._persist.RENAMED_PARAMS is missing: merge the vocab29 branch's "
+             "ooc_lowrank/_persist.py first, then re-run tools/rename_vocab.py")
 
 # class -> {old public name: new public name}
 RENAMES = {cls: dict(table) for cls, table in RENAMED_PARAMS.items()}
