@@ -162,13 +162,13 @@ def fit(method, path, a):
     if method == "gimc":
         from ooc_lowrank import GIMC
 
-        est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0,
+        est = GIMC(n_features_map=a.m, max_iter=a.iters, random_state=0,
                    cache_bytes=a.cache_bytes).fit(ds)  # fmt: skip
         passes = est.n_passes_
     elif method == "glrl":
         from ooc_lowrank.glrl import GreedyLowRank
 
-        est = GreedyLowRank(rank=a.rank, random_state=0, cache_bytes=a.cache_bytes).fit(ds)
+        est = GreedyLowRank(n_components=a.rank, random_state=0, cache_bytes=a.cache_bytes).fit(ds)
         passes = est.n_passes_ + getattr(est, "n_cache_passes_", 0)  # data + gradient-cache
     else:
         from ooc_lowrank.mvm import MultiViewMachineRegressor
@@ -274,7 +274,7 @@ def main(argv=None):
     p.add_argument("--memory-limit", type=float, default=1.0, help="per worker, GiB")
     p.add_argument("--block-rows", type=int, default=None, help="default: the store's default")
     p.add_argument("--d", type=int, default=100, help="GIMC features")
-    p.add_argument("--m", type=int, default=100, help="GIMC n_components")
+    p.add_argument("--m", type=int, default=100, help="GIMC n_features_map")
     p.add_argument("--iters", type=int, default=2, help="GIMC iterations")
     p.add_argument("--obs-per-row", type=int, default=100, help="GLRL entries per row")
     p.add_argument("--rank", type=int, default=2, help="GLRL rank")

@@ -172,10 +172,10 @@ def bench_iteration(workdir, n, d, m, L, log, iters=1):
         marks[it] = elapsed
 
     # warm-up on a few rows (JIT compile, thread pools)
-    GIMC(n_components=8, max_iter=1, random_state=0).fit(
+    GIMC(n_features_map=8, max_iter=1, random_state=0).fit(
         ds["X"].read(0, 2000), ds["Y"].read(0, 2000)
     )
-    g = GIMC(n_components=m, max_iter=iters, tol=0.0, random_state=0, callback=cb)
+    g = GIMC(n_features_map=m, max_iter=iters, tol=0.0, random_state=0, callback=cb)
     t = time.perf_counter()
     g.fit(ds)
     total = time.perf_counter() - t
@@ -252,7 +252,7 @@ def bench_passes(workdir, n, d, m, L, log, iters=20, n_blocks=8):
     for mode in ("resident", "streamed"):
         counter = _GraphCounter()
         g = GIMC(
-            n_components=m,
+            n_features_map=m,
             max_iter=iters,
             tol=0.0,
             random_state=0,
@@ -424,7 +424,7 @@ def bench_vs_sklearn(n, d, m, L, log, repeats=5, threads=None):
 
     def ours():
         return GIMC(
-            n_components=m, gamma=gamma, alpha=alpha, learn_features=False, random_state=0
+            n_features_map=m, gamma=gamma, alpha=alpha, learn_features=False, random_state=0
         ).fit(Xtr, Ytr)
 
     def sklearn():
@@ -432,7 +432,7 @@ def bench_vs_sklearn(n, d, m, L, log, repeats=5, threads=None):
         return rbf, Ridge(alpha=alpha).fit(rbf.fit_transform(Xtr), Ytr_dense)
 
     with limited():
-        GIMC(n_components=8, learn_features=False, random_state=0).fit(Xtr[:500], Ytr[:500])
+        GIMC(n_features_map=8, learn_features=False, random_state=0).fit(Xtr[:500], Ytr[:500])
         # alternate the two, best of `repeats` each: the first large allocation of a process
         # pays its page faults, and whoever runs second reuses the memory the first one freed
         wall = {"ours": [], "sklearn": []}
@@ -511,7 +511,7 @@ def bench_out_of_core(url, m, limit_bytes, log, iters=1, threads=1, small=False)
     marks = {}
     with rss.limited_worker(limit_bytes, threads=threads) as (_client, peak):
         t = time.perf_counter()
-        g = GIMC(n_components=m, max_iter=iters, tol=0.0, cache_bytes=0, random_state=0,
+        g = GIMC(n_features_map=m, max_iter=iters, tol=0.0, cache_bytes=0, random_state=0,
                  callback=lambda it, el, f: marks.__setitem__(it, el)).fit(ds)  # fmt: skip
         secs = time.perf_counter() - t
     out = {

@@ -108,7 +108,7 @@ def make_estimator(method, *, m, gamma, alpha, seed, max_iter):
     features = "fourier" if method in ("GIMC-LFF", "IMC-RFF") else "nystrom"
     return GIMC(
         features=features,
-        n_components=m,
+        n_features_map=m,
         gamma=gamma,
         alpha=alpha,
         learn_features=method in LEARNED,
@@ -143,7 +143,7 @@ def warm_up():
     for feat in ("fourier", "nystrom"):
         for learn in (True, False):
             GIMC(
-                features=feat, n_components=4, learn_features=learn, max_iter=2, random_state=0
+                features=feat, n_features_map=4, learn_features=learn, max_iter=2, random_state=0
             ).fit(X, y).predict(X)
 
 
@@ -264,7 +264,7 @@ def table(out):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="m=16, 300 rows, a 2x2 grid (seconds)")
-    p.add_argument("--m", type=int, default=None, help="n_components (default 500; 16 --small)")
+    p.add_argument("--m", type=int, default=None, help="n_features_map (default 500; 16 --small)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--max-iter", type=int, default=None, help="final fits (default 30; 5 --small)")
     p.add_argument(

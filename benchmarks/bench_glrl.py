@@ -50,7 +50,7 @@ DEFAULT_DATA = Path(os.environ.get("OOC_LOWRANK_DATA", REPO.parent / "shared" / 
 # rank-10 budget, so 8 greedy terms remain), c = 2, at most 2 terms per step, nu = 0.99.
 ML_PARAMS = dict(
     loss="l1",
-    rank=10,
+    n_components=10,
     init="bias",
     bias_reg=5.0,
     bias_sweeps=5,
@@ -75,7 +75,7 @@ def _warmup():
         ("logistic", "economic", [1.0, -1, 1, -1]),
         ("l1", "none", [1.0, 2, 3, 4]),
     ):
-        GreedyLowRank(loss=loss, refit=refit, rank=2, power_iter=2, step_schedule="search").fit(
+        GreedyLowRank(loss=loss, refit=refit, n_components=2, power_iter=2, step_schedule="search").fit(
             (r, c, np.array(v)), shape=(3, 3)
         )
 
@@ -194,7 +194,7 @@ def bench_epinions(
             t0 = time.perf_counter()
             est = GreedyLowRank(
                 loss="logistic",
-                rank=rank,
+                n_components=rank,
                 refit=refit,
                 power_iter=power_iter,
                 init=init,
@@ -317,7 +317,7 @@ def bench_large(
     }
     est = GreedyLowRank(
         loss="square",
-        rank=rank,
+        n_components=rank,
         refit=refit,
         power_iter=power_iter,
         lbfgs_iter=lbfgs_iter,
@@ -556,7 +556,7 @@ def bench_pass(
     )
     est = GreedyLowRank(
         loss="square",
-        rank=fit_rank,
+        n_components=fit_rank,
         refit="economic",
         power_iter=5,
         lbfgs_iter=2,
@@ -614,7 +614,7 @@ def run(
             if (data_dir / "movielens-100k" / "u1.base.gz").exists():
                 kw = {}
                 if tiny:
-                    kw = dict(folds=("u1",), params=dict(rank=3, power_iter=2), surprise=False)
+                    kw = dict(folds=("u1",), params=dict(n_components=3, power_iter=2), surprise=False)
                 elif small:
                     kw = dict(folds=("u1",))
                 res["movielens"] = bench_movielens(data_dir, tmp, **kw)

@@ -86,7 +86,7 @@ def run_fit(ds, *, n_landmarks, lam, max_iter, limit, threads, warm):
 
     its = []
     if warm is not None:  # JIT and thread pools, in this process and on the worker
-        KernelMaxide(n_landmarks=8, lam=lam, max_iter=2, random_state=0).fit(*warm)
+        KernelMaxide(n_features_map=8, alpha=lam, max_iter=2, random_state=0).fit(*warm)
     with PassClock() as clock, rss.limited_worker(limit, threads=threads) as (client, peak), \
             graph_bytes() as graphs:  # fmt: skip
         client.run(_warm_worker)
@@ -95,7 +95,7 @@ def run_fit(ds, *, n_landmarks, lam, max_iter, limit, threads, warm):
             its.append((it, time.perf_counter(), float(obj), len(clock.times)))
 
         t0 = time.perf_counter()
-        est = KernelMaxide(n_landmarks=n_landmarks, lam=lam, max_iter=max_iter, tol=0.0,
+        est = KernelMaxide(n_features_map=n_landmarks, alpha=lam, max_iter=max_iter, tol=0.0,
                            cache_bytes=0, random_state=0, callback=cb)
         est.fit(ds)
         total = time.perf_counter() - t0
@@ -124,7 +124,7 @@ def _warm_worker():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((64, 4)).astype(np.float32)
     Y = sp.csr_matrix(np.where(rng.random((64, 3)) < 0.5, 1.0, -1.0))
-    KernelMaxide(n_landmarks=8, max_iter=2, random_state=0).fit(X, Y)
+    KernelMaxide(n_features_map=8, max_iter=2, random_state=0).fit(X, Y)
     return True
 
 

@@ -262,7 +262,7 @@ def bench_sgd(ds, k, numpy_rows, log, eta=0.05, reg_weight=3e-3):
 def bench_estimator_epoch(ds, k, log):
     from ooc_lowrank.mvm import MultiViewMachineRegressor
 
-    est = MultiViewMachineRegressor(n_factors=k, solver="sgd", n_epochs=1, random_state=0)
+    est = MultiViewMachineRegressor(n_components=k, solver="sgd", n_epochs=1, random_state=0)
     t, c = time.perf_counter(), time.process_time()
     est.fit(ds)
     s, cs = time.perf_counter() - t, time.process_time() - c
@@ -290,7 +290,7 @@ def bench_lbfgs(ds, k, max_iter, limit, log, threads=1):
         with rss.limited_worker(limit, threads=threads) as (client, peak):
             c0 = sum(client.run(time.process_time).values())
             t = time.perf_counter()
-            est = MultiViewMachineRegressor(n_factors=k, solver="lbfgs", max_iter=max_iter,
+            est = MultiViewMachineRegressor(n_components=k, solver="lbfgs", max_iter=max_iter,
                                             random_state=0).fit(ds)
             total = time.perf_counter() - t
             worker_cpu = sum(client.run(time.process_time).values()) - c0

@@ -401,7 +401,7 @@ def run_nuswide(a):
     finally:
         if not a.keep:
             shutil.rmtree(url, ignore_errors=True)
-    est = GIMC(n_components=a.m, max_iter=a.iters, random_state=0)
+    est = GIMC(n_features_map=a.m, max_iter=a.iters, random_state=0)
     if a.tol is not None:
         est.set_params(tol=a.tol)
     e = est.estimate(X, Y)
@@ -449,7 +449,7 @@ def run_delicious(a):
     in_child(_gen_delicious, te, a.test_rows, *args, 1)
     try:
         ds, dt = open_dataset(tr), open_dataset(te)
-        est = GIMC(n_components=a.m, features="both", max_iter=a.iters, random_state=0)
+        est = GIMC(n_features_map=a.m, features="both", max_iter=a.iters, random_state=0)
         e = est.estimate(ds)
         log("estimate:", json.dumps(_jsonable(est_summary(e))))
         if e.get("fits") is False:  # fit would refuse: record why instead of failing
@@ -532,7 +532,7 @@ def run_disk(a, kind):
 
         def make(cb):
             if kind == "gimc":
-                return GIMC(n_components=a.m, max_iter=a.iters, random_state=0, callback=cb)
+                return GIMC(n_features_map=a.m, max_iter=a.iters, random_state=0, callback=cb)
             return MultiViewMachineRegressor(solver="sgd", n_epochs=a.epochs, random_state=0,
                                              callback=cb)
 

@@ -485,21 +485,21 @@ def case_kernelmaxide(a, log):
 
     def warm(mk):
         est = mk().set_params(max_iter=2)
-        if getattr(est, "n_landmarks", None):
-            est.set_params(n_landmarks=20)
+        if getattr(est, "n_features_map", None):
+            est.set_params(n_features_map=20)
         return lambda: est.fit(X[:100], Yobs[:100])
 
     makers = {
         f"KernelMaxide-n (n_landmarks={landmarks})":
-            lambda: KernelMaxide(n_landmarks=landmarks, random_state=0, **kw),
-        "KernelMaxide-f": lambda: KernelMaxide(n_landmarks=None, random_state=0, **kw),
+            lambda: KernelMaxide(n_features_map=landmarks, random_state=0, **kw),
+        "KernelMaxide-f": lambda: KernelMaxide(n_features_map=None, random_state=0, **kw),
         "Maxide()": lambda: Maxide(**kw),
         # the former defaults: SPEC KM-6's span form (100 iterations, the stop does not fire)
         # and Maxide on every direction (docs/kernelmaxide.md section 9)
         f"KernelMaxide-n KM-6 (n_landmarks={landmarks}, n_components=None, lam=1)":
-            lambda: KernelMaxide(n_landmarks=landmarks, n_components=None, lam=1.0,
+            lambda: KernelMaxide(n_features_map=landmarks, n_components=None, alpha=1.0,
                                  random_state=0, **kw),
-        "Maxide(n_components=None, lam=1)": lambda: Maxide(n_components=None, lam=1.0, **kw),
+        "Maxide(n_components=None, lam=1)": lambda: Maxide(n_components=None, alpha=1.0, **kw),
     }  # fmt: skip
     ours = {k: Run(fit(mk), rl, lambda m: m.n_passes_, warm=warm(mk)) for k, mk in makers.items()}
     g = median_gamma(sample_rows(X, 1000, np.random.default_rng(0)))
@@ -528,14 +528,14 @@ def _gimc_runs(Xtr, Ytr, Xte, Yte, *, m, max_iter, nystroem, extra_fit=None, cal
     from ooc_lowrank.gimc.features import median_gamma, sample_rows
 
     def gimc(learn, **kw):
-        return GIMC(n_components=m, learn_features=learn, random_state=0,
+        return GIMC(n_features_map=m, learn_features=learn, random_state=0,
                     **({"max_iter": max_iter} if max_iter else {}), **kw)  # fmt: skip
 
     def score(g):
         return g.evaluate(Xte, ["p@1", "p@3", "p@5"], Y=Yte)
 
     def warm(learn):
-        return lambda: GIMC(n_components=8, learn_features=learn, max_iter=2,
+        return lambda: GIMC(n_features_map=8, learn_features=learn, max_iter=2,
                             random_state=0).fit(Xtr[:300], Ytr[:300])  # fmt: skip
 
     ours = {
@@ -637,7 +637,7 @@ def case_gimc_demo(a, log, work):
     Xd, Yd = ds["X"].to_dask(), ds["Y"].to_dask()
 
     def store_fit():  # as the demo does: Dask arrays read from the store
-        return GIMC(n_components=m, alpha=defaults["alpha"], max_iter=it,
+        return GIMC(n_features_map=m, alpha=defaults["alpha"], max_iter=it,
                     random_state=defaults["seed"]).fit(Xd[:n_train], Yd[:n_train])  # fmt: skip
 
     extra_fit = {"GIMC-LFF (Dask arrays from the store, as the demo)": Run(
@@ -667,11 +667,11 @@ def case_gimc_big(a, log, work):
     marks = []
 
     def fit():
-        return GIMC(n_components=m, max_iter=it, tol=0.0, random_state=0,
+        return GIMC(n_features_map=m, max_iter=it, tol=0.0, random_state=0,
                     callback=_iteration_marks(marks)).fit(ds)  # fmt: skip
 
     def warm():
-        return GIMC(n_components=8, max_iter=1, random_state=0).fit(
+        return GIMC(n_features_map=8, max_iter=1, random_state=0).fit(
             ds["X"].read(0, 2000), ds["Y"].read(0, 2000)
         )
 
@@ -706,15 +706,15 @@ def case_clustering(a, log):
         return GIMCClustering(n_clusters=k, features="fourier", learn_features=True,
                               n_features_map=mm, random_state=0, **{**kw, **extra})  # fmt: skip
 
-    warm = lambda: est(8, max_iter=2, lam=1.0).fit(  # noqa: E731
+    warm = lambda: est(8, max_iter=2, alpha=1.0).fit(  # noqa: E731
         X[:100], constraints=sample_constraints(y[:100], 200, random_state=0))
     # issue 24's row: lam fixed at 1.0; issue 28's: the default lam="auto" (selection + refit)
     ours = {f"GIMCClustering (GIMC-LFF, m = {m}, 10n)": Run(
-        lambda: est(lam=1.0).fit(X, constraints=cons), lambda e: err(e.labels_),
+        lambda: est(alpha=1.0).fit(X, constraints=cons), lambda e: err(e.labels_),
         lambda e: e.imc_.n_passes_, warm=warm),
         f"GIMCClustering (GIMC-LFF, m = {m}, 10n), default lam='auto'": Run(
         lambda: est().fit(X, constraints=cons),
-        lambda e: {**err(e.labels_), "lam": e.lam_, "selection_seconds": e.selection_time_},
+        lambda e: {**err(e.labels_), "lam": e.alpha_, "selection_seconds": e.selection_time_},
         lambda e: e.imc_.n_passes_ + e.selection_passes_, warm=warm)}  # fmt: skip
     peers = {
         f"KMeans(n_init={n_init}), raw features": Run(
@@ -770,7 +770,7 @@ def case_glrl(a, log, work):
     rank = 2 if a.tiny else 10
 
     ours = {f"GLRL (README: loss l1, rank {rank}, refit none)": Run(
-        lambda: GreedyLowRank(loss="l1", rank=rank, refit="none", random_state=0).fit(tr),
+        lambda: GreedyLowRank(loss="l1", n_components=rank, refit="none", random_state=0).fit(tr),
         lambda g: {k: v for k, v in g.evaluate(te, ["mae", "rmse"]).items() if k != "n"},
         lambda g: g.n_passes_, warm=_warmup,
     )}  # fmt: skip

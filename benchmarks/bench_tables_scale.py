@@ -282,7 +282,7 @@ def bench_criteo(a, work, log):
             {
                 "what": "mvm",
                 "src": dest,
-                "options": dict(solver="sgd", n_epochs=1, n_factors=a.n_factors, random_state=0),
+                "options": dict(solver="sgd", n_epochs=1, n_components=a.n_factors, random_state=0),
             },
             a.in_process,
         )

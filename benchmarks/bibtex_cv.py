@@ -129,7 +129,7 @@ def main(argv=None):
         rows = []
         for m, norm, gs, al in grid:
             params = dict(
-                n_components=m,
+                n_features_map=m,
                 normalize_rows=norm,
                 gamma=gs * g0[norm],
                 alpha=al,

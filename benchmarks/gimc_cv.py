@@ -105,7 +105,7 @@ def main(argv=None):
 
     # ---- GIMCCV: the whole grid
     cv = GIMCCV(
-        n_components=args.m,
+        n_features_map=args.m,
         gamma_scales=args.gamma_scales,
         alphas=args.alphas,
         max_iter=args.max_iter,
@@ -121,7 +121,7 @@ def main(argv=None):
     p = cv.best_params_
     t0, c0 = time.perf_counter(), time.process_time()
     best = GIMC(
-        n_components=args.m,
+        n_features_map=args.m,
         gamma=p["gamma"],
         alpha=p["alpha"],
         max_iter=p["max_iter"],
@@ -161,7 +161,7 @@ def main(argv=None):
         for k in range(K):
             tr, va = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
             g = GIMC(
-                n_components=args.m,
+                n_features_map=args.m,
                 gamma=s * cv.median_gamma_,
                 alpha=a,
                 max_iter=args.max_iter,

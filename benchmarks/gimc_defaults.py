@@ -1,6 +1,6 @@
 """GIMC-LFF defaults chosen by evidence across all multi-label datasets of ``../shared/data``.
 
-Three phases, all at ``n_components = 500`` (``--m``):
+Three phases, all at ``n_features_map = 500`` (``--m``):
 
 1. ``grid``: for every dataset, every setting of (row normalization, gamma scale relative to
    the median heuristic, alpha) is fitted on the TRAINING rows only -- 3-fold CV below 1000
@@ -21,7 +21,7 @@ Three phases, all at ``n_components = 500`` (``--m``):
    the rule chosen without dataset D is scored on D (validation regret and, in phase 3, test
    P@1), which estimates how the rule does on a dataset it has not seen.
 3. ``test``: per dataset, fits on all training rows evaluated once on the test rows: the
-   library defaults (``GIMC(n_components=500, random_state=0)`` and nothing else), the
+   library defaults (``GIMC(n_features_map=500, random_state=0)`` and nothing else), the
    per-dataset best-by-validation setting, and the leave-one-out rule's setting.
 
     python benchmarks/gimc_defaults.py --phase grid --datasets emotions scene ...
@@ -144,7 +144,7 @@ def model(X, norm, gs, alpha, max_iter, m):
     S = sample_rows(X, 1000, np.random.default_rng(0))
     g0 = median_gamma(l2_normalize_rows(S) if norm else S)
     return GIMC(
-        n_components=m,
+        n_features_map=m,
         normalize_rows=bool(norm),
         gamma=gs * g0,
         alpha=alpha,
@@ -295,7 +295,7 @@ def fit_test(X, Y, Xt, Yt, setting, args):
 def fit_default(X, Y, Xt, Yt, args):
     from ooc_lowrank.gimc import GIMC
 
-    g = GIMC(n_components=args.m, random_state=0).fit(X, Y)
+    g = GIMC(n_features_map=args.m, random_state=0).fit(X, Y)
     out = {k: round(100 * v, 2) for k, v in g.evaluate(Xt, list(METRICS), Y=Yt).items()}
     out["resolved"] = {
         "normalize_rows_": bool(g.normalize_rows_),

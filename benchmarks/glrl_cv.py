@@ -34,11 +34,11 @@ def run_fold(d, fold, n_splits, work):
     convert_movielens(str(d / f"{fold}.test.gz"), test, shape=SHAPE, overwrite=True)
 
     t0 = time.perf_counter()
-    dflt = GreedyLowRank(loss="l1", rank=10, random_state=0).fit(train)
+    dflt = GreedyLowRank(loss="l1", n_components=10, random_state=0).fit(train)
     t_dflt = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    cv = GreedyLowRankCV(loss="l1", rank=10, cv=n_splits, random_state=0).fit(train)
+    cv = GreedyLowRankCV(loss="l1", n_components=10, cv=n_splits, random_state=0).fit(train)
     t_cv = time.perf_counter() - t0
     print(fold)
     print(cv.format_cv_table())

@@ -165,7 +165,7 @@ def _grid(grid):
 def _fit_eval(loss, rank, params, train, evalset, shape, metrics):
     from ooc_lowrank.glrl import GreedyLowRank
 
-    est = GreedyLowRank(loss=loss, rank=rank, random_state=0, **params)
+    est = GreedyLowRank(loss=loss, n_components=rank, random_state=0, **params)
     est.fit(train, shape=shape)
     return est, est.evaluate(evalset, metrics, shape=shape)
 
@@ -256,7 +256,7 @@ def select_logistic(data_dir, grid=LOGISTIC_GRID, rank=40, max_edges=None):
     rows = []
     for p in _grid(grid):
         t0 = time.perf_counter()
-        est = GreedyLowRank(loss="logistic", rank=rank, random_state=0, **p)
+        est = GreedyLowRank(loss="logistic", n_components=rank, random_state=0, **p)
         est.fit(train, shape=shape)
         acc = est.evaluate(val, ["sign_accuracy"], shape=shape)["sign_accuracy"]
         x = est.predict(val[0], val[1])
@@ -332,7 +332,7 @@ def test_defaults(
         for k in epinions_folds:
             tr, te = fold != k, fold == k
             t0 = time.perf_counter()
-            est = GreedyLowRank(loss="logistic", rank=epinions_rank)
+            est = GreedyLowRank(loss="logistic", n_components=epinions_rank)
             est.fit((r[tr], c[tr], s[tr]), shape=shape)
             acc = est.evaluate((r[te], c[te], s[te]), ["sign_accuracy"], shape=shape)
             accs.append(

@@ -132,7 +132,7 @@ def _pred_pq(P, Q, r, c):
 
 def _glrl_row(refit, rank, train, test, shape):
     """GreedyLowRank with every other parameter at its default: accuracy, loss, time, passes."""
-    est = GreedyLowRank(loss="logistic", rank=rank, refit=refit, random_state=0)
+    est = GreedyLowRank(loss="logistic", n_components=rank, refit=refit, random_state=0)
     t0 = time.perf_counter()
     est.fit(train, shape=shape)
     sec = time.perf_counter() - t0
@@ -280,7 +280,7 @@ def part_power(data_dir, max_edges=None, ep_steps=(1, 10, 30), ml_steps=(1, 3, 6
     tr = fold != 0
     out = {
         "epinions_logistic": _power_check(
-            {"rank": 40}, (r[tr], c[tr], s[tr]), shape, ep_steps, "logistic"
+            {"n_components": 40}, (r[tr], c[tr], s[tr]), shape, ep_steps, "logistic"
         )
     }
     full = load_movielens(Path(data_dir) / "movielens-100k" / "u.data.gz")
@@ -332,7 +332,7 @@ def _surprise_svd(train, test, seed):
 def _l1_fit(params, rank, train, evalset, validation=None):
     p = dict(params)
     p.setdefault("random_state", 0)
-    est = GreedyLowRank(loss="l1", rank=rank, validation=validation, **p)
+    est = GreedyLowRank(loss="l1", n_components=rank, validation=validation, **p)
     t0 = time.perf_counter()
     est.fit(train, shape=MOVIELENS_100K_SHAPE)
     sec = time.perf_counter() - t0
@@ -481,9 +481,9 @@ def part_ufolds(data_dir, variants=("defaults", "inverse")):
 #: Extra GreedyLowRank settings on Epinions fold 0 (issue 13: do the greedy terms help on test,
 #: and does GLRL's own l2 regularize like AltMin's?)
 EXTRAS = {
-    "bias_plus_1_term_rank3": dict(rank=3, init="bias"),
-    "glrl_l2_1": dict(rank=40, l2=1.0),
-    "eglrl_l2_1": dict(rank=40, l2=1.0, refit="economic"),
+    "bias_plus_1_term_rank3": dict(n_components=3, init="bias"),
+    "glrl_l2_1": dict(n_components=40, alpha=1.0),
+    "eglrl_l2_1": dict(n_components=40, alpha=1.0, refit="economic"),
 }
 
 
@@ -564,7 +564,7 @@ def part_greedy_penalty(data_dir, save=None, ep_settings=PENALTIES_EPINIONS,
     tr, va = _holdout(*train, 1.0 / 9.0, seed=7)
 
     def fit(refit, st, data):
-        e = GreedyLowRank(loss="logistic", rank=40, refit=refit, random_state=0, **st)
+        e = GreedyLowRank(loss="logistic", n_components=40, refit=refit, random_state=0, **st)
         return e.fit(data, shape=shape)
 
     for refit in ep_refits:

@@ -36,7 +36,7 @@ def run(folds=(1, 2, 3, 4, 5), rank=10, data=DATA):
             for solver in ("lbfgs", "exact"):
                 t0 = time.perf_counter()
                 est = GreedyLowRank(
-                    loss="square", rank=rank, refit=refit, refit_solver=solver, random_state=0
+                    loss="square", n_components=rank, refit=refit, refit_solver=solver, random_state=0
                 ).fit(tr, shape=(943, 1682))
                 fit_s = time.perf_counter() - t0
                 p = est.predict(te[0], te[1])

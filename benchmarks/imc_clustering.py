@@ -107,7 +107,7 @@ def method_estimator(method, k, *, m, max_iter, seed, lams):
     features = "identity" if method == "MCCC" else "fourier"
     return GIMCClustering(
         n_clusters=k,
-        lam=1.0 if method == "GIMC-LFF (lam=1)" else lams,
+        alpha=1.0 if method == "GIMC-LFF (lam=1)" else lams,
         features=features,
         learn_features=method.startswith("GIMC-LFF"),
         n_features_map=m,
@@ -133,9 +133,9 @@ def run_cell(X, y, k, c, draw, *, m, max_iter, lams, methods):
             est = method_estimator(method, k, m=m, max_iter=max_iter, seed=seed, lams=lams)
             fitted = est.fit(X, constraints=cons)
             labels = fitted.labels_
-            errs = fitted.lam_scores_ or {}
+            errs = fitted.alpha_scores_ or {}
             rec = {
-                "lam": float(fitted.lam_),
+                "lam": float(fitted.alpha_),
                 "validation_error": {str(lam): e for lam, e in errs.items()},
                 "selection_seconds": round(float(fitted.selection_time_), 2),
                 "selection_passes": int(fitted.selection_passes_),

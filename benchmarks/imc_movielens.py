@@ -41,7 +41,7 @@ def fit_imc(obs, users, items, *, rank, lam, max_iter, seed):
     from ooc_lowrank.imc import InductiveMatrixCompletion
 
     est = InductiveMatrixCompletion(
-        n_components=rank, lam=lam, max_iter=max_iter, tol=1e-5, random_state=seed
+        n_components=rank, alpha=lam, max_iter=max_iter, tol=1e-5, random_state=seed
     )
     return est.fit(obs, X_row=users, X_col=items, shape=MOVIELENS_100K_SHAPE)
 

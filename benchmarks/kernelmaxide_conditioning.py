@@ -70,7 +70,7 @@ def cell(name, omega, long_iters):
     test = np.setdiff1d(np.arange(X.shape[0]), np.flatnonzero(train))
     Yobs = sp.csr_matrix(mask_labels(Y, omega, train=train, random_state=0))
     g0 = median_gamma(sample_rows(X, 1000, np.random.default_rng(0)))
-    est = KernelMaxide(n_landmarks=1000, gamma=2 * g0, lam=2.0, random_state=0, max_iter=0)
+    est = KernelMaxide(n_features_map=1000, gamma=2 * g0, alpha=2.0, random_state=0, max_iter=0)
     est.fit(X, Yobs)
     Xd = X.toarray() if sp.issparse(X) else np.asarray(X)
     F = _blocks.features(np.asarray(Xd, dtype=np.float64), *est.fmap_.args())
@@ -113,7 +113,7 @@ def cell(name, omega, long_iters):
         Bw = F @ (V[:, :k] / s[:k])
         for lam in (1.0, 2.0, 4.0):
             run(f"white_k{k}", Bw, lam, 100)
-    for label, mx in (("maxide_lam4", Maxide(lam=4.0)), ("maxide_defaults", Maxide())):
+    for label, mx in (("maxide_lam4", Maxide(alpha=4.0)), ("maxide_defaults", Maxide())):
         mx.fit(X, Yobs)
         out[label] = dict(n_iter=int(mx.n_iter_), test_ranking_loss=ranking_loss(mx.decision_function(X), Y, test))
         print(name, label, out[label], flush=True)

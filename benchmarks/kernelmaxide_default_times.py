@@ -67,7 +67,7 @@ def main(argv=None):
         L = a.landmarks
         res = {"kernelmaxide_n": [], "maxide": [], "ratio_wall": [], "ratio_cpu": []}
         for _ in range(a.repeat):
-            k = timed(KernelMaxide(n_landmarks=L, random_state=0), X, Yobs, Y, ~train)
+            k = timed(KernelMaxide(n_features_map=L, random_state=0), X, Yobs, Y, ~train)
             m = timed(Maxide(), X, Yobs, Y, ~train)
             res["kernelmaxide_n"].append(k)
             res["maxide"].append(m)
@@ -76,11 +76,11 @@ def main(argv=None):
         res["median_ratio_wall"] = float(np.median(res["ratio_wall"]))
         res["median_ratio_cpu"] = float(np.median(res["ratio_cpu"]))
         res["former_kernelmaxide_n"] = timed(
-            KernelMaxide(n_landmarks=L, n_components=None, lam=1.0, random_state=0), X, Yobs, Y, ~train
+            KernelMaxide(n_features_map=L, n_components=None, alpha=1.0, random_state=0), X, Yobs, Y, ~train
         )
-        res["former_maxide"] = timed(Maxide(n_components=None, lam=1.0), X, Yobs, Y, ~train)
+        res["former_maxide"] = timed(Maxide(n_components=None, alpha=1.0), X, Yobs, Y, ~train)
         if not a.no_cv:
-            res["kernelmaxide_cv"] = timed(KernelMaxideCV(n_landmarks=L, random_state=0), X, Yobs, Y, ~train)
+            res["kernelmaxide_cv"] = timed(KernelMaxideCV(n_features_map=L, random_state=0), X, Yobs, Y, ~train)
             res["maxide_cv"] = timed(MaxideCV(), X, Yobs, Y, ~train)
         out[name] = res
         print(name, {k: v for k, v in res.items() if k.startswith("median")}, flush=True)

@@ -6,8 +6,8 @@ Per cell (yahoo set x repetition of the SPEC 4.6 protocol at ``omega``): the row
 ``split_observed(Y_obs, 0.25, rep + k, by="rows")`` for ``k < n_splits`` (what
 ``KernelMaxideCV`` / ``MaxideCV`` use) give a validation ranking loss for every setting of
 
-* ``Maxide(n_components=k, lam=lam)``, ``k`` in ``--maxide-ks`` (0 = every direction),
-* ``KernelMaxide(n_landmarks=r, gamma=scale * median, n_components=k, lam=lam)``, ``k`` in
+* ``Maxide(n_components=k, alpha=lam)``, ``k`` in ``--maxide-ks`` (0 = every direction),
+* ``KernelMaxide(n_features_map=r, gamma=scale * median, n_components=k, alpha=lam)``, ``k`` in
   ``--km-ks`` (0 = SPEC KM-6, the span form), ``scale`` in ``--scales``, ``r`` in
   ``--landmarks``;
 
@@ -47,7 +47,7 @@ def _settings(a):
 def _est(method, k, scale, landmarks, gmed, rep, a):
     if method == "maxide":
         return Maxide(n_components=k or None, max_iter=a.max_iter)
-    return KernelMaxide(n_landmarks=landmarks, gamma=gmed * scale, n_components=k or None,
+    return KernelMaxide(n_features_map=landmarks, gamma=gmed * scale, n_components=k or None,
                         max_iter=a.max_iter, random_state=rep)  # fmt: skip
 
 

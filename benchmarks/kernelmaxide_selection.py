@@ -66,13 +66,13 @@ def run_cell(name, X, Y, omega, rep, a):
         grid = [{"gamma_scale": s, "lam": lam} for s in a.gamma_scales for lam in a.lams]
 
         def make(gamma_scale, lam):
-            return KernelMaxide(n_landmarks=a.landmarks, gamma=g0 * gamma_scale, lam=lam,
+            return KernelMaxide(n_features_map=a.landmarks, gamma=g0 * gamma_scale, alpha=lam,
                                 max_iter=a.max_iter, random_state=rep)  # fmt: skip
     else:
         grid = [{"k": k, "lam": lam} for k in a.maxide_k for lam in a.maxide_lams]
 
         def make(k, lam):
-            return Maxide(n_components=k or None, lam=lam, max_iter=a.max_iter, random_state=rep)
+            return Maxide(n_components=k or None, alpha=lam, max_iter=a.max_iter, random_state=rep)
 
     t0 = time.perf_counter()
     for setting in grid:

@@ -67,7 +67,7 @@ def run_cell(X, Y, base, a):
             rows.setdefault((g, lam), {key: g, "lam": lam})
         # one setup per (labels, gamma or k), one APG per lam: the same models as separate fits
         if a.method == "kernelmaxide":
-            est = KernelMaxide(n_landmarks=a.landmarks, gamma=base["gamma_median"] * g,
+            est = KernelMaxide(n_features_map=a.landmarks, gamma=base["gamma_median"] * g,
                                max_iter=a.max_iter, random_state=rep)  # fmt: skip
         else:
             est = Maxide(n_components=g or None, max_iter=a.max_iter, random_state=rep)

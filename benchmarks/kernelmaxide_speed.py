@@ -63,12 +63,12 @@ def main():
     Yobs = mask_labels(Y, a.omega, train=train, random_state=0)
     g = 2 * median_gamma(sample_rows(X, 1000, np.random.default_rng(0)))
     makers = {
-        "kernelmaxide_n": lambda: KernelMaxide(n_landmarks=1000, gamma=g, lam=2.0, random_state=0),
+        "kernelmaxide_n": lambda: KernelMaxide(n_features_map=1000, gamma=g, alpha=2.0, random_state=0),
         "kernelmaxide_n_orthonormal": lambda: KernelMaxide(
-            n_landmarks=1000, gamma=g, lam=2.0, n_components=100, random_state=0
+            n_features_map=1000, gamma=g, alpha=2.0, n_components=100, random_state=0
         ),
-        "kernelmaxide_f": lambda: KernelMaxide(n_landmarks=None, gamma=g, lam=2.0, random_state=0),
-        "maxide": lambda: Maxide(lam=4.0),
+        "kernelmaxide_f": lambda: KernelMaxide(n_features_map=None, gamma=g, alpha=2.0, random_state=0),
+        "maxide": lambda: Maxide(alpha=4.0),
     }
     if a.plain_too:
         makers["kernelmaxide_n_plain"] = functools.partial(Plain, makers["kernelmaxide_n"])

@@ -83,30 +83,30 @@ def run_cell(name, X, Y, omega, rep, a):
 
     t = time.perf_counter()
     # KernelMaxideCV's own defaults (grid, hold-outs) unless given on the command line
-    grid = {k: v for k, v in (("gamma_scales", a.gamma_scales), ("lams", a.lams),
+    grid = {k: v for k, v in (("gamma_scales", a.gamma_scales), ("alphas", a.lams),
                               ("n_splits", a.n_splits)) if v is not None}  # fmt: skip
-    cv = KernelMaxideCV(n_landmarks=a.landmarks, max_iter=a.max_iter, random_state=rep,
+    cv = KernelMaxideCV(n_features_map=a.landmarks, max_iter=a.max_iter, random_state=rep,
                         **grid).fit(X, Yobs)  # fmt: skip
     best = cv.best_estimator_
     res["kernelmaxide_n"] = dict(
-        rl=rl(best.decision_function(X[test])), gamma=best.gamma, lam=best.lam,
+        rl=rl(best.decision_function(X[test])), gamma=best.gamma, lam=best.alpha,
         gamma_scale=best.gamma / cv.gamma_median_, time=cv.refit_time_,
         select_time=time.perf_counter() - t, n_iter=best.n_iter_, val=cv.best_score_,
-        n_splits=cv.n_splits_, gamma_scales=list(cv.gamma_scales), lams=list(cv.lams),
+        n_splits=cv.n_splits_, gamma_scales=list(cv.gamma_scales), lams=list(cv.alphas),
     )  # fmt: skip
     print(f"{name} omega={omega} rep={rep} KM-n: {res['kernelmaxide_n']}", flush=True)
     if a.full:
         t = time.perf_counter()
-        f = KernelMaxide(n_landmarks=None, gamma=best.gamma, lam=best.lam,
+        f = KernelMaxide(n_features_map=None, gamma=best.gamma, alpha=best.alpha,
                          max_iter=a.max_iter, random_state=rep).fit(X, Yobs)  # fmt: skip
         res["kernelmaxide_f"] = dict(rl=rl(f.decision_function(X[test])), gamma=best.gamma,
-                                     lam=best.lam, time=time.perf_counter() - t, n_iter=f.n_iter_)  # fmt: skip
+                                     lam=best.alpha, time=time.perf_counter() - t, n_iter=f.n_iter_)  # fmt: skip
         print(f"  KM-f: {res['kernelmaxide_f']}", flush=True)
     t = time.perf_counter()
-    mcv = MaxideCV(n_components_grid=[k or None for k in a.maxide_k], lams=a.maxide_lams,
+    mcv = MaxideCV(n_components_grid=[k or None for k in a.maxide_k], alphas=a.maxide_lams,
                    max_iter=a.max_iter, random_state=rep).fit(X, Yobs)  # fmt: skip
     mb = mcv.best_estimator_
-    res["maxide"] = dict(rl=rl(mb.decision_function(X[test])), k=mb.n_components, lam=mb.lam,
+    res["maxide"] = dict(rl=rl(mb.decision_function(X[test])), k=mb.n_components, lam=mb.alpha,
                          time=mcv.refit_time_, select_time=time.perf_counter() - t,
                          n_iter=mb.n_iter_, val=mcv.best_score_)  # fmt: skip
     print(f"  Maxide: {res['maxide']}", flush=True)

@@ -68,7 +68,7 @@ def generated(view_dims, n_train, work):
     out = {}
     for solver in ("lbfgs", "sgd"):
         out[solver] = _run(
-            lambda solver=solver: MultiViewMachineRegressor(n_factors=2, solver=solver,
+            lambda solver=solver: MultiViewMachineRegressor(n_components=2, solver=solver,
                                                             random_state=0),
             lambda m: m.fit([v[tr] for v in V], y[tr]),
             lambda m: {"rmse": float(np.sqrt(np.mean((m.predict([v[te] for v in V]) - y[te]) ** 2)))},

@@ -50,7 +50,7 @@ def main(argv=None):
     extra = {} if a.max_iter is None else {"max_iter": a.max_iter}
 
     def mvm(reg, tol):
-        return MultiViewMachineClassifier(view_sizes=sizes, reg_weight=reg, tol=tol,
+        return MultiViewMachineClassifier(view_sizes=sizes, alpha=reg, tol=tol,
                                           random_state=0, **extra)
 
     mvm(*grid[0]).set_params(max_iter=2).fit(Xtr, ytr)  # warm the JIT
@@ -74,7 +74,7 @@ def main(argv=None):
     m, s = _timed(lambda: MultiViewMachineClassifier(view_sizes=sizes, random_state=0, **extra)
                   .fit(Xtr, ytr))
     svc, s_svc = _timed(lambda: SVC().fit(Xtr, ytr))
-    test = dict(reg_weight=default.reg_weight, tol=default.tol,
+    test = dict(reg_weight=default.alpha, tol=default.tol,
                 accuracy=float(m.score(Xte, yte)), n_iter=int(m.n_iter_),
                 passes=int(m.n_passes_), seconds=round(s, 3), svc_seconds=round(s_svc, 3),
                 svc_accuracy=float(svc.score(Xte, yte)))

@@ -29,7 +29,7 @@ def main(argv=None):
     original = storage._StoreVersion.check
 
     def fit():
-        m = GIMC(n_components=200, max_iter=1, cache_bytes=0, random_state=0)
+        m = GIMC(n_features_map=200, max_iter=1, cache_bytes=0, random_state=0)
         t = time.perf_counter()
         m.fit(ds["X"], ds["Y"])
         return time.perf_counter() - t, m.n_passes_

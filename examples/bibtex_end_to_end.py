@@ -215,7 +215,7 @@ def main(argv=None):
     results = {"median_gamma": g0[False], "median_gamma_normalized": g0[True], "paper_gimc": PAPER}
     for name, learn in (("IMC-RFF", False), ("GIMC-LFF", True)):
         grid = {
-            "n_components": args.m,
+            "n_features_map": args.m,
             "normalize_rows": norms if learn else imc_norms,
             "gamma_scale": args.gamma_scale if learn else args.imc_gamma_scale,
             "alpha": args.alpha if learn else args.imc_alpha,

@@ -52,7 +52,7 @@ def fit(method, obs, X, Y, shape, *, rank, lam, m, max_iter, seed):
     if method == "MC":
         X = Y = sp.identity(shape[0], format="csr")
     est = InductiveMatrixCompletion(
-        n_components=rank, lam=lam, n_features_map=m, max_iter=max_iter, random_state=seed,
+        n_components=rank, alpha=lam, n_features_map=m, max_iter=max_iter, random_state=seed,
         **(METHODS[method] or {}),
     )
     return est.fit(obs, X_row=X, X_col=Y, shape=shape)

@@ -64,7 +64,7 @@ def main(argv=None):
         for name, kw in METHODS.items():
             t = time.perf_counter()
             g = GIMC(
-                n_components=m,
+                n_features_map=m,
                 gamma=gamma,
                 alpha=args.alpha,
                 max_iter=args.max_iter,

@@ -40,7 +40,7 @@ def main():
         # validation splits of the training folds (benchmarks/bench_glrl.py, ML_PARAMS)
         est = GreedyLowRank(
             loss="l1",
-            rank=10,
+            n_components=10,
             init="bias",
             bias_reg=5.0,
             step_size=2.0,

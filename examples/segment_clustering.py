@@ -6,7 +6,7 @@
 Steps: convert ``segment.dat`` to a store (the library's ``dense_text`` converter; the CLI
 equivalent is ``ooc-lowrank convert dense_text segment.dat segment.zarr``), standardize the 19
 features, sample ``c * n`` must-link / cannot-link pairs from the classes (the paper's
-protocol; real use would collect them), fit with the default ``lam="auto"`` (``lam`` chosen
+protocol; real use would collect them), fit with the default ``alpha="auto"`` (``alpha`` chosen
 on 20 % held-out constraints, then a refit on all, inside ``fit``), and compare the pairwise
 error (1 - Rand index) with k-means on the same features.
 Data: ``$OOC_LOWRANK_DATA/segment/segment.dat`` (default ``../shared/data``).
@@ -37,7 +37,7 @@ def main(argv=None):
     p.add_argument("--m", type=int, default=500)
     p.add_argument("--max-iter", type=int, default=20)
     p.add_argument("--lams", type=float, nargs="+", default=None,
-                   help="candidates for lam (default: the estimator's lam='auto')")
+                   help="candidates for alpha (default: the estimator's alpha='auto')")
     p.add_argument("--rows", type=int, default=None, help="the first ROWS rows only")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
@@ -66,14 +66,14 @@ def main(argv=None):
           f"({100 * cons[2].mean():.1f} % must-link)")
     t0 = time.time()
     model = GIMCClustering(n_clusters=k, n_features_map=a.m, max_iter=a.max_iter,
-                           lam="auto" if a.lams is None else a.lams, random_state=a.seed)
+                           alpha="auto" if a.lams is None else a.lams, random_state=a.seed)
     model.fit(X, constraints=cons)
     print("held-out constraint error by lam: "
-          + ", ".join(f"{lam:g}: {e:.4f}" for lam, e in model.lam_scores_.items())
+          + ", ".join(f"{lam:g}: {e:.4f}" for lam, e in model.alpha_scores_.items())
           + f" (selection {model.selection_time_:.1f} s)")
     err = clustering_error(model.labels_, y)
     km, _, _ = kmeans_blocks(X, k, random_state=a.seed)
-    print(f"GIMC-LFF (lam = {model.lam_:g}): pairwise error {err:.4f}   "
+    print(f"GIMC-LFF (lam = {model.alpha_:g}): pairwise error {err:.4f}   "
           f"k-means: {clustering_error(km, y):.4f}   ({time.time() - t0:.0f} s)")
     return 0
 

@@ -3,7 +3,7 @@
 For each ``omega`` in {10, 20, 30, 40}: a random 90/10 instance split, ``omega`` % of each
 label's training positives and negatives observed (``mask_labels``, the paper's protocol, SPEC
 4.6), the test rows in ``X`` with no observed label (transductive); fit KernelMaxide-n
-(``n_landmarks`` Nystrom landmarks), KernelMaxide-f (every row a landmark: the exact kernel)
+(``n_features_map`` Nystrom landmarks), KernelMaxide-f (every row a landmark: the exact kernel)
 and Maxide (linear); ranking loss on the test rows.  Writes ``yahoo_kernelmaxide.json`` and a
 PNG of ranking loss against ``omega`` (skipped with a message when matplotlib is missing).
 
@@ -82,29 +82,29 @@ def main(argv=None):
         Yobs = mask_labels(Y, omega, train=train, random_state=args.seed)
         if args.fixed:
             made = {
-                "KernelMaxide-n": KernelMaxide(n_landmarks=nl, gamma=gamma, lam=args.lam, **it),
-                "Maxide": Maxide(lam=args.maxide_lam, **it),
+                "KernelMaxide-n": KernelMaxide(n_features_map=nl, gamma=gamma, alpha=args.lam, **it),
+                "Maxide": Maxide(alpha=args.maxide_lam, **it),
             }
         else:  # built-in selection on held-out observed training labels
-            made = {"KernelMaxide-n": KernelMaxideCV(n_landmarks=nl, **it),
+            made = {"KernelMaxide-n": KernelMaxideCV(n_features_map=nl, **it),
                     "Maxide": MaxideCV(**it)}
         for name in ("KernelMaxide-n", "KernelMaxide-f", "Maxide"):
             t = time.perf_counter()
             if name == "KernelMaxide-f":  # KernelMaxide-n's gamma and lam, the exact kernel
                 kn = made["KernelMaxide-n"]
                 kn = getattr(kn, "best_estimator_", kn)
-                est = KernelMaxide(n_landmarks=None, gamma=kn.gamma_, lam=kn.lam, **it).fit(X, Yobs)
+                est = KernelMaxide(n_features_map=None, gamma=kn.gamma_, alpha=kn.alpha, **it).fit(X, Yobs)
             else:
                 est = made[name].fit(X, Yobs)
             secs = time.perf_counter() - t
             best = getattr(est, "best_estimator_", est)
             rl = metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))
             results[name].append({"omega": omega, "ranking_loss": rl, "seconds": secs,
-                                  "iterations": best.n_iter_, "lam": best.lam,
+                                  "iterations": best.n_iter_, "lam": best.alpha,
                                   "chosen": getattr(est, "best_params_", None)})
             print(f"omega {omega:4g}%  {name:15s} ranking loss {rl:.4f}  ({secs:.1f} s"
                   f"{' with selection' if hasattr(est, 'best_params_') else ''}, "
-                  f"{best.n_iter_} iterations, lam {best.lam:g})")
+                  f"{best.n_iter_} iterations, alpha {best.alpha:g})")
     with open(os.path.join(out, "yahoo_kernelmaxide.json"), "w") as f:
         json.dump({"dataset": args.dataset, "n": n, "fixed": args.fixed, "gamma_fixed": gamma,
                    "results": results}, f, indent=1)

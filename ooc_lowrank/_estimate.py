@@ -162,7 +162,7 @@ def _cluster(client):
 
 def gimc_estimate(est, XB, AB, n_labels, *, client=None):
     """The estimate dict of :meth:`GIMC.estimate` for blocked inputs ``XB`` and ``AB``."""
-    m = int(est.n_components)
+    m = int(est.n_features_map)
     kinds = ["fourier", "nystrom"] if est.features == "both" else [est.features]
     M = m * len(kinds)
     D = sum(2 * m if k == "fourier" else m for k in kinds)
@@ -276,7 +276,7 @@ def _largest(fits, hi):
 def _gimc_suggest(worker_bytes, rows, m, cap):
     return {
         "block_rows": _largest(lambda r: worker_bytes(r, m)[0] <= cap, rows - 1),
-        "n_components": _largest(lambda k: worker_bytes(rows, k)[0] <= cap, m - 1),
+        "n_features_map": _largest(lambda k: worker_bytes(rows, k)[0] <= cap, m - 1),
     }
 
 
@@ -290,7 +290,7 @@ def check_fits(estimate):
     if estimate.get("fits") is not False:
         return
     e, sug = estimate, estimate["suggest"]
-    name = e.get("suggest_param", "n_components")
+    name = e.get("suggest_param", "n_features_map")
     fixes = []
     if sug.get(name):
         fixes.append(f"a smaller {name} (<= {sug[name]})")
@@ -316,7 +316,7 @@ def check_fits(estimate):
         call = f"{e['method']}(...).estimate(...)"
     else:
         detail = (
-            f"n_components={e['n_components']}, D={e['n_phi']}, block_rows={e['block_rows']}, "
+            f"n_features_map={e['n_components']}, D={e['n_phi']}, block_rows={e['block_rows']}, "
             f"n_trials={e['n_trials']}: "
         )
         call = "GIMC(...).estimate(X, Y)"
@@ -410,7 +410,7 @@ def glrl_task_bytes(nnz, n, n_cols, rank, *, cached=False):
 def glrl_estimate(est, B, shape, *, client=None):
     """The estimate dict of :meth:`GreedyLowRank.estimate` for the blocked observations ``B``."""
     m_rows, n_cols = (int(s) for s in shape)
-    rank = int(est.rank)
+    rank = int(est.n_components)
     store_bytes = _input_bytes(B)
     n_workers, threads, limit = _cluster(client)
     budget = engine.DEFAULT_CACHE_BYTES if est.cache_bytes is None else int(est.cache_bytes)
@@ -457,9 +457,9 @@ def glrl_estimate(est, B, shape, *, client=None):
         "read_bytes_per_pass": 0 if resident else int(store_bytes),
         "task_alloc_bytes": t,
         **_memory_fields(task, reduce_b, state, int(cached), (n_workers, threads, limit), total),
-        "detail": f"rank={rank}, n_rows={m_rows}, n_cols={n_cols}",
+        "detail": f"n_components={rank}, n_rows={m_rows}, n_cols={n_cols}",
     }
-    return _finish(out, lambda r, k: worker_bytes(r, k)[0], limit, rows_max, "rank", rank)
+    return _finish(out, lambda r, k: worker_bytes(r, k)[0], limit, rows_max, "n_components", rank)
 
 
 def maxide_task_bytes(n, d, r, L, nnz_y, itemsize, *, streamed, n_trials, x_bytes=None):
@@ -488,10 +488,10 @@ def maxide_estimate(est, XB, YB, *, client=None):
     """The estimate dict of ``KernelMaxide(...).estimate`` / ``Maxide(...).estimate``."""
     n_rows, d = (int(x) for x in XB.shape)
     L = int(YB.shape[1])
-    nystrom = hasattr(est, "n_landmarks")
+    nystrom = hasattr(est, "n_features_map")
     if nystrom:
-        r = n_rows if est.n_landmarks is None else min(int(est.n_landmarks), n_rows)
-        size_name = "n_landmarks"
+        r = n_rows if est.n_features_map is None else min(int(est.n_features_map), n_rows)
+        size_name = "n_features_map"
     else:
         r = d if est.n_components is None else min(int(est.n_components), d)
         size_name = "n_components"
@@ -572,7 +572,7 @@ def mvm_estimate(est, views, yb, *, client=None):
     if len(views) == 1 and est.view_sizes is not None:
         widths = [int(w) for w in est.view_sizes]
     P = sum(widths) + len(widths)
-    k = int(est.n_factors)
+    k = int(est.n_components)
     store_bytes = sum(_input_bytes(v) for v in views) + _input_bytes(yb)
     n_workers, threads, limit = _cluster(client)
     rows_max, _ = _max_block(views[0])
@@ -618,9 +618,9 @@ def mvm_estimate(est, views, yb, *, client=None):
         **_memory_fields(task, reduce_b, state, 0, (n_workers, threads, limit), total),
         # SGD runs in the calling process: the factors, AdaGrad's sums, two blocks
         "client_bytes": int(16 * P * k + 2 * task) if sgd else int(24 * (P * k + 1)),
-        "detail": f"n_factors={k}, {P} factor rows, block_rows={rows_max}",
+        "detail": f"n_components={k}, {P} factor rows, block_rows={rows_max}",
     }
-    return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_factors", k)
+    return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_components", k)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -676,7 +676,7 @@ def imc_estimate(est, obs, Br, Bc, *, client=None, method=None):
     fused_cols = bool(obs.in_memory)
     store_bytes = _input_bytes(obs) + _input_bytes(Br) + _input_bytes(Bc)
     n_workers, threads, limit = _cluster(client)
-    budget = engine.DEFAULT_CACHE_BYTES
+    budget = engine.DEFAULT_CACHE_BYTES if est.cache_bytes is None else int(est.cache_bytes)
     if limit and n_workers:
         budget = min(budget, int(0.5 * limit * n_workers))
     held = sum(8 * B.shape[0] * D for B, kind, D in
@@ -766,7 +766,7 @@ def _flops_per_pass(e):
         return int(2 * nnz * (e["rank"] + 2))
     if "view_sizes" in e:  # MVM: per row, the views' sums and the gradient (6 P k)
         return int(6 * n * (sum(e["view_sizes"]) + len(e["view_sizes"])) * e["n_factors"])
-    r = e.get("n_landmarks", e.get("n_components", 0))  # KernelMaxide / Maxide
+    r = e.get("n_features_map", e.get("n_components", 0))  # KernelMaxide / Maxide
     feat = 0 if e.get("f_cached", True) else 2 * n * r * e.get("n_features", 0)
     return int(4 * nnz * r + feat)
 

@@ -42,6 +42,49 @@ _REGISTRY: dict[str, str] = {
     "InductiveMatrixCompletion": "ooc_lowrank.imc:InductiveMatrixCompletion",
 }
 
+#: Parameters renamed by issue 29 (one vocabulary, docs/api.md): estimator class -> {name in
+#: model files written before the rename: current name}.  :func:`load_model` translates them,
+#: so old model files still load; ``tools/rename_vocab.py`` renames the code from this table.
+RENAMED_PARAMS: dict[str, dict[str, str]] = {
+    "GIMC": {"n_components": "n_features_map"},
+    "GIMCCV": {"n_components": "n_features_map"},
+    "GreedyLowRank": {"rank": "n_components", "l2": "alpha"},
+    "GreedyLowRankCV": {"rank": "n_components", "l2s": "alphas"},
+    "InductiveMatrixCompletion": {"lam": "alpha"},
+    "GIMCClustering": {"lam": "alpha"},
+    "KernelMaxide": {"n_landmarks": "n_features_map", "lam": "alpha"},
+    "Maxide": {"lam": "alpha"},
+    "KernelMaxideCV": {"n_landmarks": "n_features_map", "lams": "alphas"},
+    "MaxideCV": {"lams": "alphas"},
+    "MultiViewMachineRegressor": {"n_factors": "n_components", "reg_weight": "alpha"},
+    "MultiViewMachineClassifier": {"n_factors": "n_components", "reg_weight": "alpha"},
+}
+#: CV estimators whose model files hold their base estimator's parameters too (the grid
+#: settings in ``extra.params_list``, the refitted model in ``extra.best.params``)
+_CV_BASE = {"GIMCCV": "GIMC", "GreedyLowRankCV": "GreedyLowRank"}
+
+
+def _renamed(table, params):
+    """``params`` with the old names of ``table`` replaced (a current name already there wins)."""
+    if not isinstance(params, dict):
+        return params
+    return {(table[k] if k in table and table[k] not in params else k): v
+            for k, v in params.items()}
+
+
+def translate_params(name, params, extra):
+    """``(params, extra)`` of a model file of estimator ``name`` with the parameter names of
+    before issue 29 translated to the current ones (:data:`RENAMED_PARAMS`)."""
+    params = _renamed(RENAMED_PARAMS.get(name, {}), params)
+    base = RENAMED_PARAMS.get(_CV_BASE.get(name, ""), {})
+    if base and isinstance(extra, dict):
+        extra = dict(extra)
+        if isinstance(extra.get("params_list"), list):
+            extra["params_list"] = [_renamed(base, p) for p in extra["params_list"]]
+        if isinstance(extra.get("best"), dict):
+            extra["best"] = dict(extra["best"], params=_renamed(base, extra["best"].get("params")))
+    return params, extra
+
 
 _DAMAGED = (
     "The model files were edited or damaged; save the model again from a fitted estimator "
@@ -361,6 +404,7 @@ def load_model(path):
             raise ModelFileError("model.json", "params", "is missing")
         check_value(params, "params", "dict")
         extra = check_value(doc.get("extra", {}), "extra", "dict")
+        params, extra = translate_params(name, params, extra)
         arrays = _read_npz(raw)
     except ModelFileError as e:
         raise e.at(path) from None

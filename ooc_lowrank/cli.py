@@ -92,7 +92,7 @@ METHODS = {
     "glrl": ("ooc_lowrank.glrl:GreedyLowRank", {}),
     "glrl-cv": ("ooc_lowrank.glrl:GreedyLowRankCV", {}),
     "kernelmaxide": ("ooc_lowrank.kernelmaxide:KernelMaxide", {}),
-    "kernelmaxide-f": ("ooc_lowrank.kernelmaxide:KernelMaxide", {"n_landmarks": None}),
+    "kernelmaxide-f": ("ooc_lowrank.kernelmaxide:KernelMaxide", {"n_features_map": None}),
     "kernelmaxide-cv": ("ooc_lowrank.kernelmaxide:KernelMaxideCV", {}),
     "maxide": ("ooc_lowrank.kernelmaxide:Maxide", {}),
     "maxide-cv": ("ooc_lowrank.kernelmaxide:MaxideCV", {}),
@@ -986,6 +986,7 @@ def _imc_dry_estimate(est, fit_kw, ds):
             n_components=est.n_clusters, row_map=est.features, col_map=est.features,
             n_features_map=est.n_features_map, learn_features=est.learn_features,
             max_iter=est.max_iter, cg_iter=est.cg_iter, block_rows=est.block_rows,
+            cache_bytes=est.cache_bytes,
         )  # fmt: skip
         cons = fit_kw["constraints"]
         obs, shape = observations(cons, None if hasattr(cons, "names") else (n, n), est.block_rows)

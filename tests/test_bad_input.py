@@ -293,7 +293,7 @@ def test_random_state_errors_name_the_argument(seed):
     Yo = sp.csr_matrix(np.where(np.arange(40).reshape(20, 2) % 3 == 0, 1.0, -1.0))
     fits = [
         lambda: GIMC(random_state=seed, max_iter=1).fit(X, Y),
-        lambda: KernelMaxide(random_state=seed, n_landmarks=5).fit(X, Yo),
+        lambda: KernelMaxide(random_state=seed, n_features_map=5).fit(X, Yo),
         lambda: MultiViewMachineRegressor(random_state=seed).fit([X, X], X[:, 0]),
         lambda: GIMCClustering(n_clusters=2, random_state=seed).fit(
             X, constraints=(np.array([0, 1]), np.array([1, 2]), np.array([1.0, 0.0]))
@@ -346,8 +346,8 @@ def test_select_lam_refuses_a_bad_grid(lams, exc):
 
     X = np.random.default_rng(0).random((30, 3))
     cons = sample_constraints(np.repeat([0, 1], 15), 100, random_state=0)
-    with pytest.raises(exc, match="lams"):
-        select_lam(GIMCClustering(), X, cons, lams=lams)
+    with pytest.raises(exc, match="alphas"):
+        select_lam(GIMCClustering(), X, cons, alphas=lams)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,13 +374,13 @@ _Y2[1, 1] = 2.0
 def _gimc():
     from ooc_lowrank import GIMC
 
-    return GIMC(n_components=8, max_iter=2, random_state=0)
+    return GIMC(n_features_map=8, max_iter=2, random_state=0)
 
 
 def _km():
     from ooc_lowrank import KernelMaxide
 
-    return KernelMaxide(n_landmarks=10, max_iter=3, random_state=0)
+    return KernelMaxide(n_features_map=10, max_iter=3, random_state=0)
 
 
 def _df(X, **extra):
@@ -557,10 +557,10 @@ def test_observations_as_pydata_sparse_or_float16_values():
     c = R.tocoo()
     v16 = c.data.astype(np.float16)
     pairs = (c.row, c.col)
-    ref = GreedyLowRank(rank=2).fit(R).predict(*pairs)
-    np.testing.assert_allclose(GreedyLowRank(rank=2).fit(_pydata(R)).predict(*pairs), ref)
-    f16 = GreedyLowRank(rank=2).fit((*pairs, v16), shape=R.shape).predict(*pairs)
-    f32 = GreedyLowRank(rank=2).fit((*pairs, v16.astype(np.float32)), shape=R.shape)
+    ref = GreedyLowRank(n_components=2).fit(R).predict(*pairs)
+    np.testing.assert_allclose(GreedyLowRank(n_components=2).fit(_pydata(R)).predict(*pairs), ref)
+    f16 = GreedyLowRank(n_components=2).fit((*pairs, v16), shape=R.shape).predict(*pairs)
+    f32 = GreedyLowRank(n_components=2).fit((*pairs, v16.astype(np.float32)), shape=R.shape)
     np.testing.assert_allclose(f16, f32.predict(*pairs), rtol=1e-6)
 
 

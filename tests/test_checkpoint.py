@@ -78,8 +78,8 @@ def _same_glrl(a, b):
 
 
 GIMC_CASES = [
-    dict(features="fourier", n_components=8, sparse=False),
-    dict(features="both", n_components=6, sparse=True, normalize_rows=True),
+    dict(features="fourier", n_features_map=8, sparse=False),
+    dict(features="both", n_features_map=6, sparse=True, normalize_rows=True),
 ]
 
 
@@ -109,7 +109,7 @@ def test_gimc_resume_after_crash_equals_uninterrupted(case, tmp_path):
 def test_gimc_resume_keeps_eval_history_and_spec(tmp_path):
     X, Y = _gimc_data(seed=1)
     Xv, Yv = _gimc_data(seed=2, n=40)
-    kw = dict(features="nystrom", n_components=10, max_iter=6, tol=0.0, random_state=0)
+    kw = dict(features="nystrom", n_features_map=10, max_iter=6, tol=0.0, random_state=0)
     fit_kw = dict(eval_set=(Xv, Yv), eval_every=2)
     ref = GIMC(**kw).fit(X, Y, **fit_kw)
     ck = tmp_path / "c"
@@ -123,7 +123,7 @@ def test_gimc_resume_keeps_eval_history_and_spec(tmp_path):
 
 def test_gimc_finished_checkpoint_returns_at_once_and_extends(tmp_path):
     X, Y = _gimc_data(seed=4)
-    kw = dict(n_components=6, tol=0.0, random_state=1)
+    kw = dict(n_features_map=6, tol=0.0, random_state=1)
     ck = tmp_path / "c"
     short = GIMC(**kw, max_iter=3).fit(X, Y, checkpoint=ck, checkpoint_every=10)
     calls = []
@@ -137,19 +137,19 @@ def test_gimc_finished_checkpoint_returns_at_once_and_extends(tmp_path):
 def test_gimc_checkpoint_of_another_fit_is_refused(tmp_path):
     X, Y = _gimc_data()
     ck = tmp_path / "c"
-    GIMC(n_components=6, max_iter=2, random_state=0).fit(X, Y, checkpoint=ck)
+    GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X, Y, checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match=r"params\.alpha is 1\.0 there and 2\.0 here"):
-        GIMC(n_components=6, max_iter=2, random_state=0, alpha=2.0).fit(X, Y, checkpoint=ck)
+        GIMC(n_features_map=6, max_iter=2, random_state=0, alpha=2.0).fit(X, Y, checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match=r"data\.X\.shape is \[120, 6\] there and"):
-        GIMC(n_components=6, max_iter=2, random_state=0).fit(X[:100], Y[:100], checkpoint=ck)
+        GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X[:100], Y[:100], checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match="estimator is 'GIMC' there"):
         rows, cols = np.nonzero(X[:20] > 0)
-        GreedyLowRank(rank=2).fit((rows, cols, X[:20][rows, cols]), shape=(20, 6), checkpoint=ck)
+        GreedyLowRank(n_components=2).fit((rows, cols, X[:20][rows, cols]), shape=(20, 6), checkpoint=ck)
 
 
 def test_checkpoint_arguments_and_damage_are_reported(tmp_path):
     X, Y = _gimc_data()
-    est = GIMC(n_components=6, max_iter=2, random_state=0)
+    est = GIMC(n_features_map=6, max_iter=2, random_state=0)
     with pytest.raises(ValueError, match="checkpoint_every must be >= 1; got 0"):
         est.fit(X, Y, checkpoint=tmp_path / "a", checkpoint_every=0)
     with pytest.raises(TypeError, match="checkpoint must be a directory path"):
@@ -171,10 +171,10 @@ def test_checkpoint_arguments_and_damage_are_reported(tmp_path):
 
 
 GLRL_CASES = [
-    dict(loss="square", rank=8, init="mean", kind="real"),
-    dict(loss="logistic", rank=6, refit="economic", kind="sign"),
-    dict(loss="l1", rank=8, max_inner=2, step_schedule="search", kind="real"),
-    dict(loss="square", rank=12, init="bias", bias_reg=10.0, validation=True, n_iter_no_change=3,
+    dict(loss="square", n_components=8, init="mean", kind="real"),
+    dict(loss="logistic", n_components=6, refit="economic", kind="sign"),
+    dict(loss="l1", n_components=8, max_inner=2, step_schedule="search", kind="real"),
+    dict(loss="square", n_components=12, init="bias", bias_reg=10.0, validation=True, n_iter_no_change=3,
          kind="real"),
 ]
 
@@ -203,10 +203,10 @@ def test_glrl_resume_after_crash_equals_uninterrupted(case, tmp_path):
 def test_glrl_checkpoint_of_other_data_is_refused(tmp_path):
     X, shape = _glrl_data()
     ck = tmp_path / "c"
-    GreedyLowRank(rank=3).fit(X, shape=shape, checkpoint=ck)
+    GreedyLowRank(n_components=3).fit(X, shape=shape, checkpoint=ck)
     rows, cols, vals = X
     with pytest.raises(CheckpointMismatchError, match=r"data\.mean is"):
-        GreedyLowRank(rank=3).fit((rows, cols, vals + 1.0), shape=shape, checkpoint=ck)
+        GreedyLowRank(n_components=3).fit((rows, cols, vals + 1.0), shape=shape, checkpoint=ck)
 
 
 # ---------------------------------------------------------------------------- KernelMaxide
@@ -229,8 +229,8 @@ def _same_maxide(a, b):
 
 
 MAXIDE_CASES = [
-    (KernelMaxide, dict(n_landmarks=20)),
-    (KernelMaxide, dict(n_landmarks=20, cache_bytes=0)),  # F streamed, 2 trials per pass
+    (KernelMaxide, dict(n_features_map=20)),
+    (KernelMaxide, dict(n_features_map=20, cache_bytes=0)),  # F streamed, 2 trials per pass
     (Maxide, dict(n_components=4)),
 ]
 
@@ -238,7 +238,7 @@ MAXIDE_CASES = [
 @pytest.mark.parametrize("cls, case", MAXIDE_CASES, ids=["km-cached", "km-streamed", "maxide"])
 def test_maxide_resume_after_crash_equals_uninterrupted(cls, case, tmp_path):
     X, Yo = _maxide_data()
-    kw = dict(case, lam=0.1, max_iter=8, tol=0.0, random_state=1)
+    kw = dict(case, alpha=0.1, max_iter=8, tol=0.0, random_state=1)
     ref = cls(**kw).fit(X, Yo)
     assert ref.n_iter_ == 8
     ck = tmp_path / "c"
@@ -260,7 +260,7 @@ def test_maxide_resume_after_crash_equals_uninterrupted(cls, case, tmp_path):
 
 def test_maxide_finished_checkpoint_extends_and_refuses_other_fit(tmp_path):
     X, Yo = _maxide_data(seed=2)
-    kw = dict(n_landmarks=15, lam=0.1, tol=0.0, random_state=0)
+    kw = dict(n_features_map=15, alpha=0.1, tol=0.0, random_state=0)
     ck = tmp_path / "c"
     KernelMaxide(**kw, max_iter=4).fit(X, Yo, checkpoint=ck)
     seen = []
@@ -269,8 +269,8 @@ def test_maxide_finished_checkpoint_extends_and_refuses_other_fit(tmp_path):
     )
     assert seen == [5, 6, 7]
     _same_maxide(res, KernelMaxide(**kw, max_iter=7).fit(X, Yo))
-    with pytest.raises(CheckpointMismatchError, match=r"params\.lam is"):
-        KernelMaxide(**dict(kw, lam=0.2), max_iter=7).fit(X, Yo, checkpoint=ck)
+    with pytest.raises(CheckpointMismatchError, match=r"params\.alpha is"):
+        KernelMaxide(**dict(kw, alpha=0.2), max_iter=7).fit(X, Yo, checkpoint=ck)
 
 
 # ---------------------------------------------------------------------------- MVM
@@ -306,7 +306,7 @@ def test_mvm_sgd_resume_after_crash_equals_uninterrupted(cls, case, val, tmp_pat
     task = "classification" if cls is MultiViewMachineClassifier else "regression"
     V, y = _mvm_data(task=task)
     fit_kw = {"eval_set": _mvm_data(seed=1, n=60, task=task)} if val else {}
-    kw = dict(case, n_factors=3, solver="sgd", n_epochs=7, block_rows=64, random_state=2,
+    kw = dict(case, n_components=3, solver="sgd", n_epochs=7, block_rows=64, random_state=2,
               n_iter_no_change=2)
     ref = cls(**kw).fit(V, y, **fit_kw)
     ck = tmp_path / "c"
@@ -324,7 +324,7 @@ def test_mvm_lbfgs_resume_restarts_from_the_saved_iterate(tmp_path):
     """L-BFGS resumes from the saved iterate with a fresh curvature history: the iterations
     before the crash are the uninterrupted ones bitwise, the rest reach the same quality."""
     V, y = _mvm_data()
-    kw = dict(n_factors=3, solver="lbfgs", max_iter=20, random_state=2)
+    kw = dict(n_components=3, solver="lbfgs", max_iter=20, random_state=2)
     ref = MultiViewMachineRegressor(**kw).fit(V, y)
     assert ref.n_iter_ == 20
     ck = tmp_path / "c"
@@ -370,18 +370,18 @@ def make_estimator(which):
     """(estimator, X, params, fit kwargs) shared by the SIGKILL child and the parent."""
     if which == "gimc":
         X, Y = _gimc_data(seed=7, n=150)
-        kw = dict(features="fourier", n_components=8, max_iter=10, tol=0.0, random_state=5)
+        kw = dict(features="fourier", n_features_map=8, max_iter=10, tol=0.0, random_state=5)
         return GIMC(**kw), X, kw, {"Y": Y}
     if which == "kernelmaxide":
         X, Yo = _maxide_data(seed=7)
-        kw = dict(n_landmarks=20, lam=0.1, max_iter=8, tol=0.0, random_state=5)
+        kw = dict(n_features_map=20, alpha=0.1, max_iter=8, tol=0.0, random_state=5)
         return KernelMaxide(**kw), X, kw, {"Y": Yo}
     if which == "mvm-sgd":
         V, y = _mvm_data(seed=7)
-        kw = dict(n_factors=3, solver="sgd", n_epochs=7, block_rows=64, random_state=5)
+        kw = dict(n_components=3, solver="sgd", n_epochs=7, block_rows=64, random_state=5)
         return MultiViewMachineRegressor(**kw), V, kw, {"y": y}
     X, shape = _glrl_data(seed=8)
-    kw = dict(loss="square", rank=9, power_iter=5, random_state=2, init="mean")
+    kw = dict(loss="square", n_components=9, power_iter=5, random_state=2, init="mean")
     return GreedyLowRank(**kw), X, kw, {"shape": shape}
 
 

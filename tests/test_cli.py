@@ -195,7 +195,7 @@ def test_fit_and_evaluate_glrl_via_cli(tmp_path, capsys):
     )
     model = str(tmp_path / "m")
     assert (
-        main(["fit", "glrl", train, model, "--loss", "square", "--rank", "3", "--seed", "0", "-q"])
+        main(["fit", "glrl", train, model, "--loss", "square", "--n-components", "3", "--seed", "0", "-q"])
         == 0
     )
     capsys.readouterr()
@@ -203,9 +203,9 @@ def test_fit_and_evaluate_glrl_via_cli(tmp_path, capsys):
     res = json.loads(capsys.readouterr().out)
     assert set(res) >= {"mae", "rmse"} and 0 <= res["mae"] <= res["rmse"]
     # unknown option: one-line error naming the close matches
-    assert main(["fit", "glrl", train, model, "--rnak", "3"]) == 2
+    assert main(["fit", "glrl", train, model, "--n-componnts", "3"]) == 2
     err = capsys.readouterr().err
-    assert "unknown option --rnak" in err and "Did you mean --rank" in err
+    assert "unknown option --n-componnts" in err and "Did you mean --n-components" in err
 
 
 def test_fit_with_eval_store_prints_history(tmp_path, capsys):
@@ -215,7 +215,7 @@ def test_fit_with_eval_store_prints_history(tmp_path, capsys):
               "--n-features", "8", "--n-labels", "5", "-q"])  # fmt: skip
     capsys.readouterr()
     model = str(tmp_path / "m")
-    argv = ["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "4",
+    argv = ["fit", "gimc-lff", tr, model, "--n-features-map", "8", "--max-iter", "4",
             "--tol", "0", "--eval-store", va, "--eval-every", "2"]  # fmt: skip
     assert main(argv) == 0
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("iteration")]
@@ -479,15 +479,15 @@ def test_mask_labels_then_kernelmaxide_fit_and_ranking_loss(tmp_path, capsys):
     ds = open_dataset(m)
     Yo = ds["Y_obs"].read()
     assert set(np.unique(Yo.data)) <= {-1.0, 1.0} and 0 < Yo.nnz < 300 * 5
-    assert main(["fit", "kernelmaxide", m, model, "--n-landmarks", "30", "-q"]) in (0, None)
+    assert main(["fit", "kernelmaxide", m, model, "--n-features-map", "30", "-q"]) in (0, None)
     capsys.readouterr()
     assert main(["evaluate", model, m, "--metrics", "ranking_loss", "--json"]) in (0, None)
     out = json.loads(capsys.readouterr().out)
     assert 0.0 <= out["ranking_loss"] < 0.5
     # the built-in selection on the observed labels, from the CLI: its choice and table
     cvm = str(tmp_path / "kmcv.model")
-    assert main(["fit", "kernelmaxide-cv", m, cvm, "--n-landmarks", "30", "--gamma-scales",
-                 "1,4", "--lams", "0.5,8", "--max-iter", "20"]) in (0, None)  # fmt: skip
+    assert main(["fit", "kernelmaxide-cv", m, cvm, "--n-features-map", "30", "--gamma-scales",
+                 "1,4", "--alphas", "0.5,8", "--max-iter", "20"]) in (0, None)  # fmt: skip
     out = capsys.readouterr().out
     assert "chosen by cross-validation: gamma=" in out and "mean ranking loss" in out
     assert main(["evaluate", cvm, m, "--metrics", "ranking_loss", "--json"]) in (0, None)
@@ -528,9 +528,9 @@ def test_fit_imc_evaluate_predict_as_the_python_api(tmp_path, capsys):
     s, X1, X2 = _imc_stores(tmp_path)
     m = str(tmp_path / "m")
     argv = ["fit", "imc", s["tr"], m, "--row-features", s["rows"], "--col-features", s["cols"],
-            "--n-components", "2", "--lam", "0.001", "--max-iter", "4", "--seed", "0", "-q"]  # fmt: skip
+            "--n-components", "2", "--alpha", "0.001", "--max-iter", "4", "--seed", "0", "-q"]  # fmt: skip
     assert main(argv) == 0
-    py = InductiveMatrixCompletion(n_components=2, lam=0.001, max_iter=4, random_state=0)
+    py = InductiveMatrixCompletion(n_components=2, alpha=0.001, max_iter=4, random_state=0)
     py.fit(s["tr"], X_row=X1, X_col=X2)
     capsys.readouterr()
     assert main(["evaluate", m, s["te"], "--metrics", "mae,rmse", "--json"]) == 0
@@ -615,12 +615,12 @@ def test_cluster_refuses_bad_constraints_before_work(tmp_path, capsys):
 
 
 def test_cluster_lam_option_takes_auto_or_a_number():
-    # GIMCClustering's lam defaults to "auto" (a word); on the command line a number must
+    # GIMCClustering's alpha defaults to "auto" (a word); on the command line a number must
     # still arrive as a number, not the text "0.5"
     from ooc_lowrank import cli
 
     _, opts = cli.cluster_options()
-    (lam,) = [o for o in opts if o.name == "lam"]
+    (lam,) = [o for o in opts if o.name == "alpha"]
     assert lam.default == "auto"
     assert cli._convert(lam, "auto") == "auto"
     assert cli._convert(lam, "0.5") == 0.5 and isinstance(cli._convert(lam, "1e-1"), float)

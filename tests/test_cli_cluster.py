@@ -106,15 +106,15 @@ def test_dry_run_of_imc_and_clustering(stores, tmp_path, capsys):
 def test_dry_run_refusal_names_the_option(stores, tmp_path, capsys, cluster_client):
     """A fit too big for the workers is refused with the CLI option that fixes it."""
     argv = ["--scheduler", cluster_client.scheduler.address, "fit", "gimc-lff", stores["ml"],
-            str(tmp_path / "m"), "--n-components", "4000000", "--dry-run"]  # fmt: skip
+            str(tmp_path / "m"), "--n-features-map", "4000000", "--dry-run"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "per worker" in err and "--n-components (<=" in err
+    assert "per worker" in err and "--n-features-map (<=" in err
     assert not (tmp_path / "m").exists()
 
 
 def _glrl_fit(argv_head, store, model):
-    argv = [*argv_head, "fit", "glrl", store, model, "--rank", "3", "--seed", "0", "-q"]
+    argv = [*argv_head, "fit", "glrl", store, model, "--n-components", "3", "--seed", "0", "-q"]
     assert main(argv) == 0
     from ooc_lowrank import load
 
@@ -171,8 +171,8 @@ def _fit_and_evaluate(head, fit_argv, test_store, metrics, tmp_path, capsys, nam
 @pytest.mark.slow
 @pytest.mark.parametrize("dataset", ["movielens", "bibtex"])
 def test_readme_commands_on_a_local_cluster_equal_threads(dataset, tmp_path, capsys):
-    """README: ``fit glrl u1.base.zarr --loss l1 --rank 10 --refit none`` (MAE / RMSE on u1.test)
-    and ``fit gimc-lff bibtex-train.zarr --n-components 500 --seed 0`` (P@1,3,5 on the test
+    """README: ``fit glrl u1.base.zarr --loss l1 --n-components 10 --refit none`` (MAE / RMSE on u1.test)
+    and ``fit gimc-lff bibtex-train.zarr --n-features-map 500 --seed 0`` (P@1,3,5 on the test
     split): the same numbers to rounding on ``--local-cluster 2`` as on threads."""
     from conftest import data_file
 
@@ -183,7 +183,7 @@ def test_readme_commands_on_a_local_cluster_equal_threads(dataset, tmp_path, cap
             stores[part] = str(tmp_path / f"{part}.zarr")
             assert main(["convert", "movielens", str(src), stores[part], "--shape", "943,1682",
                          "-q"]) == 0  # fmt: skip
-        fit = ["glrl", stores["u1.base"], "--loss", "l1", "--rank", "10", "--refit", "none"]
+        fit = ["glrl", stores["u1.base"], "--loss", "l1", "--n-components", "10", "--refit", "none"]
         test, metrics, tol = stores["u1.test"], "mae,rmse", 1e-4
     else:
         xml = data_file("bibtex", "bibtex.xml")
@@ -192,7 +192,7 @@ def test_readme_commands_on_a_local_cluster_equal_threads(dataset, tmp_path, cap
             src = data_file("bibtex", f"bibtex-{part}.arff.gz")
             stores[part] = str(tmp_path / f"{part}.zarr")
             assert main(["convert", "arff", str(src), stores[part], "--xml", str(xml), "-q"]) == 0
-        fit = ["gimc-lff", stores["train"], "--n-components", "500", "--seed", "0"]
+        fit = ["gimc-lff", stores["train"], "--n-features-map", "500", "--seed", "0"]
         test, metrics, tol = stores["test"], "p@1,p@3,p@5", 5e-4
     threads = _fit_and_evaluate([], fit, test, metrics, tmp_path, capsys, "threads")
     cluster = _fit_and_evaluate(["--local-cluster", "2"], fit, test, metrics, tmp_path, capsys,

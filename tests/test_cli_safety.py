@@ -53,9 +53,9 @@ def _json_strict(out):
     return json.loads(out, parse_constant=refuse)
 
 
-def _model_n_components(path):
+def _model_n_components(path, key="n_components"):
     with open(os.path.join(path, "model.json")) as f:
-        return json.load(f)["params"]["n_components"]
+        return json.load(f)["params"][key]
 
 
 def _interrupt_local_save(tmp, monkeypatch):
@@ -94,7 +94,7 @@ def _memory_model_intact(tmp, out):
     assert left == ["m"], left  # no .tmp- / .old- siblings left behind
     with fs.open("/cli-safety/m/model.json") as f:
         saved = json.loads(f.read())
-    assert saved["params"]["n_components"] == 4  # the old model, untouched
+    assert saved["params"]["n_features_map"] == 4  # the old model, untouched
 
 
 def _generate(kind, name, *opts):
@@ -122,17 +122,17 @@ ROOT = os.geteuid() == 0 if hasattr(os, "geteuid") else False
 
 ROWS = [
     # ---------------------------------------------------------------- parameters
-    Row("param-typo-close-match", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--n-componets", "8"],
-        2, "unknown option --n-componets for `ooc-lowrank fit gimc-lff`. Did you mean "
-        "--n-components", no_work=True),
+    Row("param-typo-close-match", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--n-features-mp", "8"],
+        2, "unknown option --n-features-mp for `ooc-lowrank fit gimc-lff`. Did you mean "
+        "--n-features-map", no_work=True),
     Row("param-abbreviation-refused", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--n-comp", "8"],
         2, "unknown option --n-comp for", no_work=True),
     Row("param-gamma-nan", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--gamma", "nan"],
         2, "--gamma must be a finite number; got 'nan'", no_work=True),
     Row("param-alpha-inf", ["fit", "imc-rff", "{tr}", "{tmp}/new", "--alpha", "inf"],
         2, "--alpha must be a finite number; got 'inf'", no_work=True),
-    Row("param-glrl-l2-nan", ["fit", "glrl", "{rtr}", "{tmp}/new", "--l2", "nan"],
-        2, "--l2 must be a finite number; got 'nan'", no_work=True),
+    Row("param-glrl-alpha-nan", ["fit", "glrl", "{rtr}", "{tmp}/new", "--alpha", "nan"],
+        2, "--alpha must be a finite number; got 'nan'", no_work=True),
     Row("param-int-not-whole", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--max-iter", "2.5"],
         2, "--max-iter must be an integer; got '2.5'. Pass a whole number", no_work=True),
     Row("param-bool-garbage", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--normalize-rows", "maybe"],
@@ -151,7 +151,7 @@ ROWS = [
     Row("param-evaluate-option-typo", ["evaluate", "{m}", "{va}", "--metric", "p@1"],
         2, "unknown option --metric for `ooc-lowrank evaluate`. Did you mean --metrics"),
     Row("param-no-flag-spelling", ["fit", "gimc-lff", "{tr}", "{tmp}/new", "--no-normalize-rows",
-        "--n-components", "4", "--max-iter", "1", "-q"], 0,
+        "--n-features-map", "4", "--max-iter", "1", "-q"], 0,
         check=lambda tmp, out: os.path.isfile(tmp / "new" / "model.json")),
     Row("param-json-never-infinity", ["evaluate", "{gm}", "{rte}", "--metrics", "mae,rmse",
         "--json"], 0, "rmse=inf", check=lambda tmp, out: _json_strict(out)["rmse"] is None,
@@ -199,8 +199,8 @@ ROWS = [
     Row("loc-fit-onto-model-needs-overwrite", ["fit", "gimc-lff", "{tr}", "{m}"],
         2, "MODEL already holds a model", no_work=True),
     Row("loc-fit-onto-model-overwrite", ["fit", "gimc-lff", "{tr}", "{m}", "--overwrite",
-        "--n-components", "6", "--max-iter", "1", "-q"], 0,
-        check=lambda tmp, out: _model_n_components(tmp / "m") == 6),
+        "--n-features-map", "6", "--max-iter", "1", "-q"], 0,
+        check=lambda tmp, out: _model_n_components(tmp / "m", "n_features_map") == 6),
     Row("loc-fit-under-a-file", ["fit", "gimc-lff", "{tr}", "{tmp}/afile/m"],
         2, "must be under a folder, but", no_work=True),
     Row("loc-fit-unwritable-location", ["fit", "gimc-lff", "{tr}", "/proc/ooc-lowrank-probe/m"],
@@ -284,10 +284,10 @@ ROWS = [
         "{rtr}"], 2, "must have one row per row of the observed matrix"),
     # ---------------------------------------------------------------- interruption
     Row("int-local-save-interrupted", ["fit", "gimc-lff", "{tr}", "{m}", "--overwrite",
-        "--n-components", "6", "--max-iter", "1", "-q"], 130, "interrupted",
+        "--n-features-map", "6", "--max-iter", "1", "-q"], 130, "interrupted",
         setup=_interrupt_local_save),
     Row("int-url-save-interrupted-keeps-old-model", ["fit", "gimc-lff", "{tr}",
-        "memory://cli-safety/m", "--overwrite", "--n-components", "6", "--max-iter", "1", "-q"],
+        "memory://cli-safety/m", "--overwrite", "--n-features-map", "6", "--max-iter", "1", "-q"],
         130, "interrupted", setup=_interrupt_memory_move, check=_memory_model_intact),
 ]  # fmt: skip
 
@@ -309,7 +309,7 @@ def base(tmp_path_factory):
         argv = ["generate", "multilabel", str(d / name), "--rows", rows, "--seed", seed,
                 "--n-features", "6", "--n-labels", "5", "-q"]  # fmt: skip
         assert main(argv) == 0
-    argv = ["fit", "gimc-lff", str(d / "tr.zarr"), str(d / "m"), "--n-components", "4",
+    argv = ["fit", "gimc-lff", str(d / "tr.zarr"), str(d / "m"), "--n-features-map", "4",
             "--max-iter", "2", "--seed", "0", "-q"]  # fmt: skip
     assert main(argv) == 0
     rng = np.random.default_rng(0)
@@ -319,7 +319,7 @@ def base(tmp_path_factory):
     obs.data = obs.data.copy()
     obs.data[0] = 1e200  # its squared error overflows: RMSE = inf
     write_arrays(str(d / "rte.zarr"), {"obs": obs}, kinds={"obs": "coo"})
-    assert main(["fit", "glrl", str(d / "rtr.zarr"), str(d / "gm"), "--rank", "2", "-q"]) == 0
+    assert main(["fit", "glrl", str(d / "rtr.zarr"), str(d / "gm"), "--n-components", "2", "-q"]) == 0
     write_arrays(str(d / "rf.zarr"), {"X": rng.normal(size=(30, 3))})
     write_arrays(str(d / "cf.zarr"), {"X": rng.normal(size=(20, 2))})
     y = np.repeat([0.0, 1.0], 20)[:, None]
@@ -413,7 +413,7 @@ def test_url_save_interrupted_keeps_old_model(base, monkeypatch):
 
     _interrupt_memory_move(base, monkeypatch)
     est = load(str(base / "m"))
-    est.n_components = 6  # so that the old and the new model differ
+    est.n_features_map = 6  # so that the old and the new model differ
     with pytest.raises(KeyboardInterrupt):
         est.save("memory://cli-safety/m", overwrite=True)
     _memory_model_intact(base, "")

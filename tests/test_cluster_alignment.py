@@ -38,7 +38,7 @@ def test_clustering_on_a_cluster_equals_the_threaded_fit(cluster_client, rng):
     cons = sample_constraints(y, 5 * X.shape[0], random_state=1)
     # one iteration is enough to show the difference (3e-17 before the fix; over 10
     # iterations the fit amplifies it to an embedding 8 % away); every pass is ~0.2 s here
-    kw = dict(n_clusters=3, lam=1.0, n_features_map=100, max_iter=1, cg_iter=1, block_rows=100,
+    kw = dict(n_clusters=3, alpha=1.0, n_features_map=100, max_iter=1, cg_iter=1, block_rows=100,
               n_init=1, random_state=0)  # fmt: skip
     threaded = GIMCClustering(**kw).fit(X, constraints=cons)
     with dask.config.set(scheduler=cluster_client):

@@ -73,7 +73,7 @@ CASES = [
 def test_block_memory_model_matches_measured_allocations(case, rng):
     c = dict(case)
     X, Y = _data(rng, c["n"], c["d"], c["L"], c["dtype"], c.get("density"))
-    est = GIMC(features=c["features"], n_components=c["m"], n_trials=2, block_rows=c["n"])
+    est = GIMC(features=c["features"], n_features_map=c["m"], n_trials=2, block_rows=c["n"])
     e = est.estimate(X, Y)
     assert e["n_blocks"] == 1 and e["block_rows"] == c["n"] and e["n_trials"] == 2
     # the block functions' inputs, as the fit passes them (one block)
@@ -103,23 +103,23 @@ def test_estimate_reports_passes_sizes_and_store_bytes(rng, tmp_path):
     from ooc_lowrank.storage import open_dataset
 
     ds = open_dataset(url)
-    e = GIMC(n_components=40, max_iter=10, cache_bytes=0).estimate(ds)
+    e = GIMC(n_features_map=40, max_iter=10, cache_bytes=0).estimate(ds)
     assert e["n_rows"] == 1200 and e["n_blocks"] == 4 and e["block_rows"] == 300
     assert e["n_phi"] == 80 and e["n_params"] == 40 and not e["resident"]
     assert e["n_trials"] == 1 and e["passes_per_iteration"] == {"typical": 2, "max": 21}
     assert e["max_passes"] == 1 + 10 * 21 and e["read_bytes_per_pass"] == e["store_bytes"]
-    two = GIMC(n_components=40, max_iter=10, cache_bytes=0, n_trials=2).estimate(ds)
+    two = GIMC(n_features_map=40, max_iter=10, cache_bytes=0, n_trials=2).estimate(ds)
     assert two["passes_per_iteration"]["max"] == 11 and two["max_passes"] == 1 + 10 * 11
     on_disk = _du(url)
     # arrays as stored (no compression) + a few kB of JSON metadata
     assert e["store_bytes"] <= on_disk <= e["store_bytes"] * 1.02 + 64 * 1024, (on_disk, e)
     # no cluster: the verdict is against the memory available to this process (issue 23)
     assert e["fits"] is True and e["worker_memory_limit"] is None and e["memory_cap"] > 0
-    resident = GIMC(n_components=40).estimate(X, Y)
+    resident = GIMC(n_features_map=40).estimate(X, Y)
     assert resident["resident"] and resident["n_trials"] == 1
     assert resident["passes_per_iteration"]["max"] == 21
     # the same estimate; memory_cap is this machine's available memory at the call (it moves)
-    again = estimate_memory(GIMC(n_components=40), X, Y)
+    again = estimate_memory(GIMC(n_features_map=40), X, Y)
     assert again.pop("memory_cap") > 0
     assert again == {k: v for k, v in resident.items() if k != "memory_cap"}
     assert not hasattr(GIMC(), "n_features_in_")  # estimate leaves the estimator unfitted
@@ -129,23 +129,23 @@ def test_estimate_reports_passes_sizes_and_store_bytes(rng, tmp_path):
 
 def test_fit_that_cannot_fit_a_worker_is_refused_before_it_starts(rng, cluster_client):
     X, Y = _data(rng, 200, 6, 5)
-    big = GIMC(n_components=9000, max_iter=1)  # D = 18000: a 2.6 GB Gram statistic per task
+    big = GIMC(n_features_map=9000, max_iter=1)  # D = 18000: a 2.6 GB Gram statistic per task
     with dask.config.set(scheduler=cluster_client):
         e = big.estimate(X, Y)
         assert e["n_workers"] == 2 and e["worker_memory_limit"] == 2 * 2**30
         assert e["fits"] is False and e["worker_bytes"] > 0.8 * 2 * 2**30
-        m_ok = e["suggest"]["n_components"]
+        m_ok = e["suggest"]["n_features_map"]
         assert 0 < m_ok < 9000
         with pytest.raises(WorkerMemoryError) as err:
             big.fit(X, Y)
         assert not hasattr(big, "coef_")
         msg = str(err.value)
         assert "per worker" in msg and "memory_limit 2.00 GiB" in msg
-        assert f"n_components (<= {m_ok})" in msg and "n_components=9000" in msg
-        ok = GIMC(n_components=m_ok).estimate(X, Y)
+        assert f"n_features_map (<= {m_ok})" in msg and "n_features_map=9000" in msg
+        ok = GIMC(n_features_map=m_ok).estimate(X, Y)
         assert ok["fits"] is True
-        assert GIMC(n_components=m_ok + 1).estimate(X, Y)["fits"] is False
-        small = GIMC(n_components=8, max_iter=1).fit(X, Y)  # fits: runs
+        assert GIMC(n_features_map=m_ok + 1).estimate(X, Y)["fits"] is False
+        small = GIMC(n_features_map=8, max_iter=1).fit(X, Y)  # fits: runs
     assert small.n_iter_ == 1
 
 
@@ -160,12 +160,12 @@ def test_block_rows_suggestion_for_wide_blocks(cluster_client):
         return X, Y
 
     with dask.config.set(scheduler=cluster_client):
-        e = GIMC(n_components=100).estimate(*inputs(200_000))
+        e = GIMC(n_features_map=100).estimate(*inputs(200_000))
         assert e["fits"] is False and not e["resident"] and e["block_rows"] == 200_000
         r = e["suggest"]["block_rows"]
         assert 0 < r < 200_000
-        assert GIMC(n_components=100).estimate(*inputs(r))["fits"] is True
-        assert GIMC(n_components=100).estimate(*inputs(int(r * 1.2)))["fits"] is False
+        assert GIMC(n_features_map=100).estimate(*inputs(r))["fits"] is True
+        assert GIMC(n_features_map=100).estimate(*inputs(int(r * 1.2)))["fits"] is False
     assert engine.active_client() is None
 
 
@@ -190,7 +190,7 @@ def test_kernelmaxide_block_memory_model_matches_measured_allocations(case, rng)
     X = rng.standard_normal((n, d)).astype(dt)
     Yo = sp.csr_matrix(mask_labels(sp.csr_matrix((rng.random((n, L)) < 0.3).astype(float)),
                                    omega=50, random_state=0))
-    km = KernelMaxide(n_landmarks=r, gamma=0.1, cache_bytes=0 if streamed else None)
+    km = KernelMaxide(n_features_map=r, gamma=0.1, cache_bytes=0 if streamed else None)
     e = km.estimate(X, Yo)
     assert e["f_cached"] is (not streamed) and e["n_blocks"] == max(1, min(4, n // 1024))
     b = -(-n // e["n_blocks"])  # the model is of one block task: measure one (equal) block
@@ -217,7 +217,7 @@ def test_mvm_block_memory_model_matches_measured_allocations(density, rng):
     if density:
         V = [sp.csr_matrix(np.where(rng.random(v.shape) < density, v, 0.0)) for v in V]
     y = rng.standard_normal(4000)
-    e = MultiViewMachineRegressor(n_factors=16, block_rows=4000, solver="lbfgs").estimate(V, y)
+    e = MultiViewMachineRegressor(n_components=16, block_rows=4000, solver="lbfgs").estimate(V, y)
     assert e["n_blocks"] == 1 and e["n_params"] == 52 * 16 + 1
     lay = _Layout([30, 20])
     fn = functools.partial(mvm_blocks.loss_grad, **lay.kw(2), loss=LOSS_CODES["square"],
@@ -233,7 +233,7 @@ def test_glrl_block_memory_model_matches_measured_allocations(shape, density, rn
     """The power pass allocates its two full-length vectors: measured / model 1.0-1.02."""
     rows, cols = np.nonzero(rng.random(shape) < density)
     vals = rng.standard_normal(rows.size)
-    e = GreedyLowRank(rank=5).estimate((rows, cols, vals), shape=shape)
+    e = GreedyLowRank(n_components=5).estimate((rows, cols, vals), shape=shape)
     assert e["n_observed"] == rows.size and e["state_bytes_per_worker"] == 8 * sum(shape) * 7
     B = sp.csr_matrix((vals, (rows, cols)), shape=shape)
     U, V = rng.standard_normal((shape[0], 5)), rng.standard_normal((shape[1], 5))
@@ -250,7 +250,7 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     X = rng.standard_normal((200, 5))
     Yo = mask_labels(sp.csr_matrix((rng.random((200, 6)) < 0.3).astype(float)), omega=50,
                      random_state=0)
-    km = KernelMaxide(n_landmarks=30, max_iter=6, tol=0.0, random_state=0)
+    km = KernelMaxide(n_features_map=30, max_iter=6, tol=0.0, random_state=0)
     e = km.estimate(X, Yo)
     assert not hasattr(km, "coef_")
     km.fit(X, Yo)
@@ -264,7 +264,7 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     # GreedyLowRank: at most max per greedy step
     rows, cols = np.nonzero(rng.random((60, 50)) < 0.3)
     obs = (rows, cols, rng.standard_normal(rows.size))
-    g = GreedyLowRank(rank=4, power_iter=5, random_state=0)
+    g = GreedyLowRank(n_components=4, power_iter=5, random_state=0)
     eg = g.estimate(obs, shape=(60, 50))
     g.fit(obs, shape=(60, 50))
     assert g.n_passes_ <= eg["max_passes"], (g.n_passes_, eg)
@@ -273,7 +273,7 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     y = rng.standard_normal(300)
     url = str(tmp_path / "mv.zarr")
     write_arrays(url, {"X0": V[0], "X1": V[1], "y": y[:, None]}, block_rows=100)
-    mv = MultiViewMachineRegressor(n_factors=3, n_epochs=4, random_state=0, solver="sgd")
+    mv = MultiViewMachineRegressor(n_components=3, n_epochs=4, random_state=0, solver="sgd")
     em = mv.estimate(url)
     mv.fit(url)
     assert em["n_blocks"] == 3 and em["view_sizes"] == [4, 3]
@@ -297,8 +297,8 @@ def test_other_methods_refuse_a_fit_that_cannot_fit_a_worker(cluster_client):
     factors cannot be shipped."""
     with dask.config.set(scheduler=cluster_client):
         for est, make in (
-            (KernelMaxide(n_landmarks=100, cache_bytes=0), lambda r: _lazy(r, 2000)),
-            (MultiViewMachineRegressor(n_factors=4, solver="lbfgs"),
+            (KernelMaxide(n_features_map=100, cache_bytes=0), lambda r: _lazy(r, 2000)),
+            (MultiViewMachineRegressor(n_components=4, solver="lbfgs"),
              lambda r: (lambda X, y: ([X], y))(*_lazy(r, 2000, y_cols=1))),
         ):
             e = est.estimate(*make(200_000))
@@ -312,14 +312,14 @@ def test_other_methods_refuse_a_fit_that_cannot_fit_a_worker(cluster_client):
             assert not hasattr(est, "coef_")
         rows = np.array([0, 1, 2])
         obs, shape = (rows, rows, np.ones(3)), (1_000_000, 1_000_000)
-        big = GreedyLowRank(rank=200)  # U and V: 3.2 GB of shipped factors
+        big = GreedyLowRank(n_components=200)  # U and V: 3.2 GB of shipped factors
         e = big.estimate(obs, shape=shape)
-        k = e["suggest"]["rank"]
+        k = e["suggest"]["n_components"]
         assert e["fits"] is False and 0 < k < 200
-        assert GreedyLowRank(rank=k).estimate(obs, shape=shape)["fits"] is True
-        with pytest.raises(WorkerMemoryError, match=rf"a smaller rank \(<= {k}\)") as err:
+        assert GreedyLowRank(n_components=k).estimate(obs, shape=shape)["fits"] is True
+        with pytest.raises(WorkerMemoryError, match=rf"a smaller n_components \(<= {k}\)") as err:
             big.fit(obs, shape=shape)
-        assert "rank=200" in str(err.value) and "memory_limit 2.00 GiB" in str(err.value)
+        assert "n_components=200" in str(err.value) and "memory_limit 2.00 GiB" in str(err.value)
         assert not hasattr(big, "U_")
     assert engine.active_client() is None
 

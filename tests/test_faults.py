@@ -139,7 +139,7 @@ def test_fit_fails_clearly_when_every_worker_is_killed_mid_fit(scheduler_only):
                 for p in procs:
                     p.wait(30)
 
-        est = GIMC(n_components=6, max_iter=5, tol=0.0, block_rows=50, callback=kill_all)
+        est = GIMC(n_features_map=6, max_iter=5, tol=0.0, block_rows=50, callback=kill_all)
         with dask.config.set({"scheduler": client, "ooc_lowrank.no_worker_timeout": 2.0}):
             with pytest.raises(NoWorkersError, match="no Dask worker alive for 2 s"):
                 est.fit(X, Y)

@@ -48,7 +48,7 @@ def _ml_data(rng, n=400, d=8, L=12, dtype=np.float64):
     return X, Y
 
 
-SMALL = dict(n_components=12, max_iter=6, random_state=0)
+SMALL = dict(n_features_map=12, max_iter=6, random_state=0)
 
 # ------------------------------------------------------------------------------ SPEC checks
 
@@ -177,7 +177,7 @@ def test_fit_objective_monotone_and_callback(rng, features, learn):
 
 def test_gimc_beats_imc_on_structured_data(rng):
     X, Y = _ml_data(rng, n=800)
-    kw = dict(n_components=20, alpha=0.5, random_state=1)
+    kw = dict(n_features_map=20, alpha=0.5, random_state=1)
     lff = GIMC(max_iter=30, **kw).fit(X[:600], Y[:600])
     rff = GIMC(learn_features=False, **kw).fit(X[:600], Y[:600])
     assert lff.objective_[-1] < rff.objective_[-1]
@@ -259,7 +259,7 @@ def test_normalize_rows_equals_prenormalized_input(rng, tmp_path, features):
 def test_multiclass_strings_and_accuracy(rng):
     X = rng.standard_normal((300, 4))
     y = np.where(X[:, 0] * X[:, 1] > 0, "pos", np.where(X[:, 2] > 0, "a", "b"))
-    g = GIMC(n_components=30, max_iter=10, random_state=0).fit(X, y)
+    g = GIMC(n_features_map=30, max_iter=10, random_state=0).fit(X, y)
     assert list(g.classes_) == ["a", "b", "pos"]
     assert g.predict(X).dtype.kind == "U"
     acc = g.score(X, y)
@@ -336,7 +336,7 @@ def test_distributed_fit_equals_threaded(rng, cluster_client):
 @pytest.mark.parametrize(
     "params, match",
     [
-        (dict(n_components=0), "n_components must be >= 1"),
+        (dict(n_features_map=0), "n_features_map must be >= 1"),
         (dict(gamma=0.0), "gamma must be > 0"),
         (dict(gamma=-1.0), "gamma must be > 0"),
         (dict(alpha=0), "alpha must be > 0"),
@@ -478,9 +478,9 @@ def _sklearn_checks():
 
     return parametrize_with_checks(
         [
-            GIMC(n_components=10, max_iter=3, random_state=0),
+            GIMC(n_features_map=10, max_iter=3, random_state=0),
             GIMCCV(
-                n_components=5, gamma_scales=(0.125,), alphas=(1.0,), max_iter=2, cv=2,
+                n_features_map=5, gamma_scales=(0.125,), alphas=(1.0,), max_iter=2, cv=2,
                 random_state=0,
             ),
             FourierFeatures(n_components=10, random_state=0),
@@ -505,7 +505,7 @@ def test_multilabel_predict_is_representation_invariant():
 
     X, y = make_multilabel_classification(n_samples=100, n_features=10, n_classes=3, random_state=0)
     preds = [
-        GIMC(n_components=10, max_iter=3, random_state=0).fit(X[:80], yy).predict(X[80:])
+        GIMC(n_features_map=10, max_iter=3, random_state=0).fit(X[:80], yy).predict(X[80:])
         for yy in (y[:80], y[:80].tolist(), list(y[:80]))
     ]
     for p in preds[1:]:
@@ -518,14 +518,14 @@ def test_in_memory_blocks_are_sized_by_the_feature_dimension():
     from ooc_lowrank import engine
 
     X = np.zeros((100_000, 100), np.float32)
-    g = GIMC(n_components=500)
+    g = GIMC(n_features_map=500)
     br = g._memory_block_rows(X)
     n_blocks = -(-X.shape[0] // br)
     assert br * 2 * 500 * 4 <= engine.TARGET_BLOCK_BYTES * 1.01 and n_blocks == 24
     assert n_blocks * br - X.shape[0] < n_blocks  # balanced: the last block is not a stub
-    assert GIMC(n_components=500, features="nystrom")._memory_block_rows(X) == 8334
-    assert GIMC(n_components=500, block_rows=777)._memory_block_rows(X) == 777
-    assert GIMC(n_components=4)._memory_block_rows(X[:10]) == 10  # small data: one block
+    assert GIMC(n_features_map=500, features="nystrom")._memory_block_rows(X) == 8334
+    assert GIMC(n_features_map=500, block_rows=777)._memory_block_rows(X) == 777
+    assert GIMC(n_features_map=4)._memory_block_rows(X[:10]) == 10  # small data: one block
 
 
 def test_trial_grouping_changes_work_not_the_fit(rng, tmp_path):
@@ -639,13 +639,13 @@ def test_auto_defaults_resolved_on_the_input(rng, tmp_path):
     from ooc_lowrank.gimc.features import median_gamma
 
     Xb, Yb = _bow_data(rng)  # n <= 1000: the heuristic's sample is every row
-    auto = dict(n_components=12, max_iter=3, random_state=0, normalize_rows="auto")
+    auto = dict(n_features_map=12, max_iter=3, random_state=0, normalize_rows="auto")
     g = GIMC(**auto).fit(Xb, Yb)
     assert g.normalize_rows_ is True and g.spec_.row_norm
     scale = GIMC().gamma_scale
     assert g.gamma_ == [pytest.approx(scale * median_gamma(l2_normalize_rows(Xb)), rel=1e-12)]
     # the same as asking for it explicitly (the dense copy is classified the same way)
-    ref = GIMC(n_components=12, max_iter=3, random_state=0, normalize_rows=True).fit(Xb, Yb)
+    ref = GIMC(n_features_map=12, max_iter=3, random_state=0, normalize_rows=True).fit(Xb, Yb)
     np.testing.assert_allclose(g.objective_, ref.objective_, rtol=1e-12)
     gd = GIMC(**auto).fit(Xb.toarray(), Yb)
     assert gd.normalize_rows_ is True
@@ -659,7 +659,7 @@ def test_auto_defaults_resolved_on_the_input(rng, tmp_path):
     assert g.normalize_rows_ is False and not g.spec_.row_norm
     assert g.gamma_ == [pytest.approx(0.5 * median_gamma(X), rel=1e-12)]
     # explicit settings win over the data-dependent ones
-    g = GIMC(n_components=12, max_iter=3, random_state=0, gamma=0.3, normalize_rows=True)
+    g = GIMC(n_features_map=12, max_iter=3, random_state=0, gamma=0.3, normalize_rows=True)
     g.fit(X, Y)
     assert g.normalize_rows_ is True and g.gamma_ == [0.3]
 

@@ -11,7 +11,7 @@ import ooc_lowrank as ool
 from ooc_lowrank.gimc import GIMC, GIMCCV
 from ooc_lowrank.gimc.cv import kfold_ids
 
-SMALL = dict(n_components=6, max_iter=4, random_state=3, gamma_scales=[0.5, 1.0], alphas=[0.3, 3.0])
+SMALL = dict(n_features_map=6, max_iter=4, random_state=3, gamma_scales=[0.5, 1.0], alphas=[0.3, 3.0])
 
 
 def _separate(cv, X, Y, fold, metric):
@@ -23,7 +23,7 @@ def _separate(cv, X, Y, fold, metric):
             tr, va = fold != k, fold == k
             g = GIMC(
                 features=cv.features,
-                n_components=cv.n_components,
+                n_features_map=cv.n_features_map,
                 gamma=p["gamma"],
                 alpha=p["alpha"],
                 learn_features=cv.learn_features,
@@ -74,7 +74,7 @@ def test_refit_and_delegation(rng):
     cv = GIMCCV(cv=3, **SMALL).fit(X, Y)
     p = cv.best_params_
     ref = GIMC(
-        n_components=6,
+        n_features_map=6,
         gamma=p["gamma"],
         alpha=p["alpha"],
         max_iter=p["max_iter"],
@@ -152,7 +152,7 @@ def test_local_cluster_equals_threaded(rng, cluster_client):
         (dict(cv=np.zeros(7, int)), ValueError, "cv"),
         (dict(scoring="p@0"), ValueError, "metric"),
         (dict(scoring="p@1,p@3"), ValueError, "scoring"),
-        (dict(n_components=0), ValueError, "n_components"),
+        (dict(n_features_map=0), ValueError, "n_features_map"),
         (dict(batch_bytes=0), ValueError, "batch_bytes"),
     ],
 )

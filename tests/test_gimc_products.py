@@ -19,7 +19,7 @@ def test_each_pass_makes_one_projection_per_block_and_trial(rng, monkeypatch, n_
     calls = []
     dot = _blocks._dot
     monkeypatch.setattr(_blocks, "_dot", lambda Xb, U: calls.append(Xb.shape[0]) or dot(Xb, U))
-    g = GIMC(n_components=8, max_iter=3, tol=0.0, random_state=0, n_trials=n_trials,
+    g = GIMC(n_features_map=8, max_iter=3, tol=0.0, random_state=0, n_trials=n_trials,
              block_rows=100).fit(X, Y)
     n_blocks = 3
     stats_passes = g.n_passes_ - 1 - g.n_iter_  # init pass + one gradient pass per iteration

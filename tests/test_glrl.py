@@ -349,7 +349,7 @@ def test_nonsmooth_l1_reduces_objective(schedule, rng):  # SPEC check 23
 
 def test_nonsmooth_hinge_runs_and_improves(rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
-    est = GreedyLowRank(loss="hinge", rank=5, step_size=1.0).fit((rows, cols, vals), shape=M.shape)
+    est = GreedyLowRank(loss="hinge", n_components=5, step_size=1.0).fit((rows, cols, vals), shape=M.shape)
     assert est.objective_path_.min() < est.objective_path_[0]
     assert est.evaluate((rows, cols, vals), ["sign_accuracy"])["sign_accuracy"] > 0.6
 
@@ -441,7 +441,7 @@ def test_exact_refits_give_the_same_result_for_any_blocking(refit, rng):
     M, rows, cols, vals = _lowrank(rng, noise=0.1)
     fits = []
     for br in (60, 30, 7):  # 1 block, 2 blocks, uneven blocks
-        est = GreedyLowRank(loss="square", rank=4, refit=refit, power_iter=6, block_rows=br)
+        est = GreedyLowRank(loss="square", n_components=4, refit=refit, power_iter=6, block_rows=br)
         fits.append(est.fit((rows, cols, vals), shape=M.shape))
     for f in fits[1:]:
         np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
@@ -453,7 +453,7 @@ def test_same_result_for_any_blocking(refit, rng):
     M, rows, cols, vals = _lowrank(rng, kind="sign")
     fits = []
     for br in (None, 30, 7):  # 1 block, 2 blocks, uneven blocks
-        est = GreedyLowRank(loss="logistic", rank=3, refit=refit, power_iter=6, block_rows=br or 60)
+        est = GreedyLowRank(loss="logistic", n_components=3, refit=refit, power_iter=6, block_rows=br or 60)
         fits.append(est.fit((rows, cols, vals), shape=M.shape))
     for f in fits[1:]:
         np.testing.assert_allclose(f.objective_path_, fits[0].objective_path_, rtol=1e-9)
@@ -465,9 +465,9 @@ def test_same_result_for_any_blocking(refit, rng):
 @pytest.mark.parametrize(
     "kw",
     [
-        dict(loss="logistic", rank=2, refit="economic", power_iter=4, lbfgs_iter=2),
-        dict(loss="square", rank=3, refit="full", power_iter=4),  # exact: Gram kept
-        dict(loss="square", rank=3, refit="economic", power_iter=4),  # exact 2 x 2
+        dict(loss="logistic", n_components=2, refit="economic", power_iter=4, lbfgs_iter=2),
+        dict(loss="square", n_components=3, refit="full", power_iter=4),  # exact: Gram kept
+        dict(loss="square", n_components=3, refit="economic", power_iter=4),  # exact 2 x 2
     ],
     ids=["logistic-lbfgs", "square-full-exact", "square-econ-exact"],
 )
@@ -492,7 +492,7 @@ def test_store_and_local_cluster_give_identical_results(kw, rng, tmp_path, clust
 
 def test_one_pass_per_power_iteration(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
-    kw = dict(loss="square", rank=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20)
+    kw = dict(loss="square", n_components=3, refit="none", power_iter=7, power_tol=0.0, block_rows=20)
     # several blocks: the engine path; cache_bytes=0: no gradient cache, every pass streams
     est = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, vals), shape=M.shape)
     # 1 validation pass + 1 objective pass at X=0 + per step: power_iter passes, the last of
@@ -503,7 +503,7 @@ def test_one_pass_per_power_iteration(rng, counting_scheduler):
 
 def test_gradient_cache_reads_the_data_twice_per_step(rng, counting_scheduler):
     M, rows, cols, vals = _lowrank(rng)
-    kw = dict(loss="logistic", rank=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
+    kw = dict(loss="logistic", n_components=3, refit="full", power_iter=7, power_tol=0.0, block_rows=20)
     kw["init"] = "zero"  # three greedy steps (init="auto" would spend two terms on biases)
     S = np.sign(vals)
     ref = GreedyLowRank(cache_bytes=0, **kw).fit((rows, cols, S), shape=M.shape)
@@ -524,7 +524,7 @@ def test_estimator_predict_topk_evaluate_save_load(rng, tmp_path):
     seen = []
     est = GreedyLowRank(
         loss="square",
-        rank=5,
+        n_components=5,
         init="mean",
         power_iter=8,
         callback=lambda i, t, f: seen.append((i, f)),
@@ -554,8 +554,8 @@ def test_fit_on_store_float32(rng, tmp_path):
     csr = naive.to_csr(rows, cols, vals.astype(np.float32), M.shape)
     csr.data = csr.data.astype(np.float32)
     ds = write_arrays(str(tmp_path / "s.zarr"), {"obs": csr}, kinds={"obs": "coo"}, block_rows=11)
-    est = GreedyLowRank(loss="square", rank=2, power_iter=5).fit(ds)
-    ref = GreedyLowRank(loss="square", rank=2, power_iter=5, block_rows=11).fit(
+    est = GreedyLowRank(loss="square", n_components=2, power_iter=5).fit(ds)
+    ref = GreedyLowRank(loss="square", n_components=2, power_iter=5, block_rows=11).fit(
         (rows, cols, vals.astype(np.float32)), shape=M.shape
     )
     np.testing.assert_allclose(est.objective_path_, ref.objective_path_, rtol=1e-9)
@@ -567,7 +567,7 @@ def test_validation_early_stopping_keeps_best(rng):
     tr = rng.random(rows.size) < 0.8
     est = GreedyLowRank(
         loss="square",
-        rank=15,
+        n_components=15,
         validation=(rows[~tr], cols[~tr], vals[~tr]),
         n_iter_no_change=2,
         power_iter=8,
@@ -584,8 +584,8 @@ def test_duplicates_policy(rng):
     vals = np.array([1.0, 3.0, 2.0, -1.0, 0.5])
     msg = r"repeat a \(row, col\) pair.*1 repeated.*duplicates='keep'"
     with pytest.raises(ValueError, match=msg):
-        GreedyLowRank(rank=1).fit((rows, cols, vals), shape=(3, 3))
-    est = GreedyLowRank(rank=1, duplicates="keep", refit="full").fit(
+        GreedyLowRank(n_components=1).fit((rows, cols, vals), shape=(3, 3))
+    est = GreedyLowRank(n_components=1, duplicates="keep", refit="full").fit(
         (rows, cols, vals), shape=(3, 3)
     )
     assert est.n_observed_ == 5  # both copies are separate observations
@@ -607,18 +607,18 @@ def test_bad_input_is_refused_before_work(bad, match, counting_scheduler):
     d = dict(rows=np.array([0, 1]), cols=np.array([0, 1]), vals=np.array([1.0, -1.0]))
     d.update(bad)
     with pytest.raises(ValueError, match=match):
-        GreedyLowRank(rank=2).fit((d["rows"], d["cols"], d["vals"]), shape=(4, 3))
+        GreedyLowRank(n_components=2).fit((d["rows"], d["cols"], d["vals"]), shape=(4, 3))
     assert counting_scheduler.count <= 1  # at most the validation pass ran
 
 
 def test_bad_labels_and_params():
     rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
     with pytest.raises(ValueError, match=r"labels in \{-1, \+1\} for loss='logistic'.*1 of 3"):
-        GreedyLowRank(loss="logistic", rank=2).fit(
+        GreedyLowRank(loss="logistic", n_components=2).fit(
             (rows, cols, np.array([1.0, -1.0, 0.0])), shape=(3, 3)
         )  # rank <= min(shape): a larger one is refused first (issue 23)
-    with pytest.raises(ValueError, match="rank must be >= 1; got 0"):
-        GreedyLowRank(rank=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="n_components must be >= 1; got 0"):
+        GreedyLowRank(n_components=0).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="refit must be 'none' or 'auto' for the nonsmooth"):
         GreedyLowRank(loss="l1", refit="full").fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="loss must be one of"):
@@ -626,7 +626,7 @@ def test_bad_labels_and_params():
     with pytest.raises(ValueError, match="shape must be given"):
         GreedyLowRank().fit((rows, cols, np.ones(3)))
     with pytest.raises(ValueError, match=r"cols must lie in \[0, 3\)"):
-        GreedyLowRank(rank=1).fit((rows, cols, np.ones(3)), shape=(3, 3)).predict(rows, cols + 1)
+        GreedyLowRank(n_components=1).fit((rows, cols, np.ones(3)), shape=(3, 3)).predict(rows, cols + 1)
 
 
 def test_store_without_obs_is_refused(tmp_path):
@@ -725,7 +725,7 @@ def test_bias_init_counts_two_terms_and_helps(loss, rng):
     bu, bi, rows, cols, vals = _additive(rng)
     M = rng.standard_normal((40, 1)) @ rng.standard_normal((1, 30))
     vals = vals + M[rows, cols]
-    kw = dict(loss=loss, rank=4, power_iter=10, step_size=1.0)
+    kw = dict(loss=loss, n_components=4, power_iter=10, step_size=1.0)
     fits = {
         i: GreedyLowRank(init=i, **kw).fit((rows, cols, vals), shape=(40, 30))
         for i in ("mean", "bias")
@@ -743,8 +743,8 @@ def test_bias_init_counts_two_terms_and_helps(loss, rng):
 
 def test_bias_init_params_are_checked():
     rows, cols = np.array([0, 1, 2]), np.array([0, 1, 2])
-    with pytest.raises(ValueError, match="rank must be >= 3 with init='bias'"):
-        GreedyLowRank(init="bias", rank=2).fit((rows, cols, np.ones(3)), shape=(3, 3))
+    with pytest.raises(ValueError, match="n_components must be >= 3 with init='bias'"):
+        GreedyLowRank(init="bias", n_components=2).fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="init must be one of"):
         GreedyLowRank(init="median").fit((rows, cols, np.ones(3)), shape=(3, 3))
     with pytest.raises(ValueError, match="bias_reg"):
@@ -790,21 +790,21 @@ def _ratings(rng, m=120, n=80, p=0.3):
 @pytest.mark.parametrize("loss", ["l1", "square"])
 def test_auto_init_resolution_is_fitted_and_saved(loss, rng, tmp_path):
     tr, _, shape = _ratings(rng)
-    est = GreedyLowRank(loss=loss, rank=4, power_iter=5).fit(tr, shape=shape)
+    est = GreedyLowRank(loss=loss, n_components=4, power_iter=5).fit(tr, shape=shape)
     assert est.init == "auto" and est.init_ == "bias"
     assert est.n_components_ == 4  # the two bias terms count in the budget
     est.save(tmp_path / "m")
     assert ooc_lowrank.load(tmp_path / "m").init_ == "bias"
-    small = GreedyLowRank(loss=loss, rank=2, power_iter=5).fit(tr, shape=shape)
+    small = GreedyLowRank(loss=loss, n_components=2, power_iter=5).fit(tr, shape=shape)
     assert small.init_ == "mean"
     signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
     for lo in ("logistic", loss):
-        assert GreedyLowRank(loss=lo, rank=3, power_iter=5).fit(signs, shape=shape).init_ == "bias"
+        assert GreedyLowRank(loss=lo, n_components=3, power_iter=5).fit(signs, shape=shape).init_ == "bias"
     binary = (tr[0], tr[1], (tr[2] > 3).astype(float))
-    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(binary, shape=shape).init_ == "bias"
+    assert GreedyLowRank(loss=loss, n_components=3, power_iter=5).fit(binary, shape=shape).init_ == "bias"
     centred = (tr[0], tr[1], tr[2] - 3.0)
-    assert GreedyLowRank(loss=loss, rank=3, power_iter=5).fit(centred, shape=shape).init_ == "zero"
-    assert GreedyLowRank(loss=loss, rank=3, init="mean").fit(tr, shape=shape).init_ == "mean"
+    assert GreedyLowRank(loss=loss, n_components=3, power_iter=5).fit(centred, shape=shape).init_ == "zero"
+    assert GreedyLowRank(loss=loss, n_components=3, init="mean").fit(tr, shape=shape).init_ == "mean"
 
 
 @pytest.mark.parametrize(
@@ -827,7 +827,7 @@ def test_resolve_greedy_l2_rules(greedy_l2, loss, init, expected):
 def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
     tr, _, shape = _ratings(rng)
     signs = (tr[0], tr[1], np.where(tr[2] > 3, 1.0, -1.0))
-    kw = dict(loss="logistic", rank=4, power_iter=5)
+    kw = dict(loss="logistic", n_components=4, power_iter=5)
     est = GreedyLowRank(**kw).fit(signs, shape=shape)
     assert est.greedy_l2 is None and est.greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
     explicit = GreedyLowRank(greedy_l2=glrl_core.GREEDY_L2_LOGISTIC, **kw).fit(signs, shape=shape)
@@ -836,17 +836,17 @@ def test_auto_greedy_l2_is_fitted_saved_and_used(rng, tmp_path):
     assert off.greedy_l2_ == 0.0 and not np.array_equal(off.theta_, est.theta_)
     est.save(tmp_path / "m")
     assert ooc_lowrank.load(tmp_path / "m").greedy_l2_ == glrl_core.GREEDY_L2_LOGISTIC
-    assert GreedyLowRank(loss="l1", rank=4, power_iter=5).fit(tr, shape=shape).greedy_l2_ == 0.0
+    assert GreedyLowRank(loss="l1", n_components=4, power_iter=5).fit(tr, shape=shape).greedy_l2_ == 0.0
     with pytest.raises(ValueError, match="greedy_l2"):
         GreedyLowRank(greedy_l2=-1.0).fit(tr, shape=shape)
 
 
 @pytest.mark.parametrize("refit", ["none", "auto"])
 def test_default_l1_glrl_beats_the_global_mean_on_ratings(refit, rng):
-    """Issue 12: ``fit glrl --loss l1 --rank 10`` with every other parameter at its default
+    """Issue 12: ``fit glrl --loss l1 --n-components 10`` with every other parameter at its default
     must predict ratings better than their mean (the zero start did far worse)."""
     tr, te, shape = _ratings(rng)
-    est = GreedyLowRank(loss="l1", rank=10, refit=refit, random_state=0).fit(tr, shape=shape)
+    est = GreedyLowRank(loss="l1", n_components=10, refit=refit, random_state=0).fit(tr, shape=shape)
     mae = est.evaluate(te, ["mae"], shape=shape)["mae"]
     mae_mean = float(np.mean(np.abs(te[2] - tr[2].mean())))
     assert mae < 0.85 * mae_mean, (mae, mae_mean)
@@ -879,7 +879,7 @@ def test_best_iterate_at_the_start_keeps_the_start_terms(init):
     c = np.array([0, 1, 2, 1])
     v = np.array([4.0, 3.0, 5.0, 4.0])
     rank = 1 if init == "mean" else 3
-    est = GreedyLowRank(rank=rank, init=init).fit((r, c, v), shape=(3, 3))
+    est = GreedyLowRank(n_components=rank, init=init).fit((r, c, v), shape=(3, 3))
     k = est.theta_.size
     assert est.U_.shape == (3, k) and est.V_.shape == (3, k) and k >= 1
     pred = est.predict(r, c)
@@ -902,7 +902,7 @@ def test_glrl_fidelity_benchmark_pieces_tiny():
     y = np.where(A[rr, cc] >= 0, 1.0, -1.0)
     P, Q, info = bench.altmin_logistic((rr, cc, y), (m, n), 2, 0.1, maxiter=50)
     assert bench._acc(bench._pred_pq(P, Q, rr, cc), y) > 0.9 and info["iters"] > 0
-    (row,) = bench._power_check({"rank": 3}, (rr, cc, y), (m, n), (1,), "logistic", (20,))
+    (row,) = bench._power_check({"n_components": 3}, (rr, cc, y), (m, n), (1,), "logistic", (20,))
     assert 0.0 <= row["power_20"]["rel_gap"] < 0.05
     # the robust MF baseline fits a noisy rank-2 rating matrix better than its median
     R = 3.0 + A / np.abs(A).max()

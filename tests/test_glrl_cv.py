@@ -24,7 +24,7 @@ def _ratings(seed=0, p=0.5):
 
 KW = dict(
     loss="l1",
-    rank=5,
+    n_components=5,
     step_sizes=[1.0, 2.0],
     step_schedules=["sqrt"],
     max_inners=[1, 2],
@@ -61,7 +61,7 @@ def test_cv_results_equal_separate_fits(data, fitted):
     fold = entry_folds(rows, cols, 3, 3)
     res = fitted.cv_results_
     assert len(res["params"]) == 4
-    base = dict(loss="l1", rank=5, power_iter=5, random_state=3)
+    base = dict(loss="l1", n_components=5, power_iter=5, random_state=3)
     for i, p in enumerate(res["params"]):
         for k in range(3):
             tr, va = fold != k, fold == k
@@ -142,18 +142,18 @@ def test_save_load(fitted, data, tmp_path):
 def test_smooth_loss_grid_and_scoring(data):
     rows, cols, vals = data
     est = GreedyLowRankCV(
-        loss="square", rank=4, bias_regs=[1.0, 5.0], greedy_l2s=[0.0, 0.5], cv=2, power_iter=5,
+        loss="square", n_components=4, bias_regs=[1.0, 5.0], greedy_l2s=[0.0, 0.5], cv=2, power_iter=5,
         random_state=0, refit=False,
     ).fit((rows, cols, vals), shape=SHAPE)  # fmt: skip
     assert est.scoring_ == "rmse"
     grid = [(p["greedy_l2"], p["bias_reg"]) for p in est.cv_results_["params"]]
     assert grid == [(0.0, 1.0), (0.0, 5.0), (0.5, 1.0), (0.5, 5.0)]
-    assert est.cv_results_["params"][0]["l2"] == 0.0
+    assert est.cv_results_["params"][0]["alpha"] == 0.0
     # the penalty changes the fits (same folds, same bias_reg)
     assert est.cv_results_["mean_test_score"][0] != est.cv_results_["mean_test_score"][2]
     assert not hasattr(est, "best_estimator_")
     # select_iter=False: the whole budget
-    assert set(est.best_params_) == {"l2", "greedy_l2", "bias_reg"}
+    assert set(est.best_params_) == {"alpha", "greedy_l2", "bias_reg"}
     with pytest.raises(AttributeError, match="refit=False"):
         est.predict(rows, cols)
 
@@ -174,12 +174,12 @@ class _Boom(tuple):
         (dict(step_schedules=["fast"]), "step_schedules must hold only values"),
         (dict(bias_regs=[1.0]), "bias_regs applies only to smooth losses"),
         (dict(loss="square", step_sizes=[1.0]), "step_sizes applies only to nonsmooth"),
-        (dict(loss="square", l2s=[-1.0]), "l2s must hold only finite numbers >= 0"),
+        (dict(loss="square", alphas=[-1.0]), "alphas must hold only finite numbers >= 0"),
         (dict(loss="square", greedy_l2s=[-1.0]), "greedy_l2s must hold only finite numbers >= 0"),
         (dict(greedy_l2s=[0.0]), "greedy_l2s applies only to smooth losses"),
         (dict(cv=1), "cv"),
         (dict(scoring="auc"), "scoring must be one of"),
-        (dict(rank=2, init="bias"), "rank must be >= 3"),
+        (dict(n_components=2, init="bias"), "n_components must be >= 3"),
     ],
 )
 def test_bad_grid_is_a_clear_error_before_any_work(kw, match):

@@ -59,7 +59,7 @@ def test_gimc_passes_ship_keys(graph_sizes):
     from ooc_lowrank import GIMC
 
     _, X, Y = _data()
-    GIMC(n_components=100, max_iter=2, block_rows=BR, random_state=0).fit(X, Y)
+    GIMC(n_features_map=100, max_iter=2, block_rows=BR, random_state=0).fit(X, Y)
 
 
 def test_kernelmaxide_and_maxide_passes_ship_keys(graph_sizes):
@@ -68,7 +68,7 @@ def test_kernelmaxide_and_maxide_passes_ship_keys(graph_sizes):
     rng, X, Y = _data()
     Yo = Y.copy()
     Yo.data = np.where(rng.random(Yo.nnz) < 0.5, 1.0, -1.0).astype(np.float32)
-    KernelMaxide(n_landmarks=400, max_iter=3, random_state=0).fit(X, Yo)
+    KernelMaxide(n_features_map=400, max_iter=3, random_state=0).fit(X, Yo)
     Maxide(max_iter=3, random_state=0).fit(X, Yo)
 
 
@@ -82,7 +82,7 @@ def test_imc_and_glrl_passes_ship_keys(graph_sizes):
                               random_state=0).fit(
         obs, X_row=X, X_col=rng.normal(size=(2000, 10))
     )
-    GreedyLowRank(rank=2, block_rows=BR, random_state=0).fit(obs)
+    GreedyLowRank(n_components=2, block_rows=BR, random_state=0).fit(obs)
 
 
 def test_clustering_passes_ship_keys(graph_sizes):
@@ -93,7 +93,7 @@ def test_clustering_passes_ship_keys(graph_sizes):
     X = rng.normal(size=(n, 8))
     r, c = rng.integers(0, n, size=(2, 4 * n))
     v = (rng.random(4 * n) < 0.5).astype(float)
-    GIMCClustering(n_clusters=4, lam=1.0, n_features_map=100, max_iter=1, cg_iter=3,
+    GIMCClustering(n_clusters=4, alpha=1.0, n_features_map=100, max_iter=1, cg_iter=3,
                    block_rows=n // N_BLOCKS, random_state=0).fit(X, constraints=(r, c, v))  # fmt: skip
 
 

@@ -673,20 +673,20 @@ MODEL_CASES = [
         "extra.n_iter",
     ),
     Case(
-        "glrl-params-rank-string",
+        "glrl-params-n_components-string",
         "glrl",
         "file",
-        _json(lambda d: d["params"].update(rank="ten")),
+        _json(lambda d: d["params"].update(n_components="ten")),
         ValueError,
-        "rank",
+        "n_components",
     ),
     Case(
-        "glrl-params-l2-nan",
+        "glrl-params-alpha-nan",
         "glrl",
         "file",
-        _json(lambda d: d["params"].update(l2=float("nan"))),
+        _json(lambda d: d["params"].update(alpha=float("nan"))),
         ValueError,
-        "l2 must be finite",
+        "alpha must be finite",
     ),
     Case(
         "glrl-params-not-a-dict",
@@ -931,12 +931,12 @@ def _build_models(root):
 
     X, Y, y, obs, shape = _data()
     out = {}
-    GIMC(n_components=6, max_iter=2, random_state=0).fit(X, Y).save(root / "gimc")
-    GIMC(features="nystrom", n_components=6, learn_features=False, random_state=0).fit(X, Y).save(
+    GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X, Y).save(root / "gimc")
+    GIMC(features="nystrom", n_features_map=6, learn_features=False, random_state=0).fit(X, Y).save(
         root / "gimc-nys"
     )
-    GIMC(n_components=6, max_iter=2, random_state=0).fit(X, y).save(root / "gimc-mc")
-    GreedyLowRank(rank=3, duplicates="keep", random_state=0).fit(obs, shape=shape).save(
+    GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X, y).save(root / "gimc-mc")
+    GreedyLowRank(n_components=3, duplicates="keep", random_state=0).fit(obs, shape=shape).save(
         root / "glrl"
     )
     for k in ("gimc", "gimc-nys", "gimc-mc", "glrl"):
@@ -1098,8 +1098,8 @@ PARAM_CASES = [
     ("gimc", "alpha", float("nan")),
     ("gimc", "tol", float("nan")),
     ("gimc", "tol", float("inf")),
-    ("glrl", "l2", float("nan")),
-    ("glrl", "l2", float("inf")),
+    ("glrl", "alpha", float("nan")),
+    ("glrl", "alpha", float("inf")),
     ("glrl", "step_size", float("nan")),
     ("glrl", "step_size", float("inf")),
     ("glrl", "power_tol", float("nan")),
@@ -1123,11 +1123,11 @@ def test_nonfinite_parameter(model, param, value, monkeypatch):
     # the data are first touched by engine.as_blocked (both estimators): it must not be reached
     monkeypatch.setattr(engine, "as_blocked", lambda *a, **k: calls.append(1) or 1 / 0)
     if model == "gimc":
-        est = GIMC(n_components=4, max_iter=1, **{param: value})
+        est = GIMC(n_features_map=4, max_iter=1, **{param: value})
         with pytest.raises(ValueError) as ei:
             est.fit(X, Y)
     else:
-        est = GreedyLowRank(rank=3, duplicates="keep", **{param: value})
+        est = GreedyLowRank(n_components=3, duplicates="keep", **{param: value})
         with pytest.raises(ValueError) as ei:
             est.fit(obs, shape=shape)
     msg = str(ei.value)
@@ -1144,7 +1144,7 @@ def _gimc_memory_1e300(tmp_path):
 
     X, Y, *_ = _data()
     X[7, 2] = 1e300
-    GIMC(n_components=4, max_iter=2, random_state=0).fit(X, Y)
+    GIMC(n_features_map=4, max_iter=2, random_state=0).fit(X, Y)
 
 
 def _gimc_memory_float32_1e30(tmp_path):
@@ -1153,7 +1153,7 @@ def _gimc_memory_float32_1e30(tmp_path):
     X, Y, *_ = _data()
     X = X.astype(np.float32)
     X[7, 2] = 1e30
-    GIMC(n_components=4, max_iter=2, random_state=0).fit(X, Y)
+    GIMC(n_features_map=4, max_iter=2, random_state=0).fit(X, Y)
 
 
 def _gimc_memory_sparse_1e300(tmp_path):
@@ -1161,7 +1161,7 @@ def _gimc_memory_sparse_1e300(tmp_path):
 
     X, Y, *_ = _data()
     X[7, 2] = -1e300
-    GIMC(n_components=4, max_iter=2, gamma=0.5, random_state=0).fit(sp.csr_matrix(X), Y)
+    GIMC(n_features_map=4, max_iter=2, gamma=0.5, random_state=0).fit(sp.csr_matrix(X), Y)
 
 
 def _gimc_store_1e300(tmp_path):
@@ -1171,7 +1171,7 @@ def _gimc_store_1e300(tmp_path):
     X, Y, *_ = _data()
     X[7, 2] = 1e300
     ds = write_arrays(str(tmp_path / "s.zarr"), {"X": X, "Y": sp.csr_matrix(Y)}, block_rows=16)
-    GIMC(n_components=4, max_iter=2, random_state=0).fit(ds)
+    GIMC(n_features_map=4, max_iter=2, random_state=0).fit(ds)
 
 
 def _gimc_store_1e300_gamma_given(tmp_path):
@@ -1181,7 +1181,7 @@ def _gimc_store_1e300_gamma_given(tmp_path):
     X, Y, *_ = _data()
     X[7, 2] = 1e300
     ds = write_arrays(str(tmp_path / "s.zarr"), {"X": X, "Y": sp.csr_matrix(Y)}, block_rows=16)
-    GIMC(features="nystrom", n_components=4, max_iter=2, gamma=0.5, random_state=0).fit(ds)
+    GIMC(features="nystrom", n_features_map=4, max_iter=2, gamma=0.5, random_state=0).fit(ds)
 
 
 def _gimc_core_nonfinite_stats(tmp_path):
@@ -1213,7 +1213,7 @@ def _glrl_memory_1e300(tmp_path):
     *_, (r, c, v), shape = _data()
     v = v.copy()
     v[5] = 1e300
-    GreedyLowRank(rank=3, duplicates="keep").fit((r, c, v), shape=shape)
+    GreedyLowRank(n_components=3, duplicates="keep").fit((r, c, v), shape=shape)
 
 
 def _glrl_store_1e300(tmp_path):
@@ -1226,7 +1226,7 @@ def _glrl_store_1e300(tmp_path):
     M = sp.coo_matrix((v, (r, c)), shape=shape).tocsr()
     M.sum_duplicates()
     ds = write_arrays(str(tmp_path / "o.zarr"), {"obs": M}, kinds={"obs": "coo"}, block_rows=8)
-    GreedyLowRank(rank=3).fit(ds)
+    GreedyLowRank(n_components=3).fit(ds)
 
 
 def _glrl_bias_init_1e300(tmp_path):
@@ -1235,7 +1235,7 @@ def _glrl_bias_init_1e300(tmp_path):
     *_, (r, c, v), shape = _data()
     v = v.copy()
     v[5] = 1e300
-    GreedyLowRank(rank=4, init="bias", duplicates="keep").fit((r, c, v), shape=shape)
+    GreedyLowRank(n_components=4, init="bias", duplicates="keep").fit((r, c, v), shape=shape)
 
 
 HAZARD_CASES = [
@@ -1278,7 +1278,7 @@ def test_predict_to_store_refuses_top_k_zero(tmp_path):
     from ooc_lowrank.gimc import GIMC
 
     X, Y, *_ = _data()
-    est = GIMC(n_components=4, max_iter=1, random_state=0).fit(X, Y)
+    est = GIMC(n_features_map=4, max_iter=1, random_state=0).fit(X, Y)
     with pytest.raises(ValueError, match="top_k must be >= 1; got 0"):
         est.predict_to_store(X, str(tmp_path / "p.zarr"), top_k=0)
     assert not (tmp_path / "p.zarr").exists()
@@ -1296,7 +1296,7 @@ def test_nystrom_store_with_a_huge_value_outside_the_init_sample_is_an_error(tmp
     Y = sp.csr_matrix((rng.random((6000, 3)) < 0.3).astype(np.float32))
     ds = write_arrays(str(tmp_path / "h.zarr"), {"X": X, "Y": Y}, block_rows=1000)
     with pytest.raises(NonFiniteError, match="squared norm"):
-        GIMC(features="nystrom", n_components=8, max_iter=1, random_state=0).fit(ds)
+        GIMC(features="nystrom", n_features_map=8, max_iter=1, random_state=0).fit(ds)
 
 
 # ---------------------------------------------------------------- issue 23 item 10: sizes that
@@ -1313,15 +1313,15 @@ def test_glrl_refuses_a_rank_above_what_the_shape_allows(rank):
     rng = np.random.default_rng(0)
     M = sp.random(40, 30, density=0.3, random_state=0, format="coo")
     M.data = rng.normal(size=M.nnz)
-    with pytest.raises(ValueError, match=r"rank must be <= min\(n_rows, n_cols\) = 30 for the "
-                       r"40 x 30 observed matrix.*Use rank <= 30"):  # fmt: skip
-        GreedyLowRank(rank=rank, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
-    est = GreedyLowRank(rank=30, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
+    with pytest.raises(ValueError, match=r"n_components must be <= min\(n_rows, n_cols\) = 30 for the "
+                       r"40 x 30 observed matrix.*Use n_components <= 30"):  # fmt: skip
+        GreedyLowRank(n_components=rank, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
+    est = GreedyLowRank(n_components=30, max_iter=2).fit((M.row, M.col, M.data), shape=M.shape)
     assert est.U_.shape[1] <= 30
 
 
 def test_local_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypatch):
-    """``fit gimc-lff ... --n-components 100000`` failed after 26 s with NumPy's "Unable to
+    """``fit gimc-lff ... --n-features-map 100000`` failed after 26 s with NumPy's "Unable to
     allocate 149. GiB"; the local scheduler now refuses it before any pass, as a distributed
     client did, and names the parameter and the value that would fit."""
     from ooc_lowrank import engine
@@ -1336,8 +1336,8 @@ def test_local_fit_that_cannot_fit_in_memory_is_refused_before_any_work(monkeypa
     for m in (100_000, 10**30):
         with pytest.raises(WorkerMemoryError, match=r"GIMC would need about .* more than the "
                            r".* of memory available on this machine \(local scheduler.*Use a "
-                           r"smaller n_components \(<= \d+\)"):  # fmt: skip
-            GIMC(n_components=m, max_iter=1).fit(X, Y)
+                           r"smaller n_features_map \(<= \d+\)"):  # fmt: skip
+            GIMC(n_features_map=m, max_iter=1).fit(X, Y)
     assert passes == []
 
 
@@ -1348,7 +1348,7 @@ def test_local_memory_verdict_uses_the_available_memory(monkeypatch):
     from ooc_lowrank.glrl import GreedyLowRank
 
     M = sp.random(300, 200, density=0.2, random_state=0, format="coo")
-    est = GreedyLowRank(rank=20, max_iter=1)
+    est = GreedyLowRank(n_components=20, max_iter=1)
     e = est.estimate((M.row, M.col, M.data), shape=M.shape)
     assert e["fits"] is True and e["memory_cap"] > 0 and e["worker_memory_limit"] is None
     monkeypatch.setattr(_estimate, "_available_memory", lambda: 2**10)

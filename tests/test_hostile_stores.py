@@ -61,7 +61,7 @@ def _flip(path, key):
 
 
 def _fit(path, **kw):
-    return lambda: GIMC(n_components=4, max_iter=1, random_state=0, **kw).fit(path)
+    return lambda: GIMC(n_features_map=4, max_iter=1, random_state=0, **kw).fit(path)
 
 
 def _read_all(ds):
@@ -128,7 +128,7 @@ def _evaluate_on(tamper, arrays=None):
 
     def setup(tmp):
         X = np.random.default_rng(1).standard_normal((10, 4)).astype(np.float32)
-        est = GIMC(n_components=4, max_iter=1, random_state=0)
+        est = GIMC(n_features_map=4, max_iter=1, random_state=0)
         est.fit(X, sp.csr_matrix(np.eye(10, 3, dtype=np.float32)))
         p = _store(tmp) if arrays is None else write_arrays(str(tmp / "e.zarr"), arrays).url
         tamper(p)
@@ -409,13 +409,13 @@ def test_multiclass_evaluate_store_equals_memory(tmp_path, rng):
     labels = np.array([3, 5, 7, 11, 13])[y]  # raw class values, not 0..C-1
     p = str(tmp_path / "mc.zarr")
     write_arrays(p, {"X": X, "y": labels.astype(np.float64)[:, None]}, block_rows=64)
-    est = GIMC(n_components=20, max_iter=3, random_state=0).fit(X, labels)
+    est = GIMC(n_features_map=20, max_iter=3, random_state=0).fit(X, labels)
     mem = est.evaluate(X, ["accuracy", "p@1"], Y=labels)
     store = est.evaluate(open_dataset(p), ["accuracy", "p@1"])
     assert mem["accuracy"] > 0.5
     assert store == pytest.approx(mem)
     # fitting from the store gives the same model and predictions in the raw label values
-    est2 = GIMC(n_components=20, max_iter=3, random_state=0).fit(p)
+    est2 = GIMC(n_features_map=20, max_iter=3, random_state=0).fit(p)
     assert set(np.unique(est2.predict(X))) <= {3, 5, 7, 11, 13}
     assert np.array_equal(est2.classes_, [3, 5, 7, 11, 13])
     assert est2.evaluate(p)["accuracy"] == pytest.approx(mem["accuracy"], abs=0.05)
@@ -425,7 +425,7 @@ def test_gimc_fit_accepts_paths_and_dataset_y(tmp_path, rng):
     X, y = _multiclass(rng, C=3)
     p = str(tmp_path / "y.zarr")
     write_arrays(p, {"X": X, "y": (y + 1).astype(np.float64)[:, None]}, block_rows=100)
-    est = GIMC(n_components=10, max_iter=2, random_state=0).fit(p, eval_set=p, eval_every=1)
+    est = GIMC(n_features_map=10, max_iter=2, random_state=0).fit(p, eval_set=p, eval_every=1)
     assert est.classes_.tolist() == [1, 2, 3] and not est.multilabel_
     assert set(est.eval_history_) == {0, 1, 2} and est.eval_history_[2]["accuracy"] > 0.5
     assert open_dataset(p).info()["chunk_manifest"] is True
@@ -446,7 +446,7 @@ def test_converted_single_label_stores_fit(tmp_path, fmt, parts, opts):
     dest = str(tmp_path / "c.zarr")
     convert(fmt, str(src), dest, **opts)
     ds = open_dataset(dest)
-    est = GIMC(n_components=30, max_iter=2, random_state=0, normalize_rows=fmt == "dense_text")
+    est = GIMC(n_features_map=30, max_iter=2, random_state=0, normalize_rows=fmt == "dense_text")
     est.fit(ds)
     raw = np.unique(ds["y"].read())
     assert np.array_equal(est.classes_, raw.astype(np.int64))
@@ -613,7 +613,7 @@ def test_arff_named_classes_fit_and_predict_names(tmp_path, rng):
     convert("arff", str(src), dest, n_labels=1)
     ds = open_dataset(dest)
     assert ds.attrs["class_names"] == ["grass", "path", "sky"] and ds["y"].shape == (120, 1)
-    est = GIMC(n_components=10, max_iter=2, random_state=0).fit(dest, eval_set=dest)
+    est = GIMC(n_features_map=10, max_iter=2, random_state=0).fit(dest, eval_set=dest)
     assert est.classes_.tolist() == ["grass", "path", "sky"]
     assert set(est.predict(ds["X"].read())) <= {"grass", "path", "sky"}
     mem = est.evaluate(ds["X"].read(), ["accuracy"], Y=names)

@@ -149,7 +149,7 @@ def _lowrank(seed, n1=60, n2=50, d1=8, d2=7, k=3, frac=0.25):
 
 def test_recovers_low_rank_matrix_from_a_fraction_of_entries():
     X1, X2, A, trip = _lowrank(0)
-    est = InductiveMatrixCompletion(n_components=3, lam=1e-4, max_iter=40, random_state=0)
+    est = InductiveMatrixCompletion(n_components=3, alpha=1e-4, max_iter=40, random_state=0)
     est.fit(trip, X_row=X1, X_col=X2, shape=A.shape)
     B = est.row_factors_ @ est.col_factors_.T
     assert np.linalg.norm(B - A) / np.linalg.norm(A) < 1e-3
@@ -168,7 +168,7 @@ def test_recovers_low_rank_matrix_from_a_fraction_of_entries():
 def test_objective_non_increasing(learn):
     X1, X2, A, trip = _lowrank(1, n1=30, n2=25)
     est = InductiveMatrixCompletion(
-        n_components=3, lam=0.5, row_map="fourier", col_map="fourier", n_features_map=10,
+        n_components=3, alpha=0.5, row_map="fourier", col_map="fourier", n_features_map=10,
         learn_features=learn, max_iter=6, cg_iter=5, tol=0.0, random_state=0,
     )
     est.fit(trip, X_row=X1, X_col=X2, shape=A.shape)
@@ -182,7 +182,7 @@ def test_objective_non_increasing(learn):
 def test_chunk_invariance():
     X1, X2, (r, c, v) = _data(4, csr=True)
     kw = dict(
-        n_components=2, lam=0.3, row_map="identity", col_map="fourier", n_features_map=5,
+        n_components=2, alpha=0.3, row_map="identity", col_map="fourier", n_features_map=5,
         learn_features=True, max_iter=3, cg_iter=4, tol=0.0, random_state=3,
     )
     shape = (X1.shape[0], X2.shape[0])
@@ -253,7 +253,7 @@ def test_store_fit_equals_in_memory_fit(tmp_path):
     X1, X2, (r, c, v) = _data(7)
     n1, n2 = X1.shape[0], X2.shape[0]
     ds = _store(tmp_path, (r, c, v), (n1, n2), 10)
-    kw = dict(n_components=2, lam=0.2, max_iter=3, tol=0.0, random_state=0)
+    kw = dict(n_components=2, alpha=0.2, max_iter=3, tol=0.0, random_state=0)
     a = InductiveMatrixCompletion(**kw).fit(ds, X_row=X1, X_col=X2)
     b = InductiveMatrixCompletion(**kw).fit((r, c, v), X_row=X1, X_col=X2, shape=(n1, n2))
     np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-9)
@@ -341,7 +341,7 @@ def test_clustering_recovers_blobs_from_constraints(features):
     X, y = _blobs(3)
     cons = sample_constraints(y, 10 * X.shape[0], random_state=0)
     m = GIMCClustering(
-        n_clusters=3, lam=0.5, features=features, n_features_map=30, max_iter=5, n_init=3,
+        n_clusters=3, alpha=0.5, features=features, n_features_map=30, max_iter=5, n_init=3,
         random_state=0,
     ).fit(X, constraints=cons)
     assert m.labels_.shape == (90,)
@@ -443,9 +443,9 @@ def test_select_lam_picks_lowest_validation_error_and_refits():
     X, y = _blobs(5, n=60)
     cons = sample_constraints(y, 300, random_state=1)
     base = GIMCClustering(n_clusters=3, features="identity", max_iter=3, n_init=2, random_state=0)
-    est, errors = select_lam(base, X, cons, lams=(0.1, 1e4), random_state=0)
+    est, errors = select_lam(base, X, cons, alphas=(0.1, 1e4), random_state=0)
     assert set(errors) == {0.1, 1e4}
-    assert est.lam == min(errors, key=errors.get)
+    assert est.alpha == min(errors, key=errors.get)
     assert est.imc_.n_iter_ >= 1 and est.labels_.shape == (60,)
 
 
@@ -474,10 +474,10 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
     )
 
     X, y, (r, c, v), kw = _auto_problem()
-    auto = GIMCClustering(lam=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
-    assert tuple(auto.lam_scores_) == GRID
-    assert len(set(auto.lam_scores_.values())) == 3  # the planted problem separates them
-    assert auto.lam_ == min(GRID, key=auto.lam_scores_.get) and auto.selection_passes_ > 0
+    auto = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
+    assert tuple(auto.alpha_scores_) == GRID
+    assert len(set(auto.alpha_scores_.values())) == 3  # the planted problem separates them
+    assert auto.alpha_ == min(GRID, key=auto.alpha_scores_.get) and auto.selection_passes_ > 0
     # each score is the held-out error of a fit on the other 80 %: the documented seeding
     # (random_state gives the model's seed, k-means' seed, then the split's) reproduces it
     rs = np.random.RandomState(0)
@@ -485,14 +485,14 @@ def test_lam_auto_picks_the_lowest_held_out_error_of_fits_on_the_rest():
     tr, va = split_constraints(r.size, HOLDOUT, np.random.default_rng(rs.randint(2**31 - 1)))
     assert va.size == round(HOLDOUT * r.size) and np.intersect1d(tr, va).size == 0
     assert tr.size + va.size == r.size
-    for lam, score in auto.lam_scores_.items():
+    for lam, score in auto.alpha_scores_.items():
         iters = min(kw["max_iter"], SELECT_ITER)
-        alone = GIMCClustering(lam=lam, random_state=0, **{**kw, "max_iter": iters})
+        alone = GIMCClustering(alpha=lam, random_state=0, **{**kw, "max_iter": iters})
         alone.fit(X, constraints=(r[tr], c[tr], v[tr]))
         assert constraint_error(alone.labels_, r[va], c[va], v[va]) == score
     # seeded: the same random_state gives the same split, scores and clusters
-    again = GIMCClustering(lam=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
-    assert again.lam_scores_ == auto.lam_scores_
+    again = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=(r, c, v))
+    assert again.alpha_scores_ == auto.alpha_scores_
     np.testing.assert_array_equal(again.labels_, auto.labels_)
 
 
@@ -501,12 +501,12 @@ def test_lam_auto_refits_on_all_constraints():
 
     X, y, cons, kw = _auto_problem()
     auto = GIMCClustering(random_state=0, **kw).fit(X, constraints=cons)
-    assert tuple(auto.lam_scores_) == LAM_GRIDS["fourier"] and auto.lam_ in LAM_GRIDS["fourier"]
-    fixed = GIMCClustering(lam=auto.lam_, random_state=0, **kw).fit(X, constraints=cons)
+    assert tuple(auto.alpha_scores_) == LAM_GRIDS["fourier"] and auto.alpha_ in LAM_GRIDS["fourier"]
+    fixed = GIMCClustering(alpha=auto.alpha_, random_state=0, **kw).fit(X, constraints=cons)
     np.testing.assert_array_equal(auto.labels_, fixed.labels_)
     np.testing.assert_array_equal(auto.imc_.objective_, fixed.imc_.objective_)
-    assert fixed.selection_passes_ == 0 and fixed.lam_scores_ is None
-    part = GIMCClustering(lam=auto.lam_, random_state=0, **kw)
+    assert fixed.selection_passes_ == 0 and fixed.alpha_scores_ is None
+    part = GIMCClustering(alpha=auto.alpha_, random_state=0, **kw)
     part.fit(X, constraints=tuple(a[:240] for a in cons))
     assert part.imc_.objective_[0] != auto.imc_.objective_[0]  # not the training part only
 
@@ -515,10 +515,10 @@ def test_lam_auto_is_independent_of_the_row_blocks():
     from ooc_lowrank.imc.clustering import GIMCClustering, clustering_error
 
     X, y, cons, kw = _auto_problem()
-    kw = {**kw, "random_state": 0, "lam": GRID}
+    kw = {**kw, "random_state": 0, "alpha": GRID}
     one = GIMCClustering(**kw).fit(X, constraints=cons)
     uneven = GIMCClustering(block_rows=17, **kw).fit(X, constraints=cons)
-    assert uneven.lam_scores_ == one.lam_scores_ and uneven.lam_ == one.lam_
+    assert uneven.alpha_scores_ == one.alpha_scores_ and uneven.alpha_ == one.alpha_
     assert clustering_error(uneven.labels_, one.labels_) == 0.0
     np.testing.assert_allclose(uneven.embedding_, one.embedding_, rtol=1e-6, atol=1e-8)
 
@@ -535,14 +535,14 @@ def test_best_lam_breaks_ties_towards_one():
 @pytest.mark.parametrize(
     "lam, exc, msg",
     [
-        ("fast", ValueError, 'lam must be "auto", a positive number'),
-        (-1.0, ValueError, "lam must be >= 0"),
-        (float("nan"), ValueError, "lam"),
-        ((), ValueError, "lam must hold at least one candidate"),
-        ((0.1, 0.0), ValueError, r"lam\[i\] must be > 0"),
-        ((0.1, "x"), TypeError, r"lam\[i\] must be a real number"),
-        (None, TypeError, 'lam must be "auto"'),
-        (True, TypeError, 'lam must be "auto"'),
+        ("fast", ValueError, 'alpha must be "auto", a positive number'),
+        (-1.0, ValueError, "alpha must be >= 0"),
+        (float("nan"), ValueError, "alpha"),
+        ((), ValueError, "alpha must hold at least one candidate"),
+        ((0.1, 0.0), ValueError, r"alpha\[i\] must be > 0"),
+        ((0.1, "x"), TypeError, r"alpha\[i\] must be a real number"),
+        (None, TypeError, 'alpha must be "auto"'),
+        (True, TypeError, 'alpha must be "auto"'),
     ],
 )
 def test_bad_lam_is_refused_by_name_before_work(no_fit, lam, exc, msg):
@@ -550,8 +550,8 @@ def test_bad_lam_is_refused_by_name_before_work(no_fit, lam, exc, msg):
 
     X, y, cons, kw = _auto_problem()
     with pytest.raises(exc, match=msg) as e:
-        GIMCClustering(lam=lam, **kw).fit(X, constraints=cons)
-    assert 'Use lam="auto"' in str(e.value)  # the fix, with the rule and the value
+        GIMCClustering(alpha=lam, **kw).fit(X, constraints=cons)
+    assert 'Use alpha="auto"' in str(e.value)  # the fix, with the rule and the value
 
 
 def test_movielens_side_features_from_the_files():
@@ -594,3 +594,28 @@ def test_fused_block_matches_its_definition(kind):
     np.testing.assert_allclose(_blocks.project_block(Phi, None, None, Delta), T, rtol=tol, atol=tol)
     Z = rng.standard_normal((30, 3))
     np.testing.assert_allclose(_blocks.phit_block(Phi, Z, None, None), Pd.T @ Z, rtol=tol, atol=tol)
+
+
+def test_cache_bytes_zero_recomputes_phi_every_pass_with_the_same_model():
+    """``cache_bytes`` reaches the fit (issue 29: every streaming estimator has it): with 0 the
+    learned feature maps' ``Phi`` is never held, so no pass is spent computing it and every
+    CG pass recomputes it from ``X``; the model is the same."""
+    X1, X2, trip = _data(5)
+    kw = dict(n_components=2, row_map="fourier", col_map="fourier", n_features_map=4,
+              learn_features=True, max_iter=2, tol=0.0, random_state=0)  # fmt: skip
+    fit = dict(X_row=X1, X_col=X2, shape=(X1.shape[0], X2.shape[0]))
+    held = InductiveMatrixCompletion(**kw).fit(trip, **fit)
+    streamed = InductiveMatrixCompletion(**kw, cache_bytes=0).fit(trip, **fit)
+    assert streamed.n_passes_ < held.n_passes_  # the Phi passes of the held maps are gone
+    np.testing.assert_allclose(streamed.W_, held.W_, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(streamed.H_, held.H_, rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="cache_bytes"):
+        InductiveMatrixCompletion(**kw, cache_bytes=-1).fit(trip, **fit)
+
+
+def test_clustering_passes_cache_bytes_to_its_imc():
+    from ooc_lowrank.imc.clustering import GIMCClustering
+
+    est = GIMCClustering(n_clusters=3, alpha=1.0, cache_bytes=0)
+    assert est._imc(1.0, 0, 1).cache_bytes == 0
+    assert GIMCClustering()._imc(1.0, 0, 1).cache_bytes is None

@@ -359,10 +359,10 @@ from ooc_lowrank.kernelmaxide import KernelMaxide, Maxide  # noqa: E402
 
 
 def test_kernelmaxide_f_equals_exact_kernel_solution(toy):
-    """n_landmarks=None (every row): the fit is the exact-kernel direct APG's solution."""
+    """n_features_map=None (every row): the fit is the exact-kernel direct APG's solution."""
     t = toy
     X, g, UT = t["X"], t["gamma"], t["UT"]
-    est = KernelMaxide(n_landmarks=None, gamma=g, lam=0.5, max_iter=100, random_state=0)
+    est = KernelMaxide(n_features_map=None, gamma=g, alpha=0.5, max_iter=100, random_state=0)
     est.fit(X, t["Yobs"])
     Kex = naive.rbf(X, X, g)[:, UT]
     C, its, objs = naive.apg_direct(Kex, t["Yobs"], 0.5, max_iter=100)
@@ -375,7 +375,7 @@ def test_kernelmaxide_f_equals_exact_kernel_solution(toy):
 def test_maxide_equals_direct_twin_and_basis_is_left_singular(toy):
     t = toy
     X = t["X"]
-    est = Maxide(lam=0.5, max_iter=100).fit(X, t["Yobs"])
+    est = Maxide(alpha=0.5, max_iter=100).fit(X, t["Yobs"])
     A = X @ est.projection_
     np.testing.assert_allclose(A.T @ A, np.eye(A.shape[1]), atol=1e-10)
     U, s = naive.left_singular(X, X.shape[1])
@@ -391,7 +391,7 @@ def test_kernelmaxide_orthonormal_basis_is_maxide_on_kernel_features(toy):
     (extended to every row by the same map), in memory, chunked and with a streamed F."""
     t = toy
     X, UT, k = t["X"], t["UT"], 4
-    kw = dict(n_landmarks=20, gamma=t["gamma"], lam=0.5, n_components=k, random_state=0)
+    kw = dict(n_features_map=20, gamma=t["gamma"], alpha=0.5, n_components=k, random_state=0)
     est = KernelMaxide(**kw).fit(X, t["Yobs"])
     F = _blocks.features(X, *est.fmap_.args())
     U, s, Vt = np.linalg.svd(F[UT], full_matrices=False)
@@ -414,7 +414,7 @@ def test_kernelmaxide_orthonormal_basis_is_maxide_on_kernel_features(toy):
 
 def test_kernelmaxide_n_components_above_the_rank_keeps_every_direction(toy):
     """k larger than the landmarks: the basis is every kept direction (k' = r' <= 20)."""
-    kw = dict(n_landmarks=20, gamma=toy["gamma"], lam=0.5, random_state=0)
+    kw = dict(n_features_map=20, gamma=toy["gamma"], alpha=0.5, random_state=0)
     a = KernelMaxide(**kw, n_components=500).fit(toy["X"], toy["Yobs"])
     b = KernelMaxide(**kw, n_components=20).fit(toy["X"], toy["Yobs"])
     np.testing.assert_array_equal(a.decision_function(toy["X"]), b.decision_function(toy["X"]))
@@ -422,8 +422,8 @@ def test_kernelmaxide_n_components_above_the_rank_keeps_every_direction(toy):
 
 
 def test_kernelmaxide_n_components_needs_landmarks(toy):
-    with pytest.raises(ValueError, match="n_components.*n_landmarks"):
-        KernelMaxide(n_landmarks=None, n_components=3).fit(toy["X"], toy["Yobs"])
+    with pytest.raises(ValueError, match="n_components.*n_features_map"):
+        KernelMaxide(n_features_map=None, n_components=3).fit(toy["X"], toy["Yobs"])
     with pytest.raises(ValueError, match="n_components"):
         KernelMaxide(n_components=0).fit(toy["X"], toy["Yobs"])
 
@@ -435,9 +435,9 @@ def _dask(X, chunks):
 @pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
 def test_chunk_invariance_and_cache_paths(toy, cls):
     t = toy
-    kw = dict(lam=0.5, max_iter=12, random_state=0)
+    kw = dict(alpha=0.5, max_iter=12, random_state=0)
     if cls is KernelMaxide:
-        kw.update(n_landmarks=20, gamma=t["gamma"])
+        kw.update(n_features_map=20, gamma=t["gamma"])
     ref = cls(**kw).fit(t["X"], t["Yobs"])
     for chunks, cache in [((30, 30), None), ((7, 1, 52), None), ((25, 35), 0)]:
         est = cls(**kw, cache_bytes=cache).fit(_dask(t["X"], chunks), t["Yobs"])
@@ -456,7 +456,7 @@ def test_store_input_equals_memory(tmp_path, toy):
         block_rows=16,
     )
     ds = open_dataset(url)
-    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=10, random_state=0)
+    kw = dict(n_features_map=20, gamma=0.3, alpha=0.5, max_iter=10, random_state=0)
     a = KernelMaxide(**kw).fit(ds)
     b = KernelMaxide(**kw, cache_bytes=0).fit(ds)  # streamed: F recomputed from the store
     np.testing.assert_allclose(a.coef_, b.coef_, rtol=1e-10, atol=1e-12)
@@ -470,7 +470,7 @@ def test_store_input_equals_memory(tmp_path, toy):
 
 def test_float32_path(toy):
     t = toy
-    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=20, random_state=0)
+    kw = dict(n_features_map=20, gamma=0.3, alpha=0.5, max_iter=20, random_state=0)
     a = KernelMaxide(**kw).fit(t["X"], t["Yobs"])
     b = KernelMaxide(**kw).fit(t["X"].astype(np.float32), t["Yobs"])
     Sb = b.decision_function(t["X"].astype(np.float32))
@@ -482,7 +482,7 @@ def test_float32_path(toy):
 def test_predict_topk_save_load_callback(tmp_path, toy):
     t = toy
     seen = []
-    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0, callback=lambda *a: seen.append(a))
+    est = KernelMaxide(n_features_map=20, alpha=0.5, max_iter=5, random_state=0, callback=lambda *a: seen.append(a))
     est.fit(t["X"], t["Yobs"])
     assert [s[0] for s in seen] == list(range(1, est.n_iter_ + 1))
     assert seen[-1][2] == pytest.approx(est.objective_[-1])
@@ -490,7 +490,7 @@ def test_predict_topk_save_load_callback(tmp_path, toy):
     top = est.predict_topk(t["X"], 3)
     np.testing.assert_array_equal(top, metrics.topk_from_scores(S, 3))
     assert isinstance(est.predict_topk(_dask(t["X"], (30, 30)), 3), da.Array)
-    for e in (est, Maxide(lam=0.5, max_iter=5).fit(t["X"], t["Yobs"])):
+    for e in (est, Maxide(alpha=0.5, max_iter=5).fit(t["X"], t["Yobs"])):
         e.save(str(tmp_path / type(e).__name__))
         back = ool.load(str(tmp_path / type(e).__name__))
         assert type(back) is type(e)
@@ -504,19 +504,19 @@ def test_label_without_observation_warns_and_fits(toy):
     Y = sp.csr_matrix(Y)
     Y.eliminate_zeros()
     with pytest.warns(OOCLowRankWarning, match=r"1 label\(s\) have no observed entry \(first: \[2\]\)"):
-        est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=5, random_state=0).fit(t["X"], Y)
+        est = KernelMaxide(n_features_map=20, alpha=0.5, max_iter=5, random_state=0).fit(t["X"], Y)
     assert np.isfinite(est.coef_).all()
 
 
 @pytest.mark.parametrize(
     "params, data, exc, msg",
     [
-        ({"lam": 0}, None, ValueError, "lam must be > 0"),
-        ({"lam": -1.0}, None, ValueError, "lam must be > 0"),
-        ({"n_landmarks": 61}, None, ValueError, r"n_landmarks must be <= the number of rows of X \(60\)"),
-        ({"n_landmarks": 0}, None, ValueError, "n_landmarks must be >= 1"),
+        ({"alpha": 0}, None, ValueError, "alpha must be > 0"),
+        ({"alpha": -1.0}, None, ValueError, "alpha must be > 0"),
+        ({"n_features_map": 61}, None, ValueError, r"n_features_map must be <= the number of rows of X \(60\)"),
+        ({"n_features_map": 0}, None, ValueError, "n_features_map must be >= 1"),
         ({"gamma": -1.0}, None, ValueError, "gamma must be > 0"),
-        ({"n_landmarks": None, "cache_bytes": 1000}, None, MemoryError, "n_landmarks=None .* needs about"),
+        ({"n_features_map": None, "cache_bytes": 1000}, None, MemoryError, "n_features_map=None .* needs about"),
         ({}, "bad_values", ValueError, r"found 2\.0"),
         ({}, "empty", ValueError, "no observed label at all"),
         ({}, "rows", ValueError, "Y must have as many rows as X"),
@@ -542,7 +542,7 @@ def test_bad_input_fails_before_work(toy, params, data, exc, msg, monkeypatch):
     calls = []
     monkeypatch.setattr(core, "apg", lambda *a, **k: calls.append(1))
     with pytest.raises(exc, match=msg):
-        KernelMaxide(**{"n_landmarks": 20, **params}).fit(X, Y)
+        KernelMaxide(**{"n_features_map": 20, **params}).fit(X, Y)
     assert not calls
 
 
@@ -554,13 +554,13 @@ def test_store_labels_bad_values_found_by_the_check_pass(tmp_path, toy):
     Y.data[5] = 3.0
     ds = write_arrays(str(tmp_path / "b.zarr"), {"X": t["X"], "Y_obs": Y}, block_rows=16)
     with pytest.raises(ValueError, match="found 1 other stored values"):
-        KernelMaxide(n_landmarks=20).fit(open_dataset(ds.url))
+        KernelMaxide(n_features_map=20).fit(open_dataset(ds.url))
 
 
 @pytest.mark.slow
 def test_local_cluster_fit_equals_threaded(toy, cluster_client):
     t = toy
-    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=8, random_state=0)
+    kw = dict(n_features_map=20, gamma=0.3, alpha=0.5, max_iter=8, random_state=0)
     ref = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
     with dask.config.set(scheduler=cluster_client):
         est = KernelMaxide(**kw).fit(_dask(t["X"], (30, 30)), t["Yobs"])
@@ -570,7 +570,7 @@ def test_local_cluster_fit_equals_threaded(toy, cluster_client):
 def test_prediction_is_lazy_and_fit_computes_once_per_pass(toy, counting_scheduler):
     t = toy
     Xd = _dask(t["X"], (30, 30))
-    est = KernelMaxide(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=4, random_state=0)
+    est = KernelMaxide(n_features_map=20, gamma=0.3, alpha=0.5, max_iter=4, random_state=0)
     est.fit(Xd, t["Yobs"])
     # n_passes_ = label check + persist F + gram + per iteration (grad + >= 1 trial pass);
     # one more compute reads the landmark rows
@@ -585,7 +585,7 @@ def test_prediction_is_lazy_and_fit_computes_once_per_pass(toy, counting_schedul
 
 def test_n_trials_does_not_change_the_fit(toy):
     t = toy
-    kw = dict(n_landmarks=20, gamma=0.3, lam=0.5, max_iter=15, random_state=0)
+    kw = dict(n_features_map=20, gamma=0.3, alpha=0.5, max_iter=15, random_state=0)
     fits = [KernelMaxide(**kw, n_trials=k).fit(t["X"], t["Yobs"]) for k in (None, 1, 3)]
     for f in fits[1:]:
         np.testing.assert_allclose(f.coef_, fits[0].coef_, rtol=1e-12, atol=1e-14)
@@ -599,7 +599,7 @@ def test_tampered_model_is_refused_at_load(tmp_path, toy):
     from ooc_lowrank._persist import ModelFileError
 
     t = toy
-    est = KernelMaxide(n_landmarks=20, lam=0.5, max_iter=3, random_state=0).fit(t["X"], t["Yobs"])
+    est = KernelMaxide(n_features_map=20, alpha=0.5, max_iter=3, random_state=0).fit(t["X"], t["Yobs"])
     path = str(tmp_path / "m")
     est.save(path)
     with np.load(os.path.join(path, "arrays.npz")) as z:
@@ -618,7 +618,7 @@ def test_sparse_X_equals_dense(rng, cls):
     X = rng.standard_normal((80, 6))
     X[X < 0.3] = 0
     Yo = mask_labels((rng.random((80, 5)) < 0.3).astype(float), 40, random_state=0)
-    kw = dict(n_landmarks=20, random_state=0) if cls is KernelMaxide else {}
+    kw = dict(n_features_map=20, random_state=0) if cls is KernelMaxide else {}
     a = cls(max_iter=10, **kw).fit(X, Yo)
     b = cls(max_iter=10, **kw).fit(sp.csr_matrix(X), Yo)
     np.testing.assert_allclose(b.coef_, a.coef_, atol=1e-12 * np.abs(a.coef_).max())
@@ -659,34 +659,34 @@ def test_kernelmaxide_cv_picks_the_clearly_best_lam():
     from ooc_lowrank.kernelmaxide.cv import split_observed
 
     X, Yobs = _lam_problem()
-    kw = dict(n_landmarks=100, max_iter=100, random_state=0)
-    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0, 1e-3],
+    kw = dict(n_features_map=100, max_iter=100, random_state=0)
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, alphas=[1e4, 3.0, 1e-3],
                         holdout="entries").fit(X, Yobs)  # fmt: skip
     res = cv.cv_results_
-    assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
+    assert cv.best_params_ == {"gamma": 1.0, "alpha": 3.0}
     assert res["mean_test_score"][0] == 1.0  # every score 0: all held-out pairs are ties
     assert res["mean_test_score"][1] < res["mean_test_score"][2] - 0.05
     best = cv.best_estimator_
-    assert best.lam == 3.0 and best.gamma == 1.0
+    assert best.alpha == 3.0 and best.gamma == 1.0
     # the score is the twin's over the hold-out the search used, the refit uses every label
     Yfit, Yval = split_observed(Yobs, 0.25, 0)
-    est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
+    est = KernelMaxide(**kw, gamma=1.0, alpha=3.0).fit(X, Yfit)
     rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
     assert res["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
-    full = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yobs)
+    full = KernelMaxide(**kw, gamma=1.0, alpha=3.0).fit(X, Yobs)
     np.testing.assert_array_equal(best.coef_, full.coef_)
     assert "mean ranking loss" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50).fit(X, Yobs)
+    m = MaxideCV(alphas=[1e4, 1.0], max_iter=50).fit(X, Yobs)
     # the default grid holds Maxide's default k = 100 (issue 28), first; here above the rank
     # of X, so the same fits as None and the tie goes to the first
     assert list(m.cv_results_["param_n_components"]) == [100, 100, None, None]
-    assert m.best_params_ == {"n_components": 100, "lam": 1.0}
+    assert m.best_params_ == {"n_components": 100, "alpha": 1.0}
     # the defaults: whole rows held out, the same choice, scored on split_observed(by="rows")
-    rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0],
+    rows = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, alphas=[1e4, 3.0],
                           refit=False).fit(X, Yobs)  # fmt: skip
-    assert rows.best_params_ == {"gamma": 1.0, "lam": 3.0}
+    assert rows.best_params_ == {"gamma": 1.0, "alpha": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0, by="rows")
-    est = KernelMaxide(**kw, gamma=1.0, lam=3.0).fit(X, Yfit)
+    est = KernelMaxide(**kw, gamma=1.0, alpha=3.0).fit(X, Yfit)
     rl = naive.observed_ranking_loss_rows(est.decision_function(X), Yval)
     assert rows.cv_results_["split0_test_score"][1] == pytest.approx(rl[rl >= 0].mean(), abs=1e-12)
 
@@ -703,8 +703,8 @@ def _store(tmp_path, t):
 @pytest.mark.parametrize(
     "cls, kw",
     [
-        (KernelMaxide, dict(n_landmarks=20, gamma=0.3)),
-        (KernelMaxide, dict(n_landmarks=None, gamma=0.3)),
+        (KernelMaxide, dict(n_features_map=20, gamma=0.3)),
+        (KernelMaxide, dict(n_features_map=None, gamma=0.3)),
         (Maxide, dict(n_components=4)),
     ],
 )
@@ -713,7 +713,7 @@ def test_fit_lams_shares_the_setup_and_equals_separate_fits(tmp_path, toy, cls, 
     """KernelMaxideCV's path: one setup, one APG per lam, the same models as separate fits
     (bitwise on the same input), for cached and streamed F and store / Dask input."""
     t = toy
-    if "streamed" in source and kw.get("n_landmarks", 1) is None:
+    if "streamed" in source and kw.get("n_features_map", 1) is None:
         pytest.skip("KernelMaxide-f always caches its kernel")
     X = {"memory": t["X"], "dask": _dask(t["X"], (25, 35))}.get(source.split()[0])
     Y = t["Yobs"]
@@ -729,11 +729,11 @@ def test_fit_lams_shares_the_setup_and_equals_separate_fits(tmp_path, toy, cls, 
         mp.setattr(
             est_mod._MaxideBase, "_setup", lambda self, *a: setups.append(1) or real(self, *a)
         )
-        shared = cls(**kw, lam=1.0)._fit_lams(X, Y, lams)
+        shared = cls(**kw, alpha=1.0)._fit_lams(X, Y, lams)
         assert len(setups) == 1
         for lam, got in zip(lams, shared):
-            want = cls(**kw, lam=lam).fit(X, Y)
-            assert got.lam == lam
+            want = cls(**kw, alpha=lam).fit(X, Y)
+            assert got.alpha == lam
             np.testing.assert_array_equal(got.coef_, want.coef_)
             np.testing.assert_array_equal(got.objective_, want.objective_)
             assert (got.n_iter_, got.n_passes_, got.rank_, got.n_ut_) == (
@@ -752,8 +752,8 @@ def test_kernelmaxide_cv_scores_equal_separate_fits(toy):
     from ooc_lowrank.kernelmaxide.cv import split_observed
 
     t = toy
-    kw = dict(n_landmarks=20, max_iter=15, random_state=3)
-    cv = KernelMaxideCV(**kw, gammas=[0.1, 0.3], gamma_scales=None, lams=[0.2, 2.0], n_splits=2,
+    kw = dict(n_features_map=20, max_iter=15, random_state=3)
+    cv = KernelMaxideCV(**kw, gammas=[0.1, 0.3], gamma_scales=None, alphas=[0.2, 2.0], n_splits=2,
                         validation_fraction=0.3, refit=False).fit(t["X"], t["Yobs"])  # fmt: skip
     for k in range(2):
         Yfit, Yval = split_observed(t["Yobs"], 0.3, 3 + k, by="rows")
@@ -772,22 +772,22 @@ def test_kernelmaxide_cv_squared_error_score_is_the_held_out_squared_error():
     from ooc_lowrank.kernelmaxide.cv import split_observed
 
     X, Yobs = _lam_problem()
-    kw = dict(n_landmarks=100, max_iter=100, random_state=0)
+    kw = dict(n_features_map=100, max_iter=100, random_state=0)
     kw = dict(kw, n_components=None)  # SPEC KM-6: the CV machinery, not the model
-    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, lams=[1e4, 3.0], refit=False,
+    cv = KernelMaxideCV(**kw, gammas=[1.0], gamma_scales=None, alphas=[1e4, 3.0], refit=False,
                         holdout="entries", scoring="squared_error")  # fmt: skip
     cv.fit(X, Yobs)
-    assert cv.best_params_ == {"gamma": 1.0, "lam": 3.0}
+    assert cv.best_params_ == {"gamma": 1.0, "alpha": 3.0}
     Yfit, Yval = split_observed(Yobs, 0.25, 0)
     for i, lam in enumerate([1e4, 3.0]):
-        S = KernelMaxide(**kw, gamma=1.0, lam=lam).fit(X, Yfit).decision_function(X)
+        S = KernelMaxide(**kw, gamma=1.0, alpha=lam).fit(X, Yfit).decision_function(X)
         r, c = Yval.nonzero()
         want = np.mean((S[r, c] - np.asarray(Yval[r, c]).ravel()) ** 2)
         assert cv.cv_results_["split0_test_score"][i] == pytest.approx(want, rel=1e-10)
     assert cv.cv_results_["mean_test_score"][0] == pytest.approx(1.0, abs=1e-3)  # scores ~ 0
     assert "mean squared error" in cv.format_cv_table()
-    m = MaxideCV(lams=[1e4, 1.0], max_iter=50, scoring="squared_error").fit(X, Yobs)
-    assert m.best_params_["lam"] == 1.0
+    m = MaxideCV(alphas=[1e4, 1.0], max_iter=50, scoring="squared_error").fit(X, Yobs)
+    assert m.best_params_["alpha"] == 1.0
 
 
 def test_split_observed_rows_holds_out_whole_rows():
@@ -812,10 +812,10 @@ def test_split_observed_rows_holds_out_whole_rows():
 @pytest.mark.parametrize(
     "params, exc, msg",
     [
-        ({"lams": []}, ValueError, "lams must not be empty"),
-        ({"lams": [1.0, -2.0]}, ValueError, r"lams must hold only finite numbers > 0 \(found -2.0\)"),
-        ({"lams": "1,2"}, TypeError, "lams must be a non-empty list"),
-        ({"lams": [1.0, 1.0]}, ValueError, "lams must not repeat a value"),
+        ({"alphas": []}, ValueError, "alphas must not be empty"),
+        ({"alphas": [1.0, -2.0]}, ValueError, r"alphas must hold only finite numbers > 0 \(found -2.0\)"),
+        ({"alphas": "1,2"}, TypeError, "alphas must be a non-empty list"),
+        ({"alphas": [1.0, 1.0]}, ValueError, "alphas must not repeat a value"),
         ({"gamma_scales": [0.0]}, ValueError, "gamma_scales must hold only finite numbers > 0"),
         ({"gammas": [1.0]}, ValueError, "exactly one must be given"),
         ({"validation_fraction": 1.0}, ValueError, "validation_fraction must be < 1"),
@@ -873,9 +873,9 @@ def test_kernelmaxide_defaults_meet_the_stopping_rule_in_few_iterations():
     the paper's 1e-5 relative-change stop (SPEC 4.4) fires, within 40 iterations, where SPEC
     KM-6 (n_components=None) runs into max_iter."""
     X, Yobs = _planted()
-    est = KernelMaxide(n_landmarks=150, random_state=0).fit(X, Yobs)
+    est = KernelMaxide(n_features_map=150, random_state=0).fit(X, Yobs)
     assert est.converged_ and est.n_iter_ <= 40
-    km6 = KernelMaxide(n_landmarks=150, n_components=None, random_state=0).fit(X, Yobs)
+    km6 = KernelMaxide(n_features_map=150, n_components=None, random_state=0).fit(X, Yobs)
     assert not km6.converged_ and km6.n_iter_ == 100
 
 
@@ -885,12 +885,12 @@ def test_kernelmaxide_default_objective_is_the_trace_norm_of_the_ut_scores():
     fitted scores (``||W||_* = ||A_UT W||_*``), i.e. ``lam ||K~_UT C||_*`` in the paper's
     ``C`` where KM-6 has ``lam ||C||_*``; ``objective_`` is that value at ``coef_``."""
     X, Yobs = _planted()
-    est = KernelMaxide(n_landmarks=150, random_state=0).fit(X, Yobs)
+    est = KernelMaxide(n_features_map=150, random_state=0).fit(X, Yobs)
     S = est.decision_function(X)
     ut = np.flatnonzero(np.diff(Yobs.indptr))
     Yc = Yobs.tocoo()
     E = 0.5 * np.sum((S[Yc.row, Yc.col] - Yc.data) ** 2)
-    want = est.lam * np.linalg.svd(S[ut], compute_uv=False).sum() + E
+    want = est.alpha * np.linalg.svd(S[ut], compute_uv=False).sum() + E
     np.testing.assert_allclose(est.objective_[-1], want, rtol=1e-8)
 
 
@@ -907,7 +907,7 @@ def test_kernelmaxide_cholesky_and_eigen_roots_reach_the_same_objective(
     X, Yobs = _planted()
     if repeat_landmarks:  # every row twice: landmarks repeat, the Cholesky factor fails
         X = np.vstack([X[:200], X[:200]])
-    kw = dict(n_landmarks=150, n_components=40, random_state=0)
+    kw = dict(n_features_map=150, n_components=40, random_state=0)
     a = KernelMaxide(**kw).fit(X, Yobs)
     if not repeat_landmarks:  # M M^T = K_rr^-1: the same Nystrom kernel F F^T
         MMt = a.normalization_ @ a.normalization_.T
@@ -933,9 +933,9 @@ def test_kernelmaxide_n_components_auto():
     """"auto": the orthonormal basis of 100 directions with landmarks, SPEC KM-6 with the
     exact kernel; any other string is refused naming the argument."""
     X, Yobs = _planted()
-    assert KernelMaxide(n_landmarks=None)._components() is None
+    assert KernelMaxide(n_features_map=None)._components() is None
     assert KernelMaxide()._components() == 100
-    f = KernelMaxide(n_landmarks=None, max_iter=3).fit(X[:120], Yobs[:120])
+    f = KernelMaxide(n_features_map=None, max_iter=3).fit(X[:120], Yobs[:120])
     assert f.normalization_ is None
     with pytest.raises(ValueError, match="n_components"):
         KernelMaxide(n_components="all").fit(X, Yobs)

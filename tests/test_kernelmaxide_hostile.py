@@ -23,7 +23,7 @@ from ooc_lowrank.kernelmaxide import (
 from ooc_lowrank.kernelmaxide.cv import split_observed
 from ooc_lowrank.storage import open_dataset, write_arrays
 
-KM = dict(n_landmarks=20, max_iter=5, random_state=0)
+KM = dict(n_features_map=20, max_iter=5, random_state=0)
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_01_labels_refused(data, kind, tmp_path):
         with pytest.raises(ValueError, match=r"^Y has no observed negative.*mask_labels"):
             Maxide(max_iter=5).fit(X, Y)
         with pytest.raises(ValueError, match=r"^Y has no observed negative"):
-            KernelMaxideCV(**KM, lams=(1.0,), n_splits=1).fit(X, Y)
+            KernelMaxideCV(**KM, alphas=(1.0,), n_splits=1).fit(X, Y)
 
 
 def test_cv_hold_out_taking_every_negative_is_named(data):
@@ -103,7 +103,7 @@ def test_cv_hold_out_taking_every_negative_is_named(data):
             *split_observed(Y, 0.25, s, by="rows")
         )
     )
-    est = KernelMaxideCV(**{**KM, "random_state": seed}, lams=(1.0,), n_splits=1)
+    est = KernelMaxideCV(**{**KM, "random_state": seed}, alphas=(1.0,), n_splits=1)
     with pytest.raises(ValueError, match=r"hold-out 0 .*every observed negative"):
         est.fit(X, Y)
 
@@ -145,7 +145,7 @@ def test_complex_labels_refused_in_fit(data):
     [
         (Maxide(max_iter=5), ""),
         (KernelMaxide(**KM), "the row sample of the median heuristic"),
-        (KernelMaxide(n_landmarks=5, gamma=0.1, max_iter=5, random_state=0), "rows 40..59"),
+        (KernelMaxide(n_features_map=5, gamma=0.1, max_iter=5, random_state=0), "rows 40..59"),
     ],
 )
 def test_dask_X_nonfinite_named(data, est, where):
@@ -176,7 +176,7 @@ def test_n_trials_bounded_before_any_work(data, cls, monkeypatch):
     X, _, Yo = data
     _no_pass(monkeypatch, _blocks, "label_stats_block")
     _no_pass(monkeypatch, cv, "_labels_in_memory")
-    kw = {"n_landmarks": 20} if cls in (KernelMaxide, KernelMaxideCV) else {}
+    kw = {"n_features_map": 20} if cls in (KernelMaxide, KernelMaxideCV) else {}
     with pytest.raises(ValueError, match=r"^n_trials must be <= 64; got 1000000000"):
         cls(**kw, n_trials=10**9).fit(X, Yo)
     cls(**kw, n_trials=64)  # the bound itself is allowed
@@ -209,11 +209,11 @@ def test_random_state_checked_before_any_pass(data, monkeypatch):
     X, _, Yo = data
     _no_pass(monkeypatch, _blocks, "label_stats_block")
     with pytest.raises(ValueError, match=r"^random_state must be in"):
-        KernelMaxide(n_landmarks=20, random_state=-1).fit(X, Yo)
+        KernelMaxide(n_features_map=20, random_state=-1).fit(X, Yo)
     with pytest.raises(TypeError, match=r"^random_state must be None, an integer"):
         Maxide(random_state="a").fit(X, Yo)
     with pytest.raises(ValueError, match=r"^random_state must be in \[0, 2\*\*32 - n_splits\]"):
-        KernelMaxideCV(n_landmarks=20, n_splits=2, random_state=2**32 - 1).fit(X, Yo)
+        KernelMaxideCV(n_features_map=20, n_splits=2, random_state=2**32 - 1).fit(X, Yo)
 
 
 def test_a_model_file_relabelled_as_the_other_estimator_is_refused(tmp_path):
@@ -228,7 +228,7 @@ def test_a_model_file_relabelled_as_the_other_estimator_is_refused(tmp_path):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 4))
     Yo = mask_labels((rng.random((40, 3)) < 0.4).astype(float), 50, random_state=0)
-    for est, other in ((KernelMaxide(n_landmarks=10, max_iter=2), "Maxide"),
+    for est, other in ((KernelMaxide(n_features_map=10, max_iter=2), "Maxide"),
                        (Maxide(max_iter=2), "KernelMaxide")):  # fmt: skip
         path = tmp_path / type(est).__name__
         est.fit(X, Yo).save(path)
@@ -237,3 +237,19 @@ def test_a_model_file_relabelled_as_the_other_estimator_is_refused(tmp_path):
         (path / "model.json").write_text(json.dumps(doc))
         with pytest.raises(ModelFileError, match="kind"):
             ooc_lowrank.load(path)
+
+
+@pytest.mark.parametrize("cls", [KernelMaxide, Maxide])
+def test_block_rows_reaches_the_blocked_input_with_the_same_model(data, cls):
+    """``block_rows`` (issue 29: every streaming estimator has it) sets the row blocks of an
+    in-memory ``X``: the estimate sees 7-row blocks, and the model is the same."""
+    X, _, Yo = data
+    kw = dict(KM) if cls is KernelMaxide else dict(n_components=3, max_iter=5)
+    assert cls(**kw, block_rows=7).estimate(X, Yo)["block_rows"] == 7
+    assert cls(**kw).estimate(X, Yo)["block_rows"] > 7
+    one = cls(**kw).fit(X, Yo)
+    seven = cls(**kw, block_rows=7).fit(X, Yo)
+    np.testing.assert_allclose(seven.decision_function(X), one.decision_function(X),
+                               rtol=1e-7, atol=1e-9)  # fmt: skip
+    with pytest.raises(ValueError, match="block_rows"):
+        cls(**kw, block_rows=0).fit(X, Yo)

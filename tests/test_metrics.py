@@ -111,7 +111,7 @@ def test_gimc_evaluate_ranking_loss(rng):
 
     X = rng.standard_normal((120, 5))
     Y = (X @ rng.standard_normal((5, 6)) > 0.5).astype(np.float64)
-    est = GIMC(n_components=8, max_iter=2, random_state=0).fit(X, Y)
+    est = GIMC(n_features_map=8, max_iter=2, random_state=0).fit(X, Y)
     res = est.evaluate(X, "ranking_loss,p@1", Y=Y)
     assert res["ranking_loss"] == pytest.approx(
         metrics.ranking_loss(Y, est.decision_function(X)), rel=1e-9

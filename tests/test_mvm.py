@@ -174,7 +174,7 @@ def _arrays(ds):
 
 def test_lbfgs_recovers_a_generated_cp_model(cp_store):
     views, y = _arrays(cp_store)
-    m = MultiViewMachineRegressor(n_factors=2, reg_weight=1e-7, random_state=0, max_iter=500,
+    m = MultiViewMachineRegressor(n_components=2, alpha=1e-7, random_state=0, max_iter=500,
                                   solver="lbfgs")
     m.fit(views, y)  # one in-memory block: no graph per pass
     # the target's noise is 0.05, its spread 0.41
@@ -185,7 +185,7 @@ def test_lbfgs_recovers_a_generated_cp_model(cp_store):
 
 def test_sgd_learns_and_is_reproducible(cp_store):
     views, y = _arrays(cp_store)
-    kw = dict(n_factors=2, solver="sgd", n_epochs=15, random_state=5, learning_rate=0.05)
+    kw = dict(n_components=2, solver="sgd", n_epochs=15, random_state=5, learning_rate=0.05)
     a = MultiViewMachineRegressor(**kw).fit(cp_store)
     b = MultiViewMachineRegressor(**kw).fit(cp_store)
     np.testing.assert_array_equal(a.coef_, b.coef_)
@@ -196,7 +196,7 @@ def test_sgd_learns_and_is_reproducible(cp_store):
 @pytest.mark.parametrize("block_rows", [None, 256, 999])
 def test_lbfgs_is_chunk_invariant(cp_store, block_rows):
     views, y = _arrays(cp_store)
-    kw = dict(n_factors=2, random_state=0, max_iter=15, solver="lbfgs")
+    kw = dict(n_components=2, random_state=0, max_iter=15, solver="lbfgs")
     ref = MultiViewMachineRegressor(**kw, block_rows=1500).fit(views, y)
     got = MultiViewMachineRegressor(**kw, block_rows=block_rows).fit(views, y)
     np.testing.assert_allclose(got.coef_, ref.coef_, rtol=1e-8, atol=1e-10)
@@ -204,7 +204,7 @@ def test_lbfgs_is_chunk_invariant(cp_store, block_rows):
 
 def test_views_as_one_matrix_equal_views_as_a_list(cp_store):
     views, y = _arrays(cp_store)
-    kw = dict(n_factors=2, random_state=0, max_iter=10, solver="lbfgs")
+    kw = dict(n_components=2, random_state=0, max_iter=10, solver="lbfgs")
     a = MultiViewMachineRegressor(**kw).fit(views, y)
     b = MultiViewMachineRegressor(**kw, view_sizes=(4, 5, 3)).fit(np.hstack(views), y)
     c = MultiViewMachineRegressor(**kw, view_sizes=(4, 5, 3)).fit(sp.csr_matrix(np.hstack(views)), y)
@@ -215,7 +215,7 @@ def test_views_as_one_matrix_equal_views_as_a_list(cp_store):
 def test_local_cluster_equals_threaded(cp_store, cluster_client):
     import dask
 
-    kw = dict(n_factors=2, random_state=0, max_iter=3, solver="lbfgs")
+    kw = dict(n_components=2, random_state=0, max_iter=3, solver="lbfgs")
     ref = MultiViewMachineRegressor(**kw).fit(cp_store)
     with dask.config.set(scheduler=cluster_client):
         got = MultiViewMachineRegressor(**kw).fit(cp_store)
@@ -225,7 +225,7 @@ def test_local_cluster_equals_threaded(cp_store, cluster_client):
 def test_early_stopping_keeps_the_best_iterate(cp_store, rng):
     views, y = _arrays(cp_store)
     tr, va = slice(0, 1000), slice(1000, None)
-    m = MultiViewMachineRegressor(n_factors=2, random_state=0, solver="sgd", n_epochs=40,
+    m = MultiViewMachineRegressor(n_components=2, random_state=0, solver="sgd", n_epochs=40,
                                   n_iter_no_change=3)
     m.fit([v[tr] for v in views], y[tr], eval_set=([v[va] for v in views], y[va]))
     assert len(m.validation_path_) == m.n_iter_
@@ -235,7 +235,7 @@ def test_early_stopping_keeps_the_best_iterate(cp_store, rng):
 
 
 def test_save_load_roundtrip(cp_store, tmp_path):
-    m = MultiViewMachineRegressor(n_factors=2, random_state=0, max_iter=5).fit(cp_store)
+    m = MultiViewMachineRegressor(n_components=2, random_state=0, max_iter=5).fit(cp_store)
     m.save(str(tmp_path / "m.model"))
     r = load(str(tmp_path / "m.model"))
     assert isinstance(r, MultiViewMachineRegressor)
@@ -251,12 +251,12 @@ def test_classifier_any_two_labels_and_one_vs_rest(rng):
     X1, X2 = rng.standard_normal((n, 3)), rng.standard_normal((n, 2))
     score = X1[:, 0] * X2[:, 0] + X1[:, 1]
     y2 = np.where(score > 0, "yes", "no")
-    c = MultiViewMachineClassifier(n_factors=3, random_state=0).fit([X1, X2], y2)
+    c = MultiViewMachineClassifier(n_components=3, random_state=0).fit([X1, X2], y2)
     assert list(c.classes_) == ["no", "yes"]
     assert c.score([X1, X2], y2) > 0.9
     assert set(c.evaluate([X1, X2], y=np.where(score > 0, 1, -1))) == {"accuracy", "auc"}
     y3 = np.digitize(score, [-0.5, 0.5])
-    ovr = OneVsRestClassifier(MultiViewMachineClassifier(n_factors=3, view_sizes=(3, 2), random_state=0))
+    ovr = OneVsRestClassifier(MultiViewMachineClassifier(n_components=3, view_sizes=(3, 2), random_state=0))
     ovr.fit(np.hstack([X1, X2]), y3)
     assert ovr.score(np.hstack([X1, X2]), y3) > 0.75
 
@@ -289,9 +289,9 @@ def test_bad_predict_input(rng):
 @pytest.mark.parametrize(
     "params, match",
     [
-        (dict(n_factors=0), "n_factors must be >= 1"),
+        (dict(n_components=0), "n_components must be >= 1"),
         (dict(reg="l3"), "reg must be one of"),
-        (dict(reg_weight=float("nan")), "reg_weight must be finite"),
+        (dict(alpha=float("nan")), "alpha must be finite"),
         (dict(init_std=0.0), "init_std must be > 0"),
         (dict(solver="adam"), "solver must be one of"),
         (dict(loss="logistic"), "loss must be one of"),
@@ -432,7 +432,7 @@ def test_one_vs_rest_models_in_lockstep_equal_separate_fits(rng):
 def test_classifier_handles_three_classes_itself(rng, solver, tmp_path):
     V, y = _three_classes(rng)
     labels = np.array(["lo", "mid", "hi"])[y]
-    c = MultiViewMachineClassifier(n_factors=3, random_state=0, solver=solver, n_epochs=20,
+    c = MultiViewMachineClassifier(n_components=3, random_state=0, solver=solver, n_epochs=20,
                                    max_iter=60).fit(V, labels)
     assert list(c.classes_) == ["hi", "lo", "mid"]
     assert c.coef_.shape == (3, 3 + 2 + 2, 3) and c.intercept_.shape == (3,)
@@ -515,7 +515,7 @@ def test_sgd_model_does_not_depend_on_the_chunking(rng, tmp_path, monkeypatch):
     V = [rng.standard_normal((n, 3)), sp.random(n, 6, density=0.3, format="csr",
                                                 random_state=1)]
     y = V[0][:, 0] * V[1].toarray()[:, 1] + 0.1 * rng.standard_normal(n)
-    kw = dict(n_factors=2, solver="sgd", n_epochs=3, random_state=4)
+    kw = dict(n_components=2, solver="sgd", n_epochs=3, random_state=4)
     ref = MultiViewMachineRegressor(**kw).fit(V, y)
     ds = write_arrays(str(tmp_path / "s.zarr"), {"X0": V[0], "X1": V[1], "y": y[:, None]},
                       block_rows=77)
@@ -584,7 +584,7 @@ def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
     for b in (*parts, y2):
         np.testing.assert_array_equal(b.bounds, [0, 60, 120])
     assert core._pass_inputs(views, yb, layout, 3)[1] is yb  # below the threshold
-    kw = dict(n_factors=2, random_state=0, solver="lbfgs", max_iter=15)
+    kw = dict(n_components=2, random_state=0, solver="lbfgs", max_iter=15)
     cut = MultiViewMachineClassifier(view_sizes=(3, 2), **kw).fit(X, y)
     monkeypatch.setattr(core, "PARALLEL_WORK", np.inf)
     whole = MultiViewMachineClassifier(**kw).fit(V, y)
@@ -642,7 +642,7 @@ def test_one_vs_rest_fit_costs_the_passes_of_one_fit_not_k(rng):
     slowest binary fit (a line-search retry evaluates only the models still searching),
     far from the K fits' sum; one model goes through the same solver (passes counted)."""
     V, y = _three_classes(rng, n=200)
-    kw = dict(n_factors=2, random_state=0, solver="lbfgs", max_iter=25, tol=0.0)
+    kw = dict(n_components=2, random_state=0, solver="lbfgs", max_iter=25, tol=0.0)
     joint = MultiViewMachineClassifier(**kw).fit(V, y)
     single = [MultiViewMachineClassifier(**kw).fit(V, (y == c).astype(int)) for c in range(3)]
     p = [s.n_passes_ for s in single]
@@ -691,9 +691,9 @@ def test_mvm_lbfgs_defaults_benchmark_runs_at_tiny_size(tmp_path):
 
 
 def test_classifier_lbfgs_defaults_differ_from_the_regressor():
-    """The classifier's reg_weight / tol defaults (docs/mvm.md) are its own; the regressor's
+    """The classifier's alpha / tol defaults (docs/mvm.md) are its own; the regressor's
     (MovieLens-validated) are unchanged; both are plain get_params values."""
     c, r = MultiViewMachineClassifier().get_params(), MultiViewMachineRegressor().get_params()
-    assert (c["reg_weight"], c["tol"]) == (1e-2, 1e-3)
-    assert (r["reg_weight"], r["tol"]) == (1e-3, 1e-6)
+    assert (c["alpha"], c["tol"]) == (1e-2, 1e-3)
+    assert (r["alpha"], r["tol"]) == (1e-3, 1e-6)
     assert set(c) == set(r)

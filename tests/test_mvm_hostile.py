@@ -38,7 +38,7 @@ def _unreadable(n):
 def test_classifier_evaluate_encodes_y_through_classes(data, labels):
     V, score = data
     y = np.where(score > 0, labels[1], labels[0])
-    m = MVC(n_factors=3, n_epochs=5, random_state=0).fit(V, y)
+    m = MVC(n_components=3, n_epochs=5, random_state=0).fit(V, y)
     assert list(m.classes_) == list(labels)
     got = m.evaluate(V, y=y)
     f = m.decision_function(V)
@@ -77,23 +77,23 @@ def _edit(path, f):
 @pytest.mark.parametrize(
     "cls, edit, key, match",
     [
-        (MVR, lambda d: d["params"].update(n_factors=-5), "params", "n_factors must be >= 1"),
+        (MVR, lambda d: d["params"].update(n_components=-5), "params", "n_components must be >= 1"),
         (MVR, lambda d: d["params"].update(solver="zzz"), "params", "solver must be one of"),
         (MVR, lambda d: d["extra"].update(view_sizes=[6, -1]), "extra.view_sizes[1]", ">= 1"),
         (MVR, lambda d: d["extra"].update(view_sizes=[2, 2]), "coef", "must have shape (6, 3)"),
         (MVR, lambda d: d["extra"].pop("view_sizes"), "extra.view_sizes", "is missing"),
-        (MVR, lambda d: d["params"].update(n_factors=4), "coef", "must have shape (7, 4)"),
+        (MVR, lambda d: d["params"].update(n_components=4), "coef", "must have shape (7, 4)"),
         (MVC, lambda d: d["extra"].update(classes=[1]), "extra.classes", "at least two"),
         (MVC, lambda d: d["extra"].update(classes=[1, 1]), "extra.classes", "distinct"),
         (MVC, lambda d: d["extra"].update(loss="square"), "extra.loss", "must be one of"),
     ],
-    ids=["n_factors", "solver", "view_sizes-neg", "view_sizes-shape", "view_sizes-missing",
-         "n_factors-shape", "classes-one", "classes-same", "loss"],
+    ids=["n_components", "solver", "view_sizes-neg", "view_sizes-shape", "view_sizes-missing",
+         "n_components-shape", "classes-one", "classes-same", "loss"],
 )
 def test_load_validates_an_edited_model(data, tmp_path, cls, edit, key, match):
     V, y = data
     path = tmp_path / "m.model"
-    cls(n_factors=3, n_epochs=2, random_state=0).fit(V, y > 0 if cls is MVC else y).save(str(path))
+    cls(n_components=3, n_epochs=2, random_state=0).fit(V, y > 0 if cls is MVC else y).save(str(path))
     _edit(path, edit)
     for load in (ooc_lowrank.load, cls.load):
         with pytest.raises(ModelFileError) as e:
@@ -111,11 +111,11 @@ def test_load_refuses_a_model_of_another_estimator(data, tmp_path):
     X = rng.normal(size=(40, 4))
     Yo = mask_labels((rng.random((40, 3)) < 0.4).astype(float), 30, random_state=0)
     path = tmp_path / "km.model"
-    KernelMaxide(n_landmarks=10, max_iter=3, random_state=0).fit(X, Yo).save(str(path))
+    KernelMaxide(n_features_map=10, max_iter=3, random_state=0).fit(X, Yo).save(str(path))
     with pytest.raises(ValueError, match="not a MultiViewMachineRegressor"):
         MVR.load(str(path))
     _edit(path, lambda d: d.update(estimator="MultiViewMachineRegressor"))
-    with pytest.raises(ModelFileError, match=r"km\.model.*extra\.view_sizes"):
+    with pytest.raises(ModelFileError, match=r"km\.model.*(extra\.view_sizes|key 'params')"):
         ooc_lowrank.load(str(path))
 
 

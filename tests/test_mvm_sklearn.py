@@ -14,8 +14,8 @@ from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegresso
 
 @parametrize_with_checks(
     [
-        MultiViewMachineRegressor(n_factors=4, max_iter=30, random_state=0),
-        MultiViewMachineClassifier(n_factors=4, max_iter=30, random_state=0),
+        MultiViewMachineRegressor(n_components=4, max_iter=30, random_state=0),
+        MultiViewMachineClassifier(n_components=4, max_iter=30, random_state=0),
     ]
 )
 def test_sklearn_compatible(estimator, check):

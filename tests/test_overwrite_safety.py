@@ -26,7 +26,7 @@ def data():
 @pytest.fixture(scope="module")
 def model(data):
     X, _, Yobs = data
-    return KernelMaxide(n_landmarks=20, max_iter=3, random_state=0).fit(X, Yobs)
+    return KernelMaxide(n_features_map=20, max_iter=3, random_state=0).fit(X, Yobs)
 
 
 def _snapshot(path):
@@ -71,12 +71,12 @@ def test_save_replaces_a_model_only_when_asked(model, data, tmp_path):
     dest = tmp_path / "m"
     model.save(dest)
     before = _snapshot(dest)
-    other = KernelMaxide(n_landmarks=20, lam=0.25, max_iter=3, random_state=0).fit(X, Yobs)
+    other = KernelMaxide(n_features_map=20, alpha=0.25, max_iter=3, random_state=0).fit(X, Yobs)
     with pytest.raises(FileExistsError, match="pass overwrite=True"):
         other.save(dest)
     assert _snapshot(dest) == before
     other.save(dest, overwrite=True)
-    assert ooc_lowrank.load(dest).lam == 0.25
+    assert ooc_lowrank.load(dest).alpha == 0.25
     assert _siblings(dest) == []
 
 
@@ -139,7 +139,7 @@ def test_checkpoint_refuses_a_foreign_folder_before_any_work(model, data, tmp_pa
         _make(kind, ck, data)
     before = _snapshot(ck)
     calls = []
-    est = KernelMaxide(n_landmarks=20, max_iter=3, callback=lambda *a: calls.append(a))
+    est = KernelMaxide(n_features_map=20, max_iter=3, callback=lambda *a: calls.append(a))
     with pytest.raises(ValueError, match="checkpoint exists and is not an ooc_lowrank checkpoint"):
         est.fit(X, Yobs, checkpoint=ck)
     assert calls == [] and not hasattr(est, "coef_")
@@ -150,10 +150,10 @@ def test_checkpoint_into_an_empty_folder_is_fine(data, tmp_path):
     X, _, Yobs = data
     ck = tmp_path / "ck"
     ck.mkdir()
-    KernelMaxide(n_landmarks=20, max_iter=3, random_state=0).fit(X, Yobs, checkpoint=ck)
+    KernelMaxide(n_features_map=20, max_iter=3, random_state=0).fit(X, Yobs, checkpoint=ck)
     assert (ck / "state.json").is_file()
     # and resuming from that (non-empty) checkpoint is fine too
-    KernelMaxide(n_landmarks=20, max_iter=4, random_state=0).fit(X, Yobs, checkpoint=ck)
+    KernelMaxide(n_features_map=20, max_iter=4, random_state=0).fit(X, Yobs, checkpoint=ck)
 
 
 def test_predict_to_store_refuses_its_input_and_existing_stores_before_any_work(
@@ -167,7 +167,7 @@ def test_predict_to_store_refuses_its_input_and_existing_stores_before_any_work(
     X, Y, _ = data
     src = str(tmp_path / "src.zarr")
     write_arrays(src, {"X": X.astype(np.float32), "Y": sp.csr_matrix(Y, dtype=np.float32)})
-    gimc = GIMC(n_components=10, max_iter=2, random_state=0).fit(X, Y)
+    gimc = GIMC(n_features_map=10, max_iter=2, random_state=0).fit(X, Y)
     rng = np.random.default_rng(1)
     rows, cols = rng.integers(0, 60, 200), rng.integers(0, 30, 200)
     imc = InductiveMatrixCompletion(n_components=2, max_iter=2, random_state=0).fit(

@@ -191,7 +191,7 @@ def test_fit_from_s3_on_a_local_cluster_and_predict_to_s3(s3, train, s3_cluster)
     from ooc_lowrank.gimc import GIMC
 
     url, X, Y = train
-    kw = dict(n_components=6, max_iter=2, tol=0.0, random_state=0)
+    kw = dict(n_features_map=6, max_iter=2, tol=0.0, random_state=0)
     local = GIMC(**kw).fit(open_dataset(url))
     with dask.config.set(scheduler=s3_cluster):
         est = GIMC(**kw).fit(open_dataset(url))  # the workers read the blocks from s3
@@ -320,7 +320,7 @@ def test_checkpoint_on_s3_resumes_to_the_same_model(s3):
     M = r.standard_normal((30, 2)) @ r.standard_normal((2, 25))
     rows, cols = np.nonzero(r.random(M.shape) < 0.5)
     X, shape = (rows, cols, M[rows, cols]), M.shape
-    kw = dict(rank=5, power_iter=4, random_state=0)
+    kw = dict(n_components=5, power_iter=4, random_state=0)
     ref = GreedyLowRank(**kw).fit(X, shape=shape)
 
     def crash(it, elapsed, obj):

@@ -53,7 +53,7 @@ def test_store_replaced_between_passes_stops_the_fit(tmp_path, shape):
     url = str(tmp_path / "d.zarr")
     _write(url, 0)
     g = GIMC(
-        n_components=8, max_iter=3, cache_bytes=0, random_state=0,
+        n_features_map=8, max_iter=3, cache_bytes=0, random_state=0,
         callback=_replace_after_first_iteration(url, **shape),
     )  # fmt: skip
     with pytest.raises(StoreError, match=REPLACED) as info:
@@ -127,7 +127,7 @@ def test_checkpoint_of_a_replaced_store_is_refused(tmp_path):
 
     url, ck = str(tmp_path / "d.zarr"), str(tmp_path / "ck")
     _write(url, 0)
-    kw = dict(n_components=8, max_iter=3, cache_bytes=0, random_state=0)
+    kw = dict(n_features_map=8, max_iter=3, cache_bytes=0, random_state=0)
 
     def crash(it, elapsed, obj):
         if it == 2:

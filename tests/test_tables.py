@@ -542,7 +542,7 @@ def test_cli_predict_writes_parquet_with_the_user_keys(tmp_path, capsys):
     convert_table(test, te, vocabulary_from=tr, **kw)
     assert read_vocabulary(te, "labels").to_pylist() == ["blue", "green", "red"]
     model = str(tmp_path / "m")
-    assert main(["fit", "gimc-lff", tr, model, "--n-components", "8", "--max-iter", "3", "-q"]) == 0
+    assert main(["fit", "gimc-lff", tr, model, "--n-features-map", "8", "--max-iter", "3", "-q"]) == 0
     out = str(tmp_path / "top.parquet")
     assert (
         main(
@@ -590,7 +590,7 @@ def test_glrl_on_table_stores_matches_movielens_and_topk_keys(tmp_path):
             else:
                 convert("movielens", data_file(ml, part), dest, shape=(943, 1682))
             stores.append(dest)
-        model = GreedyLowRank(loss="l1", rank=10, refit="none", random_state=0).fit(stores[0])
+        model = GreedyLowRank(loss="l1", n_components=10, refit="none", random_state=0).fit(stores[0])
         maes.append(model.evaluate(stores[1], metrics="mae")["mae"])
         models.append(model)
     print("u1 test MAE, table stores / movielens stores:", maes)

@@ -124,7 +124,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
     Parameters
     ----------
     features : {"fourier", "nystrom", "both"}, default="fourier"
-    n_components : int, default=500
+    n_features_map : int, default=500
     gamma_scales : sequence of float or None, default=(0.0625, 0.125, 0.25)
         Kernel widths as multiples of the median heuristic (``1 / median ||x_i - x_j||^2`` on
         1000 training rows, after row normalization if ``normalize_rows``).
@@ -181,7 +181,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         self,
         *,
         features="fourier",
-        n_components=500,
+        n_features_map=500,
         gamma_scales=(0.0625, 0.125, 0.25),
         gammas=None,
         alphas=(0.3, 1.0, 3.0, 10.0),
@@ -201,7 +201,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         verbose=0,
     ):
         self.features = features
-        self.n_components = n_components
+        self.n_features_map = n_features_map
         self.gamma_scales = gamma_scales
         self.gammas = gammas
         self.alphas = alphas
@@ -226,7 +226,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         """A GIMC with the shared parameters (gamma/alpha/max_iter filled per fit)."""
         return GIMC(
             features=self.features,
-            n_components=self.n_components,
+            n_features_map=self.n_features_map,
             gamma=1.0,
             alpha=1.0,
             learn_features=self.learn_features,

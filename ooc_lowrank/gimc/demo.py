@@ -91,7 +91,7 @@ def run_demo(
             t = time.perf_counter()
             g = GIMC(
                 features="fourier",
-                n_components=n_components,
+                n_features_map=n_components,
                 alpha=alpha,
                 learn_features=learn,
                 max_iter=max_iter,

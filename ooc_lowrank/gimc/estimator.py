@@ -211,7 +211,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
     passes per iteration, nothing of size (n_samples, n_labels) or (n_samples, n_samples).
 
     The defaults (``gamma_scale=0.125``, ``alpha=1``, ``max_iter=10``, raw rows) were chosen
-    for GIMC-LFF at ``n_components=500`` on ten multi-label datasets
+    for GIMC-LFF at ``n_features_map=500`` on ten multi-label datasets
     (``benchmarks/gimc_defaults.py``, results in ``benchmarks/results/gimc_defaults.json``):
     among constant settings and rules that normalize bag-of-words rows (``"auto"``), the one
     with the smallest mean loss of validation P@1 against each dataset's own best setting
@@ -222,7 +222,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
     ----------
     features : {"fourier", "nystrom", "both"}, default="fourier"
         Fourier features (LFF/RFF), RBF Nystrom features (LNYS/NYS), or both side by side.
-    n_components : int, default=500
+    n_features_map : int, default=500
         ``m``: projections (Fourier, ``2m`` features) and/or landmarks (Nystrom, ``m``).
     gamma : float or None, default=None
         RBF width ``exp(-gamma ||x - y||^2)``; ``None``: ``gamma_scale`` times the median
@@ -303,7 +303,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         self,
         *,
         features="fourier",
-        n_components=500,
+        n_features_map=500,
         gamma=None,
         gamma_scale=DEFAULT_GAMMA_SCALE,
         alpha=DEFAULT_ALPHA,
@@ -320,7 +320,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         callback=None,
     ):
         self.features = features
-        self.n_components = n_components
+        self.n_features_map = n_features_map
         self.gamma = gamma
         self.gamma_scale = gamma_scale
         self.alpha = alpha
@@ -347,11 +347,11 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 "e.g. GIMC(features='fourier')",
             )
         check_scalar(
-            self.n_components,
-            "n_components",
+            self.n_features_map,
+            "n_features_map",
             kind=numbers.Integral,
             low=1,
-            fix="Use at least one feature, e.g. n_components=500",
+            fix="Use at least one feature, e.g. n_features_map=500",
         )
         if self.gamma is not None:
             check_scalar(
@@ -403,7 +403,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
 
     def _feature_row_bytes(self, X):
         """Bytes of one row of ``Phi``: the per-row work that sizes in-memory blocks."""
-        m = int(self.n_components)
+        m = int(self.n_features_map)
         width = {"fourier": 2 * m, "nystrom": m, "both": 3 * m}.get(self.features, 2 * m)
         itemsize = np.dtype(X.dtype).itemsize if np.dtype(X.dtype).kind == "f" else 8
         return width * itemsize
@@ -550,13 +550,15 @@ class GIMC(ClassifierMixin, BaseEstimator):
         for kind in kinds:
             seed = int(rng.integers(2**31 - 1))
             if kind == "fourier":
-                t = FourierFeatures(n_components=self.n_components, gamma=gamma, random_state=seed)
+                t = FourierFeatures(
+                    n_components=self.n_features_map, gamma=gamma, random_state=seed
+                )
                 t.fit(S)
                 Us.append(t.components_)
                 parts.append(("fourier", t.components_.shape[1], gamma, None, learn))
             else:
                 t = NystromFeatures(
-                    n_components=self.n_components,
+                    n_components=self.n_features_map,
                     gamma=gamma,
                     landmarks=self.landmarks,
                     normalize=not learn,
@@ -733,7 +735,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             its input blocks and what the block functions allocate), ``worker_bytes`` (needed
             per worker: process, ``threads_per_worker`` tasks, reduction buffers, shipped
             state, cached input share), ``worker_memory_limit``, ``memory_cap`` and ``fits``
-            (locally against the available memory), ``suggest`` (block_rows / n_components
+            (locally against the available memory), ``suggest`` (block_rows / n_features_map
             that fit) when it does not fit.  See :mod:`ooc_lowrank._estimate` for the model.
         """
         self._validate_params()

@@ -52,7 +52,7 @@ NONSMOOTH_GRID = {
     "max_inner": (1, 2),
 }
 #: greedy_l2 None: GreedyLowRank's auto value (0.01 for logistic from the bias start, else 0)
-SMOOTH_GRID = {"l2": (0.0,), "greedy_l2": (None,), "bias_reg": (2.0, 5.0, 10.0)}
+SMOOTH_GRID = {"alpha": (0.0,), "greedy_l2": (None,), "bias_reg": (2.0, 5.0, 10.0)}
 #: scoring metric of each loss and whether larger is better
 SCORING = {
     "l1": "mae",
@@ -66,7 +66,7 @@ _GRID_ARGS = {
     "step_size": "step_sizes",
     "step_schedule": "step_schedules",
     "max_inner": "max_inners",
-    "l2": "l2s",
+    "alpha": "alphas",
     "greedy_l2": "greedy_l2s",
     "bias_reg": "bias_regs",
 }
@@ -127,7 +127,7 @@ class GreedyLowRankCV(BaseEstimator):
     """GreedyLowRank with built-in K-fold cross-validation over the observed entries.
 
     The grid holds the parameters that matter for the loss (nonsmooth ``l1`` / ``hinge``:
-    ``step_sizes`` x ``step_schedules`` x ``max_inners``; smooth losses: ``l2s`` x
+    ``step_sizes`` x ``step_schedules`` x ``max_inners``; smooth losses: ``alphas`` x
     ``greedy_l2s`` x ``bias_regs``); the number of greedy steps (hence the rank used) is chosen
     per fold by validation on the held-out entries.  See :mod:`ooc_lowrank.glrl.cv`.
 
@@ -135,7 +135,7 @@ class GreedyLowRankCV(BaseEstimator):
     ----------
     loss : {"square", "logistic", "huber", "l1", "hinge"}, default="square"
         As in :class:`GreedyLowRank`.
-    rank : int, default=10
+    n_components : int, default=10
         Rank budget of every fit.
     step_sizes : sequence of float or None, default=None
         Grid of ``step_size`` (nonsmooth losses only); None: (1, 2, 4).
@@ -144,8 +144,8 @@ class GreedyLowRankCV(BaseEstimator):
         "search", "auto"); None: ("sqrt", "inverse").
     max_inners : sequence of int or None, default=None
         Grid of ``max_inner`` (nonsmooth losses only); None: (1, 2).
-    l2s : sequence of float or None, default=None
-        Grid of ``l2`` (smooth losses only); None: (0,).
+    alphas : sequence of float or None, default=None
+        Grid of ``alpha`` (smooth losses only); None: (0,).
     greedy_l2s : sequence of float or None, default=None
         Grid of ``greedy_l2``, the penalty on the greedy terms only (smooth losses only);
         None: GreedyLowRank's automatic value alone (``greedy_l2=None``).
@@ -227,11 +227,11 @@ class GreedyLowRankCV(BaseEstimator):
         self,
         *,
         loss="square",
-        rank=10,
+        n_components=10,
         step_sizes=None,
         step_schedules=None,
         max_inners=None,
-        l2s=None,
+        alphas=None,
         greedy_l2s=None,
         bias_regs=None,
         cv=5,
@@ -254,11 +254,11 @@ class GreedyLowRankCV(BaseEstimator):
         verbose=False,
     ):
         self.loss = loss
-        self.rank = rank
+        self.n_components = n_components
         self.step_sizes = step_sizes
         self.step_schedules = step_schedules
         self.max_inners = max_inners
-        self.l2s = l2s
+        self.alphas = alphas
         self.greedy_l2s = greedy_l2s
         self.bias_regs = bias_regs
         self.cv = cv
@@ -285,7 +285,7 @@ class GreedyLowRankCV(BaseEstimator):
         """The :class:`GreedyLowRank` parameters shared by every fit of the grid."""
         return dict(
             loss=self.loss,
-            rank=self.rank,
+            n_components=self.n_components,
             refit=self.coef_refit,
             init=self.init,
             power_iter=self.power_iter,
@@ -384,7 +384,7 @@ class GreedyLowRankCV(BaseEstimator):
             "step_size": ("float", (0.0, False), "step_sizes=[1, 2, 4]"),
             "step_schedule": ("str", None, "step_schedules=['sqrt', 'inverse']"),
             "max_inner": ("int", (1, True), "max_inners=[1, 2]"),
-            "l2": ("float", (0.0, True), "l2s=[0, 0.1]"),
+            "alpha": ("float", (0.0, True), "alphas=[0, 0.1]"),
             "greedy_l2": ("float", (0.0, True), "greedy_l2s=[0, 0.01]"),
             "bias_reg": ("float", (0.0, True), "bias_regs=[2, 5, 10]"),
         }

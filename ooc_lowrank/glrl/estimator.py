@@ -220,7 +220,7 @@ class GreedyLowRank(BaseEstimator):
     loss : {"square", "logistic", "huber", "l1", "hinge"}
         ``"square"`` with ``refit="full"`` is R1MP.  ``"logistic"``/``"hinge"`` need labels
         in {-1, +1}.  ``"l1"`` and ``"hinge"`` use the nonsmooth algorithm (SPEC 2.4).
-    rank : int
+    n_components : int
         Number of rank-one terms (rank budget).
     refit : {"auto", "full", "economic", "none"}
         Coefficient update after each greedy step: GLRL, EGLRL or none (``None`` is read as
@@ -242,13 +242,13 @@ class GreedyLowRank(BaseEstimator):
         ``lbfgs_iter`` L-BFGS-B iterations, one pass each (SPEC GLRL-6/7).  ``"auto"``:
         ``"exact"`` where it applies, ``"lbfgs"`` for the other losses (whose few L-BFGS
         iterations SPEC keeps as implicit regularization).
-    l2 : float
+    alpha : float
         Optional ``l2 / 2 * ||X||_F^2`` term (full matrix, the start's terms included: with
         ``init="bias"`` it shrinks the biases), off by default.
     greedy_l2 : float or None, default=None
         ``greedy_l2 / 2 * sum_k theta_k^2`` over the greedy terms only (``theta_k`` is the
         Frobenius norm of the k-th unit rank-one term; the terms of the start ``X_0``, e.g.
-        the biases, are not penalized, unlike ``l2``).  In the refits, the initial step
+        the biases, are not penalized, unlike ``alpha``).  In the refits, the initial step
         ``s / (L + greedy_l2)`` and the (monotone) objective for smooth losses; a shrink of
         the greedy coefficients by ``1 - eta_t greedy_l2`` each step for nonsmooth ones.
         None: chosen from the loss and the start
@@ -335,13 +335,13 @@ class GreedyLowRank(BaseEstimator):
         self,
         *,
         loss="square",
-        rank=10,
+        n_components=10,
         refit="auto",
         power_iter=20,
         power_tol=1e-3,
         lbfgs_iter=5,
         refit_solver="auto",
-        l2=0.0,
+        alpha=0.0,
         greedy_l2=None,
         greedy_l1=0.0,
         huber_delta=1.0,
@@ -363,13 +363,13 @@ class GreedyLowRank(BaseEstimator):
         callback=None,
     ):
         self.loss = loss
-        self.rank = rank
+        self.n_components = n_components
         self.refit = refit
         self.power_iter = power_iter
         self.power_tol = power_tol
         self.lbfgs_iter = lbfgs_iter
         self.refit_solver = refit_solver
-        self.l2 = l2
+        self.alpha = alpha
         self.greedy_l2 = greedy_l2
         self.greedy_l1 = greedy_l1
         self.huber_delta = huber_delta
@@ -394,11 +394,11 @@ class GreedyLowRank(BaseEstimator):
     def _check_params(self):
         lo = get_loss(self.loss)
         check_scalar(
-            self.rank,
-            "rank",
+            self.n_components,
+            "n_components",
             kind=numbers.Integral,
             low=1,
-            fix="Use rank >= 1 (the number of rank-one terms)",
+            fix="Use n_components >= 1 (the number of rank-one terms)",
         )
         refit = "none" if self.refit is None else self.refit  # the CLI parses "none" as None
         if refit not in ("auto",) + REFITS:
@@ -414,7 +414,7 @@ class GreedyLowRank(BaseEstimator):
         check_scalar(self.power_iter, "power_iter", kind=numbers.Integral, low=1)
         check_scalar(self.power_tol, "power_tol", low=0.0)
         check_scalar(self.lbfgs_iter, "lbfgs_iter", kind=numbers.Integral, low=0)
-        check_scalar(self.l2, "l2", low=0.0)
+        check_scalar(self.alpha, "alpha", low=0.0)
         if self.greedy_l2 is not None:
             check_scalar(self.greedy_l2, "greedy_l2", low=0.0, fix="Use None (auto) or >= 0")
         check_scalar(self.greedy_l1, "greedy_l1", low=0.0)
@@ -427,11 +427,11 @@ class GreedyLowRank(BaseEstimator):
             raise param_error("step_schedule", f"must be one of {SCHEDULES}", self.step_schedule)
         if self.init not in INITS:
             raise param_error("init", f"must be one of {INITS}", self.init)
-        if self.init in ("bias", "bias-l1") and self.rank < 3:
+        if self.init in ("bias", "bias-l1") and self.n_components < 3:
             raise param_error(
-                "rank",
+                "n_components",
                 "must be >= 3 with init='bias' (the biases use two terms of the budget)",
-                self.rank,
+                self.n_components,
                 "Use init='mean' or a larger rank",
             )
         check_scalar(self.bias_reg, "bias_reg", low=0.0)
@@ -518,17 +518,17 @@ class GreedyLowRank(BaseEstimator):
         return score
 
     def _check_rank(self, shape):
-        """``rank <= min(n_rows, n_cols)``: a matrix of that shape has no more independent
+        """``n_components <= min(n_rows, n_cols)``: a matrix of that shape has no more independent
         rank-one terms (scikit-learn's ``TruncatedSVD`` refuses such a rank too)."""
         most = int(min(shape))
-        if int(self.rank) > most:
+        if int(self.n_components) > most:
             raise param_error(
-                "rank",
+                "n_components",
                 f"must be <= min(n_rows, n_cols) = {most} for the {shape[0]} x {shape[1]} "
                 "observed matrix (a matrix of that shape has rank at most that; further "
                 "rank-one terms add nothing and the fit would not end for a huge rank)",
-                self.rank,
-                f"Use rank <= {most}",
+                self.n_components,
+                f"Use n_components <= {most}",
             )
 
     # ------------------------------------------------------------------ fit
@@ -566,7 +566,7 @@ class GreedyLowRank(BaseEstimator):
         nnz, mean, (not_pm1, not_01, negative) = self._check_data(B, shp, lo)
         init = resolve_init(
             self.init,
-            rank=int(self.rank),
+            rank=int(self.n_components),
             mean=mean,
             n_not_pm1=not_pm1,
             n_not_01=not_01,
@@ -600,13 +600,13 @@ class GreedyLowRank(BaseEstimator):
             reduce,
             shp,
             loss=self.loss,
-            rank=self.rank,
+            rank=self.n_components,
             refit=refit,
             power_iter=self.power_iter,
             power_tol=self.power_tol,
             lbfgs_iter=self.lbfgs_iter,
             refit_solver=self.refit_solver,
-            l2=self.l2,
+            l2=self.alpha,
             greedy_l2=greedy_l2,
             greedy_l1=self.greedy_l1,
             huber_delta=self.huber_delta,

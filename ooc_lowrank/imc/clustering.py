@@ -25,7 +25,7 @@ from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features,
 READOUTS = ("exact", "svds")
 #: The paper's lam grid for clustering (SPEC 1.7).
 PAPER_LAM_GRID = (0.1, 0.5, 1.0, 5.0, 10.0)
-#: ``lam="auto"``: the candidates per feature map, the held-out share of the constraints and
+#: ``alpha="auto"``: the candidates per feature map, the held-out share of the constraints and
 #: the outer iterations of each selection fit (the refit uses ``max_iter``).  With Fourier
 #: features (GIMC-LFF, IMC-RFF) lam = 5 and 10 never had a held-out error below the best of
 #: (0.1, 0.5, 1) in over 100 selections on Segment, Mushroom, mfeat and mfeat-kar (in the
@@ -150,30 +150,30 @@ def best_lam(errors):
 
 
 def check_lam(lam):
-    """``lam`` as ``(grid, fixed)``: ``"auto"`` gives ``("auto", None)``, a sequence its
-    candidates (positive) and ``None``, a number (>= 0) ``None`` and the number.  Errors name
-    ``lam``."""
+    """``alpha`` (SPEC 1.7's ``lam``) as ``(grid, fixed)``: ``"auto"`` gives
+    ``("auto", None)``, a sequence its candidates (positive) and ``None``, a number (>= 0)
+    ``None`` and the number.  Errors name ``alpha``."""
     fix = (
-        'Use lam="auto" (chosen on held-out constraints), a positive number such as 1.0, or a '
+        'Use alpha="auto" (chosen on held-out constraints), a positive number such as 1.0, or a '
         "list of positive candidates"
     )
     rule = 'must be "auto", a positive number or a list of them'
     if isinstance(lam, str):
         if lam != "auto":
-            raise param_error("lam", rule, lam, fix)
+            raise param_error("alpha", rule, lam, fix)
         return "auto", None
     if isinstance(lam, numbers.Real) and not isinstance(lam, bool):
-        check_scalar(lam, "lam", low=0.0, fix=fix)
+        check_scalar(lam, "alpha", low=0.0, fix=fix)
         return None, float(lam)
     try:
         grid = [float(x) if isinstance(x, numbers.Real) and not isinstance(x, bool) else x
                 for x in lam]  # fmt: skip
     except TypeError:
-        raise param_error("lam", rule, lam, fix, exc=TypeError) from None
+        raise param_error("alpha", rule, lam, fix, exc=TypeError) from None
     if not grid:
-        raise param_error("lam", "must hold at least one candidate", lam, fix)
+        raise param_error("alpha", "must hold at least one candidate", lam, fix)
     for x in grid:
-        check_scalar(x, "lam[i]", low=0.0, low_inclusive=False, fix=fix)
+        check_scalar(x, "alpha[i]", low=0.0, low_inclusive=False, fix=fix)
     return tuple(grid), None
 
 
@@ -239,14 +239,14 @@ def select_lam(
     X,
     constraints,
     *,
-    lams=(0.1, 0.5, 1, 5, 10),
+    alphas=(0.1, 0.5, 1, 5, 10),
     holdout=0.2,
     random_state=None,
     select_params=None,
 ):
     """The paper's model selection (SPEC 1.7) for any estimator settings: hold out ``holdout`` of
-    the constraints, pick ``lam`` by the constraint error on them, then refit on all constraints.
-    ``GIMCClustering(lam="auto")`` does this inside ``fit``; this function is for other grids,
+    the constraints, pick ``alpha`` by the constraint error on them, then refit on all constraints.
+    ``GIMCClustering(alpha="auto")`` does this inside ``fit``; this function is for other grids,
     hold-out shares or selection settings.
 
     ``select_params`` (e.g. ``{"max_iter": 5}``) are set on the selection fits only, to make the
@@ -254,27 +254,29 @@ def select_lam(
 
     Returns
     -------
-    estimator : the refitted clone (``lam`` set to the winner)
-    errors : dict lam -> validation constraint error
+    estimator : the refitted clone (``alpha`` set to the winner)
+    errors : dict alpha -> validation constraint error
     """
     from sklearn.base import clone
 
     r, c, v = (np.asarray(a) for a in constraints)
     check_scalar(holdout, "holdout", low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
-    lams = list(np.atleast_1d(np.asarray(lams, dtype=object)).ravel())
+    lams = list(np.atleast_1d(np.asarray(alphas, dtype=object)).ravel())
     if not lams:
-        raise param_error("lams", "must hold at least one value", lams, "e.g. lams=(0.1, 1, 10)")
+        raise param_error(
+            "alphas", "must hold at least one value", lams, "e.g. alphas=(0.1, 1, 10)"
+        )
     for lam in lams:
-        check_scalar(lam, "lams[i]", low=0.0, low_inclusive=False)
+        check_scalar(lam, "alphas[i]", low=0.0, low_inclusive=False)
     rs = check_random_state(random_state)
     tr, va = split_constraints(r.size, holdout, np.random.default_rng(rs.randint(2**31 - 1)))
     errors = {}
     for lam in lams:
-        m = clone(estimator).set_params(lam=lam, **(select_params or {}))
+        m = clone(estimator).set_params(alpha=lam, **(select_params or {}))
         m.fit(X, constraints=(r[tr], c[tr], v[tr]))
         errors[lam] = constraint_error(m.labels_, r[va], c[va], v[va])
     best = min(errors, key=errors.get)
-    return clone(estimator).set_params(lam=best).fit(X, constraints=(r, c, v)), errors
+    return clone(estimator).set_params(alpha=best).fit(X, constraints=(r, c, v)), errors
 
 
 def _constraints_in_memory(store, lam):
@@ -285,10 +287,10 @@ def _constraints_in_memory(store, lam):
     need = 24 * int(store.nnz or 0)  # int64 row, int64 col, float64 value
     if need > DEFAULT_CACHE_BYTES:
         raise param_error(
-            "lam", f"must be a number for constraint stores larger than the cache budget "
+            "alpha", f"must be a number for constraint stores larger than the cache budget "
             f"({need / 2**20:.0f} MiB > {DEFAULT_CACHE_BYTES / 2**20:.0f} MiB; the selection "
             "holds the constraints in memory to hold out a random 20 % of them)", lam,
-            "Pass lam=1.0 (or the lam_ of a fit on a sample of the constraints), or raise "
+            "Pass alpha=1.0 (or the alpha_ of a fit on a sample of the constraints), or raise "
             "OOC_LOWRANK_CACHE_BYTES",
         )  # fmt: skip
     coo = store.read().tocoo()
@@ -302,10 +304,10 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     ----------
     n_clusters : int, default=2
         k: clusters and the IMC rank.
-    lam : float, "auto" or sequence of float, default="auto"
+    alpha : float, "auto" or sequence of float, default="auto"
         Regularization of W and H.  ``"auto"``: the paper's selection (SPEC 1.7): hold out a
         random 20 % of the constraints (seeded by ``random_state``), fit on the rest once per
-        candidate, keep the ``lam`` whose clustering violates the fewest held-out constraints
+        candidate, keep the ``alpha`` whose clustering violates the fewest held-out constraints
         (ties: the one nearest 1.0), then refit on all constraints.  Candidates
         (:data:`LAM_GRIDS`): (0.1, 0.5, 1) for ``features="fourier"``, where 5 and 10 never won
         on held-out constraints across four datasets; the paper's (0.1, 0.5, 1, 5, 10) for
@@ -319,9 +321,9 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         all candidates, and every candidate starts from the same feature maps and
         initialization.  Measured with five candidates on four datasets (busy 2-core machine,
         docs/imc.md): the selection took 1.3-1.4 times the refit; with the three Fourier
-        candidates about 0.8 times, so ``lam="auto"`` costs about 1.8 fits at a fixed ``lam``
+        candidates about 0.8 times, so ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha``
         (Segment at 10n: about 8 s against about 4.5 s, estimated for a quiet machine).
-        ``selection_passes_`` and ``selection_time_`` report it; ``lam=1.0`` skips it.
+        ``selection_passes_`` and ``selection_time_`` report it; ``alpha=1.0`` skips it.
     features : {"fourier", "nystrom", "identity"}, default="fourier"
         Feature map of both sides; "identity" is the MCCC stand-in (SPEC 1.6).
     learn_features : bool, default=True
@@ -346,6 +348,8 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         Add (j, i) for every constraint (i, j).
     block_rows : int or None, default=None
         Rows per block for in-memory inputs.
+    cache_bytes : int or None, default=None
+        Memory budget for the held feature matrices, as in :class:`InductiveMatrixCompletion`.
     random_state : int, RandomState, Generator or None, default=None
         Seed of the feature maps, the initialization and k-means.
     callback : callable(iteration, elapsed, objective) or None, default=None
@@ -356,15 +360,15 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     labels_ : ndarray of shape (n_samples,)
     embedding_ : ndarray of shape (n_samples, n_clusters)
     imc_ : InductiveMatrixCompletion
-    lam_ : float
-        The ``lam`` of the final fit (chosen or given).
-    lam_scores_ : dict or None
-        Held-out constraint error per candidate ``lam`` (None for a fixed ``lam``).
+    alpha_ : float
+        The ``alpha`` of the final fit (chosen or given).
+    alpha_scores_ : dict or None
+        Held-out constraint error per candidate ``alpha`` (None for a fixed ``alpha``).
     selection_passes_ : int
-        Data passes spent choosing ``lam`` (0 for a fixed ``lam``); the refit's are
+        Data passes spent choosing ``alpha`` (0 for a fixed ``alpha``); the refit's are
         ``imc_.n_passes_``.
     selection_time_ : float
-        Seconds spent choosing ``lam`` (0.0 for a fixed ``lam``).
+        Seconds spent choosing ``alpha`` (0.0 for a fixed ``alpha``).
 
     Notes
     -----
@@ -381,7 +385,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         self,
         *,
         n_clusters=2,
-        lam="auto",
+        alpha="auto",
         features="fourier",
         learn_features=True,
         n_features_map=500,
@@ -394,11 +398,12 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         n_init=10,
         symmetrize=False,
         block_rows=None,
+        cache_bytes=None,
         random_state=None,
         callback=None,
     ):
         self.n_clusters = n_clusters
-        self.lam = lam
+        self.alpha = alpha
         self.features = features
         self.learn_features = learn_features
         self.n_features_map = n_features_map
@@ -411,6 +416,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         self.n_init = n_init
         self.symmetrize = symmetrize
         self.block_rows = block_rows
+        self.cache_bytes = cache_bytes
         self.random_state = random_state
         self.callback = callback
 
@@ -419,7 +425,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         ``constraints``: ``(rows, cols, values)`` or an ``(n, n)`` observation store (``coo``
         array ``obs``, streamed in row blocks).
 
-        Values must be 0 or 1; indices in ``[0, n)``.  With ``lam="auto"`` (or a list) ``lam``
+        Values must be 0 or 1; indices in ``[0, n)``.  With ``alpha="auto"`` (or a list) ``alpha``
         is chosen on held-out constraints first (see the class docstring).  Returns ``self``.
         """
         check_scalar(
@@ -429,7 +435,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         check_scalar(self.n_init, "n_init", kind=numbers.Integral, low=1)
         if self.readout not in READOUTS:
             raise param_error("readout", f"must be one of {READOUTS}", self.readout)
-        grid, lam = check_lam(self.lam)
+        grid, lam = check_lam(self.alpha)
         if grid == "auto":
             if self.features not in LAM_GRIDS:  # IMC names the rule; before any work
                 self._imc(1.0, 0, 0)._check_params()
@@ -453,7 +459,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             if grid is not None:  # the store's shape is checked before its values are read
                 for side, what in enumerate(("row", "column")):
                     _side_features(X, store.shape[side], what, "X")
-            cons = store if grid is None else _constraints_in_memory(store, self.lam)
+            cons = store if grid is None else _constraints_in_memory(store, self.alpha)
         elif not (isinstance(constraints, (tuple, list)) and len(constraints) == 3):
             raise TypeError(
                 "constraints must be a (rows, cols, values) tuple of 1-D arrays or an "
@@ -468,15 +474,15 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             full, X, X, (n, n) if isinstance(full, tuple) else None, zero_one=True,
             name="constraints",
         )
-        self.lam_scores_, self.selection_passes_, self.selection_time_ = None, 0, 0.0
+        self.alpha_scores_, self.selection_passes_, self.selection_time_ = None, 0, 0.0
         if grid is not None:
             t0 = time.perf_counter()
             split = np.random.default_rng(rs.randint(2**31 - 1))
-            lam, self.lam_scores_, self.selection_passes_ = self._select(
+            lam, self.alpha_scores_, self.selection_passes_ = self._select(
                 X, cons, grid, imc_seed, km_seed, split
             )
             self.selection_time_ = time.perf_counter() - t0
-        self.lam_ = lam
+        self.alpha_ = lam
         imc = self._fit_imc(X, full, lam, imc_seed, int(self.max_iter), prepared)
         self.labels_, self.kmeans_, self.embedding_ = self._read_out(imc, self.n_init, km_seed)
         self.imc_ = imc
@@ -491,7 +497,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     def _imc(self, lam, seed, max_iter):
         return InductiveMatrixCompletion(
             n_components=self.n_clusters,
-            lam=lam,
+            alpha=lam,
             row_map=self.features,
             col_map=self.features,
             n_features_map=self.n_features_map,
@@ -502,6 +508,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             cg_tol=self.cg_tol,
             tol=self.tol,
             block_rows=self.block_rows,
+            cache_bytes=self.cache_bytes,
             random_state=seed,
             callback=self.callback,
         )
@@ -516,10 +523,10 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         return labels, km, T
 
     def _select(self, X, cons, grid, imc_seed, km_seed, rng):
-        """The paper's selection (SPEC 1.7): fit on 80 % of the constraints for every ``lam``
+        """The paper's selection (SPEC 1.7): fit on 80 % of the constraints for every ``alpha``
         of ``grid`` (``SELECT_ITER`` outer iterations each, the same feature-map seed and
         initialization, the training constraints validated and blocked once), score each
-        clustering by the violated held-out constraints.  Returns ``(lam, scores, passes)``."""
+        clustering by the violated held-out constraints.  Returns ``(alpha, scores, passes)``."""
         r, c, v = cons
         tr, va = split_constraints(r.size, HOLDOUT, rng)
         train = self._symmetrized((r[tr], c[tr], v[tr]))

@@ -169,8 +169,8 @@ class InductiveMatrixCompletion(BaseEstimator):
     ----------
     n_components : int, default=10
         Rank ``k``.
-    lam : float, default=1.0
-        Regularization ``lam/2 (||W||^2 + ||H||^2)``.
+    alpha : float, default=1.0
+        Regularization ``alpha/2 (||W||^2 + ||H||^2)``.
     row_map, col_map : {"identity", "fourier", "nystrom"}, default="identity"
         Feature map of each side.
     n_features_map : int, default=500
@@ -190,6 +190,11 @@ class InductiveMatrixCompletion(BaseEstimator):
         Relative objective decrease under which the fit stops.
     block_rows : int or None
         Rows per block for in-memory inputs (default: about 16 MB).
+    cache_bytes : int or None, default=None
+        A learned or random feature map's ``Phi`` (both sides together) is computed once per
+        W- / H-step and held in memory (or on the workers) up to this many bytes; above it every
+        pass recomputes it from ``X``.  ``None``: the engine's budget
+        (``engine.DEFAULT_CACHE_BYTES``); ``0`` always recomputes.
     random_state : int, RandomState, Generator or None
         Seed of the feature maps and the initialization.
     callback : callable(iteration, elapsed, objective) or None
@@ -226,7 +231,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         self,
         *,
         n_components=10,
-        lam=1.0,
+        alpha=1.0,
         row_map="identity",
         col_map="identity",
         n_features_map=500,
@@ -237,11 +242,12 @@ class InductiveMatrixCompletion(BaseEstimator):
         cg_tol=1e-3,
         tol=1e-6,
         block_rows=None,
+        cache_bytes=None,
         random_state=None,
         callback=None,
     ):
         self.n_components = n_components
-        self.lam = lam
+        self.alpha = alpha
         self.row_map = row_map
         self.col_map = col_map
         self.n_features_map = n_features_map
@@ -252,13 +258,16 @@ class InductiveMatrixCompletion(BaseEstimator):
         self.cg_tol = cg_tol
         self.tol = tol
         self.block_rows = block_rows
+        self.cache_bytes = cache_bytes
         self.random_state = random_state
         self.callback = callback
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
         check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
-        check_scalar(self.lam, "lam", low=0.0, fix="Use a non-negative regularization, e.g. 1.0")
+        check_scalar(
+            self.alpha, "alpha", low=0.0, fix="Use a non-negative regularization, e.g. 1.0"
+        )
         for nm in ("row_map", "col_map"):
             v = getattr(self, nm)
             if v not in FEATURE_MAPS:
@@ -272,6 +281,8 @@ class InductiveMatrixCompletion(BaseEstimator):
         check_scalar(self.tol, "tol", low=0.0)
         if self.block_rows is not None:
             check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
+        if self.cache_bytes is not None:
+            check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
 
     def _side(self, kind, X, rng):
         """A :class:`core.Side` for feature map ``kind`` on blocked ``X``."""
@@ -340,7 +351,8 @@ class InductiveMatrixCompletion(BaseEstimator):
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         rows = self._side(self.row_map, Br, rng)
         cols = self._side(self.col_map, Bc, rng)
-        prob = core.Problem(obs, rows, cols, self.lam, transposed(obs, self.block_rows))
+        prob = core.Problem(obs, rows, cols, self.alpha, transposed(obs, self.block_rows),
+                            cache_bytes=self.cache_bytes)
         res = core.fit_imc(
             prob,
             int(self.n_components),

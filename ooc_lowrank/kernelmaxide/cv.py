@@ -112,6 +112,7 @@ class _ObservedSearch(BaseEstimator):
             tol=self.tol,
             n_trials=self.n_trials,
             cache_bytes=self.cache_bytes,
+            block_rows=self.block_rows,
             random_state=seed,
         )
 
@@ -204,9 +205,9 @@ class _ObservedSearch(BaseEstimator):
             for idx in _setup_groups(grid):
                 # one setup (feature map, cached F, Gram, span root) per (split, gamma / k),
                 # one APG per lam: the same models as separate fits
-                first = {key: v for key, v in grid[idx[0]].items() if key != "lam"}
-                ests = self._estimator(**base, **first, lam=grid[idx[0]]["lam"])._fit_lams(
-                    X, Yfit, [grid[i]["lam"] for i in idx]
+                first = {key: v for key, v in grid[idx[0]].items() if key != "alpha"}
+                ests = self._estimator(**base, **first, alpha=grid[idx[0]]["alpha"])._fit_lams(
+                    X, Yfit, [grid[i]["alpha"] for i in idx]
                 )
                 for i, est in zip(idx, ests):
                     scores[k, i] = getattr(est, _SCORERS[self.scoring])(X, Yval)
@@ -283,11 +284,11 @@ class _ObservedSearch(BaseEstimator):
 
 
 class KernelMaxideCV(_ObservedSearch):
-    """:class:`KernelMaxide` with ``gamma`` and ``lam`` chosen on held-out observed labels.
+    """:class:`KernelMaxide` with ``gamma`` and ``alpha`` chosen on held-out observed labels.
 
     Parameters
     ----------
-    n_landmarks : int or None, default=1000
+    n_features_map : int or None, default=1000
         As in :class:`KernelMaxide` (``None``: KernelMaxide-f).
     n_components : "auto", int or None, default="auto"
         As in :class:`KernelMaxide` (``"auto"``: the orthonormal basis of 100 kernel
@@ -298,7 +299,7 @@ class KernelMaxideCV(_ObservedSearch):
         docs/kernelmaxide.md section 8).
     gammas : sequence of float or None, default=None
         Absolute widths instead of ``gamma_scales`` (pass ``gamma_scales=None``).
-    lams : sequence of float, default=(0.5, 2.0, 8.0, 32.0)
+    alphas : sequence of float, default=(0.5, 2.0, 8.0, 32.0)
         Trace-norm weights.
     validation_fraction : float, default=0.25
         Share of the observed labels (``holdout="entries"``) or of the labelled rows
@@ -326,7 +327,7 @@ class KernelMaxideCV(_ObservedSearch):
         against 0.0027.  A finer gamma grid (scales 1, 1.5, 2, 3, 4) with 3 hold-outs was no
         better (0.0022) at 61 fits instead of 37, a one-standard-error rule worse (0.0028).
     refit : bool, default=True
-    max_iter, tol, n_trials, cache_bytes
+    max_iter, tol, n_trials, cache_bytes, block_rows
         As in :class:`KernelMaxide`.
     random_state : int or None, default=None
         Seeds the hold-outs (None: 0) and every fit's landmarks.
@@ -355,11 +356,11 @@ class KernelMaxideCV(_ObservedSearch):
     def __init__(
         self,
         *,
-        n_landmarks=1000,
+        n_features_map=1000,
         n_components="auto",
         gamma_scales=(1.0, 2.0, 4.0),
         gammas=None,
-        lams=(0.5, 2.0, 8.0, 32.0),
+        alphas=(0.5, 2.0, 8.0, 32.0),
         validation_fraction=0.25,
         holdout="rows",
         scoring="ranking_loss",
@@ -369,14 +370,15 @@ class KernelMaxideCV(_ObservedSearch):
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         verbose=False,
     ):
-        self.n_landmarks = n_landmarks
+        self.n_features_map = n_features_map
         self.n_components = n_components
         self.gamma_scales = gamma_scales
         self.gammas = gammas
-        self.lams = lams
+        self.alphas = alphas
         self.validation_fraction = validation_fraction
         self.holdout = holdout
         self.scoring = scoring
@@ -386,13 +388,14 @@ class KernelMaxideCV(_ObservedSearch):
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.verbose = verbose
 
     def _base(self, seed):
         return {
             **super()._base(seed),
-            "n_landmarks": self.n_landmarks,
+            "n_features_map": self.n_features_map,
             "n_components": self.n_components,
         }
 
@@ -405,7 +408,7 @@ class KernelMaxideCV(_ObservedSearch):
                 "e.g. KernelMaxideCV(gamma_scales=[1, 2, 4]) or KernelMaxideCV(gammas=[0.5, 1], "
                 "gamma_scales=None)",
             )
-        lams = GIMCCV._grid(self.lams, "lams", "lams=[0.5, 2, 8, 32]")
+        lams = GIMCCV._grid(self.alphas, "alphas", "alphas=[0.5, 2, 8, 32]")
         if self.gammas is not None:
             gammas = GIMCCV._grid(self.gammas, "gammas", "gammas=[0.5, 1]")
         else:
@@ -419,11 +422,11 @@ class KernelMaxideCV(_ObservedSearch):
                     sample_rows(src, _SAMPLE, np.random.default_rng(seed))
                 )
                 gammas = [self.gamma_median_ * s for s in scales]
-        return [{"gamma": g, "lam": lam} for g in gammas for lam in lams]
+        return [{"gamma": g, "alpha": lam} for g in gammas for lam in lams]
 
 
 class MaxideCV(_ObservedSearch):
-    """:class:`Maxide` with ``n_components`` and ``lam`` chosen on held-out observed labels.
+    """:class:`Maxide` with ``n_components`` and ``alpha`` chosen on held-out observed labels.
 
     Parameters
     ----------
@@ -431,9 +434,9 @@ class MaxideCV(_ObservedSearch):
         Numbers of left singular vectors ``k`` (``None`` in the list: the numerical rank).  The
         default holds :class:`Maxide`'s own default ``k = 100`` and every direction, so the
         search never excludes the fixed default (twice the fits of one ``k``).
-    lams : sequence of float, default=(0.25, 1.0, 4.0, 16.0)
+    alphas : sequence of float, default=(0.25, 1.0, 4.0, 16.0)
     validation_fraction, holdout, scoring, n_splits, refit, max_iter, tol, n_trials, cache_bytes,
-    random_state, verbose
+    block_rows, random_state, verbose
         As in :class:`KernelMaxideCV`.
 
     Attributes
@@ -456,7 +459,7 @@ class MaxideCV(_ObservedSearch):
         self,
         *,
         n_components_grid=(100, None),
-        lams=(0.25, 1.0, 4.0, 16.0),
+        alphas=(0.25, 1.0, 4.0, 16.0),
         validation_fraction=0.25,
         holdout="rows",
         scoring="ranking_loss",
@@ -466,11 +469,12 @@ class MaxideCV(_ObservedSearch):
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         verbose=False,
     ):
         self.n_components_grid = n_components_grid
-        self.lams = lams
+        self.alphas = alphas
         self.validation_fraction = validation_fraction
         self.holdout = holdout
         self.scoring = scoring
@@ -480,12 +484,13 @@ class MaxideCV(_ObservedSearch):
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.verbose = verbose
 
 
     def _settings(self, X, seed, validate_only=False):
-        lams = GIMCCV._grid(self.lams, "lams", "lams=[0.25, 1, 4, 16]")
+        lams = GIMCCV._grid(self.alphas, "alphas", "alphas=[0.25, 1, 4, 16]")
         ks = self.n_components_grid
         if isinstance(ks, (str, bytes)) or not np.iterable(ks) or not len(list(ks)):
             raise param_error(
@@ -508,4 +513,5 @@ class MaxideCV(_ObservedSearch):
                 )
         if len(set(ks)) != len(ks):
             raise param_error("n_components_grid", "must not repeat a value", ks, "remove the duplicates")
-        return [{"n_components": None if k is None else int(k), "lam": lam} for k in ks for lam in lams]
+        return [{"n_components": None if k is None else int(k), "alpha": lam}
+                for k in ks for lam in lams]  # fmt: skip

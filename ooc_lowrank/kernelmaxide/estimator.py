@@ -233,11 +233,12 @@ class _MaxideBase(BaseEstimator):
     # -- shared -----------------------------------------------------------------------------
     def _validate_params(self):
         check_scalar(
-            self.lam,
-            "lam",
+            self.alpha,
+            "alpha",
             low=0.0,
             low_inclusive=False,
-            fix="Use a positive trace-norm weight, e.g. lam=1.0 (the paper's grid is 2^-10..2^10)",
+            fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is "
+            "2^-10..2^10)",
         )
         check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
         check_scalar(self.tol, "tol", low=0.0)
@@ -252,6 +253,8 @@ class _MaxideBase(BaseEstimator):
             )
         if self.cache_bytes is not None:
             check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
+        if self.block_rows is not None:
+            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
         if self.callback is not None and not callable(self.callback):
             raise param_error("callback", "must be callable or None", self.callback, exc=TypeError)
         self._validate_method_params()
@@ -362,19 +365,19 @@ class _MaxideBase(BaseEstimator):
         return self._solve(self._setup(X, Y, checkpoint, checkpoint_every))
 
     def _fit_lams(self, X, Y, lams):
-        """One fitted estimator per ``lam`` of ``lams``: ``clone(self).set_params(lam=lam).fit(X,
+        """One fitted estimator per ``alpha`` of ``lams``: ``clone(self).set_params(alpha=a).fit(X,
         Y)`` each, with the setup (label check, feature map, cached ``F``, Gram, span root) done
-        once.  Nothing of the setup depends on ``lam``, so the models are the same as independent
+        once.  Nothing of the setup depends on ``alpha``, so the models are the same as independent
         fits (``tests/test_kernelmaxide.py``).  Used by :class:`KernelMaxideCV` /
         :class:`MaxideCV`; no checkpoint.
 
         With a streamed ``F`` (over ``cache_bytes``) the shared part is the label check, the
-        feature map, the Gram pass and the span root: one pass over ``X`` per ``lam`` saved out of
+        feature map, the Gram pass and the span root: one pass over ``X`` per ``alpha`` saved out of
         the ~200 of a fit.
         """
         self._validate_params()
         X, Y = self._inputs(X, Y)
-        ests = [clone(self).set_params(lam=lam) for lam in lams]
+        ests = [clone(self).set_params(alpha=lam) for lam in lams]
         for est in ests:
             est._validate_params()
         with engine.one_blas_thread():
@@ -382,12 +385,12 @@ class _MaxideBase(BaseEstimator):
             return [est._solve(st) for est in ests]
 
     def _setup(self, X, Y, checkpoint, checkpoint_every):
-        """Everything of a fit before the APG, none of it depending on ``lam``: a
+        """Everything of a fit before the APG, none of it depending on ``alpha``: a
         :class:`_Setup`.  Sets the fitted feature attributes (``gamma_``, ``landmarks_``, ...)
         on ``self``; :meth:`_solve` copies them to the estimator it fits."""
         rs = check_random_state(self.random_state)  # before any work
         rng = np.random.default_rng(rs.randint(2**31 - 1))
-        XB = engine.as_blocked(X, name="X")
+        XB = engine.as_blocked(X, block_rows=self.block_rows, name="X")
         if XB.in_memory:  # lazy X: its row samples and first pass check the scale
             check_X_scale(XB.source, "X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
@@ -458,7 +461,7 @@ class _MaxideBase(BaseEstimator):
         )
 
     def _solve(self, st):
-        """The APG on a :class:`_Setup` with this estimator's ``lam`` (and ``max_iter``, ``tol``,
+        """The APG on a :class:`_Setup` with this estimator's ``alpha`` (and ``max_iter``, ``tol``,
         ``n_trials``, ``callback``); sets the fitted attributes, returns ``self``."""
         for k, v in st.attrs.items():
             setattr(self, k, v)
@@ -466,7 +469,7 @@ class _MaxideBase(BaseEstimator):
         res = core.apg(
             st.passes,
             st.R_apg,
-            float(self.lam),
+            float(self.alpha),
             self.n_labels_,
             0.5 * st.nobs,
             max_iter=int(self.max_iter),
@@ -499,7 +502,7 @@ class _MaxideBase(BaseEstimator):
         """
         self._validate_params()
         X, Y = self._inputs(X, Y)
-        XB = engine.as_blocked(X, name="X")
+        XB = engine.as_blocked(X, block_rows=self.block_rows, name="X")
         YB = engine.align(XB, engine.as_blocked(Y, name="Y"), names=("X", "Y"))
         return _estimate.maxide_estimate(self, XB, YB, client=client)
 
@@ -509,7 +512,7 @@ class _MaxideBase(BaseEstimator):
         if _is_dataset(X):
             X = X["X"]
         X = as_features(X, "X")
-        B = engine.as_blocked(X, name="X")
+        B = engine.as_blocked(X, block_rows=self.block_rows, name="X")
         if B.shape[1] != self.n_features_in_:
             raise ValueError(
                 f"X has {B.shape[1]} features, but {type(self).__name__} was fitted with "
@@ -698,17 +701,17 @@ class KernelMaxide(_MaxideBase):
     """KernelMaxide (Xu & Zhou 2018; SPEC 4): multi-label learning with missing labels by a
     trace-norm regularized kernel model, Nystrom-approximated and out of core.
 
-    With ``n_components=None`` (and by default for ``n_landmarks=None``) it solves SPEC KM-6,
-    ``min_C lam ||C||_* + 1/2 ||R_Omega(K~_{all,UT} C - Y)||_F^2``, with the corrected APG
+    With ``n_components=None`` (and by default for ``n_features_map=None``) it solves SPEC KM-6,
+    ``min_C alpha ||C||_* + 1/2 ||R_Omega(K~_{all,UT} C - Y)||_F^2``, with the corrected APG
     (Algorithm 1), in the factored span form ``C = F_UT T`` (state r' x n_labels).  By default
     with landmarks (``n_components="auto"``) it solves Maxide's KM-1 on the top 100 orthonormal
-    directions of the Nystrom features, i.e. ``lam ||K~_{UT,UT} C||_*`` in place of
-    ``lam ||C||_*`` (see ``n_components``): well conditioned, so the paper's stopping rule
+    directions of the Nystrom features, i.e. ``alpha ||K~_{UT,UT} C||_*`` in place of
+    ``alpha ||C||_*`` (see ``n_components``): well conditioned, so the paper's stopping rule
     fires (docs/kernelmaxide.md section 9).
 
     Parameters
     ----------
-    n_landmarks : int or None, default=1000
+    n_features_map : int or None, default=1000
         Nystrom landmarks drawn uniformly from all rows of ``X`` (KernelMaxide-n).  ``None``:
         every row (KernelMaxide-f, the exact kernel); refused with a memory estimate when the
         n x n kernel does not fit ``cache_bytes``.  300 and 500 landmarks were not better on
@@ -718,7 +721,7 @@ class KernelMaxide(_MaxideBase):
     gamma : float or None, default=None
         RBF width, ``k(x, x') = exp(-gamma ||x - x'||^2)`` (the paper's ``sigma``:
         ``gamma = 1 / (2 sigma^2)``).  ``None``: median heuristic on a row sample.
-    lam : float, default=2.0
+    alpha : float, default=2.0
         Trace-norm weight ``lambda``.  The default 2.0 (with ``n_components="auto"``) is the
         setting of lowest validation loss on held-out observed labels of the training rows on
         every yahoo set (docs/kernelmaxide.md section 9); :class:`KernelMaxideCV` selects it
@@ -727,8 +730,8 @@ class KernelMaxide(_MaxideBase):
         ``None``: SPEC KM-6, the trace norm of ``C`` (the paper's printed model).  An int
         ``k``: Maxide (SPEC KM-1) with ``A`` the top ``k`` left singular vectors of the UT
         rows' Nystrom features (orthonormal on those rows, extended to every row by the same
-        map): ``min_W lam ||W||_* + 1/2 ||R_Omega(A W - Y)||^2``.  In the paper's variable
-        ``C`` this is ``lam ||K~_{UT,UT} C||_* + E(C)`` on the top ``k`` eigendirections of
+        map): ``min_W alpha ||W||_* + 1/2 ||R_Omega(A W - Y)||^2``.  In the paper's variable
+        ``C`` this is ``alpha ||K~_{UT,UT} C||_* + E(C)`` on the top ``k`` eigendirections of
         ``K~_{UT,UT}``: the trace norm of the fitted score matrix of the UT rows (Maxide's
         own regularizer, ``||W||_tr = ||AW||_tr``), where KM-6 has ``||C||_*`` -- a
         different regularizer, not a reparametrisation of KM-6 (docs/kernelmaxide.md section
@@ -736,8 +739,8 @@ class KernelMaxide(_MaxideBase):
         about 17 iterations on yahoo Arts / Business / Health (omega 20 %), where KM-6 runs
         its 100 without meeting it (curvature ``g^2``, ``g`` the UT Gram's eigenvalues, 0.05
         .. 670) and its ranking loss at 100 iterations comes from early stopping.
-        ``"auto"``: ``k = 100`` (``AUTO_COMPONENTS``) with ``n_landmarks``, KM-6 for
-        ``n_landmarks=None`` (the exact kernel).
+        ``"auto"``: ``k = 100`` (``AUTO_COMPONENTS``) with ``n_features_map``, KM-6 for
+        ``n_features_map=None`` (the exact kernel).
     max_iter : int, default=100
     tol : float, default=1e-5
         Stop when ``|F_k - F_{k-1}| < tol * F_k`` (the Maxide code's rule).
@@ -749,6 +752,9 @@ class KernelMaxide(_MaxideBase):
     cache_bytes : int or None
         Keep ``F`` (n x r) in memory when it fits this budget (default
         ``engine.DEFAULT_CACHE_BYTES``); otherwise recompute its blocks from ``X`` every pass.
+    block_rows : int or None, default=None
+        Rows per block of in-memory ``X`` (``None``: from the engine's memory budget; a store
+        streams its own chunks).
     random_state : int, RandomState or None
     callback : callable or None
         ``callback(iteration, elapsed_seconds, objective)`` after each APG iteration.
@@ -756,13 +762,13 @@ class KernelMaxide(_MaxideBase):
     Attributes
     ----------
     landmarks_ : ndarray of shape (r, n_features)
-        ``n_landmarks=None``: the rows with an observed label (``r = n_UT``).
+        ``n_features_map=None``: the rows with an observed label (``r = n_UT``).
     normalization_ : ndarray of shape (r, r) or None
         ``(K_rr^+)^(1/2)`` for KM-6 (``n_components=None``); with the orthonormal basis
         ``L^-T`` of the Cholesky factor ``K_rr = L L^T`` (the same column space of ``F``, so
         the same top-``k`` basis, without an r x r eigendecomposition).  ``F = K(X,
         landmarks) normalization_``.  ``None`` for
-        ``n_landmarks=None``: ``F = K(X, X_UT)`` is the exact kernel, ``coef_`` is ``C`` of
+        ``n_features_map=None``: ``F = K(X, X_UT)`` is the exact kernel, ``coef_`` is ``C`` of
         SPEC 4.4 itself (no eigendecomposition; the same problem and iterates as the span form
         with every row as a landmark, since ``K K^+ K = K``).
     gamma_ : float
@@ -788,38 +794,40 @@ class KernelMaxide(_MaxideBase):
     def __init__(
         self,
         *,
-        n_landmarks=1000,
+        n_features_map=1000,
         gamma=None,
-        lam=2.0,
+        alpha=2.0,
         n_components="auto",
         max_iter=100,
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         callback=None,
     ):
-        self.n_landmarks = n_landmarks
+        self.n_features_map = n_features_map
         self.gamma = gamma
-        self.lam = lam
+        self.alpha = alpha
         self.n_components = n_components
         self.max_iter = max_iter
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.callback = callback
 
     _feature_attrs = ("gamma_", "landmarks_", "normalization_")
 
     def _validate_method_params(self):
-        if self.n_landmarks is not None:
+        if self.n_features_map is not None:
             check_scalar(
-                self.n_landmarks,
-                "n_landmarks",
+                self.n_features_map,
+                "n_features_map",
                 kind=numbers.Integral,
                 low=1,
-                fix="Use e.g. n_landmarks=1000, or None for every row (exact kernel)",
+                fix="Use e.g. n_features_map=1000, or None for every row (exact kernel)",
             )
         _check_gamma(self.gamma)
         if isinstance(self.n_components, str):
@@ -838,26 +846,26 @@ class KernelMaxide(_MaxideBase):
                 low=1,
                 fix="Use e.g. n_components=100, or None for the paper's model (SPEC KM-6)",
             )
-            if self.n_landmarks is None:
+            if self.n_features_map is None:
                 raise param_error(
                     "n_components",
-                    "needs Nystrom landmarks (n_landmarks=None solves the exact kernel in the "
+                    "needs Nystrom landmarks (n_features_map=None solves the exact kernel in the "
                     "n_UT x m form, which has no orthonormal basis without an n_UT x n_UT "
                     "eigendecomposition)",
                     self.n_components,
-                    "Set n_landmarks (e.g. 1000), or n_components=None",
+                    "Set n_features_map (e.g. 1000), or n_components=None",
                 )
 
     def _make_feature_map(self, XB, YB, X, rng):
         n, d = XB.shape
         src = XB.source if XB.in_memory else X
-        if self.n_landmarks is None:
+        if self.n_features_map is None:
             need = 2 * n * n * 8 + n * d * 8
             if need > self._budget():
                 raise MemoryError(
-                    f"n_landmarks=None (exact kernel) needs about {need / 2**30:.2f} GiB for "
+                    f"n_features_map=None (exact kernel) needs about {need / 2**30:.2f} GiB for "
                     f"n={n} rows (the n x n_UT kernel F and its dot products), more than "
-                    f"cache_bytes={self._budget()} bytes; use n_landmarks=1000 (Nystrom) or "
+                    f"cache_bytes={self._budget()} bytes; use n_features_map=1000 (Nystrom) or "
                     "raise cache_bytes"
                 )
             # exact kernel: F = K(X, X_UT), R = I, Chat = C (no eigendecomposition)
@@ -867,13 +875,13 @@ class KernelMaxide(_MaxideBase):
             self.normalization_ = None
             return _blocks.FeatureMap("kernel", np.ascontiguousarray(self.landmarks_.T), None, self.gamma_)
         else:
-            r = int(self.n_landmarks)
+            r = int(self.n_features_map)
             if r > n:
                 raise param_error(
-                    "n_landmarks",
+                    "n_features_map",
                     f"must be <= the number of rows of X ({n})",
                     r,
-                    f"Use n_landmarks <= {n}, or None for every row",
+                    f"Use n_features_map <= {n}, or None for every row",
                 )
         self.gamma_ = self._gamma(src, rng)
         L = sample_rows(src, r, rng)
@@ -907,9 +915,9 @@ class KernelMaxide(_MaxideBase):
 
     def _components(self):
         """The ``k`` of the orthonormal kernel basis, or None for SPEC KM-6 (the span form):
-        ``"auto"`` is :data:`AUTO_COMPONENTS` with landmarks, None for ``n_landmarks=None``."""
+        ``"auto"`` is :data:`AUTO_COMPONENTS` with landmarks, None for ``n_features_map=None``."""
         if isinstance(self.n_components, str):  # "auto"
-            return None if self.n_landmarks is None else AUTO_COMPONENTS
+            return None if self.n_features_map is None else AUTO_COMPONENTS
         return None if self.n_components is None else int(self.n_components)
 
     def _orthonormal_basis(self):
@@ -941,7 +949,7 @@ class KernelMaxide(_MaxideBase):
 
 
 class Maxide(_MaxideBase):
-    """Maxide (SPEC 4.2, the linear baseline): ``min_W lam ||W||_* + 1/2 ||R_Omega(A W - Y)||^2``
+    """Maxide (SPEC 4.2, the linear baseline): ``min_W alpha ||W||_* + 1/2 ||R_Omega(A W - Y)||^2``
     with ``A`` the top left singular vectors of ``X`` (computed out of core from the d x d
     Gram ``X^T X``: ``A = X V_k Sigma_k^-1``), solved by the same APG.
 
@@ -949,12 +957,12 @@ class Maxide(_MaxideBase):
     ----------
     n_components : int or None, default=100
         ``k`` (at most the numerical rank of ``X``); ``None``: the numerical rank of ``X``
-        (singular values above 1e-6 of the largest).  The default 100 and ``lam=4.0`` are the
+        (singular values above 1e-6 of the largest).  The default 100 and ``alpha=4.0`` are the
         setting of lowest validation loss on held-out observed training labels on every yahoo
-        set; every direction with ``lam=1`` (the former default) was 0.10 worse than the paper
+        set; every direction with ``alpha=1`` (the former default) was 0.10 worse than the paper
         on Arts (docs/kernelmaxide.md section 9).  :class:`MaxideCV` selects both per dataset.
-    lam : float, default=4.0
-    max_iter, tol, n_trials, cache_bytes, callback
+    alpha : float, default=4.0
+    max_iter, tol, n_trials, cache_bytes, block_rows, callback
         As in :class:`KernelMaxide`.
     random_state : ignored (kept for a uniform interface)
 
@@ -982,20 +990,22 @@ class Maxide(_MaxideBase):
         self,
         *,
         n_components=100,
-        lam=4.0,
+        alpha=4.0,
         max_iter=100,
         tol=1e-5,
         n_trials=None,
         cache_bytes=None,
+        block_rows=None,
         random_state=None,
         callback=None,
     ):
         self.n_components = n_components
-        self.lam = lam
+        self.alpha = alpha
         self.max_iter = max_iter
         self.tol = tol
         self.n_trials = n_trials
         self.cache_bytes = cache_bytes
+        self.block_rows = block_rows
         self.random_state = random_state
         self.callback = callback
 

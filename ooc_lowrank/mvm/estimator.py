@@ -123,11 +123,11 @@ class _BaseMVM(BaseEstimator):
     def __init__(
         self,
         *,
-        n_factors=10,
+        n_components=10,
         view_sizes=None,
         loss=None,
         reg="l2",
-        reg_weight=1e-3,
+        alpha=1e-3,
         init_std=0.1,
         solver="auto",
         max_iter=200,
@@ -140,11 +140,11 @@ class _BaseMVM(BaseEstimator):
         verbose=False,
         callback=None,
     ):
-        self.n_factors = n_factors
+        self.n_components = n_components
         self.view_sizes = view_sizes
         self.loss = loss
         self.reg = reg
-        self.reg_weight = reg_weight
+        self.alpha = alpha
         self.init_std = init_std
         self.solver = solver
         self.max_iter = max_iter
@@ -167,11 +167,11 @@ class _BaseMVM(BaseEstimator):
         return loss
 
     def _check_params(self):
-        check_scalar(self.n_factors, "n_factors", kind=numbers.Integral, low=1,
-                     fix="Use n_factors >= 1 (the CP rank k)")
+        check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1,
+                     fix="Use n_components >= 1 (the CP rank k)")
         if self.reg not in REG_CODES:
             raise param_error("reg", f"must be one of {tuple(REG_CODES)}", self.reg)
-        for name in ("reg_weight", "init_std", "learning_rate", "tol"):
+        for name in ("alpha", "init_std", "learning_rate", "tol"):
             v = getattr(self, name)
             check_scalar(v, name, low=0.0)
             if not np.isfinite(v):
@@ -350,7 +350,7 @@ class _BaseMVM(BaseEstimator):
         layout = _Layout(sizes)
         K = self._n_models()
         theta0 = rng.normal(0.0, self.init_std,
-                            size=(layout.n_feat + layout.n_views, K * self.n_factors))
+                            size=(layout.n_feat + layout.n_views, K * self.n_components))
         solver = self._resolved_solver(views)
         if solver == "lbfgs":
             # L-BFGS: bias factors start at 1 (plus the noise), so the model starts close to a
@@ -361,7 +361,7 @@ class _BaseMVM(BaseEstimator):
             # test accuracy after 50 iterations against 0.893.  Not for SGD: on MovieLens u1
             # it raised SGD's test RMSE from 0.93 to 0.955 (docs/mvm.md)
             theta0[layout.n_feat:] += 1.0
-            offset = offset - float(self.n_factors)
+            offset = offset - float(self.n_components)
         score = None
         if eval_set is not None:
             score = self._validation_scorer(eval_set, sizes, layout, loss)
@@ -369,7 +369,7 @@ class _BaseMVM(BaseEstimator):
         if patience is None:
             patience = 5 if solver == "sgd" else 30
         monitor = _Monitor(score, patience, self.callback, self.verbose)
-        common = dict(loss=loss, task=self._task, reg=self.reg, reg_weight=float(self.reg_weight),
+        common = dict(loss=loss, task=self._task, reg=self.reg, reg_weight=float(self.alpha),
                       n=n, monitor=monitor, checkpoint=ckpt, n_models=K)
         b0 = np.full(K, offset)
         if solver == "lbfgs":
@@ -596,8 +596,8 @@ class _BaseMVM(BaseEstimator):
     # ------------------------------------------------------------------ persistence
     @property
     def factors_(self):
-        """Per-view factor matrices ``(I_p + 1, n_factors)``, bias factor last (SPEC 3.1); a
-        one-vs-rest classifier: ``(n_classes, I_p + 1, n_factors)``."""
+        """Per-view factor matrices ``(I_p + 1, n_components)``, bias factor last (SPEC 3.1); a
+        one-vs-rest classifier: ``(n_classes, I_p + 1, n_components)``."""
         self._check_fitted()
         out, start, nf = [], 0, sum(self.view_sizes_)
         C = self.coef_
@@ -643,7 +643,7 @@ class _BaseMVM(BaseEstimator):
     @classmethod
     def _from_saved(cls, params, arrays, extra):
         """The estimator of a loaded model: hyperparameters pass the fit-time checks, and every
-        JSON value and array is checked (type, shape against ``view_sizes`` and ``n_factors``,
+        JSON value and array is checked (type, shape against ``view_sizes`` and ``n_components``,
         finiteness, two classes) before the estimator is built."""
         params = check_params(cls, params, ignore_unknown=True)
         if isinstance(params.get("view_sizes"), list):
@@ -663,7 +663,7 @@ class _BaseMVM(BaseEstimator):
         if cls._task == "classification":
             est.classes_ = _saved_classes(r.value("classes", "list"))
             K = 1 if len(est.classes_) == 2 else len(est.classes_)
-        shape, meaning = (rows, est.n_factors), "sum(view_sizes) + n_views x n_factors"
+        shape, meaning = (rows, est.n_components), "sum(view_sizes) + n_views x n_components"
         if K > 1:
             shape, meaning = (K,) + shape, "n_classes x " + meaning
         coef = r.array("coef", shape, meaning=meaning)
@@ -767,11 +767,11 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
 
     ``yhat(x) = intercept + sum_f prod_p (Theta^(p)T [x^(p); 1])_f``: every interaction across
     views up to order m (one feature per view in each term), CP-factorized with rank
-    ``n_factors``.  Trained on the mean square loss ``(yhat - y)^2`` plus ``reg_weight * Omega``.
+    ``n_components``.  Trained on the mean square loss ``(yhat - y)^2`` plus ``alpha * Omega``.
 
     Parameters
     ----------
-    n_factors : int, default 10
+    n_components : int, default 10
         CP rank ``k``.
     view_sizes : sequence of int, optional
         Widths of the views when ``X`` is one matrix with the views side by side.
@@ -780,7 +780,7 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
         (default) or "hinge".
     reg : {"l2", "l1", "none"}, default "l2"
         ``l2``: ``sum theta^2`` (MVM-14); ``l1``: smoothed ``sum sqrt(theta^2 + 1e-8)`` (MVM-15).
-    reg_weight : float, default 1e-3
+    alpha : float, default 1e-3
         Weight of the regulariser against the *mean* loss.  Default chosen on 10% validation
         splits of MovieLens u1/u2.base (k = 10, grid {1e-4, 1e-3, 3e-3}): best for L-BFGS
         (validation RMSE 0.922 / 0.942 against 0.938 / 0.956 at 3e-3) and within 0.001 of
@@ -818,9 +818,9 @@ class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
 
     Attributes
     ----------
-    coef_ : ndarray of shape (sum(view_sizes) + n_views, n_factors)
+    coef_ : ndarray of shape (sum(view_sizes) + n_views, n_components)
         Stacked factors: feature rows of every view, then one bias row per view.
-    factors_ : list of ndarray of shape (I_p + 1, n_factors)
+    factors_ : list of ndarray of shape (I_p + 1, n_components)
     intercept_ : float
         A learned constant added to the model (not regularised), started at the target's mean
         (regressor) or 0 (classifier).  The CP model has its own constant (the product of the
@@ -852,8 +852,8 @@ _PARAMS_DOC = MultiViewMachineRegressor.__doc__[
 
 
 _REG_WEIGHT_DOC = (
-    _PARAMS_DOC[_PARAMS_DOC.index("    reg_weight : "):_PARAMS_DOC.index("    init_std : ")],
-    """    reg_weight : float, default 1e-2
+    _PARAMS_DOC[_PARAMS_DOC.index("    alpha : "):_PARAMS_DOC.index("    init_std : ")],
+    """    alpha : float, default 1e-2
         Weight of the regulariser against the *mean* loss.  Classifier default chosen with
         ``tol`` by 3-fold validation on the training half of mfeat-handwritten (one-vs-rest,
         10 classes, L-BFGS; grid ``benchmarks/mvm_lbfgs_defaults.py``, results
@@ -865,7 +865,7 @@ _TOL_DOC = (
     _PARAMS_DOC[_PARAMS_DOC.index("    tol : "):_PARAMS_DOC.index("    n_iter_no_change : ")],
     """    tol : float, default 1e-3
         L-BFGS stops a model when its largest gradient entry is <= ``tol`` or its objective
-        fell by <= ``1e-3 tol`` (relative) in one iteration (chosen with ``reg_weight``).
+        fell by <= ``1e-3 tol`` (relative) in one iteration (chosen with ``alpha``).
 """,
 )
 
@@ -881,7 +881,7 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
     them; L-BFGS runs one L-BFGS per model in lockstep), predicting the class of the largest
     output.  In a store (or a Dask ``y``), ``y`` holds two classes coded {-1, +1} or {0, 1}.
 
-    The classifier's L-BFGS defaults differ from the regressor's: ``reg_weight=1e-2`` and
+    The classifier's L-BFGS defaults differ from the regressor's: ``alpha=1e-2`` and
     ``tol=1e-3`` (see those entries).
 
 """
@@ -890,7 +890,7 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
         + """    Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-    coef_ : ndarray of shape (sum(view_sizes) + n_views, n_factors), or (n_classes, ...) for
+    coef_ : ndarray of shape (sum(view_sizes) + n_views, n_components), or (n_classes, ...) for
         three or more classes (one model per class)
     intercept_ : float, or ndarray of shape (n_classes,) for three or more classes
         Started at 0.
@@ -906,11 +906,11 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
     def __init__(
         self,
         *,
-        n_factors=10,
+        n_components=10,
         view_sizes=None,
         loss=None,
         reg="l2",
-        reg_weight=1e-2,
+        alpha=1e-2,
         init_std=0.1,
         solver="auto",
         max_iter=200,
@@ -922,10 +922,10 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
         random_state=None,
         verbose=False,
         callback=None,
-    ):  # the regressor's parameters with the classifier's reg_weight and tol defaults
+    ):  # the regressor's parameters with the classifier's alpha and tol defaults
         super().__init__(
-            n_factors=n_factors, view_sizes=view_sizes, loss=loss, reg=reg,
-            reg_weight=reg_weight, init_std=init_std, solver=solver, max_iter=max_iter,
+            n_components=n_components, view_sizes=view_sizes, loss=loss, reg=reg,
+            alpha=alpha, init_std=init_std, solver=solver, max_iter=max_iter,
             n_epochs=n_epochs, learning_rate=learning_rate, tol=tol,
             n_iter_no_change=n_iter_no_change, block_rows=block_rows,
             random_state=random_state, verbose=verbose, callback=callback,
