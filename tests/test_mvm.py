@@ -664,7 +664,7 @@ def test_lbfgs_pass_calls_the_block_function_once_per_block(rng, monkeypatch):
         return real(*items, **kw)
 
     monkeypatch.setattr(_blocks, "loss_grad", counted)
-    m = MultiViewMachineClassifier(n_factors=2, random_state=0, solver="lbfgs", max_iter=5,
+    m = MultiViewMachineClassifier(n_components=2, random_state=0, solver="lbfgs", max_iter=5,
                                    block_rows=40).fit(V, y)
     # n_passes_ also counts the target's validation pass
     assert m.n_passes_ >= 6 and calls.count(40) == len(calls) == 3 * (m.n_passes_ - 1)
