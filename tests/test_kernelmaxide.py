@@ -970,7 +970,7 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     from ooc_lowrank.kernelmaxide import estimator as est_mod
 
     X, Yobs = _planted()
-    kw = dict(n_landmarks=150, n_components=5, random_state=0)
+    kw = dict(n_features_map=150, n_components=5, random_state=0)
     assert 150 > est_mod.RANDOMIZED_RATIO * (5 + est_mod.RANDOMIZED_OVERSAMPLE)
     calls = []
     root = core.randomized_orthonormal_root
