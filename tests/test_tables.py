@@ -851,6 +851,61 @@ def test_sort_pairs_is_a_stable_sort_by_row_then_column():
     assert all(a.size == 0 for a in _sort_pairs(rows[:0], cols[:0], 5, 4))
 
 
+def naive_bucket_csr(rows, cols, vals, n_rows, policy):
+    """NumPy twin of kernel bucket_csr: stable lexsort by (row, col), runs of equal pairs
+    merged by policy ('last' keeps the last read, 'sum' / 'mean' of the run)."""
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    new = np.r_[True, (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])] if rows.size else rows
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], rows.size] if starts.size else starts
+    if policy == "last":
+        out = vals[ends - 1]
+    else:
+        out = np.add.reduceat(vals, starts, axis=0) if starts.size else vals[:0]
+        if policy == "mean":
+            out = out / (ends - starts)[:, None]
+    ptr = np.r_[0, np.cumsum(np.bincount(rows[starts], minlength=n_rows))]
+    return ptr, cols[starts], out
+
+
+@pytest.mark.parametrize("policy", ["error", "last", "sum", "mean"])
+def test_bucket_csr_matches_its_numpy_twin(policy):
+    """Kernel bucket_csr (sort of one bucket fused with the merge of repeated pairs) equals its
+    NumPy twin: packed (row << 32 | col) words and separate row / col words (columns >= 2**31),
+    two value fields, rows from r0, empty rows, long rows (mergesort), an empty bucket."""
+    from ooc_lowrank.kernels.buckets import bucket_csr
+
+    from ooc_lowrank.io.tables import _POLICY_CODES
+
+    rng = np.random.default_rng(3)
+    for n, n_rows, n_cols, packed in ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True)):
+        r0 = 10
+        rows, cols = rng.integers(0, n_rows, n), rng.integers(0, min(n_cols, 50), n)
+        cols *= n_cols // min(n_cols, 50)  # wide: columns up to 2**40, repeats all the same
+        rows[rows == 2] = 3  # an empty row
+        vals = rng.integers(0, 9, (n, 2)).astype(np.float64)
+        if packed:
+            bits = vals.view(np.int64)
+            fields = [((rows + r0) << 32) | cols, bits[:, 0], bits[:, 1]]
+            rf, cf, vf = 0, 0, [1, 2]
+        else:
+            bits = vals.view(np.int64)
+            fields = [bits[:, 1], rows + r0, cols, bits[:, 0]]
+            rf, cf, vf = 1, 2, [3, 0]
+        words = np.ascontiguousarray(np.stack(fields, axis=1))
+        ptr = np.empty(n_rows + 1, np.int64)
+        out_cols, out_vals = np.empty(n, np.int64), np.empty((n, 2))
+        code, vf = _POLICY_CODES[policy], np.array(vf, np.int64)
+        fvals = words.view(np.float64)
+        m = bucket_csr(words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, out_cols, out_vals)
+        want = naive_bucket_csr(rows, cols, vals, n_rows, "last" if policy == "error" else policy)
+        np.testing.assert_array_equal(ptr, want[0])
+        np.testing.assert_array_equal(out_cols[:m], want[1])
+        np.testing.assert_allclose(out_vals[:m], want[2], rtol=1e-12)
+        assert n == 0 or m < n  # repeats were merged
+
+
 def test_bucket_kernels_match_their_numpy_twins(tmp_path):
     """scatter_buckets (via RowBuckets.spill) is a stable partition by row range, cut_buckets
     (via bucket_starts) the greedy cut, count_into a bincount."""

@@ -869,6 +869,10 @@ def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles
     return rows[starts], cols[starts], out
 
 
+#: ``duplicates`` as the code of kernel ``bucket_csr``.
+_POLICY_CODES = {"error": 0, "last": 1, "sum": 2, "mean": 3}
+
+
 def _convert_pairs(
     src: TableSource,
     dest,
@@ -987,44 +991,63 @@ def _convert_pairs(
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
-        def sorted_bucket(bi):
-            """Bucket ``bi`` sorted by (row, col, read order): (records, rows, cols)."""
+        def merged_bucket(bi, policy):
+            """Bucket ``bi`` sorted by (row, col, read order), its runs of equal (row, col)
+            merged by ``policy`` (kernel ``bucket_csr``): (row pointer, cols, {field: values});
+            a duplicate under ``"error"`` is named (the slow path, only then)."""
+            from ooc_lowrank.kernels.buckets import bucket_csr
+
             r0, r1 = int(starts[bi]), int(starts[bi + 1])
             rec = buckets.load(bi, sort=False)
-            if packed:
-                rows, cols = rec["rc"] >> 32, rec["rc"] & 0xFFFFFFFF
-            else:
-                rows, cols = rec["row"], rec["col"]
-            pos, rows, cols = _sort_pairs(rows - r0, cols, r1 - r0, n_cols)
-            return rec.take(pos), rows, cols
+            n, k = rec.size, rec_dtype.itemsize // 8
+            words = rec.view(np.int64).reshape(n, k)
+            ptr = np.empty(r1 - r0 + 1, np.int64)
+            cols = np.empty(n, np.int64)
+            vals = np.empty((n, len(vfields)), np.float64)
+            names = list(rec_dtype.names)
+            m = bucket_csr(
+                words,
+                0,
+                0 if packed else 1,
+                packed,
+                r0,
+                r1 - r0,
+                words.view(np.float64),
+                np.array([names.index(f) for f in vfields], np.int64),
+                _POLICY_CODES[policy],
+                ptr,
+                cols,
+                vals,
+            )
+            if policy == "error" and m < n:  # name the repeats (sorted as sort_bucket does)
+                if packed:
+                    rows, c = rec["rc"] >> 32, rec["rc"] & 0xFFFFFFFF
+                else:
+                    rows, c = rec["row"], rec["col"]
+                pos, rows, c = _sort_pairs(rows - r0, c, r1 - r0, n_cols)
+                _merge_pairs(rows, c, {}, "error", rv, cv, roles, src, r0)
+            if policy == "error" and len(buckets) > 1:
+                buckets.store(bi, rec)  # checked; merged again in pass 3b
+            return ptr, cols[:m], {f: vals[:m, j] for j, f in enumerate(vfields)}
 
         presorted = {}
         if duplicates == "error":
             # pass 3a: every bucket sorted and checked before the store is opened, so that a
-            # duplicate is named before anything is written; stored back sorted (one bucket:
-            # kept in memory)
+            # duplicate is named before anything is written (one bucket: kept in memory)
             for bi in range(len(buckets)):
-                rec, rows, cols = sorted_bucket(bi)
-                _merge_pairs(rows, cols, {}, "error", rv, cv, roles, src, int(starts[bi]))
+                merged = merged_bucket(bi, "error")
                 if len(buckets) == 1:
-                    presorted[bi] = rec, rows, cols
-                else:
-                    buckets.store(bi, rec)
-                del rec, rows, cols
+                    presorted[bi] = merged
+                del merged
 
-        # pass 3b: every bucket sorted (a sorted one stays as it is), duplicates merged, written
+        # pass 3b: every bucket sorted (a checked one stays as it is), duplicates merged, written
         def blocks():
             for bi in range(len(buckets)):
-                r0, r1 = int(starts[bi]), int(starts[bi + 1])
-                rec, rows, cols = presorted.pop(bi) if bi in presorted else sorted_bucket(bi)
-                vals = {f: rec[f] for f in vfields}
-                del rec
-                rows, cols, vals = _merge_pairs(
-                    rows, cols, vals, duplicates, rv, cv, roles, src, r0
-                )
-                ptr = np.zeros(r1 - r0 + 1, np.int64)
-                np.cumsum(np.bincount(rows, minlength=r1 - r0), out=ptr[1:])
-                val = vals["val"] if "val" in vals else np.ones(rows.size)
+                if bi in presorted:
+                    ptr, cols, vals = presorted.pop(bi)
+                else:
+                    ptr, cols, vals = merged_bucket(bi, duplicates)
+                val = vals["val"] if "val" in vals else np.ones(cols.size)
                 b = {array: csr_from_parts(ptr, cols, val, n_cols, dt)}
                 if weight is not None:
                     b["weight"] = csr_from_parts(ptr, cols, vals["w"], n_cols, dt)
