@@ -795,19 +795,24 @@ def test_sources_local_and_url_mixed_or_missing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.parquet"]
 
 
-def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
-    """Vocabulary.index on strings (sorted fixed-width bytes + searchsorted) against
-    pyarrow's hash lookup (index_in), with unicode, empty, long, unseen and sliced keys; a
-    vocabulary holding NUL bytes falls back to the hash lookup."""
+@pytest.mark.parametrize("collide", [False, True])
+def test_string_vocabulary_hash_table_matches_pyarrow_index_in(collide, monkeypatch):
+    """Vocabulary.index on strings (kernels build_key_table / lookup_keys: one hash table of
+    the vocabulary, probed per key) against pyarrow's index_in, with unicode, empty, long,
+    unseen, sliced and NUL-holding keys; with every hash forced equal, the byte comparison alone
+    tells keys apart."""
     import pyarrow.compute as pc
 
+    import ooc_lowrank.io.tables as tables
     from ooc_lowrank.io.tables import Vocabulary
+
+    if collide:
+        monkeypatch.setattr(tables, "hash_keys", lambda k, seed=0: np.zeros(len(k), np.uint64))
 
     rng = np.random.default_rng(3)
     alphabet = list("ab\u00e9\u20ac") + ["", "zz", "x" * 40]
     keys = sorted({"".join(rng.choice(alphabet, rng.integers(0, 4))) for _ in range(300)})
     voc = Vocabulary(pa.array(rng.permutation(keys).tolist()))
-    assert voc._fixed is not None
     queries = pa.array(["pad"] + keys + ["unseen", "a" * 50, "b\u00e9" * 7]).slice(1)
     want = pc.index_in(queries, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
     assert np.array_equal(voc.index(queries), want)
@@ -815,7 +820,7 @@ def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
     want = pc.index_in(many, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
     assert np.array_equal(voc.index(many.slice(1)), want[1:])
     nul = Vocabulary(pa.array(["a", "a\x00"]))
-    assert nul._fixed is None and nul.index(pa.array(["a\x00", "a", "b"])).tolist() == [1, 0, -1]
+    assert nul.index(pa.array(["a\x00", "a", "b", "a\x00\x00"])).tolist() == [1, 0, -1, -1]
 
 
 def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):

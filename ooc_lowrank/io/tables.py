@@ -32,7 +32,8 @@ Four targets (``kind``):
     sorted by column).  Two reads of the table: pass 1 reads the key columns only, validates
     them and builds the vocabularies (dense integer keys counted in an array, Parquet string
     keys read dictionary-encoded and counted per dictionary), pass 2 validates the values,
-    maps keys to indices (array lookup, or a search of each distinct key of a row group) and
+    maps keys to indices (integers: array lookup or binary search; strings: one hash table of the
+    vocabulary, probed once per distinct key of a row group) and
     spills the records (8-24 bytes each: row and column packed in one int64) with a counting
     sort (kernels ``kernels.buckets``); then every bucket is read once, sorted by a counting
     sort by row and a short sort per row, and written.  Duplicate
@@ -576,9 +577,6 @@ def _values(batch, col, role, offset, src) -> np.ndarray:
 # vocabularies
 
 
-#: A string vocabulary up to this many bytes (keys x longest key) is also kept as a sorted
-#: fixed-width bytes array, searched per batch; beyond it each batch builds a hash table.
-_MAX_FIXED_BYTES = 1 << 28
 #: Integer keys spread over at most this many values are counted in an array (8 bytes each).
 _MAX_DENSE_SPAN = 1 << 24
 
@@ -593,22 +591,6 @@ def _same_array(a, b) -> bool:
     return [x.address if x is not None else None for x in a.buffers()] == [
         x.address if x is not None else None for x in b.buffers()
     ]
-
-
-def _fixed_bytes(arr, w: int) -> tuple[np.ndarray, np.ndarray]:
-    """(``S{w}`` array, byte lengths) of a string array, from its Arrow buffers (keys longer
-    than ``w`` are cut: their length tells them apart)."""
-    arr = arr.cast(pa.large_string())
-    n = len(arr)
-    bufs = arr.buffers()
-    off = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
-    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(1, np.uint8)
-    lens = np.diff(off)
-    out = np.zeros((n, w), np.uint8)
-    for j in range(w):  # column j of every key at once (w is small)
-        has = lens > j
-        out[has, j] = data[off[:-1][has] + j]
-    return out.view(f"S{w}").ravel(), lens
 
 
 class Vocabulary:
@@ -627,27 +609,27 @@ class Vocabulary:
                 self._lo = int(k.min())
                 self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
                 self._lut[k - self._lo] = np.arange(k.size)
-        self._fixed = None
-        if not self._int and len(self.keys):
-            w = int(pc.max(pc.binary_length(self.keys)).as_py() or 0)
-            has_nul = pc.any(pc.match_substring(self.keys, "\x00")).as_py()
-            if 0 < w and w * len(self.keys) <= _MAX_FIXED_BYTES and not has_nul:
-                fixed, lens = _fixed_bytes(self.keys, w)
-                order = np.argsort(fixed, kind="stable")
-                self._fixed = (w, fixed[order], lens[order], order)
+        self._table = None  # strings: (bytes, offsets, hashes, hash table), built once
+        if not self._int:
+            from ooc_lowrank.kernels.hashing import build_key_table
+
+            data, offsets = _string_parts(self.keys)
+            hashes = hash_keys(self.keys)
+            table = np.zeros(1 << max(int(2 * len(self.keys)).bit_length(), 4), np.int64)
+            build_key_table(hashes, table)
+            self._table = (data, offsets, hashes, table)
 
     def __len__(self) -> int:
         return len(self.keys)
 
-    def index(self, arr, distinct=False) -> np.ndarray:
-        """int64 index of every key of ``arr``; -1 for a key not in the vocabulary.
-        ``distinct``: the keys are known to be distinct (a dictionary)."""
+    def index(self, arr) -> np.ndarray:
+        """int64 index of every key of ``arr``; -1 for a key not in the vocabulary."""
         if pa.types.is_dictionary(arr.type) and not arr.null_count:
             # each distinct key searched once per dictionary (a Parquet row group's, shared by
             # its batches; it never holds more keys than the row group has rows)
             last = self._last_dictionary
             if last is None or not _same_array(last[0], arr.dictionary):
-                last = (arr.dictionary, self.index(arr.dictionary, distinct=True))
+                last = (arr.dictionary, self.index(arr.dictionary))
                 self._last_dictionary = last
             return last[1][arr.indices.to_numpy(zero_copy_only=False)]
         arr = _norm_keys(_decode(arr))
@@ -663,19 +645,14 @@ class Vocabulary:
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
             return np.where(self._sorted[pos] == a, self._order[pos], -1).astype(np.int64)
-        if self._fixed is not None and len(arr) > 1024 and not distinct:  # each key once
-            enc = pc.dictionary_encode(arr)
-            if len(enc.dictionary) < len(arr) // 2:
-                idx = self.index(enc.dictionary)
-                return idx[enc.indices.to_numpy(zero_copy_only=False)]
-        if self._fixed is not None:  # searchsorted on fixed-width bytes: no hash table per batch
-            w, fixed, flens, order = self._fixed
-            q, qlens = _fixed_bytes(arr, w)
-            pos = np.minimum(np.searchsorted(fixed, q), fixed.size - 1)
-            hit = (fixed[pos] == q) & (flens[pos] == qlens)  # equal lengths: no NUL-padding tie
-            return np.where(hit, order[pos], -1).astype(np.int64)
-        out = pc.index_in(arr, value_set=self.keys)
-        return out.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+        # strings: one hash table of the vocabulary, built once (kernel lookup_keys: hash of
+        # the query, linear probing, equal hashes confirmed byte by byte)
+        from ooc_lowrank.kernels.hashing import lookup_keys
+
+        qdata, qoffsets = _string_parts(arr)
+        out = np.empty(len(arr), np.int64)
+        lookup_keys(*self._table, qdata, qoffsets, hash_keys(arr), out)
+        return out
 
     def write(self, path) -> None:
         pq.write_table(pa.table({"key": self.keys}), path)
@@ -1534,13 +1511,19 @@ def hash_keys(arr, seed: int = 0) -> np.ndarray:
     seed = np.uint64(seed)
     if pa.types.is_integer(arr.type):
         return _splitmix(arr.to_numpy().astype(np.uint64) ^ seed)
+    data, offsets = _string_parts(arr)
+    out = np.empty(len(arr), np.uint64)
+    hash_strings(data, offsets, seed, out)
+    return out
+
+
+def _string_parts(arr) -> tuple[np.ndarray, np.ndarray]:
+    """(UTF-8 bytes, int64 offsets ``(n + 1,)``) of a large_string array, from its buffers."""
     n = len(arr)
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    out = np.empty(n, np.uint64)
-    hash_strings(data, np.ascontiguousarray(offsets), seed, out)
-    return out
+    return data, np.ascontiguousarray(offsets)
 
 
 def _name_seed(name: str) -> int:
