@@ -158,6 +158,31 @@ def test_duplicate_policies(tmp_path, policy, want):
         assert sorted(w.data) == [1.0, 3.0, 4.0]
 
 
+@pytest.mark.parametrize("policy", ["error", "last", "sum", "mean"])
+def test_one_bucket_in_memory_equals_spilled_buckets(tmp_path, policy):
+    """One bucket (records kept in memory, no spill file) and one bucket per row or two
+    (spilled, read back) write the same store, for every duplicates policy; batches of 3 rows."""
+    rng = np.random.default_rng(5)
+    pairs = rng.permutation(400) if policy == "error" else rng.integers(0, 80, 400)  # distinct
+    t = pa.table(
+        {
+            "r": [f"u{k}" for k in (pairs // 10).tolist()],
+            "c": (pairs % 10) * 7,
+            "v": rng.integers(1, 6, pairs.size).astype(np.float64),
+            "w": rng.random(pairs.size),
+        }
+    )
+    stores = []
+    for cap in (None, 5):
+        dest = tmp_path / f"b{cap}.zarr"
+        kw = _inter(weight="w", duplicates=policy, batch_rows=3, bucket_nnz=cap)
+        convert_table(t, str(dest), **kw)
+        ds = open_dataset(dest)
+        stores.append((_entries(dest), ds["weight"].read().toarray()))
+    assert stores[0][0] == stores[1][0]
+    np.testing.assert_array_equal(stores[0][1], stores[1][1])
+
+
 def test_vocabulary_from_a_training_store(tmp_path):
     train = pa.table({"r": ["x", "y", "z"], "c": ["p", "q", "p"], "v": [1.0, 2.0, 3.0]})
     convert_table(

@@ -945,6 +945,9 @@ def _convert_pairs(
     vfields = [f for f in rec_dtype.names if f in ("val", "w")]
     with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
         buckets = RowBuckets(tmp, starts, rec_dtype)
+        # one bucket (at most bucket_nnz entries, or one row): its records stay in memory, as
+        # loading its file would hold them anyway; no spill file written and read back
+        kept = [] if len(buckets) == 1 else None
         # pass 2: values validated, every entry spilled to its row range's file (the store
         # is opened only after this pass: bad values leave nothing behind)
         offset = 0
@@ -963,7 +966,10 @@ def _convert_pairs(
             if dropped:  # unseen="drop": entries of keys unseen in training
                 keep = (ri >= 0) & (ci >= 0)
                 rec, ri = rec[keep], ri[keep]
-            buckets.spill(rec, rows=ri)
+            if kept is not None:
+                kept.append(rec)
+            else:
+                buckets.spill(rec, rows=ri)
             offset += batch.num_rows
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
@@ -975,7 +981,11 @@ def _convert_pairs(
             from ooc_lowrank.kernels.buckets import bucket_csr
 
             r0, r1 = int(starts[bi]), int(starts[bi + 1])
-            rec = buckets.load(bi, sort=False)
+            if kept is not None:
+                rec = kept[0] if len(kept) == 1 else np.concatenate([np.empty(0, rec_dtype)] + kept)
+                kept.clear()
+            else:
+                rec = buckets.load(bi, sort=False)
             n, k = rec.size, rec_dtype.itemsize // 8
             words = rec.view(np.int64).reshape(n, k)
             ptr = np.empty(r1 - r0 + 1, np.int64)
