@@ -183,6 +183,30 @@ def test_one_bucket_in_memory_equals_spilled_buckets(tmp_path, policy):
     np.testing.assert_array_equal(stores[0][1], stores[1][1])
 
 
+def test_large_vocabularies_read_plain_in_pass_2_same_store(tmp_path, monkeypatch):
+    """Pass 2 reads string key columns dictionary-encoded up to _PLAIN_KEYS_ABOVE keys and plain
+    above (forced here for both columns, then for one): the same store as the default."""
+    import ooc_lowrank.io.tables as tables
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    t = pa.table(
+        {
+            "r": [f"u{k}" for k in rng.integers(0, 200, n)],
+            "c": [f"i{k}" for k in rng.integers(0, 90, n)],
+            "v": rng.integers(1, 6, n).astype(np.float64),
+        }
+    )
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=700)
+    got = []
+    for limit in (1 << 16, 0, 100):
+        monkeypatch.setattr(tables, "_PLAIN_KEYS_ABOVE", limit)
+        dest = tmp_path / f"s{limit}.zarr"
+        convert_table(str(tmp_path / "t.parquet"), str(dest), **_inter(duplicates="sum"))
+        got.append(_entries(dest))
+    assert got[0] == got[1] == got[2] and len(got[0]) > 2000
+
+
 def test_vocabulary_from_a_training_store(tmp_path):
     train = pa.table({"r": ["x", "y", "z"], "c": ["p", "q", "p"], "v": [1.0, 2.0, 3.0]})
     convert_table(

@@ -846,6 +846,8 @@ def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles
     return rows[starts], cols[starts], out
 
 
+#: Pass 2 of interactions reads a key column dictionary-encoded only up to this many keys.
+_PLAIN_KEYS_ABOVE = 1 << 16
 #: ``duplicates`` as the code of kernel ``bucket_csr``.
 _POLICY_CODES = {"error": 0, "last": 1, "sum": 2, "mean": 3}
 
@@ -951,7 +953,13 @@ def _convert_pairs(
         # pass 2: values validated, every entry spilled to its row range's file (the store
         # is opened only after this pass: bad values leave nothing behind)
         offset = 0
-        for batch in src.batches(cols, dictionary=(row, col)):
+        # key columns with a vocabulary above _PLAIN_KEYS_ABOVE are read plain here: a Parquet
+        # row group's dictionary of that many keys outgrows its 1 MB page and falls back to
+        # plain pages, which a read "as dictionary" re-encodes (a hash per row in the reader
+        # threads) only to look each distinct key up; the vocabulary's hash table is probed
+        # per row instead (20M rows, 400k / 200k string keys: pass 2 12.3 -> 9.4-10.2 CPU-s)
+        dict_cols = [c for c, v in ((row, rv), (col, cv)) if len(v) <= _PLAIN_KEYS_ABOVE]
+        for batch in src.batches(cols, dictionary=dict_cols):
             r, c = keys_of(batch, offset)
             ri, ci = rv.index(r), cv.index(c)
             rec = np.empty(batch.num_rows, rec_dtype)
