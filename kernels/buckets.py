@@ -140,3 +140,68 @@ def count_into(keys, lo, counts):
     """``counts[k - lo] += 1`` for every ``k`` of ``keys`` (all within the array's range)."""
     for i in range(keys.size):
         counts[keys[i] - lo] += 1
+
+
+@njit
+def bucket_csr(
+    words, rfield, cfield, packed, r0, n_rows, fvals, vfields, policy, ptr, cols_out, vals_out
+):
+    """One spilled bucket to CSR parts, duplicates merged: sort by (row, column, read order)
+    fused with the merge of runs of equal (row, column): ``sort_bucket``, then one pass that
+    reads the sorted columns in order and gathers only the values (no gather of whole records,
+    no NumPy passes for the merge).
+
+    ``words`` int64 ``(n, k)``: the records as 8-byte words; the row is word ``rfield`` and the
+    column word ``cfield``, or with ``packed`` word ``rfield`` holds ``row << 32 | column``; rows
+    count from ``r0`` and lie in ``[r0, r0 + n_rows)``.  ``fvals`` float64 ``(n, k)``: the same
+    memory as floats, the values in words ``vfields``.  ``policy``: 0 ``"error"`` (merged as
+    ``"last"``; the caller compares the entry counts), 1 ``"last"``, 2 ``"sum"``, 3 ``"mean"``.
+    Writes ``ptr`` ``(n_rows + 1,)``, ``cols_out`` ``(n,)``, ``vals_out`` ``(n, len(vfields))``;
+    returns the number of merged entries.
+    """
+    n = words.shape[0]
+    nv = vfields.size
+    rows = np.empty(n, np.int64)
+    cols = np.empty(n, np.int64)
+    for i in range(n):
+        if packed:
+            w = words[i, rfield]
+            rows[i] = (w >> 32) - r0
+            cols[i] = w & 0xFFFFFFFF
+        else:
+            rows[i] = words[i, rfield] - r0
+            cols[i] = words[i, cfield]
+    perm = np.empty(n, np.int64)
+    sorted_cols = np.empty(n, np.int64)
+    sort_bucket(rows, cols, n_rows, ptr, perm, sorted_cols)
+    # merge runs of equal (row, column): sorted_cols read in order, the values gathered
+    m = 0
+    lo = 0
+    for r in range(n_rows):
+        hi = ptr[r + 1]
+        ptr[r] = m
+        j = lo
+        while j < hi:
+            c = sorted_cols[j]
+            p = perm[j]
+            cols_out[m] = c
+            for f in range(nv):
+                vals_out[m, f] = fvals[p, vfields[f]]
+            run = 1
+            j += 1
+            while j < hi and sorted_cols[j] == c:
+                p = perm[j]
+                for f in range(nv):
+                    if policy >= 2:
+                        vals_out[m, f] += fvals[p, vfields[f]]
+                    else:
+                        vals_out[m, f] = fvals[p, vfields[f]]
+                run += 1
+                j += 1
+            if policy == 3 and run > 1:
+                for f in range(nv):
+                    vals_out[m, f] /= run
+            m += 1
+        lo = hi
+    ptr[n_rows] = m
+    return m

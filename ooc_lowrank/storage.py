@@ -1018,6 +1018,9 @@ class DatasetWriter:
         self._auto_rows = False
         self._arrays: dict[str, zarr.Array] = {}
         self._direct: dict[str, np.dtype] = {}  # dense arrays whose chunks are written as raw bytes
+        # 1-D sparse arrays written as raw chunks: path -> [dtype, chunk length, chunks written,
+        # pending pieces, pending length]; full chunks go out as they fill, the last at close
+        self._direct1d: dict[str, list] = {}
         self._written: dict[str, tuple[int, int]] = {}  # chunk path -> (bytes, crc32) written
         self._files: dict[str, str] = {}  # side files: path in the store -> local source file
         _remove_stale(self.url)
@@ -1143,15 +1146,19 @@ class DatasetWriter:
                     compressors=None,
                     config=cfg,
                 )
-                ip[:] = np.zeros(1, np.int64)
                 arrays[f"{s.name}/indptr"] = ip
+                if _raw_chunk_dtype(ip) is None:
+                    ip[:] = np.zeros(1, np.int64)
+                else:
+                    self._direct1d[f"{s.name}/indptr"] = [_raw_chunk_dtype(ip), ip_chunk, 0, [], 0]
+                    self._put_1d(f"{s.name}/indptr", np.zeros(1, np.int64))
                 names = ("indices", "data") if s.kind == "csr" else ("col", "value")
                 ck = nnz_chunk.get(s.name, _MIN_NNZ_CHUNK)
                 parts = [(names[0], s.index_dtype), (names[1], s.dtype)]
                 if s.kind == "coo":
                     parts.append(("row", np.dtype("int64")))
                 for part, dt in parts:
-                    arrays[f"{s.name}/{part}"] = g.create_array(
+                    a = arrays[f"{s.name}/{part}"] = g.create_array(
                         part,
                         shape=(0,),
                         chunks=(ck,),
@@ -1160,6 +1167,8 @@ class DatasetWriter:
                         compressors=None,
                         config=cfg,
                     )
+                    if _raw_chunk_dtype(a) is not None:
+                        self._direct1d[f"{s.name}/{part}"] = [_raw_chunk_dtype(a), ck, 0, [], 0]
 
     def _check_block(self, name, b):
         s = self._specs[name]
@@ -1283,25 +1292,54 @@ class DatasetWriter:
             g = {k.split("/", 1)[1]: a for k, a in self._arrays.items() if k.startswith(name + "/")}
             n0 = self._nnz[name]
             n1 = n0 + blk.nnz
-            ip = g["indptr"]
-            ip.resize((stop + 1,))
-            ip[start + 1 : stop + 1] = blk.indptr[1:].astype(np.int64) + n0
             names = ("indices", "data") if s.kind == "csr" else ("col", "value")
-            for key, vals in ((names[0], blk.indices), (names[1], blk.data)):
-                a = g[key]
-                a.resize((n1,))
-                if n1 > n0:
-                    a[n0:n1] = vals
+            parts = [("indptr", blk.indptr[1:].astype(np.int64) + n0, start + 1, stop + 1)]
+            parts += [(names[0], blk.indices, n0, n1), (names[1], blk.data, n0, n1)]
             if s.kind == "coo":
-                a = g["row"]
-                a.resize((n1,))
-                if n1 > n0:
-                    a[n0:n1] = np.repeat(
-                        np.arange(start, stop, dtype=np.int64), np.diff(blk.indptr)
-                    )
+                rows = np.repeat(np.arange(start, stop, dtype=np.int64), np.diff(blk.indptr))
+                parts.append(("row", rows, n0, n1))
+            for key, vals, i0, i1 in parts:
+                if f"{name}/{key}" in self._direct1d:
+                    self._put_1d(f"{name}/{key}", vals)
+                    continue
+                a = g[key]
+                a.resize((i1,))
+                if i1 > i0:
+                    a[i0:i1] = vals
             self._nnz[name] = n1
         self._n_rows = stop
         self._buf_rows -= nrows
+
+    def _put_1d(self, path, vals, final=False):
+        """Append ``vals`` to the 1-D array ``path`` written as raw chunks: every chunk that
+        fills is written at once (no zarr resize, read-modify-write of a partial chunk or
+        metadata rewrite per flush); ``final``: the rest too, padded with the fill value 0, as
+        zarr writes an edge chunk."""
+        d = self._direct1d[path]
+        dt, ck = d[0], d[1]
+        if len(vals):
+            d[3].append(np.asarray(vals, dtype=dt))
+            d[4] += len(vals)
+        if d[4] < ck and not (final and d[4]):
+            return
+        buf = d[3][0] if len(d[3]) == 1 else np.concatenate(d[3])
+        n_full = buf.size // ck
+        for j in range(n_full):
+            self._write_raw(f"{path}/c/{d[2]}", buf[j * ck : (j + 1) * ck])
+            d[2] += 1
+        rest = buf[n_full * ck :]
+        if final and rest.size:
+            last = np.zeros(ck, dt)
+            last[: rest.size] = rest
+            self._write_raw(f"{path}/c/{d[2]}", last)
+            d[2] += 1
+            rest = rest[:0]
+        d[3], d[4] = ([rest.copy()] if rest.size else []), rest.size
+
+    def _write_raw(self, key, buf):
+        buf = np.ascontiguousarray(buf)
+        _write_file(self._tmp, key, buf)
+        self._written[key] = (buf.nbytes, zlib.crc32(buf))
 
     def _write_chunk(self, name, i, blk):
         """Write row block ``i`` of dense ``name`` as its chunk file, bypassing zarr's
@@ -1315,9 +1353,7 @@ class DatasetWriter:
             full = np.zeros((B, buf.shape[1]), dtype=buf.dtype)
             full[: buf.shape[0]] = buf
             buf = full
-        key = f"{name}/c/{i}/0"
-        _write_file(self._tmp, key, buf)
-        self._written[key] = (buf.nbytes, zlib.crc32(buf))
+        self._write_raw(f"{name}/c/{i}/0", buf)
 
     def close(self):
         """Flush, write the manifest, the metadata last, and move the finished store into place.
@@ -1369,6 +1405,10 @@ class DatasetWriter:
         }
         for name in self._direct:  # chunks written directly: the shape is set once, now
             self._arrays[name].resize((n, self._specs[name].n_cols))
+        for path, d in self._direct1d.items():
+            length = d[2] * d[1] + d[4]  # written chunks, then the pending rest
+            self._put_1d(path, (), final=True)
+            self._arrays[path].resize((length,))
         manifest = _build_manifest(self._tmp, _array_paths(meta["arrays"]), self._written)
         if self._files:
             manifest["/files"] = {}

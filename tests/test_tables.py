@@ -158,6 +158,55 @@ def test_duplicate_policies(tmp_path, policy, want):
         assert sorted(w.data) == [1.0, 3.0, 4.0]
 
 
+@pytest.mark.parametrize("policy", ["error", "last", "sum", "mean"])
+def test_one_bucket_in_memory_equals_spilled_buckets(tmp_path, policy):
+    """One bucket (records kept in memory, no spill file) and one bucket per row or two
+    (spilled, read back) write the same store, for every duplicates policy; batches of 3 rows."""
+    rng = np.random.default_rng(5)
+    pairs = rng.permutation(400) if policy == "error" else rng.integers(0, 80, 400)  # distinct
+    t = pa.table(
+        {
+            "r": [f"u{k}" for k in (pairs // 10).tolist()],
+            "c": (pairs % 10) * 7,
+            "v": rng.integers(1, 6, pairs.size).astype(np.float64),
+            "w": rng.random(pairs.size),
+        }
+    )
+    stores = []
+    for cap in (None, 5):
+        dest = tmp_path / f"b{cap}.zarr"
+        kw = _inter(weight="w", duplicates=policy, batch_rows=3, bucket_nnz=cap)
+        convert_table(t, str(dest), **kw)
+        ds = open_dataset(dest)
+        stores.append((_entries(dest), ds["weight"].read().toarray()))
+    assert stores[0][0] == stores[1][0]
+    np.testing.assert_array_equal(stores[0][1], stores[1][1])
+
+
+def test_large_vocabularies_read_plain_in_pass_2_same_store(tmp_path, monkeypatch):
+    """Pass 2 reads string key columns dictionary-encoded up to _PLAIN_KEYS_ABOVE keys and plain
+    above (forced here for both columns, then for one): the same store as the default."""
+    import ooc_lowrank.io.tables as tables
+
+    rng = np.random.default_rng(7)
+    n = 3000
+    t = pa.table(
+        {
+            "r": [f"u{k}" for k in rng.integers(0, 200, n)],
+            "c": [f"i{k}" for k in rng.integers(0, 90, n)],
+            "v": rng.integers(1, 6, n).astype(np.float64),
+        }
+    )
+    pq.write_table(t, tmp_path / "t.parquet", row_group_size=700)
+    got = []
+    for limit in (1 << 16, 0, 100):
+        monkeypatch.setattr(tables, "_PLAIN_KEYS_ABOVE", limit)
+        dest = tmp_path / f"s{limit}.zarr"
+        convert_table(str(tmp_path / "t.parquet"), str(dest), **_inter(duplicates="sum"))
+        got.append(_entries(dest))
+    assert got[0] == got[1] == got[2] and len(got[0]) > 2000
+
+
 def test_vocabulary_from_a_training_store(tmp_path):
     train = pa.table({"r": ["x", "y", "z"], "c": ["p", "q", "p"], "v": [1.0, 2.0, 3.0]})
     convert_table(
@@ -795,19 +844,24 @@ def test_sources_local_and_url_mixed_or_missing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["a.parquet"]
 
 
-def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
-    """Vocabulary.index on strings (sorted fixed-width bytes + searchsorted) against
-    pyarrow's hash lookup (index_in), with unicode, empty, long, unseen and sliced keys; a
-    vocabulary holding NUL bytes falls back to the hash lookup."""
+@pytest.mark.parametrize("collide", [False, True])
+def test_string_vocabulary_hash_table_matches_pyarrow_index_in(collide, monkeypatch):
+    """Vocabulary.index on strings (kernels build_key_table / lookup_keys: one hash table of
+    the vocabulary, probed per key) against pyarrow's index_in, with unicode, empty, long,
+    unseen, sliced and NUL-holding keys; with every hash forced equal, the byte comparison alone
+    tells keys apart."""
     import pyarrow.compute as pc
 
+    import ooc_lowrank.io.tables as tables
     from ooc_lowrank.io.tables import Vocabulary
+
+    if collide:
+        monkeypatch.setattr(tables, "hash_keys", lambda k, seed=0: np.zeros(len(k), np.uint64))
 
     rng = np.random.default_rng(3)
     alphabet = list("ab\u00e9\u20ac") + ["", "zz", "x" * 40]
     keys = sorted({"".join(rng.choice(alphabet, rng.integers(0, 4))) for _ in range(300)})
     voc = Vocabulary(pa.array(rng.permutation(keys).tolist()))
-    assert voc._fixed is not None
     queries = pa.array(["pad"] + keys + ["unseen", "a" * 50, "b\u00e9" * 7]).slice(1)
     want = pc.index_in(queries, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
     assert np.array_equal(voc.index(queries), want)
@@ -815,7 +869,7 @@ def test_string_vocabulary_fixed_width_search_matches_a_hash_lookup():
     want = pc.index_in(many, value_set=voc.keys).fill_null(-1).to_numpy(zero_copy_only=False)
     assert np.array_equal(voc.index(many.slice(1)), want[1:])
     nul = Vocabulary(pa.array(["a", "a\x00"]))
-    assert nul._fixed is None and nul.index(pa.array(["a\x00", "a", "b"])).tolist() == [1, 0, -1]
+    assert nul.index(pa.array(["a\x00", "a", "b", "a\x00\x00"])).tolist() == [1, 0, -1, -1]
 
 
 def test_row_keys_equal_hashes_are_checked_exactly(tmp_path, monkeypatch):
@@ -849,6 +903,61 @@ def test_sort_pairs_is_a_stable_sort_by_row_then_column():
         np.testing.assert_array_equal(r, rows[want])
         np.testing.assert_array_equal(c, cols[want])
     assert all(a.size == 0 for a in _sort_pairs(rows[:0], cols[:0], 5, 4))
+
+
+def naive_bucket_csr(rows, cols, vals, n_rows, policy):
+    """NumPy twin of kernel bucket_csr: stable lexsort by (row, col), runs of equal pairs
+    merged by policy ('last' keeps the last read, 'sum' / 'mean' of the run)."""
+    order = np.lexsort((cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    new = np.r_[True, (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])] if rows.size else rows
+    starts = np.flatnonzero(new)
+    ends = np.r_[starts[1:], rows.size] if starts.size else starts
+    if policy == "last":
+        out = vals[ends - 1]
+    else:
+        out = np.add.reduceat(vals, starts, axis=0) if starts.size else vals[:0]
+        if policy == "mean":
+            out = out / (ends - starts)[:, None]
+    ptr = np.r_[0, np.cumsum(np.bincount(rows[starts], minlength=n_rows))]
+    return ptr, cols[starts], out
+
+
+@pytest.mark.parametrize("policy", ["error", "last", "sum", "mean"])
+def test_bucket_csr_matches_its_numpy_twin(policy):
+    """Kernel bucket_csr (sort of one bucket fused with the merge of repeated pairs) equals its
+    NumPy twin: packed (row << 32 | col) words and separate row / col words (columns >= 2**31),
+    two value fields, rows from r0, empty rows, long rows (mergesort), an empty bucket."""
+    from ooc_lowrank.kernels.buckets import bucket_csr
+
+    from ooc_lowrank.io.tables import _POLICY_CODES
+
+    rng = np.random.default_rng(3)
+    for n, n_rows, n_cols, packed in ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True)):
+        r0 = 10
+        rows, cols = rng.integers(0, n_rows, n), rng.integers(0, min(n_cols, 50), n)
+        cols *= n_cols // min(n_cols, 50)  # wide: columns up to 2**40, repeats all the same
+        rows[rows == 2] = 3  # an empty row
+        vals = rng.integers(0, 9, (n, 2)).astype(np.float64)
+        if packed:
+            bits = vals.view(np.int64)
+            fields = [((rows + r0) << 32) | cols, bits[:, 0], bits[:, 1]]
+            rf, cf, vf = 0, 0, [1, 2]
+        else:
+            bits = vals.view(np.int64)
+            fields = [bits[:, 1], rows + r0, cols, bits[:, 0]]
+            rf, cf, vf = 1, 2, [3, 0]
+        words = np.ascontiguousarray(np.stack(fields, axis=1))
+        ptr = np.empty(n_rows + 1, np.int64)
+        out_cols, out_vals = np.empty(n, np.int64), np.empty((n, 2))
+        code, vf = _POLICY_CODES[policy], np.array(vf, np.int64)
+        fvals = words.view(np.float64)
+        m = bucket_csr(words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, out_cols, out_vals)
+        want = naive_bucket_csr(rows, cols, vals, n_rows, "last" if policy == "error" else policy)
+        np.testing.assert_array_equal(ptr, want[0])
+        np.testing.assert_array_equal(out_cols[:m], want[1])
+        np.testing.assert_allclose(out_vals[:m], want[2], rtol=1e-12)
+        assert n == 0 or m < n  # repeats were merged
 
 
 def test_bucket_kernels_match_their_numpy_twins(tmp_path):
