@@ -577,6 +577,16 @@ def mvm_estimate(est, views, yb, *, client=None):
 
     total, t, task, reduce_b, state = worker_bytes(None, k)
     iters = int(est.n_epochs if sgd else est.max_iter)
+    client = int(24 * (P * k + 1))
+    if sgd:  # the factors and AdaGrad's sums, and two windows (one read ahead): their view
+        # blocks and the views joined as one float64 CSR matrix with the target
+        from .mvm.core import SHUFFLE_ROWS
+
+        nw = min(rows_max, SHUFFLE_ROWS)
+        window = sum(_block_bytes(v, nw)[0] for v in (*views, yb))
+        nnz_w = sum(int(math.ceil(((_max_block(v)[1] or 0) / max(_max_block(v)[0], 1)
+                                   if v.kind != "dense" else v.shape[1]) * nw)) for v in views)
+        client = int(16 * P * k + 2 * (window + 12 * nnz_w + 16 * nw))
     out = {
         "method": type(est).__name__,
         "solver": solver,
@@ -600,8 +610,8 @@ def mvm_estimate(est, views, yb, *, client=None):
         "sparse_views": any(v.kind != "dense" for v in views),
         "task_alloc_bytes": {"loss_grad": int(t)},
         **_memory_fields(task, reduce_b, state, 0, (n_workers, threads, limit), total),
-        # SGD runs in the calling process: the factors, AdaGrad's sums, two blocks
-        "client_bytes": int(16 * P * k + 2 * task) if sgd else int(24 * (P * k + 1)),
+        # SGD runs in the calling process: the factors, AdaGrad's sums, two windows
+        "client_bytes": client,
         "detail": f"n_factors={k}, {P} factor rows, block_rows={rows_max}",
     }
     return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_factors", k)
