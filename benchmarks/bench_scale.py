@@ -151,7 +151,10 @@ def versus(estimated, measured):
 
 def _fit_memory_estimate(e):
     """Bytes the estimate says the fit adds to the calling process (local scheduler: the
-    worker's tasks and state; SGD: the client's factors and blocks)."""
+    worker's tasks and state; multi-view SGD: its epochs run in the calling process, the
+    factors and two windows, ``client_bytes``)."""
+    if e.get("solver") == "sgd":
+        return int(e["client_bytes"])
     return max(int(e.get("worker_bytes") or 0), int(e.get("client_bytes") or 0))
 
 
