@@ -29,7 +29,13 @@ Every size is an argument; the defaults are the full sizes of the issue.  Scenar
     arrays) against this disk's direct-read bandwidth: compression pays only where decoding
     is faster than the disk and the ratio is well above 1.
 
-Each scenario prints ``estimate()`` before its fit and reports estimate against measurement.
+Each scenario prints ``estimate()`` and its time model (``_estimate.rough_time`` with the
+machine's GEMM / sparse / SGD rates measured in the same run, and the disk scenarios' measured
+direct-read bandwidth) before its fit, and stores ``estimate_vs_measured`` (fit seconds, passes,
+the fit's own memory: its peak RSS above the RSS it started from, ``FitPeakRSS``; goal: within
+1.5x).  The disk scenarios check that every pass read each array it touched whole (rows and
+non-zeros equal to the store's; exit status 1 otherwise).  The multi-view store is sized from a
+generated sample's bytes per row.
 Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
 
     python benchmarks/bench_scale.py nuswide                        # ~10-30 min

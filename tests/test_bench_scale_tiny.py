@@ -23,7 +23,11 @@ def test_bench_scale_scenarios_tiny(tmp_path):
                       "--out", str(dg), *work])
     r = json.loads(dg.read_text())
     assert r["rows_read_equal_store"] and r["every_row_read_at_least"]["X"] >= r["n_passes"]
+    assert r["passes_read_whole_arrays"] and len(r["pass_reads"]) == r["n_passes"]
     assert r["compute_seconds_per_pass"] > 0
+    vs = r["estimate_vs_measured"]
+    assert vs["seconds_fit"]["estimate"] > 0 and vs["seconds_fit"]["measured"] > 0
+    assert r["peak_rss_bytes_fit"] >= r["rss_bytes_fit_start"] > 0
     assert not list((tmp_path / "w").glob("*.zarr"))  # stores deleted
 
 
