@@ -166,6 +166,8 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         M_ = m_ * len(kinds)
         D_ = sum(2 * m_ if k == "fourier" else m_ for k in kinds)
         xb, n = _block_bytes(XB, rows)
+        if XB.in_memory and XB.kind == "dense":  # its row blocks are views, not copies
+            xb = 0
         ab, _ = _block_bytes(AB, rows)
         t = gimc_task_bytes(
             n,
