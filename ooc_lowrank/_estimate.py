@@ -74,6 +74,16 @@ def _cap(n_workers, limit):
     return WORKER_PAUSE_FRACTION * limit if limit else None
 
 
+def _concurrent_tasks(n_workers, threads):
+    """Block tasks one worker runs at once: its threads; on the local scheduler (``n_workers``
+    None) one per core, as the engine's block pool and Dask's threaded scheduler run them."""
+    import os
+
+    if n_workers is None:
+        return os.cpu_count() or 1
+    return threads or 1
+
+
 def _csr_bytes(nnz, n_rows, itemsize, index_itemsize=4):
     return int(nnz) * (itemsize + index_itemsize) + 8 * (int(n_rows) + 1)
 
@@ -182,6 +192,8 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         M_ = m_ * len(kinds)
         D_ = sum(2 * m_ if k == "fourier" else m_ for k in kinds)
         xb, n = _block_bytes(XB, rows)
+        if XB.in_memory and XB.kind == "dense":  # its row blocks are views, not copies
+            xb = 0
         ab, _ = _block_bytes(AB, rows)
         t = gimc_task_bytes(
             n,
@@ -213,7 +225,7 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         cached = store_bytes / max(n_workers or 1, 1) if (resident and n_workers) else 0
         total = (
             (WORKER_BASE_BYTES if n_workers else 0)
-            + (threads or 1) * task
+            + _concurrent_tasks(n_workers, threads) * task
             + max(per_worker_chains * out64, acc_chains * 8 * acc)
             + state
             + cached
@@ -243,6 +255,10 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
         "passes_per_iteration": {"typical": 2, "max": 1 + math.ceil(MAX_TRIALS / n_trials)},
         "max_passes": 1 + iters * (1 + math.ceil(MAX_TRIALS / n_trials)),
         "read_bytes_per_pass": 0 if resident else int(store_bytes),
+        # the time model's terms (rough_time): the input's kind and stored non-zeros
+        "x_kind": XB.kind,
+        "x_nnz": int(XB.nnz or 0) if XB.kind != "dense" else n_rows * d,
+        "y_nnz": int(AB.nnz or 0),
         "task_alloc_bytes": {"stats": t["stats"], "grad": t["grad"]},
         "task_bytes": task,
         "reduce_bytes_per_worker": reduce_b,
@@ -350,7 +366,7 @@ def estimate_memory(estimator, X, Y=None, **kwargs):
 def _worker_total(n_workers, threads, task, reduce_bytes, state, cached):
     return int(
         (WORKER_BASE_BYTES if n_workers else 0)
-        + (threads or 1) * task
+        + _concurrent_tasks(n_workers, threads) * task
         + reduce_bytes
         + state
         + cached
@@ -598,6 +614,16 @@ def mvm_estimate(est, views, yb, *, client=None):
 
     total, t, task, reduce_b, state = worker_bytes(None, k)
     iters = int(est.n_epochs if sgd else est.max_iter)
+    client = int(24 * (P * k + 1))
+    if sgd:  # the factors and AdaGrad's sums, and two windows (one read ahead): their view
+        # blocks and the views joined as one float64 CSR matrix with the target
+        from .mvm.core import SHUFFLE_ROWS
+
+        nw = min(rows_max, SHUFFLE_ROWS)
+        window = sum(_block_bytes(v, nw)[0] for v in (*views, yb))
+        nnz_w = sum(int(math.ceil(((_max_block(v)[1] or 0) / max(_max_block(v)[0], 1)
+                                   if v.kind != "dense" else v.shape[1]) * nw)) for v in views)
+        client = int(16 * P * k + 2 * (window + 12 * nnz_w + 16 * nw))
     out = {
         "method": type(est).__name__,
         "solver": solver,
@@ -614,10 +640,15 @@ def mvm_estimate(est, views, yb, *, client=None):
         "passes_per_iteration": {"typical": 1, "max": 1 if sgd else 20},
         "max_passes": 1 + iters * (1 if sgd else 20),
         "read_bytes_per_pass": int(store_bytes),
+        # SGD's first pass reads the target only (its mean starts the intercept)
+        "init_read_bytes": int(_input_bytes(yb)) if sgd else int(store_bytes),
+        "n_nonzeros": int(sum(int(v.nnz or 0) if v.kind != "dense" else n_rows * int(v.shape[1])
+                              for v in views)),
+        "sparse_views": any(v.kind != "dense" for v in views),
         "task_alloc_bytes": {"loss_grad": int(t)},
         **_memory_fields(task, reduce_b, state, 0, (n_workers, threads, limit), total),
-        # SGD runs in the calling process: the factors, AdaGrad's sums, two blocks
-        "client_bytes": int(16 * P * k + 2 * task) if sgd else int(24 * (P * k + 1)),
+        # SGD runs in the calling process: the factors, AdaGrad's sums, two windows
+        "client_bytes": client,
         "detail": f"n_components={k}, {P} factor rows, block_rows={rows_max}",
     }
     return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_components", k)
@@ -771,48 +802,252 @@ def _flops_per_pass(e):
     return int(4 * nnz * r + feat)
 
 
-def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None):
-    """``{"seconds_per_pass", "passes", "seconds_per_fit", ..., "assumptions"}`` for the
-    estimate dict ``e``: ``max(read bytes / bandwidth, flops / (cores x GFLOP/s))`` (reading and
-    compute overlap) plus ``TASKS_PER_BLOCK x blocks x seconds per task``, times the typical
-    number of passes (``passes_init + iterations x typical``; the iteration cap when a method
-    has no typical count).  A rough guide, not a measurement: the assumptions are returned."""
+#: Machine constants used when none were measured here (:func:`machine_constants`): GEMM per
+#: core with two one-thread BLAS calls side by side (quiet runs of bench_scale: 100 GFLOP/s
+#: float32), a sparse (CSR x dense) product per core, the multi-view SGD kernel's updates per
+#: second (one core; an update is one non-zero or view term times one factor; quiet disk MVM
+#: run: 122.6M rows x 28 terms x 10 factors in 300 s per epoch) and the disk's direct reads.
+DEFAULT_MACHINE = {
+    "gemm_gflops_per_core": {"float32": 100.0, "float64": 50.0},
+    "sparse_gflops_per_core": 1.0,
+    "sgd_updates_per_second": 1.1e8,
+    "disk_bytes_per_second": DEFAULT_DISK_BYTES_PER_S,
+    "source": "defaults (no calibration cached)",
+}
+#: Fraction of the calibrated GEMM rate a streamed GIMC pass reaches (sin/cos, reductions,
+#: reading from the page cache; NUS-WIDE shape, quiet: 0.81 of its roofline).
+GEMM_EFFICIENCY = 0.8
+#: Environment variable naming the machine-constants cache (default
+#: ``~/.cache/ooc_lowrank/machine.json``).
+MACHINE_ENV = "OOC_LOWRANK_MACHINE"
+
+
+def machine_cache_path():
     import os
 
-    bw = float(disk_bytes_per_s or DEFAULT_DISK_BYTES_PER_S)
+    return os.environ.get(MACHINE_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "ooc_lowrank", "machine.json")  # fmt: skip
+
+
+def _side_by_side(fn, n_threads, repeats=3):
+    """Best wall time of ``n_threads`` concurrent calls of ``fn`` under a one-thread BLAS limit
+    (how the engine runs block tasks)."""
+    import threading
+    import time
+
+    from threadpoolctl import threadpool_limits
+
+    best = math.inf
+    with threadpool_limits(1, user_api="blas"):
+        fn()  # warm up
+        for _ in range(repeats):
+            ts = [threading.Thread(target=fn) for _ in range(n_threads)]
+            t = time.perf_counter()
+            for th in ts:
+                th.start()
+            for th in ts:
+                th.join()
+            best = min(best, time.perf_counter() - t)
+    return best
+
+
+def _sgd_rate(rows=40_000, nnz_row=25, n_feat=20_000, k=10):
+    """Multi-view SGD updates per second: one epoch of the estimator on generated CSR views
+    (after a small warm-up fit, so compiling is not counted)."""
+    import time
+
+    import scipy.sparse as sp
+
+    from .mvm import MultiViewMachineRegressor
+
+    rng = np.random.default_rng(0)
+    per = (2, 3, nnz_row - 5)
+
+    def views(n):
+        out = []
+        for z in per:
+            idx = rng.integers(0, n_feat, (n, z))
+            out.append(sp.csr_matrix((np.ones(n * z, np.float32), idx.ravel(),
+                                      z * np.arange(n + 1)), shape=(n, n_feat)))  # fmt: skip
+        return out
+
+    def fit(n):
+        est = MultiViewMachineRegressor(solver="sgd", n_epochs=1, n_factors=k, random_state=0)
+        est.fit(views(n), rng.standard_normal(n))
+
+    fit(500)
+    t = time.perf_counter()
+    fit(rows)
+    return rows * (nnz_row + len(per)) * k / (time.perf_counter() - t)
+
+
+def calibrate_machine(cores=None):
+    """Measure this machine's constants now (a few seconds): GEMM GFLOP/s per core (float32 and
+    float64, ``cores`` one-thread products side by side), CSR x dense GFLOP/s per core, the
+    multi-view SGD kernel's updates per second.  The disk's bandwidth is not measured here (it
+    needs a file larger than the page cache): :data:`DEFAULT_DISK_BYTES_PER_S` unless given."""
+    import os
+    import time
+
+    import scipy.sparse as sp
+
+    cores = int(cores or os.cpu_count() or 1)
+    rng = np.random.default_rng(0)
+    out = {"gemm_gflops_per_core": {}}
+    for dt in ("float32", "float64"):
+        A = rng.standard_normal((2048, 1024)).astype(dt)
+        B = rng.standard_normal((1024, 512)).astype(dt)
+        t = _side_by_side(lambda A=A, B=B: A @ B, cores)
+        out["gemm_gflops_per_core"][dt] = 2.0 * 2048 * 1024 * 512 / t / 1e9
+    rows, z, width = 20_000, 30, 100_000  # CSR by hand (sp.random permutes rows x cols ids)
+    S = sp.csr_matrix((rng.random(rows * z, dtype=np.float32),
+                       np.sort(rng.integers(0, width, (rows, z)), axis=1).ravel(),
+                       z * np.arange(rows + 1)), shape=(rows, width))  # fmt: skip
+    U = rng.standard_normal((100_000, 256)).astype(np.float32)
+    t = _side_by_side(lambda: S @ U, 1)
+    out["sparse_gflops_per_core"] = 2.0 * S.nnz * 256 / t / 1e9
+    out["sgd_updates_per_second"] = _sgd_rate()
+    out["disk_bytes_per_second"] = DEFAULT_DISK_BYTES_PER_S
+    out["cores"] = cores
+    out["source"] = f"calibrated {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    return out
+
+
+def machine_constants(*, calibrate=False, recalibrate=False, cache=True):
+    """The machine constants of the time model: the cached calibration
+    (:func:`machine_cache_path`), else, with ``calibrate``, a new one (saved when ``cache``),
+    else :data:`DEFAULT_MACHINE`.  ``recalibrate`` measures again whatever is cached."""
+    import json
+    import os
+
+    path = machine_cache_path()
+    if not recalibrate:
+        try:
+            with open(path) as fh:
+                return {**DEFAULT_MACHINE, **json.load(fh)}
+        except (OSError, ValueError):
+            pass
+    if not (calibrate or recalibrate):
+        return dict(DEFAULT_MACHINE)
+    m = {**DEFAULT_MACHINE, **calibrate_machine()}
+    if cache:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                json.dump(m, fh, indent=1)
+        except OSError:  # a read-only home: the constants are still returned
+            pass
+    return m
+
+
+def work_per_pass(e):
+    """The arithmetic of one pass of the fit ``e`` by kind: ``{"gemm": flop, "sparse": flop,
+    "sgd": updates, "other": flop, "driver_per_iteration": flop}`` (GEMM: dense BLAS products;
+    sparse: CSR x dense; sgd: the multi-view SGD kernel's non-zero x factor updates; other: the
+    methods without a kind-aware model, at the generic rate; driver: the calling process's
+    solves per iteration, e.g. GIMC's ``W``).  GIMC's pass is the mean of its statistics pass
+    (``X U``, ``Phi^T Phi`` by syrk per trial, ``A^T Phi``) and its gradient pass (``X U``,
+    ``Phi (W W^T)`` or the residual, ``X^T Xi``)."""
+    w = {"gemm": 0.0, "sparse": 0.0, "sgd": 0.0, "other": 0.0, "driver_per_iteration": 0.0}
+    n = int(e.get("n_rows") or 0)
+    if e.get("method") == "GIMC" and "x_kind" in e:
+        d, M, D, L, T = e["n_features"], e["n_params"], e["n_phi"], e["n_labels"], e["n_trials"]
+        dense = e["x_kind"] == "dense"
+        xu = 2.0 * (n * d if dense else e["x_nnz"]) * M  # X U, and X^T Xi
+        wwt = 2.0 * n * D * D if 2 * L >= D else 4.0 * n * D * L
+        gemm = T * n * D * D + wwt  # syrk per trial; Phi (W W^T) / residual
+        w["gemm" if dense else "sparse"] = (2 * xu + xu) / 2  # X U twice, X^T Xi once
+        w["gemm"] += gemm / 2
+        w["sparse"] += 2.0 * T * e.get("y_nnz", 0) * D / 2  # A^T Phi per trial
+        w["driver_per_iteration"] = D**3 / 3 + 2.0 * D * D * L  # Cholesky, then W for L labels
+        return w
+    if "view_sizes" in e and e.get("solver") == "sgd":
+        views = len(e["view_sizes"])
+        w["sgd"] = float(e.get("n_nonzeros", 0) + n * views) * e["n_factors"]
+        return w
+    if "view_sizes" in e and "n_nonzeros" in e:  # L-BFGS: forward and gradient, 6 flop per term
+        P = sum(e["view_sizes"]) + len(e["view_sizes"])
+        key = "sparse" if e.get("sparse_views") else "gemm"
+        w[key] = 6.0 * (e["n_nonzeros"] if key == "sparse" else n * P) * e["n_factors"]
+        return w
+    w["other"] = float(_flops_per_pass(e))
+    return w
+
+
+def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, machine=None):
+    """``{"seconds_per_pass", "passes", "seconds_per_fit", ..., "assumptions"}`` for the
+    estimate dict ``e``.
+
+    Per pass ``max(read bytes / bandwidth, compute) + TASKS_PER_BLOCK x blocks x seconds per
+    task`` (reading and compute overlap), compute from :func:`work_per_pass` at the machine's
+    rates (``machine``, default :func:`machine_constants`: a cached calibration or
+    :data:`DEFAULT_MACHINE`): GEMM at :data:`GEMM_EFFICIENCY` of ``cores`` x the GEMM rate of the
+    input's dtype, sparse products at ``cores`` x the sparse rate, multi-view SGD on one core,
+    other methods at ``gflops_per_core`` (default :data:`DEFAULT_GFLOPS_PER_CORE`; given, it also
+    replaces the GEMM rate).  The fit: ``passes_init`` setup passes (reading
+    ``init_read_bytes`` when the method says so) + ``iterations x typical`` passes + the
+    driver's solves per iteration at the GEMM rate of all cores; ``seconds_per_pass`` is the
+    fit's time over its passes.  The assumptions are returned."""
+    import os
+
+    mc = dict(machine or machine_constants())
+    bw = float(disk_bytes_per_s or mc.get("disk_bytes_per_second") or DEFAULT_DISK_BYTES_PER_S)
     gf = float(gflops_per_core or DEFAULT_GFLOPS_PER_CORE)
+    dtype = str(e.get("dtype") or "float64")
+    gemm_rate = float(gflops_per_core or mc["gemm_gflops_per_core"].get(
+        dtype, mc["gemm_gflops_per_core"]["float64"]))  # fmt: skip
     dist = e.get("n_workers") is not None
     if cores is None:
         cores = (e["n_workers"] or 1) * (e.get("threads_per_worker") or 1) if dist else (
             os.cpu_count() or 1)  # fmt: skip
     per_task = SECONDS_PER_TASK["distributed" if dist else "threads"]
     read = int(e.get("read_bytes_per_pass") or 0)
-    flops = _flops_per_pass(e)
+    w = work_per_pass(e)
+    t_gemm = w["gemm"] / (cores * gemm_rate * GEMM_EFFICIENCY * 1e9)
+    t_sparse = w["sparse"] / (cores * float(mc["sparse_gflops_per_core"]) * 1e9)
+    t_sgd = w["sgd"] / float(mc["sgd_updates_per_second"])
+    t_other = w["other"] / (cores * gf * 1e9)
+    t_flops = t_gemm + t_sparse + t_sgd + t_other
     tasks = TASKS_PER_BLOCK * int(e.get("n_blocks") or 1)
-    t_read = read / (bw * (e["n_workers"] or 1 if dist else 1))
-    t_flops = flops / (cores * gf * 1e9)
+    n_readers = (e["n_workers"] or 1) if dist else 1
+    t_read = read / (bw * n_readers)
     t_sched = tasks * per_task
     per_pass = max(t_read, t_flops) + t_sched
     ppi = e.get("passes_per_iteration", {})
     iters = e.get("iterations")
     if iters is None:
         iters = e.get("max_iter", 0)
-    passes = int(e.get("passes_init", 1)) + int(iters) * int(ppi.get("typical", 1))
+    init = int(e.get("passes_init", 1))
+    passes = init + int(iters) * int(ppi.get("typical", 1))
+    init_read = int(e.get("init_read_bytes", read))
+    if "init_read_bytes" in e:  # a setup pass that only reads (e.g. the target's mean)
+        t_init = init_read / (bw * n_readers) + t_sched
+    else:
+        t_init = per_pass
+    t_driver = w["driver_per_iteration"] / (cores * gemm_rate * 1e9)
+    total = init * t_init + (passes - init) * per_pass + int(iters) * t_driver
     where = (f"{e['n_workers']} workers" if dist else "the local threaded scheduler")
     return {
-        "seconds_per_pass": per_pass,
+        "seconds_per_pass": total / max(passes, 1),
         "read_seconds_per_pass": t_read,
         "compute_seconds_per_pass": t_flops,
+        "compute_seconds_by_kind": {"gemm": t_gemm, "sparse": t_sparse, "sgd": t_sgd,
+                                    "other": t_other},  # fmt: skip
+        "driver_seconds_per_iteration": t_driver,
         "scheduler_seconds_per_pass": t_sched,
-        "flops_per_pass": flops,
+        "flops_per_pass": int(w["gemm"] + w["sparse"] + w["other"]) or int(w["sgd"]),
+        "work_per_pass": w,
         "tasks_per_pass": tasks,
         "passes": passes,
-        "seconds_per_fit": per_pass * passes,
+        "seconds_per_fit": total,
+        "machine": mc,
         "assumptions": (
-            f"disk {bw / 1e6:.0f} MB/s per worker; {gf:g} GFLOP/s per core x {cores} cores; "
-            f"{per_task * 1e3:g} ms per task on {where}, {TASKS_PER_BLOCK} tasks per block; "
-            "reading and compute overlap; "
-            f"{passes} passes ({e.get('passes_init', 1)} setup + {iters} iterations x "
-            f"{ppi.get('typical', 1)} typical); a rough guide, not a measurement"
+            f"disk {bw / 1e6:.0f} MB/s per worker; {gf:g} GFLOP/s per core x {cores} cores "
+            f"(generic), GEMM {gemm_rate:.3g} x {GEMM_EFFICIENCY:g} and sparse "
+            f"{float(mc['sparse_gflops_per_core']):.3g} GFLOP/s per core, SGD {float(mc['sgd_updates_per_second']):.3g} "
+            f"updates/s on one core ({mc.get('source')}); {per_task * 1e3:g} ms per task on "
+            f"{where}, {TASKS_PER_BLOCK} tasks per block; reading and compute overlap; "
+            f"{passes} passes ({init} setup + {iters} iterations x "
+            f"{ppi.get('typical', 1)} typical); a rough guide from measured constants"
         ),
     }

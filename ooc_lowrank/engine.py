@@ -241,9 +241,9 @@ def _slice_memory_block(_, X=None, bounds=None, block_id=None):
 
 
 def _from_memory(X, bounds, kind) -> Blocked:
-    if kind == "dense":
-        chunks = (tuple(np.diff(bounds).tolist()), (X.shape[1],))
-        return Blocked(da.from_array(X, chunks=chunks, name=False), "dense", X)
+    """Row blocks of the in-memory ``X`` as slices taken by each task: ``da.from_array`` copies
+    a NumPy array whole (Dask >= 2025: a GIMC fit of an in-memory X held it twice)."""
+    dense = kind == "dense"
     Xd = dask.delayed(X, pure=False)
     arr = da.map_blocks(
         _slice_memory_block,
@@ -253,9 +253,9 @@ def _from_memory(X, bounds, kind) -> Blocked:
         new_axis=1,
         chunks=(tuple(np.diff(bounds).tolist()), (X.shape[1],)),
         dtype=X.dtype,
-        meta=sp.csr_matrix((0, 0), dtype=X.dtype),
+        meta=np.empty((0, 0), dtype=X.dtype) if dense else sp.csr_matrix((0, 0), dtype=X.dtype),
     )
-    return Blocked(arr, "csr", X, X.nnz)
+    return Blocked(arr, kind, X, None if dense else X.nnz)
 
 
 #: In-memory inputs are split into at least this many blocks (when each keeps at least

@@ -1927,6 +1927,41 @@ def _open_dataset(url, verify):
         raise
 
 
+#: ``indptr`` entries checked at once when a store is opened (one indptr chunk, 8 MiB of int64:
+#: opening a store of 10^8 rows must not hold its whole indptr, which a fit never needs at
+#: once; measured at 20M rows: opening adds 356 MiB of peak RSS whole, 78 MiB in pieces).
+_INDPTR_CHECK_PIECE = _INDPTR_CHUNK
+
+
+def _unreadable(url, name, e):
+    return StoreError(
+        url,
+        name,
+        "array is missing or unreadable",
+        repr(e),
+        "The store is incomplete or corrupt; write it again",
+    )
+
+
+def _check_indptr_monotone(url, name, z, n):
+    """``indptr`` of ``n + 1`` entries is non-decreasing, read :data:`_INDPTR_CHECK_PIECE`
+    entries at a time (each piece overlaps the last by one entry)."""
+    for s0 in range(0, n, _INDPTR_CHECK_PIECE):
+        try:
+            ip = np.asarray(z[s0 : min(s0 + _INDPTR_CHECK_PIECE, n) + 1], dtype=np.int64)
+        except Exception as e:
+            raise _unreadable(url, name, e) from None
+        d = np.diff(ip)
+        if np.any(d < 0):
+            i = int(np.argmax(d < 0))
+            raise StoreError(
+                url,
+                f"{name}/indptr",
+                "must be non-decreasing",
+                f"indptr[{s0 + i}]={ip[i]} > indptr[{s0 + i + 1}]={ip[i + 1]}",
+            )
+
+
 def _check_dataset(url, g, meta, verify, version):
     """Validate an opened store's metadata and chunks (see :func:`open_dataset`)."""
     if meta.get("format") != FORMAT_NAME:
@@ -2003,37 +2038,24 @@ def _check_dataset(url, g, meta, verify, version):
                         f"length must equal nnz={nnz}",
                         _zarr_shape(g, f"{name}/{p}")[0],
                     )
-            ip = np.asarray(g[f"{name}/indptr"][:], dtype=np.int64)
+            z_ip = g[f"{name}/indptr"]
+            ip_len = int(z_ip.shape[0])
+            if ip_len == n + 1:
+                first, last = (int(z_ip[i]) for i in (0, n))
         except StoreError:
             raise
         except Exception as e:
-            raise StoreError(
-                url,
-                name,
-                "array is missing or unreadable",
-                repr(e),
-                "The store is incomplete or corrupt; write it again",
-            ) from None
-        if ip.shape != (n + 1,):
-            raise StoreError(
-                url, f"{name}/indptr", f"length must be n_rows + 1 = {n + 1}", ip.shape[0]
-            )
-        if ip[0] != 0 or ip[-1] != nnz:
+            raise _unreadable(url, name, e) from None
+        if ip_len != n + 1:
+            raise StoreError(url, f"{name}/indptr", f"length must be n_rows + 1 = {n + 1}", ip_len)
+        if first != 0 or last != nnz:
             raise StoreError(
                 url,
                 f"{name}/indptr",
                 f"must start at 0 and end at nnz={nnz}",
-                f"[{ip[0]}, ..., {ip[-1]}]",
+                f"[{first}, ..., {last}]",
             )
-        d = np.diff(ip)
-        if np.any(d < 0):
-            i = int(np.argmax(d < 0))
-            raise StoreError(
-                url,
-                f"{name}/indptr",
-                "must be non-decreasing",
-                f"indptr[{i}]={ip[i]} > indptr[{i + 1}]={ip[i + 1]}",
-            )
+        _check_indptr_monotone(url, name, z_ip, n)
     ds = Dataset(url, meta, strict, version)
     if verify == "full":
         for h in ds._handles.values():

@@ -585,3 +585,18 @@ def test_dask_label_checks_cost_no_compute(counting_scheduler):
     with pytest.raises(ValueError, match="0/1 labels"):
         _gimc().fit(Xd, _ddY(_Y2))
     assert counting_scheduler.count == 2 * in_memory + 2  # the row sample, then the first pass
+
+
+@pytest.mark.parametrize("where", [2, 3, 4])
+def test_indptr_checked_in_pieces(tmp_path, monkeypatch, where):
+    """Opening a store checks indptr a piece at a time (a store of 10^8 rows must not load
+    its whole indptr): a decrease inside a piece or across two pieces is found and named at
+    its global position."""
+    from ooc_lowrank import storage
+
+    monkeypatch.setattr(storage, "_INDPTR_CHECK_PIECE", 3)
+    path = _good_store(str(tmp_path / "s.zarr"))
+    ip = zarr.open_group(path, mode="r")["Y/indptr"][:]
+    _corrupt_array(path, "Y/indptr", np.array([ip[where - 1] - 1]), slice(where, where + 1))
+    with pytest.raises(StoreError, match=rf"non-decreasing.*indptr\[{where - 1}\]"):
+        open_dataset(path)

@@ -23,7 +23,11 @@ def test_bench_scale_scenarios_tiny(tmp_path):
                       "--out", str(dg), *work])
     r = json.loads(dg.read_text())
     assert r["rows_read_equal_store"] and r["every_row_read_at_least"]["X"] >= r["n_passes"]
+    assert r["passes_read_whole_arrays"] and len(r["pass_reads"]) == r["n_passes"]
     assert r["compute_seconds_per_pass"] > 0
+    vs = r["estimate_vs_measured"]
+    assert vs["seconds_fit"]["estimate"] > 0 and vs["seconds_fit"]["measured"] > 0
+    assert r["peak_rss_bytes_fit"] >= r["rss_bytes_fit_start"] > 0
     assert not list((tmp_path / "w").glob("*.zarr"))  # stores deleted
 
 
@@ -32,3 +36,34 @@ def test_bench_scale_refuses_a_store_that_does_not_fit(tmp_path):
 
     with pytest.raises(SystemExit, match="10 % to spare"):
         bench_scale.check_disk(str(tmp_path), 10**18, "gimc")
+
+
+def test_bench_scale_pass_check_finds_a_truncated_pass():
+    """Every pass must read each array it touches whole: a pass short of one row, or of one
+    non-zero, is reported."""
+    from benchmarks import bench_scale
+
+    rows, nnz = {"X": 10, "Y": 10}, {"X": 40, "Y": 25}
+    whole = {"rows": {"X": 10, "Y": 10}, "nnz": {"X": 40, "Y": 25}}
+    assert bench_scale.check_passes([whole, whole], rows, nnz) == (True, [])
+    short = {"rows": {"X": 9}, "nnz": {"X": 36}}
+    ok, bad = bench_scale.check_passes([whole, short], rows, nnz)
+    assert not ok and bad[0]["pass"] == 1 and bad[0]["rows"] == 9
+    ok, bad = bench_scale.check_passes([{"rows": {"X": 10}, "nnz": {"X": 39}}], rows, nnz)
+    assert not ok and bad[0]["nnz"] == 39
+    assert bench_scale.check_passes([], rows, nnz)[0] is False
+
+
+def test_fit_peak_rss_excludes_what_came_before():
+    """The fit's peak RSS starts from the RSS at start(): a large array freed before start() is
+    not counted, one allocated after it is."""
+    import numpy as np
+    from benchmarks import bench_scale
+
+    big = np.ones(200 * 2**20 // 8)
+    del big
+    p = bench_scale.FitPeakRSS().start()
+    a = np.ones(64 * 2**20 // 8)
+    peak = p.stop()
+    del a
+    assert 60 * 2**20 <= peak - p.rss_start < 190 * 2**20

@@ -634,3 +634,17 @@ def test_direct_path_slices_a_small_sparse_input_once():
     assert len(first) == 4 and (first[1] != S[10:20]).nnz == 0
     D = engine.as_blocked(S.toarray(), block_rows=10)  # dense slices are views: not kept
     assert engine._memory_blocks(D) is not engine._memory_blocks(D)
+
+
+def test_in_memory_dense_input_is_not_copied():
+    """Blocking an in-memory dense array keeps views of it (``da.from_array`` copied the whole
+    array: a GIMC fit of an in-memory X held it twice); the blocks still read its rows."""
+    import tracemalloc
+
+    X = np.arange(400_000, dtype=np.float32).reshape(40_000, 10)
+    tracemalloc.start()
+    B = engine.as_blocked(X, name="X")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < X.nbytes / 4
+    np.testing.assert_array_equal(B.dask.compute(scheduler="sync"), X)

@@ -373,3 +373,94 @@ def test_rough_time_terms():
                    gflops_per_core=10)  # fmt: skip
     assert t["seconds_per_pass"] == pytest.approx(4.0 + 40 * SECONDS_PER_TASK["distributed"])
     assert "2 workers" in t["assumptions"] and "10 GFLOP/s per core x 2 cores" in t["assumptions"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The time model (issue 25): work per pass by kind, measured machine rates, the cache
+# ---------------------------------------------------------------------------------------------
+
+MACHINE = {"gemm_gflops_per_core": {"float32": 100.0, "float64": 50.0},
+           "sparse_gflops_per_core": 2.0, "sgd_updates_per_second": 1e8,
+           "disk_bytes_per_second": 1e9, "source": "test"}  # fmt: skip
+
+
+def test_gimc_time_model_counts_the_block_products():
+    """A steady GIMC-LFF iteration (two passes) is X U twice, Phi^T Phi by syrk, Phi (W W^T)
+    and X^T Xi (6 n d m + 3 n D^2 flop, D = 2m), at the GEMM rate of the input's dtype; the
+    W solve of the driver per iteration; a store larger than the cache budget is read every
+    pass and the slower of reading and compute sets the pass."""
+    from ooc_lowrank._estimate import GEMM_EFFICIENCY, rough_time, work_per_pass
+
+    n, d, m = 50_000, 300, 64
+    X = np.zeros((n, d), np.float32)
+    Y = sp.random(n, 200, density=0.01, format="csr", dtype=np.float32, random_state=0)
+    Y.data[:] = 1
+    e = GIMC(n_components=m, max_iter=10).estimate(X, Y)
+    w = work_per_pass(e)
+    D = 2 * m
+    assert 2 * w["gemm"] == pytest.approx(n * (6 * d * m + 3 * D * D))
+    assert w["sparse"] == pytest.approx(2 * Y.nnz * D / 2)
+    assert w["driver_per_iteration"] == pytest.approx(D**3 / 3 + 2 * D * D * 200)
+    t = rough_time(e, machine=MACHINE, cores=2)
+    assert t["compute_seconds_by_kind"]["gemm"] == pytest.approx(
+        w["gemm"] / (2 * 100e9 * GEMM_EFFICIENCY))
+    assert t["passes"] == 1 + 2 * 10
+    fast = rough_time(e, machine={**MACHINE, "gemm_gflops_per_core": {"float32": 200.0,
+                                                                     "float64": 50.0}}, cores=2)
+    assert fast["compute_seconds_by_kind"]["gemm"] == pytest.approx(
+        t["compute_seconds_by_kind"]["gemm"] / 2)
+    slow_disk = rough_time({**e, "read_bytes_per_pass": 10**12}, machine=MACHINE, cores=2)
+    assert slow_disk["read_seconds_per_pass"] == pytest.approx(1000.0)
+    assert slow_disk["seconds_per_fit"] > 21 * 1000.0
+
+
+def test_mvm_sgd_time_model_one_core_and_a_target_only_setup_pass():
+    """Multi-view SGD: an epoch costs (non-zeros + views x rows) x factors updates at the
+    calibrated one-core rate; its setup pass reads only the target."""
+    from ooc_lowrank import MultiViewMachineRegressor
+    from ooc_lowrank._estimate import rough_time, work_per_pass
+
+    rng = np.random.default_rng(0)
+    n = 4000
+    views = [sp.random(n, w, density=z / w, format="csr", random_state=i)
+             for i, (w, z) in enumerate(((50, 2), (40, 3), (300, 20)))]  # fmt: skip
+    est = MultiViewMachineRegressor(solver="sgd", n_epochs=3, n_factors=5)
+    e = est.estimate(views, rng.standard_normal(n))
+    nnz = sum(v.nnz for v in views)
+    assert e["n_nonzeros"] == nnz and e["init_read_bytes"] == 8 * n
+    assert work_per_pass(e)["sgd"] == pytest.approx((nnz + 3 * n) * 5)
+    t = rough_time({**e, "read_bytes_per_pass": 0, "init_read_bytes": 10**9}, machine=MACHINE,
+                   cores=2)  # fmt: skip
+    epoch = (nnz + 3 * n) * 5 / 1e8 + t["scheduler_seconds_per_pass"]
+    assert t["seconds_per_fit"] == pytest.approx(
+        3 * epoch + 1.0 + t["scheduler_seconds_per_pass"])
+
+
+def test_machine_constants_cached_or_defaults(tmp_path, monkeypatch):
+    """No cache and no calibration: the stated defaults; a cached calibration is used (and
+    missing keys fall back to the defaults)."""
+    import json
+
+    from ooc_lowrank._estimate import DEFAULT_MACHINE, MACHINE_ENV, machine_constants
+
+    path = tmp_path / "machine.json"
+    monkeypatch.setenv(MACHINE_ENV, str(path))
+    assert machine_constants() == DEFAULT_MACHINE
+    path.write_text(json.dumps({"sparse_gflops_per_core": 3.5, "source": "here"}))
+    mc = machine_constants()
+    assert mc["sparse_gflops_per_core"] == 3.5 and mc["source"] == "here"
+    assert mc["gemm_gflops_per_core"] == DEFAULT_MACHINE["gemm_gflops_per_core"]
+
+
+def test_local_scheduler_memory_counts_one_task_per_core(monkeypatch):
+    """The local scheduler runs one block task per core at once: each holds its allocations."""
+    import os
+
+    X = np.zeros((4000, 50), np.float32)
+    Y = sp.random(4000, 30, density=0.1, format="csr", dtype=np.float32, random_state=0)
+    Y.data[:] = 1
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    one = GIMC(n_components=16).estimate(X, Y)
+    monkeypatch.setattr(os, "cpu_count", lambda: 3)
+    three = GIMC(n_components=16).estimate(X, Y)
+    assert three["worker_bytes"] - one["worker_bytes"] == 2 * one["task_bytes"]
