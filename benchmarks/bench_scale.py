@@ -149,8 +149,8 @@ def warm_up_gimc():
     X = rng.standard_normal((300, 20)).astype(np.float32)
     Y = sp.csr_matrix((np.ones(300, np.float32), rng.integers(0, 5, 300), np.arange(301)),
                       shape=(300, 5))
-    GIMC(n_components=8, max_iter=2, random_state=0).fit(X, Y)
-    GIMC(n_components=8, max_iter=2, random_state=0).fit(sp.csr_matrix(X), Y)
+    GIMC(n_features_map=8, max_iter=2, random_state=0).fit(X, Y)
+    GIMC(n_features_map=8, max_iter=2, random_state=0).fit(sp.csr_matrix(X), Y)
 
 
 def predict(e, mc):

@@ -872,7 +872,7 @@ def _sgd_rate(rows=40_000, nnz_row=25, n_feat=20_000, k=10):
         return out
 
     def fit(n):
-        est = MultiViewMachineRegressor(solver="sgd", n_epochs=1, n_factors=k, random_state=0)
+        est = MultiViewMachineRegressor(solver="sgd", n_epochs=1, n_components=k, random_state=0)
         est.fit(views(n), rng.standard_normal(n))
 
     fit(500)

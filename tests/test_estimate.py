@@ -395,7 +395,7 @@ def test_gimc_time_model_counts_the_block_products():
     X = np.zeros((n, d), np.float32)
     Y = sp.random(n, 200, density=0.01, format="csr", dtype=np.float32, random_state=0)
     Y.data[:] = 1
-    e = GIMC(n_components=m, max_iter=10).estimate(X, Y)
+    e = GIMC(n_features_map=m, max_iter=10).estimate(X, Y)
     w = work_per_pass(e)
     D = 2 * m
     assert 2 * w["gemm"] == pytest.approx(n * (6 * d * m + 3 * D * D))
@@ -424,7 +424,7 @@ def test_mvm_sgd_time_model_one_core_and_a_target_only_setup_pass():
     n = 4000
     views = [sp.random(n, w, density=z / w, format="csr", random_state=i)
              for i, (w, z) in enumerate(((50, 2), (40, 3), (300, 20)))]  # fmt: skip
-    est = MultiViewMachineRegressor(solver="sgd", n_epochs=3, n_factors=5)
+    est = MultiViewMachineRegressor(solver="sgd", n_epochs=3, n_components=5)
     e = est.estimate(views, rng.standard_normal(n))
     nnz = sum(v.nnz for v in views)
     assert e["n_nonzeros"] == nnz and e["init_read_bytes"] == 8 * n
@@ -460,7 +460,7 @@ def test_local_scheduler_memory_counts_one_task_per_core(monkeypatch):
     Y = sp.random(4000, 30, density=0.1, format="csr", dtype=np.float32, random_state=0)
     Y.data[:] = 1
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
-    one = GIMC(n_components=16).estimate(X, Y)
+    one = GIMC(n_features_map=16).estimate(X, Y)
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
-    three = GIMC(n_components=16).estimate(X, Y)
+    three = GIMC(n_features_map=16).estimate(X, Y)
     assert three["worker_bytes"] - one["worker_bytes"] == 2 * one["task_bytes"]

@@ -135,8 +135,8 @@ def split_constraints(n_pairs, holdout, rng):
     n_val = max(1, int(round(holdout * n_pairs)))
     if n_pairs - n_val < 1:
         raise param_error(
-            "constraints", "are too few to hold some out (lam selection needs at least 2)",
-            int(n_pairs), "Pass more constraints, or a fixed lam (e.g. lam=1.0)",
+            "constraints", "are too few to hold some out (alpha selection needs at least 2)",
+            int(n_pairs), "Pass more constraints, or a fixed alpha (e.g. alpha=1.0)",
         )  # fmt: skip
     return np.sort(perm[n_val:]), np.sort(perm[:n_val])
 
