@@ -570,6 +570,7 @@ def _blobs(tmp_path):
     return path, X, y
 
 
+@pytest.mark.slow  # 8 s: Segment clustering end to end through the CLI
 def test_cluster_as_the_python_api(tmp_path, capsys):
     import scipy.sparse as sp
 

@@ -692,6 +692,7 @@ def _run_capped(tmp_path, fmt, small, big, opts):
     return (res["peak"] - res["base"]) / 2**20
 
 
+@pytest.mark.slow  # 4 s: peak-memory run of a large svmlight file
 def test_bounded_memory_svmlight(tmp_path, rng):
     lines = []
     for _ in range(1000):

@@ -33,6 +33,7 @@ def _peak_rss_bytes():
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow  # 10 s warm: an out-of-core acceptance run (CONTRIBUTING.md)
 def test_gram_over_store_four_times_worker_memory(tmp_path):
     distributed = pytest.importorskip("distributed")
     d, block = 256, 8192  # 8 MiB blocks
