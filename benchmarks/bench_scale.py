@@ -219,20 +219,10 @@ def in_child(fn, *args):
 
 def side_by_side(fn, n_threads=2, repeats=3):
     """Best wall time of ``n_threads`` concurrent calls of ``fn`` (one BLAS thread each, as
-    the engine runs block tasks)."""
-    from threadpoolctl import threadpool_limits
+    the engine runs block tasks): the calibration's own timer."""
+    from ooc_lowrank._estimate import _side_by_side
 
-    best = math.inf
-    for _ in range(repeats):
-        with threadpool_limits(1, user_api="blas"):
-            ts = [threading.Thread(target=fn) for _ in range(n_threads)]
-            t = time.perf_counter()
-            for th in ts:
-                th.start()
-            for th in ts:
-                th.join()
-            best = min(best, time.perf_counter() - t)
-    return best
+    return _side_by_side(fn, n_threads, repeats)
 
 
 def gimc_roofline(n_rows, d, m, block_rows, dtype="float32", seed=0):
