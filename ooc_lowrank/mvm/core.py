@@ -496,9 +496,8 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     theta = rng.normal(0.0, init_std, (K, layout.n_feat + layout.n_views, k))
     accum, bias = np.zeros_like(theta), np.zeros((K, 2))
     sweep = _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate)
-    M0, y0 = windows[0]
-    m0 = min(M0.shape[0], 256)
-    sweep(M0[:m0], y0[:m0], np.arange(m0, dtype=np.int64))  # loads the compiled kernel
+    M0, y0 = windows[0]  # a sweep of a few rows loads the compiled kernel (same arrays:
+    sweep(M0, y0, np.arange(min(M0.shape[0], 256), dtype=np.int64))  # same signature)
     t = time.perf_counter()
     for M, yb in windows:  # the fit's main thread: the window's order, the kernel's sweep
         sweep(M, yb, rng.permutation(M.shape[0]).astype(np.int64))
