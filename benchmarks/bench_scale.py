@@ -42,6 +42,8 @@ Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
     python benchmarks/bench_scale.py nuswide --rows 20000 --test-rows 2000 --iters 3 --m 100
     python benchmarks/bench_scale.py disk-gimc --gb 36 --workdir /work/tmp_scale
     python benchmarks/bench_scale.py disk-gimc --gb 1 --cold      # validation size
+    python benchmarks/bench_scale.py disk-mvm --gb 2 --estimate-only \
+        --compare benchmarks/results/scale_disk_mvm.json   # estimate() vs the recorded 36 GB fit
 """
 
 from __future__ import annotations
@@ -772,6 +774,8 @@ def run_disk(a, kind):
         # timed the store's own rows)
         tm_synthetic = rough_time({k: v for k, v in e.items() if k != "sgd_calibration"},
                                   machine=mc)
+        if a.estimate_only:
+            return _estimate_only(a, kind, e, mc, tm, tm_synthetic, t_est, size, bw)
         if kind == "gimc":  # (multi-view SGD: the calibration above fitted one already)
             warm_up_gimc()
         ticks, sgd_passes, tick_reads = [], [], []
@@ -888,6 +892,44 @@ def run_disk(a, kind):
                          f"(feature rows read {data_read}, expected {data_passes} x {ds.n_rows})")
 
 
+def _scaled_to(e, rec):
+    """The multi-view SGD estimate ``e`` with the rows, non-zeros and bytes of the store a
+    recorded run fitted (``rec``: a ``scale_disk_mvm.json``): the same data distribution, so
+    the same calibrated rate, at the recorded size."""
+    n = int(rec["n_rows"])
+    nnz = {k: int(v) for k, v in rec["store_nnz"].items()}
+    return {**e, "n_rows": n, "n_nonzeros": sum(v for k, v in nnz.items() if k != "y"),
+            "read_bytes_per_pass": int(rec["store_bytes"]), "init_read_bytes": 8 * n,
+            "store_bytes": int(rec["store_bytes"]),
+            "n_blocks": int(math.ceil(n / max(int(e["block_rows"]), 1)))}
+
+
+def _estimate_only(a, kind, e, mc, tm, tm_synthetic, t_est, size, bw):
+    """``--estimate-only``: the estimate and its time model, no fit; with ``--compare`` the
+    model at the recorded run's size against its measured fit seconds."""
+    from ooc_lowrank._estimate import rough_time
+
+    out = {"args": vars(a), "kind": kind, "store_bytes": size, "direct_read": bw,
+           "estimate": est_summary(e), "estimate_seconds": t_est,
+           "seconds_fit_estimate": tm["seconds_per_fit"],
+           "seconds_fit_estimate_synthetic_rate": tm_synthetic["seconds_per_fit"]}
+    if getattr(a, "compare", None):
+        with open(a.compare) as fh:
+            rec = json.load(fh)
+        t = rough_time(_scaled_to(e, rec), machine=mc)
+        t0 = rough_time(_scaled_to({k: v for k, v in e.items() if k != "sgd_calibration"},
+                                   rec), machine=mc)  # fmt: skip
+        out["compare"] = {"recorded": a.compare, "recorded_n_rows": rec["n_rows"],
+                          "seconds_fit": versus(t["seconds_per_fit"], rec["total_seconds"]),
+                          "seconds_fit_synthetic_rate": versus(t0["seconds_per_fit"],
+                                                               rec["total_seconds"]),
+                          "time_model": t}
+    log(json.dumps(_jsonable({k: v for k, v in out.items() if k != "args"}), indent=1))
+    if a.out:
+        save(f"disk_{kind}_estimate", out, a.out)
+    return out
+
+
 def run_codecs(a):
     """Decode throughput of none / lz4 / zstd per array kind against direct disk reads."""
     import numpy as np
@@ -1001,6 +1043,9 @@ def main(argv=None):
                             "(disk-mvm: measured on a generated sample in memory)")
         s.add_argument("--cold", action="store_true",
                        help="drop the store's pages before every pass (stores < RAM)")
+        s.add_argument("--estimate-only", action="store_true",
+                       help="generate the store, print estimate() and its time model, no fit "
+                            "(written only with --out)")
         if kind == "gimc":
             s.add_argument("--features", type=int, default=1134)
             s.add_argument("--labels", type=int, default=1000)
@@ -1009,6 +1054,9 @@ def main(argv=None):
             s.add_argument("--iters", type=int, default=3)
         else:
             s.add_argument("--epochs", type=int, default=2)
+            s.add_argument("--compare", default=None, metavar="RESULT_JSON",
+                           help="with --estimate-only: the time model at the size of a recorded "
+                                "run (e.g. results/scale_disk_mvm.json) vs its measured fit")
     s = common(sub.add_parser("codecs"))
     s.add_argument("--disk-bytes-per-second", type=float, default=None)
     a = p.parse_args(argv)

@@ -615,7 +615,8 @@ def _mvm_sgd_calibration(est, views, yb, store_bytes):
     cal["source"] = (
         f"SGD timed on {cal['rows']} rows of the store ({cal['bytes'] / 2**20:.0f} MiB, "
         f"{len(cal['starts'])} windows spread over it; kernel {cal['kernel_seconds']:.3f} s, "
-        f"reader {cal['reader_seconds']:.3f} s from memory), scaled by non-zeros and rows"
+        f"reader {cal['reader_seconds']:.3f} s from memory), scaled by non-zeros and rows; "
+        "the reader overlaps the kernel on a second core, the machine as busy as now"
     )
     return cal
 

@@ -31,6 +31,27 @@ def test_bench_scale_scenarios_tiny(tmp_path):
     assert not list((tmp_path / "w").glob("*.zarr"))  # stores deleted
 
 
+@pytest.mark.slow  # a spawned generator process and the machine's calibration: ~30 s here
+def test_bench_scale_disk_mvm_estimate_only_tiny(tmp_path):
+    """``disk-mvm --estimate-only --compare``: the estimate calibrated on the store's rows,
+    its time model at the recorded run's size against its measured seconds, no fit."""
+    import os
+
+    from benchmarks import bench_scale
+
+    rec = os.path.join(os.path.dirname(bench_scale.__file__), "results", "scale_disk_mvm.json")
+    out = tmp_path / "e.json"
+    bench_scale.main(["disk-mvm", "--gb", "0.01", "--estimate-only", "--compare", rec,
+                      "--out", str(out), "--workdir", str(tmp_path / "w")])
+    r = json.loads(out.read_text())
+    assert r["estimate"]["sgd_calibration"]["rows"] > 0
+    c = r["compare"]
+    assert c["seconds_fit"]["measured"] == json.load(open(rec))["total_seconds"]
+    assert c["time_model"]["work_per_pass"]["sgd"] > 1000 * r["estimate"]["sgd_calibration"][
+        "updates"]  # the recorded store's size, not the tiny one
+    assert not list((tmp_path / "w").glob("*.zarr"))
+
+
 def test_bench_scale_refuses_a_store_that_does_not_fit(tmp_path):
     from benchmarks import bench_scale
 

@@ -468,15 +468,19 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
                     n_components, init_std, n_models=1, rows, n_windows=8, seed=0):
     """Time :func:`fit_sgd`'s own work on a slice of the input: ``rows`` rows in up to
     ``n_windows`` windows spread evenly over the input (read with the fit's window reader: a
-    store reads just those rows).  Each window is read twice, the second
-    time from memory / the page cache (the reader thread's own CPU time: decoding, the joined
-    CSR, the signed target), and swept once by the kernel from factors drawn as the fit draws
-    them (after one small sweep that loads the compiled kernel).  Returns a dict: ``rows``,
-    ``nnz`` and ``starts`` of the slice, ``window_rows``, ``updates`` (``(nnz + rows x views) x k x
-    models``, :func:`ooc_lowrank._estimate.work_per_pass`'s unit), ``kernel_seconds``,
-    ``reader_seconds`` (second read), ``first_read_seconds``, ``updates_per_second`` (the
-    updates over the slower of the kernel and the reader: the fit overlaps them on two
-    threads) and ``seconds`` (the calibration's own wall time)."""
+    store reads just those rows).  Each window is read twice, the second time from memory /
+    the page cache (the reader thread's own work: decoding, the joined CSR, the signed
+    target), and swept once by the kernel from factors drawn as the fit draws them (after a
+    sweep of a few rows that loads the compiled kernel).
+
+    Returns a dict: ``rows``, ``nnz``, ``starts`` and ``window_rows`` of the slice,
+    ``updates`` (``(nnz + rows x views) x k x models``: the unit of
+    :func:`ooc_lowrank._estimate.work_per_pass`), ``kernel_seconds`` (wall) and
+    ``kernel_cpu_seconds`` (the sweeping thread's CPU time: below the wall time on a busy
+    machine), ``reader_seconds`` (the second read), ``first_read_seconds``,
+    ``updates_per_second`` (the updates over the slower of the kernel and the reader, wall
+    time: the fit overlaps them on two threads) and ``seconds`` (the calibration's own wall
+    time)."""
     t_all = time.perf_counter()
     n = int(views[0].shape[0])
     rows = int(min(n, max(1, rows)))
@@ -498,15 +502,16 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     sweep = _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate)
     M0, y0 = windows[0]  # a sweep of a few rows loads the compiled kernel (same arrays:
     sweep(M0, y0, np.arange(min(M0.shape[0], 256), dtype=np.int64))  # same signature)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.thread_time()
     for M, yb in windows:  # the fit's main thread: the window's order, the kernel's sweep
         sweep(M, yb, rng.permutation(M.shape[0]).astype(np.int64))
-    kernel = time.perf_counter() - t
+    kernel, cpu = time.perf_counter() - t, time.thread_time() - cpu
     nnz = int(sum(M.nnz for M, _ in windows))
     updates = float(nnz + n_win * w * layout.n_views) * k * K
     return {"rows": int(n_win * w), "nnz": nnz,
             "starts": starts.tolist(), "window_rows": int(w), "updates": updates,
-            "kernel_seconds": kernel, "reader_seconds": reader, "first_read_seconds": first,
+            "kernel_seconds": kernel, "kernel_cpu_seconds": cpu, "reader_seconds": reader,
+            "first_read_seconds": first,
             "updates_per_second": updates / max(kernel, reader, 1e-9),
             "seconds": time.perf_counter() - t_all}
 
