@@ -42,6 +42,8 @@ Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
     python benchmarks/bench_scale.py nuswide --rows 20000 --test-rows 2000 --iters 3 --m 100
     python benchmarks/bench_scale.py disk-gimc --gb 36 --workdir /work/tmp_scale
     python benchmarks/bench_scale.py disk-gimc --gb 1 --cold      # validation size
+    python benchmarks/bench_scale.py disk-mvm --gb 2 --estimate-only \
+        --compare benchmarks/results/scale_disk_mvm.json   # estimate() vs the recorded 36 GB fit
 """
 
 from __future__ import annotations
@@ -260,15 +262,48 @@ def gimc_roofline(n_rows, d, m, block_rows, dtype="float32", seed=0):
             "block_rows": b}
 
 
+def _drop_file_pages(paths):
+    """Flush and drop ``paths`` from the page cache (as ``storage.drop_page_cache`` does for a
+    store), so the next read of them comes from the disk."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _spread(paths, limit_bytes):
+    """Every k-th of ``paths`` (in name order: all arrays, start to end of the rows), about
+    ``limit_bytes`` in all."""
+    paths = sorted(paths)
+    total = sum(os.path.getsize(p) for p in paths)
+    return paths[::max(1, math.ceil(total / max(limit_bytes, 1)))]
+
+
 def direct_read_bandwidth(paths, limit_bytes=2 << 30, piece=16 << 20):
     """Bytes / second read with ``O_DIRECT`` (no page cache) from ``paths`` (up to
-    ``limit_bytes``), as ``dd iflag=direct`` would; None where O_DIRECT is refused."""
+    ``limit_bytes``), as ``dd iflag=direct`` would; None where O_DIRECT is refused.
+
+    The files read are spread over ``paths`` (every k-th in name order) and dropped from the
+    page cache first (``O_DIRECT`` flushes dirty pages but may still be served from a cache
+    below the guest: a store just written on a VM's disk read at 1436 MB/s this way where
+    ``dd`` of an older file reads ~620 MB/s).  Also returned: ``cold_buffered``, ordinary
+    reads of every other spread file after dropping its pages (how a fit reads chunk files:
+    whole files through the page cache), ``disk_read_bytes`` from ``/proc/self/io`` for both
+    (what the disk really served) and ``files``."""
     if not hasattr(os, "O_DIRECT"):
         return None
+    from ooc_lowrank.storage import process_read_bytes
+
+    files = _spread(paths, 2 * limit_bytes)
+    direct, buffered = files[::2], files[1::2]
+    _drop_file_pages(files)
     buf = mmap.mmap(-1, piece)  # page-aligned, as O_DIRECT needs
-    done, t = 0, time.perf_counter()
+    done, t, r0 = 0, time.perf_counter(), process_read_bytes()
     try:
-        for p in paths:
+        for p in direct:
             fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
             try:
                 off = 0
@@ -286,7 +321,22 @@ def direct_read_bandwidth(paths, limit_bytes=2 << 30, piece=16 << 20):
         log(f"O_DIRECT reads refused ({e}); no direct-read bandwidth")
         return None
     dt = time.perf_counter() - t
-    return {"bytes": done, "seconds": dt, "bytes_per_second": done / dt}
+    r1 = process_read_bytes()
+    got, t2 = 0, time.perf_counter()
+    for p in buffered:
+        with open(p, "rb", buffering=0) as fh:
+            while chunk := fh.read(piece):
+                got += len(chunk)
+        if got >= limit_bytes:
+            break
+    dt2 = time.perf_counter() - t2
+    r2 = process_read_bytes()
+    return {"bytes": done, "seconds": dt, "bytes_per_second": done / dt,
+            "disk_read_bytes": None if r0 is None else r1 - r0,
+            "cold_buffered": {"bytes": got, "seconds": dt2,
+                              "bytes_per_second": got / dt2 if got else None,
+                              "disk_read_bytes": None if r0 is None else r2 - r1},
+            "files": len(files)}
 
 
 def chunk_files(url):
@@ -404,7 +454,8 @@ def check_passes(passes, store_rows, store_nnz):
 def est_summary(e):
     keys = ("passes_init", "passes_per_iteration", "max_passes", "store_bytes", "block_rows",
             "n_blocks", "resident", "read_bytes_per_pass", "task_bytes", "worker_bytes",
-            "memory_cap", "fits", "seconds", "seconds_per_pass", "time_seconds")
+            "memory_cap", "fits", "seconds", "seconds_per_pass", "time_seconds",
+            "sgd_calibration")
     return {k: e[k] for k in keys if k in e}
 
 
@@ -678,6 +729,7 @@ def run_disk(a, kind):
     import numpy as np
 
     from ooc_lowrank import GIMC, MultiViewMachineRegressor
+    from ooc_lowrank._estimate import rough_time
     from ooc_lowrank.storage import drop_page_cache, open_dataset, process_read_bytes
 
     os.makedirs(a.workdir, exist_ok=True)
@@ -710,15 +762,27 @@ def run_disk(a, kind):
                                              callback=cb)
 
         est = make(None)
+        t_est = time.perf_counter()
         e = est.estimate(ds)
-        log("estimate:", json.dumps(_jsonable(est_summary(e))))
+        t_est = time.perf_counter() - t_est
+        log(f"estimate ({t_est:.2f} s):", json.dumps(_jsonable(est_summary(e))))
+        if "sgd_calibration" in e:
+            log("estimate's SGD calibration on the store:",
+                json.dumps(_jsonable(e["sgd_calibration"])))
         tm = predict(e, mc)
+        # the same model with the machine's synthetic SGD rate (what estimate() used before it
+        # timed the store's own rows)
+        tm_synthetic = rough_time({k: v for k, v in e.items() if k != "sgd_calibration"},
+                                  machine=mc)
+        if a.estimate_only:
+            return _estimate_only(a, kind, e, mc, tm, tm_synthetic, t_est, size, bw)
         if kind == "gimc":  # (multi-view SGD: the calibration above fitted one already)
             warm_up_gimc()
-        ticks, sgd_passes = [], []
+        ticks, sgd_passes, tick_reads = [], [], []
 
         def cb(*args):
             ticks.append(time.perf_counter())
+            tick_reads.append(process_read_bytes())
             if kind == "mvm":  # an SGD epoch reads its windows without engine.compute
                 counter.mark(sgd_passes)
             if a.cold:
@@ -772,6 +836,11 @@ def run_disk(a, kind):
         if not a.keep:
             shutil.rmtree(url, ignore_errors=True)
     read_pass = None if r0 is None else (r1 - r0) / passes
+    # from the disk per iteration (GIMC: its passes; SGD: an epoch, the first one with the
+    # target-only setup pass): with --gb below twice the RAM, later epochs find part of the
+    # store in the page cache (36 GB store, 24 GiB RAM: 22.5 GB per pass on average over
+    # 3 passes, of which one reads the target only)
+    read_ticks = None if r0 is None else np.diff([r0, *tick_reads]).tolist()
     disk_pass = size / bw["bytes_per_second"] if bw else None
     per_pass = total / passes
     bound = max(compute_pass, disk_pass or 0.0)
@@ -779,7 +848,8 @@ def run_disk(a, kind):
         "args": vars(a), "kind": kind, "n_rows": n, "store_bytes": size,
         "total_seconds": total, "n_passes": passes, "seconds_per_pass": per_pass,
         "tick_seconds": np.diff(np.array(ticks)).tolist(),
-        "read_bytes_per_pass": read_pass, "direct_read": bw,
+        "read_bytes_per_pass": read_pass, "read_bytes_total": None if r0 is None else r1 - r0,
+        "read_bytes_per_iteration": read_ticks, "direct_read": bw,
         "disk_seconds_per_pass": disk_pass,
         "compute_seconds_per_pass": compute_pass, "compute_slice_rows": n_s,
         "ratio_pass_to_bound": per_pass / bound,
@@ -794,10 +864,11 @@ def run_disk(a, kind):
         "data_passes": data_passes,
         "rows_read_equal_store": all(min_reads.get(k, 0) >= data_passes for k in data_arrays),
         "n_computes": len(hook.starts),
-        "estimate": est_summary(e),
+        "estimate": est_summary(e), "estimate_seconds": t_est,
         "time_model": tm,
         "estimate_vs_measured": {
             "seconds_fit": versus(tm["seconds_per_fit"], total),
+            "seconds_fit_synthetic_rate": versus(tm_synthetic["seconds_per_fit"], total),
             "fit_memory_bytes": versus(_fit_memory_estimate(e), rss_fit - fit_rss.rss_start),
             "passes_typical": [e["passes_init"] + e["passes_per_iteration"]["typical"]
                                * (a.iters if kind == "gimc" else a.epochs), passes],
@@ -819,6 +890,44 @@ def run_disk(a, kind):
     if not whole:
         raise SystemExit(f"disk-{kind}: a pass did not read the whole store: {bad[:3]} "
                          f"(feature rows read {data_read}, expected {data_passes} x {ds.n_rows})")
+
+
+def _scaled_to(e, rec):
+    """The multi-view SGD estimate ``e`` with the rows, non-zeros and bytes of the store a
+    recorded run fitted (``rec``: a ``scale_disk_mvm.json``): the same data distribution, so
+    the same calibrated rate, at the recorded size."""
+    n = int(rec["n_rows"])
+    nnz = {k: int(v) for k, v in rec["store_nnz"].items()}
+    return {**e, "n_rows": n, "n_nonzeros": sum(v for k, v in nnz.items() if k != "y"),
+            "read_bytes_per_pass": int(rec["store_bytes"]), "init_read_bytes": 8 * n,
+            "store_bytes": int(rec["store_bytes"]),
+            "n_blocks": int(math.ceil(n / max(int(e["block_rows"]), 1)))}
+
+
+def _estimate_only(a, kind, e, mc, tm, tm_synthetic, t_est, size, bw):
+    """``--estimate-only``: the estimate and its time model, no fit; with ``--compare`` the
+    model at the recorded run's size against its measured fit seconds."""
+    from ooc_lowrank._estimate import rough_time
+
+    out = {"args": vars(a), "kind": kind, "store_bytes": size, "direct_read": bw,
+           "estimate": est_summary(e), "estimate_seconds": t_est,
+           "seconds_fit_estimate": tm["seconds_per_fit"],
+           "seconds_fit_estimate_synthetic_rate": tm_synthetic["seconds_per_fit"]}
+    if getattr(a, "compare", None):
+        with open(a.compare) as fh:
+            rec = json.load(fh)
+        t = rough_time(_scaled_to(e, rec), machine=mc)
+        t0 = rough_time(_scaled_to({k: v for k, v in e.items() if k != "sgd_calibration"},
+                                   rec), machine=mc)  # fmt: skip
+        out["compare"] = {"recorded": a.compare, "recorded_n_rows": rec["n_rows"],
+                          "seconds_fit": versus(t["seconds_per_fit"], rec["total_seconds"]),
+                          "seconds_fit_synthetic_rate": versus(t0["seconds_per_fit"],
+                                                               rec["total_seconds"]),
+                          "time_model": t}
+    log(json.dumps(_jsonable({k: v for k, v in out.items() if k != "args"}), indent=1))
+    if a.out:
+        save(f"disk_{kind}_estimate", out, a.out)
+    return out
 
 
 def run_codecs(a):
@@ -934,6 +1043,9 @@ def main(argv=None):
                             "(disk-mvm: measured on a generated sample in memory)")
         s.add_argument("--cold", action="store_true",
                        help="drop the store's pages before every pass (stores < RAM)")
+        s.add_argument("--estimate-only", action="store_true",
+                       help="generate the store, print estimate() and its time model, no fit "
+                            "(written only with --out)")
         if kind == "gimc":
             s.add_argument("--features", type=int, default=1134)
             s.add_argument("--labels", type=int, default=1000)
@@ -942,6 +1054,9 @@ def main(argv=None):
             s.add_argument("--iters", type=int, default=3)
         else:
             s.add_argument("--epochs", type=int, default=2)
+            s.add_argument("--compare", default=None, metavar="RESULT_JSON",
+                           help="with --estimate-only: the time model at the size of a recorded "
+                                "run (e.g. results/scale_disk_mvm.json) vs its measured fit")
     s = common(sub.add_parser("codecs"))
     s.add_argument("--disk-bytes-per-second", type=float, default=None)
     a = p.parse_args(argv)

@@ -581,8 +581,52 @@ def mvm_task_bytes(n, nnz, n_params, n_factors, dense=False, n_views=1):
     return int(2 * csr + tail)
 
 
-def mvm_estimate(est, views, yb, *, client=None):
-    """The estimate dict of ``MultiViewMachine*(...).estimate`` for blocked ``views``, ``yb``."""
+#: Input bytes an estimate may read to calibrate its time model on the user's own data (a
+#: store's rows): ``CALIBRATION_FRACTION`` of the input, at least ``CALIBRATION_MIN_BYTES`` (a
+#: steady timing) and at most ``CALIBRATION_MAX_BYTES`` (the estimate stays cheap).
+CALIBRATION_MAX_BYTES = 64 * 2**20
+CALIBRATION_MIN_BYTES = 16 * 2**20
+CALIBRATION_FRACTION = 0.01
+
+
+def calibration_rows(input_bytes, n_rows):
+    """Rows of an input of ``input_bytes`` over ``n_rows`` rows a calibration reads (see
+    :data:`CALIBRATION_MAX_BYTES`)."""
+    budget = min(CALIBRATION_MAX_BYTES, max(CALIBRATION_FRACTION * input_bytes,
+                                            CALIBRATION_MIN_BYTES))  # fmt: skip
+    return int(min(n_rows, max(1, budget * n_rows // max(int(input_bytes), 1))))
+
+
+def _mvm_sgd_calibration(est, views, yb, store_bytes):
+    """:func:`ooc_lowrank.mvm.core.sgd_calibration` on rows of the store itself (the SGD
+    kernel's updates per second depend on the data: a 36 GB generated store ran at 171M
+    updates/s where a small synthetic calibration read 40-61M), plus what it read."""
+    from .mvm.core import _Layout, sgd_calibration
+
+    n = int(views[0].shape[0])
+    rows = calibration_rows(store_bytes, n)
+    cal = sgd_calibration(
+        views, yb, _Layout([int(v.shape[1]) for v in views]), loss=est._check_params(),
+        task=est._task, reg=est.reg, reg_weight=float(est.alpha),
+        learning_rate=float(est.learning_rate), n_components=int(est.n_components),
+        init_std=float(est.init_std), rows=rows,
+    )
+    cal["bytes"] = int(store_bytes * cal["rows"] / max(n, 1))
+    cal["source"] = (
+        f"SGD timed on {cal['rows']} rows of the store ({cal['bytes'] / 2**20:.0f} MiB, "
+        f"{len(cal['starts'])} windows spread over it; kernel {cal['kernel_seconds']:.3f} s, "
+        f"reader {cal['reader_seconds']:.3f} s from memory), scaled by non-zeros and rows; "
+        "the reader overlaps the kernel on a second core, the machine as busy as now"
+    )
+    return cal
+
+
+def mvm_estimate(est, views, yb, *, client=None, calibrate=False):
+    """The estimate dict of ``MultiViewMachine*(...).estimate`` for blocked ``views``, ``yb``.
+
+    ``calibrate``: SGD on a store times the fit's own window sweep on a slice of the store
+    (:func:`_mvm_sgd_calibration`, ``sgd_calibration`` in the result), which the time model
+    (:func:`rough_time`) then uses instead of the machine's synthetic SGD rate."""
     n_rows = int(views[0].shape[0])
     widths = [int(v.shape[1]) for v in views]
     if len(views) == 1 and est.view_sizes is not None:
@@ -651,6 +695,8 @@ def mvm_estimate(est, views, yb, *, client=None):
         "client_bytes": client,
         "detail": f"n_components={k}, {P} factor rows, block_rows={rows_max}",
     }
+    if sgd and calibrate and all(v.reads is not None for v in (*views, yb)):
+        out["sgd_calibration"] = _mvm_sgd_calibration(est, views, yb, store_bytes)
     return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_components", k)
 
 
@@ -1011,7 +1057,9 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
     w = work_per_pass(e)
     t_gemm = w["gemm"] / (cores * gemm_rate * GEMM_EFFICIENCY * 1e9)
     t_sparse = w["sparse"] / (cores * float(mc["sparse_gflops_per_core"]) * 1e9)
-    t_sgd = w["sgd"] / float(mc["sgd_updates_per_second"])
+    cal = e.get("sgd_calibration")  # timed on the input's own rows (a store's slice)
+    sgd_rate = float(cal["updates_per_second"] if cal else mc["sgd_updates_per_second"])
+    t_sgd = w["sgd"] / sgd_rate
     t_other = w["other"] / (cores * gf * 1e9)
     t_flops = t_gemm + t_sparse + t_sgd + t_other
     tasks = TASKS_PER_BLOCK * int(e.get("n_blocks") or 1)
@@ -1050,8 +1098,9 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
         "assumptions": (
             f"disk {bw / 1e6:.0f} MB/s per worker; {gf:g} GFLOP/s per core x {cores} cores "
             f"(generic), GEMM {gemm_rate:.3g} x {GEMM_EFFICIENCY:g} and sparse "
-            f"{float(mc['sparse_gflops_per_core']):.3g} GFLOP/s per core, SGD {float(mc['sgd_updates_per_second']):.3g} "
-            f"updates/s on one core ({mc.get('source')}); {per_task * 1e3:g} ms per task on "
+            f"{float(mc['sparse_gflops_per_core']):.3g} GFLOP/s per core, SGD {sgd_rate:.3g} "
+            f"updates/s on one core ({cal['source'] if cal else mc.get('source')}); "
+            f"{per_task * 1e3:g} ms per task on "
             f"{where}, {TASKS_PER_BLOCK} tasks per block; reading and compute overlap; "
             f"{passes} passes ({init} setup + {iters} iterations x "
             f"{ppi.get('typical', 1)} typical); a rough guide from measured constants"

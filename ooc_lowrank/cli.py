@@ -1029,7 +1029,8 @@ def _candidate(est):
 
 def _dry_run(args, est, ds, opts, fit_kw):
     """``fit ... --dry-run`` / ``cluster ... --dry-run``: the estimate of memory, passes and a
-    rough time (nothing read but metadata, nothing written)."""
+    rough time (nothing read but metadata, and multi-view SGD's timed slice of the store;
+    nothing written)."""
     from . import engine
     from ._estimate import rough_time
 

@@ -31,6 +31,27 @@ def test_bench_scale_scenarios_tiny(tmp_path):
     assert not list((tmp_path / "w").glob("*.zarr"))  # stores deleted
 
 
+@pytest.mark.slow  # a spawned generator process and the machine's calibration: ~30 s here
+def test_bench_scale_disk_mvm_estimate_only_tiny(tmp_path):
+    """``disk-mvm --estimate-only --compare``: the estimate calibrated on the store's rows,
+    its time model at the recorded run's size against its measured seconds, no fit."""
+    import os
+
+    from benchmarks import bench_scale
+
+    rec = os.path.join(os.path.dirname(bench_scale.__file__), "results", "scale_disk_mvm.json")
+    out = tmp_path / "e.json"
+    bench_scale.main(["disk-mvm", "--gb", "0.01", "--estimate-only", "--compare", rec,
+                      "--out", str(out), "--workdir", str(tmp_path / "w")])
+    r = json.loads(out.read_text())
+    assert r["estimate"]["sgd_calibration"]["rows"] > 0
+    c = r["compare"]
+    assert c["seconds_fit"]["measured"] == json.load(open(rec))["total_seconds"]
+    assert c["time_model"]["work_per_pass"]["sgd"] > 1000 * r["estimate"]["sgd_calibration"][
+        "updates"]  # the recorded store's size, not the tiny one
+    assert not list((tmp_path / "w").glob("*.zarr"))
+
+
 def test_bench_scale_refuses_a_store_that_does_not_fit(tmp_path):
     from benchmarks import bench_scale
 
@@ -67,3 +88,27 @@ def test_fit_peak_rss_excludes_what_came_before():
     peak = p.stop()
     del a
     assert 60 * 2**20 <= peak - p.rss_start < 190 * 2**20
+
+
+def test_direct_read_bandwidth_reads_spread_files_from_the_disk(tmp_path):
+    """The disk's bandwidth is read from files spread over the store (every k-th by name, not
+    only the largest) after dropping their pages, and the buffered cold reads a fit does are
+    measured too: ``/proc/self/io`` shows the disk served them (a file just written is in the
+    page cache: without the drop the buffered read is a memory copy)."""
+    import os
+
+    from benchmarks import bench_scale
+    from ooc_lowrank.storage import process_read_bytes
+
+    paths = []
+    for i in range(8):
+        p = tmp_path / f"c{i}"
+        p.write_bytes(os.urandom(1 << 20))
+        paths.append(str(p))
+    r = bench_scale.direct_read_bandwidth(paths[::-1], limit_bytes=2 << 20, piece=1 << 20)
+    if r is None:
+        pytest.skip("O_DIRECT refused by this filesystem")
+    assert r["files"] == 4  # c0, c2, c4, c6: direct c0 and c4, buffered c2 and c6
+    assert r["bytes"] == 2 << 20 and r["cold_buffered"]["bytes"] == 2 << 20
+    if process_read_bytes() is not None:
+        assert r["cold_buffered"]["disk_read_bytes"] >= 0.9 * (2 << 20)

@@ -436,6 +436,62 @@ def test_mvm_sgd_time_model_one_core_and_a_target_only_setup_pass():
         3 * epoch + 1.0 + t["scheduler_seconds_per_pass"])
 
 
+def test_mvm_sgd_estimate_calibrates_on_the_stores_own_rows(tmp_path, monkeypatch):
+    """SGD on a store: estimate() times the fit's window sweep on rows read from the store's
+    own arrays (a bounded slice spread over it, through the store's handles), and the time
+    model uses that rate for the epochs (no timing asserted: only where the numbers come
+    from).  In-memory input: no calibration, the machine's rate."""
+    from ooc_lowrank import storage
+    from ooc_lowrank._estimate import calibration_rows, rough_time, work_per_pass
+    from ooc_lowrank.mvm import core
+
+    from ooc_lowrank import _estimate
+
+    monkeypatch.setattr(core, "SHUFFLE_ROWS", 256)
+    monkeypatch.setattr(_estimate, "CALIBRATION_MIN_BYTES", 0)  # the store is 0.3 MB: 1 %
+    monkeypatch.setattr(_estimate, "CALIBRATION_FRACTION", 0.3)
+    rng = np.random.default_rng(0)
+    n = 3000
+    views = [sp.random(n, w, density=z / w, format="csr", random_state=i, dtype=np.float32)
+             for i, (w, z) in enumerate(((50, 2), (40, 3), (300, 20)))]  # fmt: skip
+    y = rng.standard_normal(n)
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"X0": views[0], "X1": views[1],
+                                                 "X2": views[2], "y": y[:, None]},
+                      block_rows=700)  # fmt: skip
+    reads = []
+    orig = storage.ArrayHandle.read
+
+    def read(handle, start=0, stop=None):
+        reads.append((handle.name, int(start), int(stop)))
+        return orig(handle, start, stop)
+
+    monkeypatch.setattr(storage.ArrayHandle, "read", read)
+    est = MultiViewMachineRegressor(solver="sgd", n_epochs=2, n_components=4)
+    e = est.estimate(ds)
+    cal = e["sgd_calibration"]
+    rows = calibration_rows(e["store_bytes"], n)
+    assert 0 < cal["rows"] <= rows < n  # a slice, bounded by the budget
+    w = cal["window_rows"]
+    assert len(cal["starts"]) > 1 and cal["starts"][-1] == n - w  # spread to the last rows
+    slices = {(s, s + w) for s in cal["starts"]}
+    for name in ("X0", "X1", "X2", "y"):  # every array read at those rows (twice) and no other
+        got = [(a, b) for k, a, b in reads if k == name]
+        assert set(got) == slices and len(got) == 2 * len(slices)
+    nnz = sum(v[s:t].nnz for v in views for s, t in slices)
+    assert cal["nnz"] == nnz and cal["updates"] == (nnz + 3 * cal["rows"]) * 4
+    assert cal["updates_per_second"] == pytest.approx(
+        cal["updates"] / max(cal["kernel_seconds"], cal["reader_seconds"]))
+    t = rough_time(e, machine=MACHINE, cores=2)
+    assert t["compute_seconds_by_kind"]["sgd"] == pytest.approx(
+        work_per_pass(e)["sgd"] / cal["updates_per_second"])
+    assert "rows of the store" in t["assumptions"]
+    reads.clear()
+    mem = est.estimate([v.toarray() for v in views], y)  # in memory: nothing read, no slice
+    assert "sgd_calibration" not in mem and not reads
+    assert rough_time(mem, machine=MACHINE, cores=2)["compute_seconds_by_kind"]["sgd"] == \
+        pytest.approx(work_per_pass(mem)["sgd"] / MACHINE["sgd_updates_per_second"])
+
+
 def test_machine_constants_cached_or_defaults(tmp_path, monkeypatch):
     """No cache and no calibration: the stated defaults; a cached calibration is used (and
     missing keys fall back to the defaults)."""

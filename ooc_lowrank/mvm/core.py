@@ -442,6 +442,80 @@ def _window_reader(views, y, task, n_models):
     return read
 
 
+def _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate):
+    """``sweep(M, yb, perm)``: one AdaGrad sweep of every model over a window (``M`` the joined
+    CSR rows, ``yb`` the signed target, ``perm`` the visiting order), updating ``theta`` /
+    ``accum`` / ``bias`` (per model, as :func:`fit_sgd` keeps them) in place; returns the
+    window's summed loss."""
+    K = theta.shape[0]
+    lcode, rcode = LOSS_CODES[loss], REG_CODES[reg]
+    cv = _blocks.col_view(layout.view_sizes)
+
+    def sweep(M, yb, perm):
+        total = 0.0
+        for c in range(K):
+            total += _k.sgd_block(
+                M.indptr, M.indices, M.data, yb if K == 1 else np.ascontiguousarray(yb[:, c]),
+                perm, theta[c], accum[c], cv, layout.n_feat, layout.n_views, lcode,
+                float(learning_rate), rcode, float(reg_weight), L1_EPS, 1.0, bias[c],
+            )
+        return total
+
+    return sweep
+
+
+def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_rate,
+                    n_components, init_std, n_models=1, rows, n_windows=8, seed=0):
+    """Time :func:`fit_sgd`'s own work on a slice of the input: ``rows`` rows in up to
+    ``n_windows`` windows spread evenly over the input (read with the fit's window reader: a
+    store reads just those rows).  Each window is read twice, the second time from memory /
+    the page cache (the reader thread's own work: decoding, the joined CSR, the signed
+    target), and swept once by the kernel from factors drawn as the fit draws them (after a
+    sweep of a few rows that loads the compiled kernel).
+
+    Returns a dict: ``rows``, ``nnz``, ``starts`` and ``window_rows`` of the slice,
+    ``updates`` (``(nnz + rows x views) x k x models``: the unit of
+    :func:`ooc_lowrank._estimate.work_per_pass`), ``kernel_seconds`` (wall) and
+    ``kernel_cpu_seconds`` (the sweeping thread's CPU time: below the wall time on a busy
+    machine), ``reader_seconds`` (the second read), ``first_read_seconds``,
+    ``updates_per_second`` (the updates over the slower of the kernel and the reader, wall
+    time: the fit overlaps them on two threads) and ``seconds`` (the calibration's own wall
+    time)."""
+    t_all = time.perf_counter()
+    n = int(views[0].shape[0])
+    rows = int(min(n, max(1, rows)))
+    n_win = int(max(1, min(n_windows, -(-rows // SHUFFLE_ROWS), rows)))
+    w = rows // n_win
+    starts = np.linspace(0, n - w, n_win).astype(np.int64)
+    read = _window_reader(views, y, task, n_models)
+    t = time.perf_counter()
+    windows = [read(int(s), int(s) + w) for s in starts]
+    first = time.perf_counter() - t
+    t = time.perf_counter()
+    for s in starts:
+        read(int(s), int(s) + w)
+    reader = time.perf_counter() - t
+    rng = np.random.RandomState(seed)
+    K, k = int(n_models), int(n_components)
+    theta = rng.normal(0.0, init_std, (K, layout.n_feat + layout.n_views, k))
+    accum, bias = np.zeros_like(theta), np.zeros((K, 2))
+    sweep = _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate)
+    M0, y0 = windows[0]  # a sweep of a few rows loads the compiled kernel (same arrays:
+    sweep(M0, y0, np.arange(min(M0.shape[0], 256), dtype=np.int64))  # same signature)
+    t, cpu = time.perf_counter(), time.thread_time()
+    for M, yb in windows:  # the fit's main thread: the window's order, the kernel's sweep
+        sweep(M, yb, rng.permutation(M.shape[0]).astype(np.int64))
+    kernel, cpu = time.perf_counter() - t, time.thread_time() - cpu
+    nnz = int(sum(M.nnz for M, _ in windows))
+    updates = float(nnz + n_win * w * layout.n_views) * k * K
+    return {"rows": int(n_win * w), "nnz": nnz,
+            "starts": starts.tolist(), "window_rows": int(w), "updates": updates,
+            "kernel_seconds": kernel, "kernel_cpu_seconds": cpu, "reader_seconds": reader,
+            "first_read_seconds": first,
+            "updates_per_second": updates / max(kernel, reader, 1e-9),
+            "seconds": time.perf_counter() - t_all}
+
+
 def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_epochs,
             learning_rate, rng, monitor, checkpoint=None, loss_scale=np.inf, n_models=1):
     """AdaGrad SGD, one streaming pass per epoch.
@@ -475,8 +549,7 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
     accum = np.zeros_like(theta)
     bias = np.zeros((K, 2))
     bias[:, 0] = np.ravel(b0)
-    lcode, rcode = LOSS_CODES[loss], REG_CODES[reg]
-    cv = _blocks.col_view(layout.view_sizes)
+    sweep = _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate)
     starts = np.arange(0, n, SHUFFLE_ROWS)
     read = _window_reader(views, y, task, K)
 
@@ -520,14 +593,7 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
                 M, yb = fut.result()
                 if j + 1 < nw:
                     fut = window(j + 1)
-                perm = rng.permutation(M.shape[0]).astype(np.int64)
-                for c in range(K):
-                    total += _k.sgd_block(
-                        M.indptr, M.indices, M.data, yb if K == 1 else
-                        np.ascontiguousarray(yb[:, c]), perm, theta[c], accum[c], cv,
-                        layout.n_feat, layout.n_views, lcode, float(learning_rate), rcode,
-                        float(reg_weight), L1_EPS, 1.0, bias[c],
-                    )
+                total += sweep(M, yb, rng.permutation(M.shape[0]).astype(np.int64))
             pen, _ = penalty(theta, reg)
             obj = total / n + reg_weight * pen
             finite = np.isfinite(obj) and np.isfinite(theta).all() and np.isfinite(bias).all()

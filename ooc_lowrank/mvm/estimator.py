@@ -402,8 +402,11 @@ class _BaseMVM(BaseEstimator):
     def estimate(self, X, y=None, *, client=None):
         """Passes, per-worker memory and store size of ``fit(X, y)``, before fitting.
 
-        Reads no data block.  Returns a dict: ``passes_per_iteration`` (SGD: one per epoch;
-        L-BFGS: one per evaluation, ``max`` 20 in a line search), ``max_passes``,
+        Reads no data block, except that SGD on a store times its window sweep on a slice of
+        the store (at most 64 MiB, about 1 %; ``sgd_calibration``: rows, seconds, updates per
+        second, its own cost), which the time model (``ooc-lowrank estimate``) uses.  Returns
+        a dict: ``passes_per_iteration`` (SGD: one per epoch; L-BFGS: one per evaluation,
+        ``max`` 20 in a line search), ``max_passes``,
         ``store_bytes``, ``task_bytes`` (one block task: its blocks, the joined CSR and the
         gradient), ``worker_bytes``, ``client_bytes`` (SGD runs in the calling process),
         ``worker_memory_limit``, ``memory_cap`` and ``fits`` (locally against the available
@@ -412,7 +415,7 @@ class _BaseMVM(BaseEstimator):
         self._check_params()
         views, _, ds = self._views(X)
         yb = _BaseMVM._target(self, y, ds, views[0])  # sizes only: no class encoding yet
-        return _estimate.mvm_estimate(self, views, yb, client=client)
+        return _estimate.mvm_estimate(self, views, yb, client=client, calibrate=True)
 
     def _target_summary(self, yb):
         """One pass: row count, target offset and loss scale; classification labels checked."""
