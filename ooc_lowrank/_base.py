@@ -10,6 +10,7 @@ method-specific checks, its fit and its model file); what they all do alike live
   the same error text everywhere;
 - :func:`saved_params`: the hyperparameters a model file keeps (never a callable);
 - :func:`with_defaults`: a subclass that changes only defaults keeps its parent's ``__init__``;
+- :class:`Loadable`: ``Estimator.load(path)`` for every estimator with a model file;
 - :func:`is_dataset`, :func:`open_if_path`: a store given as a path, URL or opened Dataset.
 
 Progress lines and the ``callback`` are :mod:`ooc_lowrank._progress`; input resolution is
@@ -23,6 +24,7 @@ import numbers
 import os
 import types
 
+from ooc_lowrank._persist import load_as
 from ooc_lowrank._validation import check_scalar, param_error
 
 #: hyperparameters a model file never holds (callables; they do not survive JSON)
@@ -95,3 +97,13 @@ def check_common_params(est, *, min_iter=0, max_iter_none=False):
     if params.get("cache_bytes") is not None:
         check_scalar(params["cache_bytes"], "cache_bytes", kind=numbers.Integral, low=0)
     check_callback(params.get("callback"))
+
+
+class Loadable:
+    """``load(path)``: the model ``save`` wrote, refused (naming both) when ``path`` holds
+    another estimator's model."""
+
+    @classmethod
+    def load(cls, path):
+        """Load a model saved by :meth:`save`; a model of another estimator is refused."""
+        return load_as(cls, path)

@@ -33,7 +33,7 @@ from scipy.stats import rankdata
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank._base import check_callback, saved_params, store_params
+from ooc_lowrank import _base
 from ooc_lowrank._persist import ModelFileError, save_model
 from ooc_lowrank._validation import check_scalar, format_table, param_error
 from ooc_lowrank.glrl.core import SCHEDULES
@@ -124,7 +124,7 @@ class _FoldView:
         return sp.csr_matrix((S.data[keep], S.indices[keep], indptr), shape=S.shape)
 
 
-class GreedyLowRankCV(BaseEstimator):
+class GreedyLowRankCV(_base.Loadable, BaseEstimator):
     """GreedyLowRank with built-in K-fold cross-validation over the observed entries.
 
     The grid holds the parameters that matter for the loss (nonsmooth ``l1`` / ``hinge``:
@@ -259,7 +259,7 @@ class GreedyLowRankCV(BaseEstimator):
         verbose=False,
         callback=None,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def base_params(self):
@@ -398,7 +398,7 @@ class GreedyLowRankCV(BaseEstimator):
         self
         """
         names, settings, scoring = self._grid()
-        check_callback(self.callback)
+        _base.check_callback(self.callback)
         K, seed = int(self.cv), self._seed()
         if not isinstance(seed, numbers.Integral):
             raise param_error(
@@ -537,7 +537,7 @@ class GreedyLowRankCV(BaseEstimator):
         there (a store, a folder, a file) is never replaced.
         """
         check_is_fitted(self, "cv_results_")
-        params = saved_params(self)
+        params = _base.saved_params(self)
         for arg in _GRID_ARGS.values():
             if params[arg] is not None:
                 params[arg] = list(params[arg])
@@ -596,13 +596,6 @@ class GreedyLowRankCV(BaseEstimator):
         except (KeyError, TypeError) as e:
             raise ModelFileError("model.json", None, f"is incomplete or malformed ({e})") from None
         return est
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`."""
-        from ooc_lowrank._persist import load_as
-
-        return load_as(cls, path)
 
 
 def _product(grids):

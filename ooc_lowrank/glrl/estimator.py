@@ -17,17 +17,13 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from ooc_lowrank import _checkpoint, _estimate, engine
-from ooc_lowrank._base import check_common_params, saved_params, store_params
-from ooc_lowrank._base import is_dataset as _is_dataset
-from ooc_lowrank._base import open_if_path as _open_if_path
+from ooc_lowrank import _base, _checkpoint, _estimate, engine
 from ooc_lowrank._inputs import as_input
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
     build_checked,
     check_params,
-    load_as,
     save_model,
 )
 from ooc_lowrank._validation import check_scalar, param_error
@@ -56,8 +52,8 @@ def _is_handle(X):
 
 def _obs_handle(X, name="X"):
     """The ``coo`` array handle of a store, a Dataset or a handle; None for other inputs."""
-    X = _open_if_path(X)
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         if "obs" not in X.names:
             raise ValueError(
                 f"{name} must be an observation store with an array 'obs' of kind 'coo'; the "
@@ -207,7 +203,7 @@ def _make_reduce(B, budget=None):
     return reduce
 
 
-class GreedyLowRank(BaseEstimator):
+class GreedyLowRank(_base.Loadable, BaseEstimator):
     """Greedy low-rank pursuit on observed entries (Yao & Kwok; SPEC section 2).
 
     Parameters
@@ -363,7 +359,7 @@ class GreedyLowRank(BaseEstimator):
         callback=None,
         tol=0.0,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -415,7 +411,7 @@ class GreedyLowRank(BaseEstimator):
             raise param_error("duplicates", "must be 'error' or 'keep'", self.duplicates)
         if self.n_iter_no_change is not None:
             check_scalar(self.n_iter_no_change, "n_iter_no_change", kind=numbers.Integral, low=1)
-        check_common_params(self, min_iter=1, max_iter_none=True)
+        _base.check_common_params(self, min_iter=1, max_iter_none=True)
         return lo, refit
 
     def _blocked(self, X, shape, name="X"):
@@ -754,7 +750,7 @@ class GreedyLowRank(BaseEstimator):
         """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them (and
         :meth:`_from_saved` reads them; :class:`GreedyLowRankCV` embeds them)."""
         self._check_fitted()
-        params = saved_params(self, _NOT_SAVED)
+        params = _base.saved_params(self, _NOT_SAVED)
         arrays = {
             "U": self.U_,
             "V": self.V_,
@@ -820,11 +816,6 @@ class GreedyLowRank(BaseEstimator):
         r.finish()
         est._check_fitted()
         return est
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`."""
-        return load_as(cls, path)
 
 
 __all__ = ["GreedyLowRank", "LOSSES", "METRICS"]

@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin
 
-from ooc_lowrank._base import store_params
+from ooc_lowrank import _base
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.glrl.estimator import _obs_handle
 from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features, features_of
@@ -407,7 +407,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         callback=None,
         verbose=False,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     def fit(self, X, y=None, *, constraints):
         """Cluster the rows of ``X`` (n, d; an array, CSR, or a feature store's ``X``) under

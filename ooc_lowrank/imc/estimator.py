@@ -17,17 +17,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine
-from ooc_lowrank._base import check_common_params, saved_params, store_params
-from ooc_lowrank._base import is_dataset as _is_dataset
-from ooc_lowrank._base import open_if_path as _open_if_path
+from ooc_lowrank import _base, engine
 from ooc_lowrank._inputs import as_features
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
     build_checked,
     check_params,
-    load_as,
     save_model,
 )
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
@@ -98,8 +94,8 @@ def features_of(X, name):
     """A store path or ``Dataset`` gives its array ``X``; anything else is converted at the
     boundary (:func:`ooc_lowrank._inputs.as_features`: DataFrames, pydata sparse, float16 and
     integer features; 1-D refused)."""
-    X = _open_if_path(X)
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         old_columns = str(X.attrs.get("generator", "")).endswith(".columns")
         if "X" not in X.names and old_columns and "Y" in X.names:
             return X["Y"]  # a generator's column store written before the features were "X"
@@ -163,7 +159,7 @@ def check_map_fits(n_features_map, B, what):
 
 
 
-class InductiveMatrixCompletion(BaseEstimator):
+class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
     """Two-sided inductive matrix completion with ALS + CG (LEML-style), optionally with learned
     Fourier / Nystrom features on both sides (GIMC-LFF / GIMC-LNYS, SPEC 1.5).
 
@@ -253,7 +249,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         callback=None,
         verbose=False,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -270,7 +266,7 @@ class InductiveMatrixCompletion(BaseEstimator):
             check_scalar(self.gamma, "gamma", low=0.0, low_inclusive=False)
         check_scalar(self.cg_iter, "cg_iter", kind=numbers.Integral, low=1)
         check_scalar(self.cg_tol, "cg_tol", low=0.0)
-        check_common_params(self)
+        _base.check_common_params(self)
 
     def _side(self, kind, X, rng):
         """A :class:`core.Side` for feature map ``kind`` on blocked ``X``."""
@@ -497,7 +493,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         there (a store, a folder, a file) is never replaced.
         """
         check_is_fitted(self, "W_")
-        params = saved_params(self)
+        params = _base.saved_params(self)
         arrays = {
             "W": self.W_,
             "H": self.H_,
@@ -559,11 +555,6 @@ class InductiveMatrixCompletion(BaseEstimator):
         est.shape_ = tuple(shape)
         r.finish()
         return est
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`."""
-        return load_as(cls, path)
 
 
 __all__ = ["InductiveMatrixCompletion", "FEATURE_MAPS"]

@@ -28,8 +28,7 @@ from scipy.stats import rankdata
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine
-from ooc_lowrank._base import check_callback, store_params
+from ooc_lowrank import _base, engine
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc.cv import GIMCCV
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
@@ -118,7 +117,7 @@ class _ObservedSearch(BaseEstimator):
         )
 
     def _check_common(self):
-        check_callback(self.callback)
+        _base.check_callback(self.callback)
         check_scalar(
             self.validation_fraction,
             "validation_fraction",
@@ -382,7 +381,7 @@ class KernelMaxideCV(_ObservedSearch):
         verbose=False,
         callback=None,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     def _base(self, seed):
         return {
@@ -466,7 +465,7 @@ class MaxideCV(_ObservedSearch):
         verbose=False,
         callback=None,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
 
     def _settings(self, X, seed, validate_only=False):

@@ -23,10 +23,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import _checkpoint, _estimate, engine, metrics
-from ooc_lowrank._base import check_common_params, saved_params, store_params
-from ooc_lowrank._base import is_dataset as _is_dataset
-from ooc_lowrank._base import open_if_path as _open_if_path
+from ooc_lowrank import _base, _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._inputs import as_features, as_labels, check_X_scale
 from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
@@ -159,8 +156,8 @@ def fit_inputs(X, Y):
     path or ``Dataset`` gives ``X`` and (``Y=None``) ``Y_obs``; DataFrames, pydata sparse,
     float16 / integer features are converted (:mod:`ooc_lowrank._inputs`); an empty ``X``
     is refused."""
-    X = _open_if_path(X)
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         ds = X
         X = ds["X"]
         if Y is None:
@@ -209,7 +206,7 @@ def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-class _MaxideBase(BaseEstimator):
+class _MaxideBase(_base.Loadable, BaseEstimator):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
 
     #: passes over X that make the feature map (not through ``core.Passes``)
@@ -238,7 +235,7 @@ class _MaxideBase(BaseEstimator):
             fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is "
             "2^-10..2^10)",
         )
-        check_common_params(self)
+        _base.check_common_params(self)
         if self.n_trials is not None:
             check_scalar(
                 self.n_trials,
@@ -501,7 +498,7 @@ class _MaxideBase(BaseEstimator):
     # -- prediction -----------------------------------------------------------------------
     def _prepare_X(self, X):
         check_is_fitted(self, "coef_")
-        if _is_dataset(X):
+        if _base.is_dataset(X):
             X = X["X"]
         X = as_features(X, "X")
         B = engine.as_blocked(X, block_rows=self.block_rows, name="X")
@@ -575,7 +572,7 @@ class _MaxideBase(BaseEstimator):
         want_rl = any(m.strip().lower() in ("ranking_loss", "rl") for m in names)
         # the ranking loss from the scores (ties are errors), not from the top-k order
         parsed = [p for p in metrics.parse_metrics(names) if not p[0].startswith("ranking_loss")]
-        if _is_dataset(dataset) and Y is None:
+        if _base.is_dataset(dataset) and Y is None:
             Y = dataset["Y"]
         if Y is None:
             raise ValueError("evaluate needs labels: pass a dataset with 'Y' or Y=...")
@@ -646,7 +643,7 @@ class _MaxideBase(BaseEstimator):
             if self.fmap_.M is not None:
                 arrays["M"] = self.fmap_.M
             extra["gamma"] = self.gamma_
-        params = saved_params(self)
+        params = _base.saved_params(self)
         save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
 
     @classmethod
@@ -802,7 +799,7 @@ class KernelMaxide(_MaxideBase):
         callback=None,
         verbose=False,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     _feature_attrs = ("gamma_", "landmarks_", "normalization_")
 
@@ -986,7 +983,7 @@ class Maxide(_MaxideBase):
         callback=None,
         verbose=False,
     ):
-        store_params(self, locals())
+        _base.store_params(self, locals())
 
     _feature_passes = 1  # X^T X
     _feature_attrs = ("singular_values_", "projection_")
