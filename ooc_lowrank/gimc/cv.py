@@ -48,12 +48,12 @@ from scipy.stats import rankdata
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine, metrics
+from ooc_lowrank import _base, engine, metrics
 from ooc_lowrank._persist import save_model
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc import _blocks, _cv_blocks, core
 from ooc_lowrank.gimc._cv_blocks import req_shapes
-from ooc_lowrank.gimc.estimator import GIMC, _is_dataset, _is_lazy, gimc_tags
+from ooc_lowrank.gimc.estimator import GIMC, _is_lazy, gimc_tags
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
 
 logger = logging.getLogger("ooc_lowrank")
@@ -112,7 +112,7 @@ class _Batch:
         self.handlers.append(handler)
 
 
-class GIMCCV(ClassifierMixin, BaseEstimator):
+class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
     """GIMC with built-in K-fold cross-validation of gamma, alpha and the iteration count.
 
     All ``n_gammas x n_alphas x cv`` fits advance together: one pass over the data serves all
@@ -147,6 +147,10 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         As in :class:`GIMC`; 0 runs every fit to ``max_iter`` (the count is chosen by CV).
     landmarks, normalize_rows, n_trials, block_rows, cache_bytes, verbose
         As in :class:`GIMC`.
+    callback : callable or None, default=None
+        ``callback(iteration, elapsed_seconds, objective)`` after the init and every iteration
+        of the refit on all the data (``refit=True``), as :class:`GIMC` takes it; the
+        cross-validation fits do not call it.
     batch_bytes : int or None, default=None
         Memory for the statistics of one pass (``n_trials (D^2 + L D)`` float64 per learned
         fit, ``D`` the feature dimension); more fits run in successive batches, each with its
@@ -199,26 +203,9 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         batch_bytes=None,
         random_state=None,
         verbose=0,
+        callback=None,
     ):
-        self.features = features
-        self.n_features_map = n_features_map
-        self.gamma_scales = gamma_scales
-        self.gammas = gammas
-        self.alphas = alphas
-        self.learn_features = learn_features
-        self.max_iter = max_iter
-        self.cv = cv
-        self.scoring = scoring
-        self.refit = refit
-        self.tol = tol
-        self.landmarks = landmarks
-        self.normalize_rows = normalize_rows
-        self.n_trials = n_trials
-        self.block_rows = block_rows
-        self.cache_bytes = cache_bytes
-        self.batch_bytes = batch_bytes
-        self.random_state = random_state
-        self.verbose = verbose
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
 
@@ -369,9 +356,10 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         )
         base = self._base(seed)
         base._validate_params()
+        _base.check_callback(self.callback)
         if self.verbose:
             logger.setLevel(min(logger.level or logging.INFO, logging.INFO))
-        if _is_dataset(X):
+        if _base.is_dataset(X):
             ds = X
             X = ds["X"]
             if Y is None:
@@ -436,7 +424,8 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         if self.refit:
             best = self.best_params_
             est = copy.deepcopy(base).set_params(
-                gamma=best["gamma"], alpha=best["alpha"], max_iter=best["max_iter"]
+                gamma=best["gamma"], alpha=best["alpha"], max_iter=best["max_iter"],
+                callback=self.callback,
             )
             t1 = time.perf_counter()
             self.best_estimator_ = est.fit(X_in, Y_in)
@@ -692,7 +681,7 @@ class GIMCCV(ClassifierMixin, BaseEstimator):
         there (a store, a folder, a file) is never replaced.
         """
         check_is_fitted(self, "cv_results_")
-        params = self.get_params()
+        params = _base.saved_params(self)
         arrays = {}
         if not isinstance(self.cv, numbers.Integral):
             arrays["cv_fold_ids"] = np.asarray(self.cv)

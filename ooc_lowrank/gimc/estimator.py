@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import logging
 import numbers
-import os
 import time
 
 import numpy as np
@@ -20,7 +19,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank import _base, _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._inputs import (
     as_features,
     as_labels,
@@ -68,19 +67,6 @@ def _looks_like_bag_of_words(S):
         S = np.asarray(S)
         nnz, neg = int(np.count_nonzero(S)), bool(S.size and S.min() < 0)
     return (not neg) and nnz <= _BOW_DENSITY * S.shape[0] * S.shape[1]
-
-
-def _is_dataset(obj):
-    return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
-
-
-def _open_if_path(X):
-    """A store path or URL (str / os.PathLike) -> the opened Dataset; anything else unchanged."""
-    if isinstance(X, (str, os.PathLike)):
-        from ooc_lowrank.storage import open_dataset
-
-        return open_dataset(X)
-    return X
 
 
 #: label arrays of a store, in order of preference: multi-label 0/1 ``Y``, class labels ``y``
@@ -179,8 +165,8 @@ def _class_codes(YB, classes):
 def _dataset_arrays(X, Y):
     """``(X, Y)``: a store path or ``Dataset`` gives ``ds["X"]`` and (when ``Y`` is None) its
     label array (``Y``, else ``y``)."""
-    X = _open_if_path(X)
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         if Y is None:
             Y = _dataset_labels(X)
         X = X["X"]
@@ -189,8 +175,8 @@ def _dataset_arrays(X, Y):
 
 def _split_eval_set(eval_set):
     """``(X_val, Y_val)`` from a pair or a store dataset (or its path)."""
-    eval_set = _open_if_path(eval_set)
-    if _is_dataset(eval_set):
+    eval_set = _base.open_if_path(eval_set)
+    if _base.is_dataset(eval_set):
         return eval_set["X"], _dataset_labels(eval_set, required=False)
     if isinstance(eval_set, (tuple, list)) and len(eval_set) == 2:
         return eval_set[0], eval_set[1]
@@ -203,7 +189,7 @@ def _split_eval_set(eval_set):
     )
 
 
-class GIMC(ClassifierMixin, BaseEstimator):
+class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator):
     """Goal-directed inductive matrix completion for multi-label / multi-class learning.
 
     Model: ``scores(x) = phi_U(x)^T W`` with ``min_{W,U} alpha/2 ||W||^2 + 1/2 ||A - Phi W||^2``
@@ -319,22 +305,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
         verbose=0,
         callback=None,
     ):
-        self.features = features
-        self.n_features_map = n_features_map
-        self.gamma = gamma
-        self.gamma_scale = gamma_scale
-        self.alpha = alpha
-        self.learn_features = learn_features
-        self.max_iter = max_iter
-        self.tol = tol
-        self.landmarks = landmarks
-        self.normalize_rows = normalize_rows
-        self.n_trials = n_trials
-        self.block_rows = block_rows
-        self.cache_bytes = cache_bytes
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callback = callback
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
 
@@ -375,8 +346,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             low_inclusive=False,
             fix="Use a positive ridge weight, e.g. alpha=1.0",
         )
-        check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
-        check_scalar(self.tol, "tol", low=0.0)
+        _base.check_common_params(self)
         if self.n_trials is not None:
             check_scalar(self.n_trials, "n_trials", kind=numbers.Integral, low=1, high=20)
         if self.landmarks not in ("random", "kmeans"):
@@ -387,17 +357,6 @@ class GIMC(ClassifierMixin, BaseEstimator):
                 "must be True, False or 'auto'",
                 self.normalize_rows,
                 "e.g. normalize_rows='auto' (on for nonnegative sparse input)",
-                exc=TypeError,
-            )
-        if self.block_rows is not None:
-            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
-        if self.cache_bytes is not None:
-            check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
-        if self.callback is not None and not callable(self.callback):
-            raise param_error(
-                "callback",
-                "must be callable(iteration, elapsed, objective)",
-                self.callback,
                 exc=TypeError,
             )
 
@@ -620,9 +579,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
             check_scalar(eval_every, "eval_every", kind=numbers.Integral, low=1)
             if eval_metrics is not None:
                 metrics.parse_metrics(eval_metrics)  # a bad metric name fails before any work
-        X = _open_if_path(X)
+        X = _base.open_if_path(X)
         names = None
-        if _is_dataset(X):
+        if _base.is_dataset(X):
             ds = X
             X = ds["X"]
             if Y is None:
@@ -653,13 +612,13 @@ class GIMC(ClassifierMixin, BaseEstimator):
             probe = copy.copy(self)  # scores intermediate states; self is untouched until the end
             probe.spec_, probe.n_labels_, probe.multilabel_ = None, n_labels, multilabel
             probe.classes_ = classes if classes is not None else np.arange(n_labels)
-            eval_ds = _open_if_path(eval_set)
+            eval_ds = _base.open_if_path(eval_set)
             Xv, Yv = _split_eval_set(eval_ds)
             probe._check_eval_set(Xv, Yv)
 
             def score(it, U, W):
                 probe.components_, probe.coef_ = U, W
-                if _is_dataset(eval_ds):  # its labels, with its class names if any
+                if _base.is_dataset(eval_ds):  # its labels, with its class names if any
                     history[it] = probe.evaluate(eval_ds, eval_metrics)
                 else:
                     history[it] = probe.evaluate(Xv, eval_metrics, Y=Yv)
@@ -878,9 +837,9 @@ class GIMC(ClassifierMixin, BaseEstimator):
         if metrics_ is None:
             metrics_ = ["p@1", "p@3", "p@5"] if self.multilabel_ else ["accuracy"]
         parsed = metrics.parse_metrics(metrics_)
-        dataset = _open_if_path(dataset)
+        dataset = _base.open_if_path(dataset)
         names = None
-        if _is_dataset(dataset):
+        if _base.is_dataset(dataset):
             X = dataset["X"]
             if Y is None:
                 Y = _dataset_labels(dataset)
@@ -930,13 +889,13 @@ class GIMC(ClassifierMixin, BaseEstimator):
         dense arrays ``labels`` and ``scores`` of shape (n_samples, top_k)."""
         from ooc_lowrank.storage import DatasetWriter, check_destination, input_stores
 
-        dataset = _open_if_path(dataset)
+        dataset = _base.open_if_path(dataset)
         check_is_fitted(self, "coef_")
         check_scalar(top_k, "top_k", kind=numbers.Integral, low=1, fix="Ask for at least one label")
         check_destination(  # before any work
             out_url, overwrite=overwrite, inputs=input_stores(dataset), name="out_url"
         )
-        X = dataset["X"] if _is_dataset(dataset) else dataset
+        X = dataset["X"] if _base.is_dataset(dataset) else dataset
         B, _ = self._prepare_X(X, reset=False)
         k = min(int(top_k), self.n_labels_)
         dt = self._dtype_for(B)
@@ -996,7 +955,7 @@ class GIMC(ClassifierMixin, BaseEstimator):
             arrays["classes"] = self.classes_
         else:
             extra["classes"] = [str(c) for c in self.classes_]
-        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        params = _base.saved_params(self)
         return params, arrays, extra
 
     @classmethod

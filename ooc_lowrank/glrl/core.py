@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize
 
+from ooc_lowrank._progress import progress_log
 from ooc_lowrank._validation import NonFiniteError, param_error
 from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.losses import get_loss
@@ -234,6 +235,7 @@ def greedy_pursuit(
     verbose=False,
     init_offset=None,
     max_iter=None,
+    tol=0.0,
     init_factors=None,
     grad_cache=None,
     checkpoint=None,
@@ -289,6 +291,10 @@ def greedy_pursuit(
         Start from ``X_0 = init_offset * 1 1^T`` (one rank-one term of the budget).
     max_iter : int, optional
         Stop after this many greedy (outer) steps even if the rank budget is not used up.
+    tol : float
+        Stop after a greedy step that lowers the objective by less than ``tol`` times the
+        previous objective's magnitude (an increase, possible for nonsmooth losses, stops it
+        too).  ``0`` (default): no such stop, every step of the rank budget is taken.
     init_factors : (U0, V0, theta0), optional
         Start from ``X_0 = U0 diag(theta0) V0^T`` (e.g. :func:`bias_init`); its ``k0`` terms
         count in the rank budget.  Overrides ``init_offset``.
@@ -313,7 +319,7 @@ def greedy_pursuit(
     exact = resolve_refit_solver(refit_solver, lossobj.name, greedy_l1)
     run = _Counter(reduce)
     rng = np.random.default_rng(random_state)
-    log = logger.info if verbose else logger.debug
+    log = progress_log(verbose)
     code, delta, l2 = lossobj.code, float(huber_delta), float(l2)
     gl2, gl1 = float(greedy_l2), float(greedy_l1)
 
@@ -530,6 +536,11 @@ def greedy_pursuit(
             callback(t, elapsed, obj)
         if validation is not None and n_iter_no_change and since_best >= n_iter_no_change:
             log("GLRL: validation score did not improve for %d steps; stopping", since_best)
+            stopped = True
+            break
+        prev = res.objective[-2]
+        if tol > 0 and prev - obj < tol * max(abs(prev), 1e-300):
+            log("GLRL step %d: relative objective decrease below tol=%g; stopping", t, tol)
             stopped = True
             break
         if checkpoint is not None and checkpoint.due(t):

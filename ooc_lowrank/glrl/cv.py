@@ -33,6 +33,7 @@ from scipy.stats import rankdata
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from ooc_lowrank import _base
 from ooc_lowrank._persist import ModelFileError, save_model
 from ooc_lowrank._validation import check_scalar, format_table, param_error
 from ooc_lowrank.glrl.core import SCHEDULES
@@ -123,7 +124,7 @@ class _FoldView:
         return sp.csr_matrix((S.data[keep], S.indices[keep], indptr), shape=S.shape)
 
 
-class GreedyLowRankCV(BaseEstimator):
+class GreedyLowRankCV(_base.Loadable, BaseEstimator):
     """GreedyLowRank with built-in K-fold cross-validation over the observed entries.
 
     The grid holds the parameters that matter for the loss (nonsmooth ``l1`` / ``hinge``:
@@ -195,6 +196,10 @@ class GreedyLowRankCV(BaseEstimator):
         Seeds the folds (None: seed 0) and every fit's power method.
     verbose : bool, default=False
         Log each fit at INFO level on the ``"ooc_lowrank"`` logger.
+    callback : callable or None, default=None
+        ``callback(iteration, elapsed_seconds, objective)`` after each greedy step of the refit
+        on all entries (``refit=True``), as :class:`GreedyLowRank` takes it; the fold fits do
+        not call it.
 
     Attributes
     ----------
@@ -252,33 +257,9 @@ class GreedyLowRankCV(BaseEstimator):
         cache_bytes=None,
         random_state=None,
         verbose=False,
+        callback=None,
     ):
-        self.loss = loss
-        self.n_components = n_components
-        self.step_sizes = step_sizes
-        self.step_schedules = step_schedules
-        self.max_inners = max_inners
-        self.alphas = alphas
-        self.greedy_l2s = greedy_l2s
-        self.bias_regs = bias_regs
-        self.cv = cv
-        self.scoring = scoring
-        self.refit = refit
-        self.select_iter = select_iter
-        self.coef_refit = coef_refit
-        self.init = init
-        self.power_iter = power_iter
-        self.power_tol = power_tol
-        self.lbfgs_iter = lbfgs_iter
-        self.huber_delta = huber_delta
-        self.nu = nu
-        self.bias_sweeps = bias_sweeps
-        self.duplicates = duplicates
-        self.n_iter_no_change = n_iter_no_change
-        self.block_rows = block_rows
-        self.cache_bytes = cache_bytes
-        self.random_state = random_state
-        self.verbose = verbose
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def base_params(self):
@@ -417,6 +398,7 @@ class GreedyLowRankCV(BaseEstimator):
         self
         """
         names, settings, scoring = self._grid()
+        _base.check_callback(self.callback)
         K, seed = int(self.cv), self._seed()
         if not isinstance(seed, numbers.Integral):
             raise param_error(
@@ -470,9 +452,9 @@ class GreedyLowRankCV(BaseEstimator):
         self._results(names, settings, scores, best_iter, n_val, scoring)
         if self.refit:
             t0 = time.perf_counter()
-            self.best_estimator_ = GreedyLowRank(**base, **self.best_params_).fit(
-                full, shape=fit_shape
-            )
+            self.best_estimator_ = GreedyLowRank(
+                **base, **self.best_params_, callback=self.callback
+            ).fit(full, shape=fit_shape)
             self.refit_time_ = time.perf_counter() - t0
         return self
 
@@ -555,7 +537,7 @@ class GreedyLowRankCV(BaseEstimator):
         there (a store, a folder, a file) is never replaced.
         """
         check_is_fitted(self, "cv_results_")
-        params = self.get_params()
+        params = _base.saved_params(self)
         for arg in _GRID_ARGS.values():
             if params[arg] is not None:
                 params[arg] = list(params[arg])
@@ -614,13 +596,6 @@ class GreedyLowRankCV(BaseEstimator):
         except (KeyError, TypeError) as e:
             raise ModelFileError("model.json", None, f"is incomplete or malformed ({e})") from None
         return est
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`."""
-        from ooc_lowrank._persist import load_as
-
-        return load_as(cls, path)
 
 
 def _product(grids):

@@ -12,20 +12,18 @@ the copies, so for the square loss a duplicated pair weighs twice and is fitted 
 from __future__ import annotations
 
 import numbers
-import os
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
-from ooc_lowrank import _checkpoint, _estimate, engine
+from ooc_lowrank import _base, _checkpoint, _estimate, engine
 from ooc_lowrank._inputs import as_input
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
     build_checked,
     check_params,
-    load_as,
     save_model,
 )
 from ooc_lowrank._validation import check_scalar, param_error
@@ -48,21 +46,14 @@ _NOT_SAVED = ("callback", "validation")
 _PAIR_CHUNK = 1 << 20
 
 
-def _is_dataset(X):
-    return hasattr(X, "names") and hasattr(X, "__getitem__") and hasattr(X, "n_rows")
-
-
 def _is_handle(X):
     return hasattr(X, "read") and hasattr(X, "kind") and hasattr(X, "block_rows")
 
 
 def _obs_handle(X, name="X"):
     """The ``coo`` array handle of a store, a Dataset or a handle; None for other inputs."""
-    if isinstance(X, (str, os.PathLike)):
-        from ooc_lowrank.storage import open_dataset
-
-        X = open_dataset(str(X))
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         if "obs" not in X.names:
             raise ValueError(
                 f"{name} must be an observation store with an array 'obs' of kind 'coo'; the "
@@ -212,7 +203,7 @@ def _make_reduce(B, budget=None):
     return reduce
 
 
-class GreedyLowRank(BaseEstimator):
+class GreedyLowRank(_base.Loadable, BaseEstimator):
     """Greedy low-rank pursuit on observed entries (Yao & Kwok; SPEC section 2).
 
     Parameters
@@ -316,6 +307,11 @@ class GreedyLowRank(BaseEstimator):
         Log progress at INFO level on the ``"ooc_lowrank"`` logger.
     callback : callable, optional
         ``callback(iteration, elapsed_seconds, objective)`` after each greedy step.
+    tol : float, default=0.0
+        Stop after a greedy step that lowers the training objective by less than ``tol`` times
+        its previous value (an increase, possible for the nonsmooth losses, stops it too).  The
+        default ``0`` never stops on it: every step of the rank budget (or ``max_iter``) is
+        taken, as before ``tol`` existed, so default results are unchanged.
 
     Notes
     -----
@@ -361,34 +357,9 @@ class GreedyLowRank(BaseEstimator):
         random_state=None,
         verbose=False,
         callback=None,
+        tol=0.0,
     ):
-        self.loss = loss
-        self.n_components = n_components
-        self.refit = refit
-        self.power_iter = power_iter
-        self.power_tol = power_tol
-        self.lbfgs_iter = lbfgs_iter
-        self.refit_solver = refit_solver
-        self.alpha = alpha
-        self.greedy_l2 = greedy_l2
-        self.greedy_l1 = greedy_l1
-        self.huber_delta = huber_delta
-        self.nu = nu
-        self.max_inner = max_inner
-        self.step_size = step_size
-        self.step_schedule = step_schedule
-        self.init = init
-        self.bias_reg = bias_reg
-        self.bias_sweeps = bias_sweeps
-        self.duplicates = duplicates
-        self.validation = validation
-        self.n_iter_no_change = n_iter_no_change
-        self.max_iter = max_iter
-        self.block_rows = block_rows
-        self.cache_bytes = cache_bytes
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callback = callback
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -440,10 +411,7 @@ class GreedyLowRank(BaseEstimator):
             raise param_error("duplicates", "must be 'error' or 'keep'", self.duplicates)
         if self.n_iter_no_change is not None:
             check_scalar(self.n_iter_no_change, "n_iter_no_change", kind=numbers.Integral, low=1)
-        if self.max_iter is not None:
-            check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=1)
-        if self.block_rows is not None:
-            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
+        _base.check_common_params(self, min_iter=1, max_iter_none=True)
         return lo, refit
 
     def _blocked(self, X, shape, name="X"):
@@ -621,6 +589,7 @@ class GreedyLowRank(BaseEstimator):
             verbose=self.verbose,
             init_offset=mean if init == "mean" else None,
             max_iter=self.max_iter,
+            tol=float(self.tol),
             init_factors=init_factors,
             grad_cache=reduce.gradient_cache,
             checkpoint=ckpt,
@@ -781,7 +750,7 @@ class GreedyLowRank(BaseEstimator):
         """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them (and
         :meth:`_from_saved` reads them; :class:`GreedyLowRankCV` embeds them)."""
         self._check_fitted()
-        params = {k: v for k, v in self.get_params().items() if k not in _NOT_SAVED}
+        params = _base.saved_params(self, _NOT_SAVED)
         arrays = {
             "U": self.U_,
             "V": self.V_,
@@ -847,11 +816,6 @@ class GreedyLowRank(BaseEstimator):
         r.finish()
         est._check_fitted()
         return est
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`."""
-        return load_as(cls, path)
 
 
 __all__ = ["GreedyLowRank", "LOSSES", "METRICS"]

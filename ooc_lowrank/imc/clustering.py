@@ -18,6 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin
 
+from ooc_lowrank import _base
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.glrl.estimator import _obs_handle
 from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features, features_of
@@ -354,6 +355,9 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         Seed of the feature maps, the initialization and k-means.
     callback : callable(iteration, elapsed, objective) or None, default=None
         Called after every outer IMC iteration (and at the initialization, iteration 0).
+    verbose : bool, default=False
+        Log one line per outer IMC iteration at INFO level on the ``"ooc_lowrank"`` logger
+        (DEBUG otherwise), for the selection fits and the final fit.
 
     Attributes
     ----------
@@ -401,24 +405,9 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         cache_bytes=None,
         random_state=None,
         callback=None,
+        verbose=False,
     ):
-        self.n_clusters = n_clusters
-        self.alpha = alpha
-        self.features = features
-        self.learn_features = learn_features
-        self.n_features_map = n_features_map
-        self.gamma = gamma
-        self.max_iter = max_iter
-        self.cg_iter = cg_iter
-        self.cg_tol = cg_tol
-        self.tol = tol
-        self.readout = readout
-        self.n_init = n_init
-        self.symmetrize = symmetrize
-        self.block_rows = block_rows
-        self.cache_bytes = cache_bytes
-        self.random_state = random_state
-        self.callback = callback
+        _base.store_params(self, locals())
 
     def fit(self, X, y=None, *, constraints):
         """Cluster the rows of ``X`` (n, d; an array, CSR, or a feature store's ``X``) under
@@ -511,6 +500,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
             cache_bytes=self.cache_bytes,
             random_state=seed,
             callback=self.callback,
+            verbose=self.verbose,
         )
 
     def _fit_imc(self, X, cons, lam, seed, max_iter, prepared):

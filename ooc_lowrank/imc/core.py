@@ -25,12 +25,12 @@ non-increasing.  All small algebra is float64.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ooc_lowrank import engine
+from ooc_lowrank._progress import Progress
 from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.gimc import _blocks as _gb
 from ooc_lowrank.gimc.core import C1, MAX_TRIALS
@@ -329,6 +329,7 @@ def fit_imc(
     rng=None,
     init=None,
     callback=None,
+    verbose=False,
 ):
     """Alternate W-step, H-step (CG) and, for learned sides, one Armijo step on U and V.
 
@@ -347,12 +348,14 @@ def fit_imc(
     init : (W, H) or None
         Starting factors (default: :func:`init_factors`).
     callback : callable(iteration, elapsed, objective) or None
+    verbose : bool
+        Progress lines at INFO (DEBUG otherwise) on the ``ooc_lowrank`` logger.
 
     Returns
     -------
     FitResult
     """
-    t0 = time.perf_counter()
+    progress = Progress(verbose, callback)
     rng = np.random.default_rng(0) if rng is None else rng
     if init is None:
         W, H, P, Q = init_factors(prob, k, rng)
@@ -362,9 +365,7 @@ def fit_imc(
     f = prob.objective(prob.loss(P, Q), W, H)
     _check_finite("the objective", "at the initialization", f)
     res = FitResult(W=W, H=H, U=prob.rows.U, V=prob.cols.U, P=P, Q=Q, objective=[f])
-    logger.info("IMC init: objective %.6g", f)
-    if callback is not None:
-        callback(0, time.perf_counter() - t0, f)
+    progress(0, f, "IMC init: objective %.6g", f)
     eta_u = eta_v = None
     for it in range(1, max_iter + 1):
         # W-step: r = b - H_W(W) = -grad_W
@@ -399,12 +400,7 @@ def fit_imc(
         res.step_sizes.append(tuple(steps))
         res.objective.append(f_new)
         res.n_iter = it
-        elapsed = time.perf_counter() - t0
-        logger.info(
-            "IMC iteration %d: objective %.6g, CG %d/%d (%.1fs)", it, f_new, nw, nh, elapsed
-        )
-        if callback is not None:
-            callback(it, elapsed, f_new)
+        progress(it, f_new, "IMC iteration %d: objective %.6g, CG %d/%d", it, f_new, nw, nh)
         if f - f_new <= tol * max(abs(f), 1e-300):
             f = f_new
             res.converged = True

@@ -17,19 +17,17 @@ import numpy as np
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine
+from ooc_lowrank import _base, engine
 from ooc_lowrank._inputs import as_features
 from ooc_lowrank._persist import (
     ModelFileError,
     ModelReader,
     build_checked,
     check_params,
-    load_as,
     save_model,
 )
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks as _gb
-from ooc_lowrank.gimc.estimator import _is_dataset, _open_if_path
 from ooc_lowrank.gimc.features import FourierFeatures, NystromFeatures
 from ooc_lowrank.glrl import _blocks as _glrl_blocks
 from ooc_lowrank.glrl.estimator import (
@@ -96,8 +94,8 @@ def features_of(X, name):
     """A store path or ``Dataset`` gives its array ``X``; anything else is converted at the
     boundary (:func:`ooc_lowrank._inputs.as_features`: DataFrames, pydata sparse, float16 and
     integer features; 1-D refused)."""
-    X = _open_if_path(X)
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         old_columns = str(X.attrs.get("generator", "")).endswith(".columns")
         if "X" not in X.names and old_columns and "Y" in X.names:
             return X["Y"]  # a generator's column store written before the features were "X"
@@ -161,7 +159,7 @@ def check_map_fits(n_features_map, B, what):
 
 
 
-class InductiveMatrixCompletion(BaseEstimator):
+class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
     """Two-sided inductive matrix completion with ALS + CG (LEML-style), optionally with learned
     Fourier / Nystrom features on both sides (GIMC-LFF / GIMC-LNYS, SPEC 1.5).
 
@@ -198,6 +196,10 @@ class InductiveMatrixCompletion(BaseEstimator):
     random_state : int, RandomState, Generator or None
         Seed of the feature maps and the initialization.
     callback : callable(iteration, elapsed, objective) or None
+        Called after the initialization (iteration 0) and every outer iteration.
+    verbose : bool, default=False
+        Log one line per outer iteration at INFO level on the ``"ooc_lowrank"`` logger (DEBUG
+        otherwise).
 
     Attributes
     ----------
@@ -245,22 +247,9 @@ class InductiveMatrixCompletion(BaseEstimator):
         cache_bytes=None,
         random_state=None,
         callback=None,
+        verbose=False,
     ):
-        self.n_components = n_components
-        self.alpha = alpha
-        self.row_map = row_map
-        self.col_map = col_map
-        self.n_features_map = n_features_map
-        self.gamma = gamma
-        self.learn_features = learn_features
-        self.max_iter = max_iter
-        self.cg_iter = cg_iter
-        self.cg_tol = cg_tol
-        self.tol = tol
-        self.block_rows = block_rows
-        self.cache_bytes = cache_bytes
-        self.random_state = random_state
-        self.callback = callback
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -275,14 +264,9 @@ class InductiveMatrixCompletion(BaseEstimator):
         check_scalar(self.n_features_map, "n_features_map", kind=numbers.Integral, low=1)
         if self.gamma is not None:
             check_scalar(self.gamma, "gamma", low=0.0, low_inclusive=False)
-        check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
         check_scalar(self.cg_iter, "cg_iter", kind=numbers.Integral, low=1)
         check_scalar(self.cg_tol, "cg_tol", low=0.0)
-        check_scalar(self.tol, "tol", low=0.0)
-        if self.block_rows is not None:
-            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
-        if self.cache_bytes is not None:
-            check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
+        _base.check_common_params(self)
 
     def _side(self, kind, X, rng):
         """A :class:`core.Side` for feature map ``kind`` on blocked ``X``."""
@@ -362,6 +346,7 @@ class InductiveMatrixCompletion(BaseEstimator):
             tol=float(self.tol),
             rng=rng,
             callback=self.callback,
+            verbose=self.verbose,
         )
         self.W_, self.H_ = res.W, res.H
         self.row_params_, self.col_params_ = res.U, res.V
@@ -508,7 +493,7 @@ class InductiveMatrixCompletion(BaseEstimator):
         there (a store, a folder, a file) is never replaced.
         """
         check_is_fitted(self, "W_")
-        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        params = _base.saved_params(self)
         arrays = {
             "W": self.W_,
             "H": self.H_,
@@ -570,11 +555,6 @@ class InductiveMatrixCompletion(BaseEstimator):
         est.shape_ = tuple(shape)
         r.finish()
         return est
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`."""
-        return load_as(cls, path)
 
 
 __all__ = ["InductiveMatrixCompletion", "FEATURE_MAPS"]

@@ -28,13 +28,13 @@ the objective's smooth part, so no other pass is needed.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
 
 from ooc_lowrank import engine
+from ooc_lowrank._progress import Progress
 from ooc_lowrank.kernelmaxide import _blocks
 
 logger = logging.getLogger("ooc_lowrank")
@@ -199,6 +199,7 @@ def apg(
     callback=None,
     on_iterate=None,
     checkpoint=None,
+    verbose=False,
 ):
     """Corrected Algorithm 1 (SPEC 4.4) on ``Chat`` (r' x m); ``W = R^T Chat``.
 
@@ -231,6 +232,8 @@ def apg(
         if never interrupted); save after every ``checkpoint.every``-th iteration and when the
         fit stops.  ``R`` is saved with the state when it is an array (the caller may reuse it
         on resume).
+    verbose : bool
+        Progress lines at INFO (DEBUG otherwise) on the ``ooc_lowrank`` logger.
 
     Returns
     -------
@@ -243,7 +246,7 @@ def apg(
     L = float(L0)
     F_old = float(E0)
     objs = [F_old]
-    t0 = time.perf_counter()
+    progress = Progress(verbose, callback)
     converged = False
     k = 0
     restored = checkpoint.load() if checkpoint is not None else None
@@ -316,10 +319,7 @@ def apg(
         objs.append(F_new)
         if on_iterate is not None:
             on_iterate(k, C)
-        elapsed = time.perf_counter() - t0
-        logger.info("maxide iter %d: objective %.6g, L %.3g, %.2f s", k, F_new, L, elapsed)
-        if callback is not None:
-            callback(k, elapsed, F_new)
+        progress(k, F_new, "maxide iter %d: objective %.6g, L %.3g", k, F_new, L)
         if abs(F_new - F_old) < tol * F_new:
             converged = True
             break

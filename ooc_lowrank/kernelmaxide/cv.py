@@ -28,7 +28,7 @@ from scipy.stats import rankdata
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine
+from ooc_lowrank import _base, engine
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc.cv import GIMCCV
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
@@ -117,6 +117,7 @@ class _ObservedSearch(BaseEstimator):
         )
 
     def _check_common(self):
+        _base.check_callback(self.callback)
         check_scalar(
             self.validation_fraction,
             "validation_fraction",
@@ -233,7 +234,8 @@ class _ObservedSearch(BaseEstimator):
         self.n_splits_ = int(self.n_splits)
         if self.refit:
             t0 = time.perf_counter()
-            self.best_estimator_ = self._estimator(**base, **self.best_params_).fit(X, Y)
+            refit = self._estimator(**base, **self.best_params_, callback=self.callback)
+            self.best_estimator_ = refit.fit(X, Y)
             self.refit_time_ = time.perf_counter() - t0
         return self
 
@@ -333,6 +335,10 @@ class KernelMaxideCV(_ObservedSearch):
         Seeds the hold-outs (None: 0) and every fit's landmarks.
     verbose : bool, default=False
         Log each fit's score at INFO level.
+    callback : callable or None, default=None
+        ``callback(iteration, elapsed_seconds, objective)`` after each APG iteration of the refit
+        on all observed labels (``refit=True``), as :class:`KernelMaxide` takes it; the
+        hold-out fits do not call it.
 
     Attributes
     ----------
@@ -373,24 +379,9 @@ class KernelMaxideCV(_ObservedSearch):
         block_rows=None,
         random_state=None,
         verbose=False,
+        callback=None,
     ):
-        self.n_features_map = n_features_map
-        self.n_components = n_components
-        self.gamma_scales = gamma_scales
-        self.gammas = gammas
-        self.alphas = alphas
-        self.validation_fraction = validation_fraction
-        self.holdout = holdout
-        self.scoring = scoring
-        self.n_splits = n_splits
-        self.refit = refit
-        self.max_iter = max_iter
-        self.tol = tol
-        self.n_trials = n_trials
-        self.cache_bytes = cache_bytes
-        self.block_rows = block_rows
-        self.random_state = random_state
-        self.verbose = verbose
+        _base.store_params(self, locals())
 
     def _base(self, seed):
         return {
@@ -436,7 +427,7 @@ class MaxideCV(_ObservedSearch):
         search never excludes the fixed default (twice the fits of one ``k``).
     alphas : sequence of float, default=(0.25, 1.0, 4.0, 16.0)
     validation_fraction, holdout, scoring, n_splits, refit, max_iter, tol, n_trials, cache_bytes,
-    block_rows, random_state, verbose
+    block_rows, random_state, verbose, callback
         As in :class:`KernelMaxideCV`.
 
     Attributes
@@ -472,21 +463,9 @@ class MaxideCV(_ObservedSearch):
         block_rows=None,
         random_state=None,
         verbose=False,
+        callback=None,
     ):
-        self.n_components_grid = n_components_grid
-        self.alphas = alphas
-        self.validation_fraction = validation_fraction
-        self.holdout = holdout
-        self.scoring = scoring
-        self.n_splits = n_splits
-        self.refit = refit
-        self.max_iter = max_iter
-        self.tol = tol
-        self.n_trials = n_trials
-        self.cache_bytes = cache_bytes
-        self.block_rows = block_rows
-        self.random_state = random_state
-        self.verbose = verbose
+        _base.store_params(self, locals())
 
 
     def _settings(self, X, seed, validate_only=False):

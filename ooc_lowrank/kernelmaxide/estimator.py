@@ -23,7 +23,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, clone
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import _checkpoint, _estimate, engine, metrics
+from ooc_lowrank import _base, _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._inputs import as_features, as_labels, check_X_scale
 from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
@@ -35,7 +35,6 @@ from ooc_lowrank._validation import (
     check_scalar,
     param_error,
 )
-from ooc_lowrank.gimc.estimator import _open_if_path
 from ooc_lowrank.gimc.features import _check_gamma, median_gamma, nystrom_normalization, sample_rows
 from ooc_lowrank.kernelmaxide import _blocks, core
 from ooc_lowrank.kernelmaxide.masking import check_observed_labels
@@ -87,10 +86,6 @@ def cholesky_normalization(U, gamma, tol=1e-10):
     M = np.zeros_like(E)
     M[piv[:rank] - 1, :rank] = np.tril(Linv).T
     return M
-
-
-def _is_dataset(obj):
-    return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
 
 
 def _ut_mask(YB):
@@ -161,8 +156,8 @@ def fit_inputs(X, Y):
     path or ``Dataset`` gives ``X`` and (``Y=None``) ``Y_obs``; DataFrames, pydata sparse,
     float16 / integer features are converted (:mod:`ooc_lowrank._inputs`); an empty ``X``
     is refused."""
-    X = _open_if_path(X)
-    if _is_dataset(X):
+    X = _base.open_if_path(X)
+    if _base.is_dataset(X):
         ds = X
         X = ds["X"]
         if Y is None:
@@ -211,7 +206,7 @@ def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-class _MaxideBase(BaseEstimator):
+class _MaxideBase(_base.Loadable, BaseEstimator):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
 
     #: passes over X that make the feature map (not through ``core.Passes``)
@@ -240,8 +235,7 @@ class _MaxideBase(BaseEstimator):
             fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is "
             "2^-10..2^10)",
         )
-        check_scalar(self.max_iter, "max_iter", kind=numbers.Integral, low=0)
-        check_scalar(self.tol, "tol", low=0.0)
+        _base.check_common_params(self)
         if self.n_trials is not None:
             check_scalar(
                 self.n_trials,
@@ -251,12 +245,6 @@ class _MaxideBase(BaseEstimator):
                 high=MAX_TRIALS,
                 fix="Use a small count, e.g. n_trials=2, or None for the default",
             )
-        if self.cache_bytes is not None:
-            check_scalar(self.cache_bytes, "cache_bytes", kind=numbers.Integral, low=0)
-        if self.block_rows is not None:
-            check_scalar(self.block_rows, "block_rows", kind=numbers.Integral, low=1)
-        if self.callback is not None and not callable(self.callback):
-            raise param_error("callback", "must be callable or None", self.callback, exc=TypeError)
         self._validate_method_params()
 
     def _budget(self):
@@ -477,6 +465,7 @@ class _MaxideBase(BaseEstimator):
             n_trials=int(self.n_trials or st.n_trials),
             callback=self.callback,
             checkpoint=st.ckpt,
+            verbose=self.verbose,
         )
         R = st.R
         self.fmap_ = st.fmap
@@ -509,7 +498,7 @@ class _MaxideBase(BaseEstimator):
     # -- prediction -----------------------------------------------------------------------
     def _prepare_X(self, X):
         check_is_fitted(self, "coef_")
-        if _is_dataset(X):
+        if _base.is_dataset(X):
             X = X["X"]
         X = as_features(X, "X")
         B = engine.as_blocked(X, block_rows=self.block_rows, name="X")
@@ -583,7 +572,7 @@ class _MaxideBase(BaseEstimator):
         want_rl = any(m.strip().lower() in ("ranking_loss", "rl") for m in names)
         # the ranking loss from the scores (ties are errors), not from the top-k order
         parsed = [p for p in metrics.parse_metrics(names) if not p[0].startswith("ranking_loss")]
-        if _is_dataset(dataset) and Y is None:
+        if _base.is_dataset(dataset) and Y is None:
             Y = dataset["Y"]
         if Y is None:
             raise ValueError("evaluate needs labels: pass a dataset with 'Y' or Y=...")
@@ -654,7 +643,7 @@ class _MaxideBase(BaseEstimator):
             if self.fmap_.M is not None:
                 arrays["M"] = self.fmap_.M
             extra["gamma"] = self.gamma_
-        params = {k: v for k, v in self.get_params().items() if k != "callback"}
+        params = _base.saved_params(self)
         save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
 
     @classmethod
@@ -758,6 +747,9 @@ class KernelMaxide(_MaxideBase):
     random_state : int, RandomState or None
     callback : callable or None
         ``callback(iteration, elapsed_seconds, objective)`` after each APG iteration.
+    verbose : bool, default=False
+        Log one line per APG iteration at INFO level on the ``"ooc_lowrank"`` logger (DEBUG
+        otherwise).
 
     Attributes
     ----------
@@ -805,18 +797,9 @@ class KernelMaxide(_MaxideBase):
         block_rows=None,
         random_state=None,
         callback=None,
+        verbose=False,
     ):
-        self.n_features_map = n_features_map
-        self.gamma = gamma
-        self.alpha = alpha
-        self.n_components = n_components
-        self.max_iter = max_iter
-        self.tol = tol
-        self.n_trials = n_trials
-        self.cache_bytes = cache_bytes
-        self.block_rows = block_rows
-        self.random_state = random_state
-        self.callback = callback
+        _base.store_params(self, locals())
 
     _feature_attrs = ("gamma_", "landmarks_", "normalization_")
 
@@ -962,7 +945,7 @@ class Maxide(_MaxideBase):
         set; every direction with ``alpha=1`` (the former default) was 0.10 worse than the paper
         on Arts (docs/kernelmaxide.md section 9).  :class:`MaxideCV` selects both per dataset.
     alpha : float, default=4.0
-    max_iter, tol, n_trials, cache_bytes, block_rows, callback
+    max_iter, tol, n_trials, cache_bytes, block_rows, callback, verbose
         As in :class:`KernelMaxide`.
     random_state : ignored (kept for a uniform interface)
 
@@ -998,16 +981,9 @@ class Maxide(_MaxideBase):
         block_rows=None,
         random_state=None,
         callback=None,
+        verbose=False,
     ):
-        self.n_components = n_components
-        self.alpha = alpha
-        self.max_iter = max_iter
-        self.tol = tol
-        self.n_trials = n_trials
-        self.cache_bytes = cache_bytes
-        self.block_rows = block_rows
-        self.random_state = random_state
-        self.callback = callback
+        _base.store_params(self, locals())
 
     _feature_passes = 1  # X^T X
     _feature_attrs = ("singular_values_", "projection_")

@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ooc_lowrank import engine
+from ooc_lowrank._progress import progress_log
 from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.kernels import mvm as _k
 from ooc_lowrank.mvm import _blocks
@@ -124,7 +125,7 @@ class _Monitor:
             else:
                 self.bad += 1
                 stop = self.bad >= self.patience
-        (logger.info if self.verbose else logger.debug)(msg + f" ({elapsed:.1f} s)")
+        progress_log(self.verbose)(msg + f" ({elapsed:.1f} s)")
         if self.callback is not None:
             self.callback(it, elapsed, float(objective))
         return stop

@@ -30,7 +30,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import type_of_target
 
-from ooc_lowrank import _checkpoint, _estimate, engine
+from ooc_lowrank import _base, _checkpoint, _estimate, engine
 from ooc_lowrank._inputs import as_input
 from ooc_lowrank._persist import (
     ModelFileError,
@@ -38,7 +38,6 @@ from ooc_lowrank._persist import (
     build_checked,
     check_params,
     check_value,
-    load_as,
     save_model,
 )
 from ooc_lowrank._validation import (
@@ -52,10 +51,6 @@ from ooc_lowrank.mvm.core import REG_CODES, _Layout, _Monitor, fit_lbfgs, fit_sg
 SOLVERS = ("auto", "lbfgs", "sgd")
 
 _NOT_SAVED = ("callback",)
-
-
-def _is_dataset(X):
-    return hasattr(X, "names") and hasattr(X, "__getitem__") and hasattr(X, "n_rows")
 
 
 def _is_arraylike_2d(a):
@@ -116,7 +111,7 @@ def _numeric_view(v, name):
     return v
 
 
-class _BaseMVM(BaseEstimator):
+class _BaseMVM(_base.Loadable, BaseEstimator):
     _task = "regression"
     _losses: tuple = ()
 
@@ -140,22 +135,7 @@ class _BaseMVM(BaseEstimator):
         verbose=False,
         callback=None,
     ):
-        self.n_components = n_components
-        self.view_sizes = view_sizes
-        self.loss = loss
-        self.reg = reg
-        self.alpha = alpha
-        self.init_std = init_std
-        self.solver = solver
-        self.max_iter = max_iter
-        self.n_epochs = n_epochs
-        self.learning_rate = learning_rate
-        self.tol = tol
-        self.n_iter_no_change = n_iter_no_change
-        self.block_rows = block_rows
-        self.random_state = random_state
-        self.verbose = verbose
-        self.callback = callback
+        _base.store_params(self, locals())
 
     # ------------------------------------------------------------------ validation
     def _resolved_loss(self):
@@ -194,6 +174,7 @@ class _BaseMVM(BaseEstimator):
         if self.n_iter_no_change is not None:
             check_scalar(self.n_iter_no_change, "n_iter_no_change", kind=numbers.Integral, low=1)
         self._check_block_rows()
+        _base.check_callback(self.callback)
         if self.view_sizes is not None:
             vs = self.view_sizes
             if isinstance(vs, numbers.Integral) or not all(
@@ -217,7 +198,7 @@ class _BaseMVM(BaseEstimator):
             from ooc_lowrank.storage import open_dataset
 
             X = open_dataset(str(X))
-        if _is_dataset(X):
+        if _base.is_dataset(X):
             ds = X
             raw = _store_views(ds)
         elif isinstance(X, (list, tuple)) and X and any(_is_arraylike_2d(a) for a in X):
@@ -486,7 +467,7 @@ class _BaseMVM(BaseEstimator):
                 np.asarray(self.intercept_, float))
 
     def _validation_scorer(self, eval_set, sizes, layout, loss):
-        if _is_dataset(eval_set) or isinstance(eval_set, (str, os.PathLike)):
+        if _base.is_dataset(eval_set) or isinstance(eval_set, (str, os.PathLike)):
             Xv, yv = eval_set, None
         else:
             try:
@@ -617,7 +598,7 @@ class _BaseMVM(BaseEstimator):
         there (a store, a folder, a file) is never replaced.
         """
         self._check_fitted()
-        params = {k: v for k, v in self.get_params().items() if k not in _NOT_SAVED}
+        params = _base.saved_params(self, _NOT_SAVED)
         if params.get("view_sizes") is not None:
             params["view_sizes"] = [int(v) for v in params["view_sizes"]]
         arrays = {
@@ -637,11 +618,6 @@ class _BaseMVM(BaseEstimator):
         if hasattr(self, "classes_"):
             extra["classes"] = [v.item() if hasattr(v, "item") else v for v in self.classes_]
         save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
-
-    @classmethod
-    def load(cls, path):
-        """Load a model saved by :meth:`save`; a model of another estimator is refused."""
-        return load_as(cls, path)
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
@@ -755,10 +731,10 @@ def _returns_lazy(X):
     import dask.array as da
 
     if isinstance(X, (list, tuple)):
-        return any(isinstance(a, da.Array) or _is_dataset(a) for a in X) or any(
+        return any(isinstance(a, da.Array) or _base.is_dataset(a) for a in X) or any(
             hasattr(a, "read") and hasattr(a, "block_rows") for a in X
         )
-    return isinstance(X, (da.Array, str, os.PathLike)) or _is_dataset(X) or (
+    return isinstance(X, (da.Array, str, os.PathLike)) or _base.is_dataset(X) or (
         hasattr(X, "read") and hasattr(X, "block_rows")
     )
 
@@ -906,33 +882,8 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
     _losses = ("logistic", "hinge")
     _default_metrics = ("accuracy", "auc")
 
-    def __init__(
-        self,
-        *,
-        n_components=10,
-        view_sizes=None,
-        loss=None,
-        reg="l2",
-        alpha=1e-2,
-        init_std=0.1,
-        solver="auto",
-        max_iter=200,
-        n_epochs=10,
-        learning_rate=0.05,
-        tol=1e-3,
-        n_iter_no_change=None,
-        block_rows=None,
-        random_state=None,
-        verbose=False,
-        callback=None,
-    ):  # the regressor's parameters with the classifier's alpha and tol defaults
-        super().__init__(
-            n_components=n_components, view_sizes=view_sizes, loss=loss, reg=reg,
-            alpha=alpha, init_std=init_std, solver=solver, max_iter=max_iter,
-            n_epochs=n_epochs, learning_rate=learning_rate, tol=tol,
-            n_iter_no_change=n_iter_no_change, block_rows=block_rows,
-            random_state=random_state, verbose=verbose, callback=callback,
-        )
+    # the regressor's parameters with the classifier's alpha and tol defaults
+    __init__ = _base.with_defaults(_BaseMVM.__init__, alpha=1e-2, tol=1e-3)
 
     def fit_intercept_enabled(self):
         return False

@@ -1,0 +1,109 @@
+"""The plumbing every estimator shares, written once (issue 29).
+
+Each method's ``estimator.py`` / ``cv.py`` keeps what is its own (its parameters, their
+method-specific checks, its fit and its model file); what they all do alike lives here:
+
+- :func:`store_params`: ``__init__`` stores its keyword-only hyperparameters and nothing else
+  (scikit-learn's contract), in one line instead of one line per parameter;
+- :func:`check_common_params`: the checks of the parameters every streaming / iterative
+  estimator shares (``block_rows``, ``cache_bytes``, ``max_iter``, ``tol``, ``callback``), with
+  the same error text everywhere;
+- :func:`saved_params`: the hyperparameters a model file keeps (never a callable);
+- :func:`with_defaults`: a subclass that changes only defaults keeps its parent's ``__init__``;
+- :class:`Loadable`: ``Estimator.load(path)`` for every estimator with a model file;
+- :func:`is_dataset`, :func:`open_if_path`: a store given as a path, URL or opened Dataset.
+
+Progress lines and the ``callback`` are :mod:`ooc_lowrank._progress`; input resolution is
+:mod:`ooc_lowrank._inputs`; model files :mod:`ooc_lowrank._persist`; checkpoints
+:mod:`ooc_lowrank._checkpoint`.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import types
+
+from ooc_lowrank._persist import load_as
+from ooc_lowrank._validation import check_scalar, param_error
+
+#: hyperparameters a model file never holds (callables; they do not survive JSON)
+NOT_SAVED = ("callback",)
+
+
+def is_dataset(obj):
+    """Whether ``obj`` is an opened store (:class:`ooc_lowrank.storage.Dataset` or alike)."""
+    return hasattr(obj, "names") and hasattr(obj, "n_rows") and hasattr(obj, "__getitem__")
+
+
+def open_if_path(X):
+    """A store path or URL (str / os.PathLike) -> the opened Dataset; anything else unchanged."""
+    if isinstance(X, (str, os.PathLike)):
+        from ooc_lowrank.storage import open_dataset
+
+        return open_dataset(X)
+    return X
+
+
+def store_params(est, params):
+    """Set every ``__init__`` argument of ``params`` (the ``locals()`` of ``__init__``) on
+    ``est`` under its own name; nothing else."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(est, name, value)
+
+
+def with_defaults(init, **defaults):
+    """A copy of the keyword-only ``__init__`` ``init`` with other ``defaults``: what
+    ``inspect.signature`` (so ``get_params``, ``clone``, ``repr`` and the CLI flags) reads."""
+    unknown = sorted(set(defaults) - set(init.__kwdefaults__ or ()))
+    if unknown:
+        raise TypeError(f"{init.__qualname__} has no keyword-only parameters {unknown}")
+    f = types.FunctionType(
+        init.__code__, init.__globals__, init.__name__, init.__defaults__, init.__closure__
+    )
+    f.__kwdefaults__ = {**init.__kwdefaults__, **defaults}
+    f.__doc__, f.__module__, f.__qualname__ = init.__doc__, init.__module__, init.__qualname__
+    return f
+
+
+def saved_params(est, not_saved=NOT_SAVED):
+    """``est.get_params()`` without the ones a model file does not keep."""
+    return {k: v for k, v in est.get_params().items() if k not in not_saved}
+
+
+def check_callback(callback):
+    """``callback`` is None or callable(iteration, elapsed, objective)."""
+    if callback is not None and not callable(callback):
+        raise param_error(
+            "callback",
+            "must be callable(iteration, elapsed, objective) or None",
+            callback,
+            exc=TypeError,
+        )
+
+
+def check_common_params(est, *, min_iter=0, max_iter_none=False):
+    """Check the shared parameters ``est`` has: ``max_iter`` (an int >= ``min_iter``; None too
+    with ``max_iter_none``), ``tol`` (>= 0), ``block_rows`` (None or >= 1), ``cache_bytes`` (None
+    or >= 0) and ``callback``."""
+    params = est.get_params(deep=False)
+    if "max_iter" in params and not (max_iter_none and params["max_iter"] is None):
+        check_scalar(params["max_iter"], "max_iter", kind=numbers.Integral, low=min_iter)
+    if params.get("tol") is not None:
+        check_scalar(params["tol"], "tol", low=0.0)
+    if params.get("block_rows") is not None:
+        check_scalar(params["block_rows"], "block_rows", kind=numbers.Integral, low=1)
+    if params.get("cache_bytes") is not None:
+        check_scalar(params["cache_bytes"], "cache_bytes", kind=numbers.Integral, low=0)
+    check_callback(params.get("callback"))
+
+
+class Loadable:
+    """``load(path)``: the model ``save`` wrote, refused (naming both) when ``path`` holds
+    another estimator's model."""
+
+    @classmethod
+    def load(cls, path):
+        """Load a model saved by :meth:`save`; a model of another estimator is refused."""
+        return load_as(cls, path)

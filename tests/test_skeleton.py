@@ -1,0 +1,239 @@
+"""The shared estimator skeleton (issue 29): ``verbose`` progress lines on every iterative
+estimator, ``tol`` on GreedyLowRank, ``callback`` on the CV searches, the shared parameter
+checks and model-file parameters."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import ooc_lowrank as ool
+from ooc_lowrank._base import check_common_params, saved_params, store_params
+from ooc_lowrank.gimc import GIMCCV
+from ooc_lowrank.glrl import GreedyLowRank, GreedyLowRankCV
+from ooc_lowrank.imc import InductiveMatrixCompletion
+from ooc_lowrank.imc.clustering import GIMCClustering, sample_constraints
+from ooc_lowrank.kernelmaxide import KernelMaxide, KernelMaxideCV, Maxide, MaxideCV, mask_labels
+
+
+def _ml(seed=0, n=80, d=5, L=6):
+    r = np.random.default_rng(seed)
+    X = r.standard_normal((n, d))
+    Y = (X @ r.standard_normal((d, 2)) @ r.standard_normal((2, L)) > 0).astype(float)
+    return X, Y
+
+
+def _imc_data(seed=0, n1=30, n2=20):
+    r = np.random.default_rng(seed)
+    X1, X2 = r.standard_normal((n1, 4)), r.standard_normal((n2, 3))
+    rows, cols = np.nonzero(r.random((n1, n2)) < 0.4)
+    return X1, X2, (rows, cols, r.standard_normal(rows.size))
+
+
+def _imc_fit(verbose):
+    X1, X2, trip = _imc_data()
+    est = InductiveMatrixCompletion(n_components=2, max_iter=3, tol=0, verbose=verbose)
+    return est.fit(trip, X_row=X1, X_col=X2, shape=(30, 20)), "IMC "
+
+
+def _clustering_fit(verbose):
+    r = np.random.default_rng(1)
+    y = np.repeat(np.arange(2), 20)
+    X = r.standard_normal((40, 3)) + 3 * r.standard_normal((2, 3))[y]
+    cons = sample_constraints(y, 200, random_state=0)
+    est = GIMCClustering(n_clusters=2, alpha=0.5, n_features_map=10, max_iter=3, tol=0, n_init=2,
+                         random_state=0, verbose=verbose)  # fmt: skip
+    return est.fit(X, constraints=cons).imc_, "IMC "
+
+
+def _km_fit(verbose, cls=KernelMaxide, **kw):
+    X, Y = _ml()
+    kw = dict(n_features_map=20, random_state=0) if cls is KernelMaxide else {}
+    est = cls(alpha=0.5, max_iter=4, tol=0, verbose=verbose, **kw)
+    return est.fit(X, mask_labels(Y, 50, random_state=0)), "maxide iter"
+
+
+def _maxide_fit(verbose):
+    return _km_fit(verbose, Maxide)
+
+
+@pytest.mark.parametrize("fit", [_imc_fit, _clustering_fit, _km_fit, _maxide_fit])
+def test_verbose_logs_one_info_line_per_iteration(fit, caplog):
+    """verbose=True: one INFO line per iteration (IMC's init too); verbose=False: the same lines
+    at DEBUG only (before issue 29 IMC and Maxide logged at INFO whatever the setting, and
+    ``verbose`` was refused as an unknown parameter)."""
+    for verbose in (True, False):
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="ooc_lowrank"):
+            est, prefix = fit(verbose)
+        lines = [r for r in caplog.records if r.getMessage().startswith(prefix)]
+        n_lines = est.n_iter_ + (1 if prefix.startswith("IMC") else 0)
+        assert len(lines) >= n_lines >= 3
+        level = logging.INFO if verbose else logging.DEBUG
+        assert {r.levelno for r in lines} == {level}
+
+
+def _glrl_data(seed=0, m=40, n=30):
+    r = np.random.default_rng(seed)
+    M = r.standard_normal((m, 3)) @ r.standard_normal((3, n))
+    rows, cols = np.nonzero(r.random((m, n)) < 0.5)
+    return (rows, cols, M[rows, cols] + 0.5 * r.standard_normal(rows.size)), (m, n)
+
+
+def test_glrl_tol_stops_on_the_relative_objective_decrease():
+    data, shape = _glrl_data()
+    kw = dict(loss="square", n_components=12, init="zero", power_iter=10, random_state=0)
+    full = GreedyLowRank(**kw).fit(data, shape=shape)
+    assert full.tol == 0.0 and full.n_iter_ == 12  # the default takes the whole budget
+    obj = full.objective_path_
+    dec = (obj[:-1] - obj[1:]) / np.abs(obj[:-1])
+    tol = float(np.sort(dec)[len(dec) // 2])  # a threshold that some step falls under
+    stop = int(np.argmax(dec < tol)) + 1  # the first step whose decrease is below tol
+    early = GreedyLowRank(**kw, tol=tol).fit(data, shape=shape)
+    assert early.n_iter_ == stop < full.n_iter_
+    np.testing.assert_allclose(early.objective_path_, obj[: stop + 1], rtol=1e-12)
+
+
+def test_glrl_tol_is_checked_by_name():
+    data, shape = _glrl_data()
+    with pytest.raises(ValueError, match="tol"):
+        GreedyLowRank(tol=-1.0).fit(data, shape=shape)
+
+
+def _calls():
+    seen = []
+    return seen, lambda it, elapsed, obj: seen.append((it, elapsed, obj))
+
+
+def _check_calls(seen, best, objective):
+    its = [s[0] for s in seen]
+    assert its[-1] == best.n_iter_ and its == sorted(its) and len(its) >= best.n_iter_
+    assert seen[-1][2] == pytest.approx(objective[-1])
+
+
+def test_gimccv_callback_sees_the_refit(tmp_path):
+    X, Y = _ml(n=60)
+    seen, cb = _calls()
+    cv = GIMCCV(n_features_map=6, max_iter=3, gamma_scales=[1.0], alphas=[1.0], cv=2,
+                random_state=0, callback=cb).fit(X, sp.csr_matrix(Y))  # fmt: skip
+    assert [s[0] for s in seen] == list(range(cv.best_estimator_.n_iter_ + 1))
+    _check_calls(seen, cv.best_estimator_, cv.best_estimator_.objective_)
+    cv.save(str(tmp_path / "m"))  # the callable is not a saved parameter
+    assert ool.load(str(tmp_path / "m")).callback is None
+
+
+def test_glrl_cv_callback_sees_the_refit(tmp_path):
+    data, shape = _glrl_data()
+    seen, cb = _calls()
+    cv = GreedyLowRankCV(n_components=4, alphas=[0.0, 1.0], greedy_l2s=[0.0], cv=2, power_iter=5, random_state=0,
+                         callback=cb).fit(data, shape=shape)  # fmt: skip
+    assert [s[0] for s in seen] == list(range(1, cv.best_estimator_.n_iter_ + 1))
+    _check_calls(seen, cv.best_estimator_, cv.best_estimator_.objective_path_)
+    cv.save(str(tmp_path / "m"))
+    assert ool.load(str(tmp_path / "m")).callback is None
+
+
+@pytest.mark.parametrize("cls", [KernelMaxideCV, MaxideCV])
+def test_maxide_cv_callback_sees_the_refit(cls):
+    X, Y = _ml()
+    kw = dict(gammas=[1.0], gamma_scales=None, n_features_map=20) if cls is KernelMaxideCV else {}
+    seen, cb = _calls()
+    cv = cls(alphas=[0.5, 2.0], n_splits=1, max_iter=5, callback=cb, **kw)
+    cv.fit(X, mask_labels(Y, 50, random_state=0))
+    assert [s[0] for s in seen] == list(range(1, cv.best_estimator_.n_iter_ + 1))
+    _check_calls(seen, cv.best_estimator_, cv.best_estimator_.objective_)
+
+
+@pytest.mark.parametrize(
+    "est",
+    [GIMCCV(), GreedyLowRankCV(), KernelMaxideCV(), MaxideCV(), InductiveMatrixCompletion()],
+    ids=type,
+)
+def test_a_callback_that_is_not_callable_is_refused_by_name(est):
+    X, Y = _ml()
+    with pytest.raises(TypeError, match="callback"):
+        est.set_params(callback=3)
+        if isinstance(est, GreedyLowRankCV):
+            est.fit(_glrl_data()[0], shape=(40, 30))
+        elif isinstance(est, InductiveMatrixCompletion):
+            X1, X2, trip = _imc_data()
+            est.fit(trip, X_row=X1, X_col=X2, shape=(30, 20))
+        elif isinstance(est, GIMCCV):
+            est.fit(X, sp.csr_matrix(Y))
+        else:
+            est.fit(X, mask_labels(Y, 50, random_state=0))
+
+
+class _Toy:
+    def __init__(self, *, max_iter=1, tol=0.0, block_rows=None, cache_bytes=None, callback=None):
+        store_params(self, locals())
+
+    def get_params(self, deep=True):
+        return dict(vars(self))
+
+
+def test_store_params_and_common_checks():
+    t = _Toy(max_iter=3, callback=print)
+    assert t.get_params() == dict(max_iter=3, tol=0.0, block_rows=None, cache_bytes=None,
+                                  callback=print)  # fmt: skip
+    assert saved_params(t) == dict(max_iter=3, tol=0.0, block_rows=None, cache_bytes=None)
+    check_common_params(t)
+    for bad, exc in [
+        (dict(max_iter=-1), ValueError),
+        (dict(tol=-1.0), ValueError),
+        (dict(block_rows=0), ValueError),
+        (dict(cache_bytes=-1), ValueError),
+        (dict(callback="x"), TypeError),
+    ]:
+        with pytest.raises(exc, match=next(iter(bad))):
+            check_common_params(_Toy(**bad))
+    check_common_params(_Toy(max_iter=None), max_iter_none=True)
+    with pytest.raises(TypeError, match="max_iter"):
+        check_common_params(_Toy(max_iter=None))
+
+
+@pytest.mark.parametrize(
+    "command,flags",
+    [
+        ("imc", ["--verbose"]),
+        ("kernelmaxide", ["--verbose"]),
+        ("maxide", ["--verbose"]),
+        ("glrl", ["--tol", "--verbose"]),
+    ],
+)
+def test_cli_help_lists_the_new_parameters(command, flags, capsys):
+    from ooc_lowrank import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["fit", command, "--help"])
+    out = capsys.readouterr().out
+    for flag in flags:
+        assert flag in out
+
+
+def test_every_estimator_with_a_model_file_loads_through_its_class(tmp_path):
+    """``Estimator.load`` (``_base.Loadable``) on every estimator that saves; GIMC, GIMCCV,
+    KernelMaxide and Maxide had none before issue 29."""
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    for cls in (GIMC, GIMCCV, GreedyLowRank, GreedyLowRankCV, InductiveMatrixCompletion,
+                KernelMaxide, Maxide, MultiViewMachineRegressor, MultiViewMachineClassifier):  # fmt: skip
+        assert callable(cls.load)
+    est, _ = _maxide_fit(False)
+    est.save(str(tmp_path / "m"))
+    back = Maxide.load(str(tmp_path / "m"))
+    np.testing.assert_array_equal(back.coef_, est.coef_)
+    with pytest.raises(ValueError, match="holds a 'Maxide', not a GIMC"):
+        GIMC.load(str(tmp_path / "m"))
+
+
+def test_classifier_defaults_differ_only_where_said():
+    from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    reg, clf = MultiViewMachineRegressor().get_params(), MultiViewMachineClassifier().get_params()
+    assert {k for k in reg if reg[k] != clf[k]} == {"alpha", "tol"}
+    assert (clf["alpha"], clf["tol"]) == (1e-2, 1e-3)
