@@ -66,3 +66,69 @@ def lookup_keys(data, offsets, hashes, table, qdata, qoffsets, qhashes, out):
                     out[i] = k
                     break
             s = (s + np.uint64(1)) & mask
+
+
+@njit
+def intern_strings(qdata, qoffsets, qhashes, start, slots, kdata, koffsets, khashes, n_keys, out):
+    """Ids of query strings in a growing set of distinct keys, numbered in first-seen order.
+
+    Queries: ``qdata`` / ``qoffsets`` (Arrow's buffers), uint64 hashes ``qhashes``, from query
+    ``start`` on.  The set: ``n_keys`` keys in ``kdata`` / ``koffsets`` / ``khashes`` and the
+    open-addressing table ``slots`` uint64 ``(size, 2)`` of ``(hash, id + 1)`` rows (``id + 1 ==
+    0``: free; ``size`` a power of two, linear probing).  A query absent from the set is
+    appended to it.  Writes ``out[i]``, the id of query ``i``.  Returns ``(n_keys, i)``: the
+    keys now, and the query where it stopped (``qhashes.size`` when done; before that, a new key
+    would fill the table beyond half or overflow ``kdata`` / ``khashes``: the caller grows them
+    and calls again from ``i``).  A hash in the slot row spares reading the key on a probe;
+    equal hashes are confirmed byte by byte.
+    """
+    size = slots.shape[0]
+    mask = np.uint64(size - 1)
+    for i in range(start, qhashes.size):
+        h = qhashes[i]
+        s = np.int64(h & mask)
+        q0, qn = qoffsets[i], qoffsets[i + 1] - qoffsets[i]
+        while True:
+            k1 = slots[s, 1]
+            if k1 == 0:  # absent: a new key
+                k = n_keys
+                k0 = koffsets[k]
+                if 2 * (k + 1) > size or k + 1 >= khashes.size or k0 + qn > kdata.size:
+                    return n_keys, i
+                for j in range(qn):
+                    kdata[k0 + j] = qdata[q0 + j]
+                koffsets[k + 1] = k0 + qn
+                khashes[k] = h
+                slots[s, 0] = h
+                slots[s, 1] = np.uint64(k + 1)
+                n_keys += 1
+                out[i] = k
+                break
+            if slots[s, 0] == h:
+                k = np.int64(k1) - 1
+                k0 = koffsets[k]
+                if koffsets[k + 1] - k0 == qn:
+                    same = True
+                    for j in range(qn):
+                        if kdata[k0 + j] != qdata[q0 + j]:
+                            same = False
+                            break
+                    if same:
+                        out[i] = k
+                        break
+            s = (s + 1) & (size - 1)
+    return n_keys, qhashes.size
+
+
+@njit
+def rehash_slots(khashes, n_keys, slots):
+    """Fill the zeroed table ``slots`` (see :func:`intern_strings`) with keys ``0..n_keys-1``."""
+    size = slots.shape[0]
+    mask = np.uint64(size - 1)
+    for k in range(n_keys):
+        h = khashes[k]
+        s = np.int64(h & mask)
+        while slots[s, 1] != 0:
+            s = (s + 1) & (size - 1)
+        slots[s, 0] = h
+        slots[s, 1] = np.uint64(k + 1)
