@@ -780,7 +780,7 @@ class _StringInterner:
         self._data = np.empty(1 << 16, np.uint8)
         self._offsets = np.zeros((1 << 12) + 1, np.int64)
         self._hashes = np.empty(1 << 12, np.uint64)
-        self._slots = np.zeros((1 << 13, 2), np.uint64)
+        self._slots = np.zeros((1 << 13, 4), np.uint64)
         self.counts = np.zeros(1 << 12, np.int64)
 
     def add(self, keys: pa.Array) -> np.ndarray:
@@ -809,8 +809,8 @@ class _StringInterner:
         if 2 * (n + 1) > self._slots.shape[0]:
             from ooc_lowrank.kernels.hashing import rehash_slots
 
-            self._slots = np.zeros((2 * self._slots.shape[0], 2), np.uint64)
-            rehash_slots(self._hashes, n, self._slots)
+            self._slots = np.zeros((2 * self._slots.shape[0], 4), np.uint64)
+            rehash_slots(self._data, self._offsets, self._hashes, n, self._slots)
 
     def _intern(self, arr: pa.Array) -> np.ndarray:
         from ooc_lowrank.kernels.hashing import intern_strings
