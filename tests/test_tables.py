@@ -1243,3 +1243,16 @@ def test_string_interner_numbers_keys_in_first_seen_order(collide, monkeypatch):
     assert voc.keys.to_pylist() == keys
     assert counts.tolist() == [stream.count(k) for k in keys]
     assert [keys[w] for w in where] == want.dictionary.to_pylist()
+
+
+def test_bench_tables_scale_one_key_type_without_criteo(tmp_path):
+    """--keys string --criteo-rows 0: the string-key interactions alone (the full-size run of
+    issue 26's target without the Criteo part); structure only, no timing asserted."""
+    from benchmarks import bench_tables_scale
+
+    res = bench_tables_scale.main(
+        f"--rows 2000 --files 2 --keys string --criteo-rows 0 --in-process --quiet "
+        f"--workdir {tmp_path / 'w'} --out {tmp_path / 's.json'}".split()
+    )
+    assert [r["keys"] for r in res["interactions"]] == ["string"] and "criteo" not in res
+    assert res["interactions"][0]["store_bytes"] > 0

@@ -900,29 +900,35 @@ class _PairsOnce:
             self.close()
             raise
 
+    @staticmethod
+    def _add(side, arr) -> np.ndarray:
+        if isinstance(side, _VocabBuilder):
+            arr = _decode(arr)
+            side.add(arr)
+            return arr.to_numpy()
+        return side.add(arr)
+
     def _read(self, src, keys_of, cols, value, weight) -> int:
+        from concurrent.futures import ThreadPoolExecutor
+
         sides, offset = [None, None], 0
-        for batch in src.batches(cols):
-            keys = keys_of(batch, offset)
-            rec = np.empty(batch.num_rows, self._replay.dtype)
-            for k, name in enumerate("rc"):
-                arr = keys[k]
-                vtype = arr.type.value_type if pa.types.is_dictionary(arr.type) else arr.type
-                if sides[k] is None:
-                    integer = pa.types.is_integer(vtype)
-                    sides[k] = _VocabBuilder() if integer else _StringInterner()
-                if isinstance(sides[k], _VocabBuilder):
-                    arr = _decode(arr)
-                    sides[k].add(arr)
-                    rec[name] = arr.to_numpy()
-                else:
-                    rec[name] = sides[k].add(arr)
-            if value is not None:
-                rec["val"] = _values(batch, value, "value", offset, src)
-            if weight is not None:
-                rec["w"] = _values(batch, weight, "weight", offset, src)
-            self._replay.add(rec)
-            offset += batch.num_rows
+        # the two key columns side by side (the kernels release the GIL): two cores
+        with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
+            for batch in src.batches(cols):
+                keys = keys_of(batch, offset)
+                rec = np.empty(batch.num_rows, self._replay.dtype)
+                for k in (0, 1):
+                    if sides[k] is None:
+                        integer = _type_class(keys[k].type) == "integer"
+                        sides[k] = _VocabBuilder() if integer else _StringInterner()
+                ids = [pool.submit(self._add, sides[k], keys[k]) for k in (0, 1)]
+                if value is not None:
+                    rec["val"] = _values(batch, value, "value", offset, src)
+                if weight is not None:
+                    rec["w"] = _values(batch, weight, "weight", offset, src)
+                rec["r"], rec["c"] = ids[0].result(), ids[1].result()
+                self._replay.add(rec)
+                offset += batch.num_rows
         self.vocabularies, self._where, self.counts = [], [], None
         for side in sides if offset else ():
             if isinstance(side, _StringInterner):
