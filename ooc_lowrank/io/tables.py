@@ -1264,17 +1264,25 @@ def _convert_pairs(
                 del merged
 
         # pass 3b: every bucket sorted (a checked one stays as it is), duplicates merged, written
+        def merged(bi):
+            return presorted.pop(bi) if bi in presorted else merged_bucket(bi, duplicates)
+
         def blocks():
-            for bi in range(len(buckets)):
-                if bi in presorted:
-                    ptr, cols, vals = presorted.pop(bi)
-                else:
-                    ptr, cols, vals = merged_bucket(bi, duplicates)
-                val = vals["val"] if "val" in vals else np.ones(cols.size)
-                b = {array: csr_from_parts(ptr, cols, val, n_cols, dt)}
-                if weight is not None:
-                    b["weight"] = csr_from_parts(ptr, cols, vals["w"], n_cols, dt)
-                yield b
+            from concurrent.futures import ThreadPoolExecutor
+
+            # the next bucket sorted and merged (kernels without the GIL) while this one is
+            # written: one bucket more in memory, the second core busy
+            with ThreadPoolExecutor(1, thread_name_prefix="ooc_lowrank_bucket") as pool:
+                nxt = pool.submit(merged, 0)
+                for bi in range(len(buckets)):
+                    ptr, cols, vals = nxt.result()
+                    if bi + 1 < len(buckets):
+                        nxt = pool.submit(merged, bi + 1)
+                    val = vals["val"] if "val" in vals else np.ones(cols.size)
+                    b = {array: csr_from_parts(ptr, cols, val, n_cols, dt)}
+                    if weight is not None:
+                        b["weight"] = csr_from_parts(ptr, cols, vals["w"], n_cols, dt)
+                    yield b
 
         specs = [(array, kind, n_cols, dt)]
         if weight is not None:
