@@ -1234,6 +1234,13 @@ def test_string_interner_numbers_keys_in_first_seen_order(collide, monkeypatch):
         stream += b
         arr = pa.array(["pad"] + b, pa.large_string()).slice(1)
         batches.append(pc.dictionary_encode(arr) if size == 900 else arr)
+    d = batches[3]  # its dictionary again (interned once), and a key in no row: left out
+    unused = pa.DictionaryArray.from_arrays(
+        pa.array([0, 1], pa.int32()),
+        pa.concat_arrays([d.dictionary, pa.array(["NEVER"], d.dictionary.type)]),
+    )
+    batches[3:3] = [d.slice(0, 0)]
+    batches.append(unused.slice(0, 0))
     it = tables._StringInterner()
     got = np.concatenate([it.add(b) for b in batches])
     want = pc.dictionary_encode(pa.array(stream))
@@ -1242,7 +1249,8 @@ def test_string_interner_numbers_keys_in_first_seen_order(collide, monkeypatch):
     keys = sorted(set(stream))
     assert voc.keys.to_pylist() == keys
     assert counts.tolist() == [stream.count(k) for k in keys]
-    assert [keys[w] for w in where] == want.dictionary.to_pylist()
+    assert [keys[w] for w in where[: len(want.dictionary)]] == want.dictionary.to_pylist()
+    assert where[len(want.dictionary) :].tolist() == [-1]  # "NEVER"
 
 
 def test_bench_tables_scale_one_key_type_without_criteo(tmp_path):

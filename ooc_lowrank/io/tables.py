@@ -782,14 +782,17 @@ class _StringInterner:
         self._hashes = np.empty(1 << 12, np.uint64)
         self._slots = np.zeros((1 << 13, 4), np.uint64)
         self.counts = np.zeros(1 << 12, np.int64)
+        self._last_dictionary = None  # (dictionary, ids of its keys)
 
     def add(self, keys: pa.Array) -> np.ndarray:
         """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings)."""
         from ooc_lowrank.kernels.buckets import count_into
 
-        if pa.types.is_dictionary(keys.type):
-            ids = self._intern(_norm_keys(_decode(keys.dictionary)))
-            ids = ids[keys.indices.to_numpy(zero_copy_only=False)]
+        if pa.types.is_dictionary(keys.type):  # each dictionary interned once (a row group's)
+            d, last = keys.dictionary, self._last_dictionary
+            if last is None or not _same_array(last[0], d):
+                last = self._last_dictionary = (d, self._intern(_norm_keys(_decode(d))))
+            ids = last[1][keys.indices.to_numpy(zero_copy_only=False)]
         else:
             ids = self._intern(keys)
         count_into(ids, 0, self.counts)
@@ -829,15 +832,17 @@ class _StringInterner:
             self._grow(int(offsets[i + 1] - offsets[i]))
 
     def finish(self) -> tuple[Vocabulary, np.ndarray, np.ndarray]:
-        """(the sorted vocabulary, the count of each of its keys, sorted index of each id)."""
+        """(the sorted vocabulary, the count of each of its keys, sorted index of each id);
+        keys never counted (in a dictionary, not in the data) are left out (index -1)."""
         n = self.n
         keys = pa.LargeStringArray.from_buffers(
             n, pa.py_buffer(self._offsets[: n + 1].copy()), pa.py_buffer(self._data.copy())
         )
-        order = pc.array_sort_indices(keys).to_numpy()
-        where = np.empty(n, np.int64)
-        where[order] = np.arange(n)
-        return Vocabulary(keys.take(pa.array(order))), self.counts[:n][order], where
+        seen = np.flatnonzero(self.counts[:n])
+        order = seen[pc.array_sort_indices(keys.take(pa.array(seen))).to_numpy()]
+        where = np.full(n, -1, np.int64)
+        where[order] = np.arange(order.size)
+        return Vocabulary(keys.take(pa.array(order))), self.counts[order], where
 
 
 class _Replay:
