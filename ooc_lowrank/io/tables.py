@@ -835,6 +835,7 @@ class _StringInterner:
         """(the sorted vocabulary, the count of each of its keys, sorted index of each id);
         keys never counted (in a dictionary, not in the data) are left out (index -1)."""
         n = self.n
+        self._slots = self._hashes = None  # the table's memory back before the vocabulary's
         keys = pa.LargeStringArray.from_buffers(
             n, pa.py_buffer(self._offsets[: n + 1].copy()), pa.py_buffer(self._data.copy())
         )
