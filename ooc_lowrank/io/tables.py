@@ -29,14 +29,19 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
     also for labels and classes).  The input may come in any order: an external sort buckets
     entries by row range into temporary files and sorts each bucket (entries of a row end up
-    sorted by column).  Two reads of the table: pass 1 reads the key columns only, validates
-    them and builds the vocabularies (dense integer keys counted in an array, Parquet string
-    keys read dictionary-encoded and counted per dictionary), pass 2 validates the values,
-    maps keys to indices (integers: array lookup or binary search; strings: one hash table of the
-    vocabulary, probed once per distinct key of a row group) and
+    sorted by column).  A string key column (without ``vocabulary_from``): one read of the
+    table, the keys numbered in first-seen order by a hash table (kernel
+    ``kernels.hashing.intern_strings``, both key columns side by side), the values validated
+    and the entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.
+    Integer keys only, or ``vocabulary_from``: two reads: pass 1 reads the key columns only,
+    validates them and builds the vocabularies (dense integer keys counted in an array, Parquet
+    string keys read dictionary-encoded and counted per dictionary), pass 2 validates the
+    values, maps keys to indices (integers: array lookup or binary search; strings: one hash
+    table of the vocabulary, probed once per distinct key of a row group).  Pass 2 then
     spills the records (8-24 bytes each: row and column packed in one int64) with a counting
     sort (kernels ``kernels.buckets``); then every bucket is read once, sorted by a counting
-    sort by row and a short sort per row, and written.  Duplicate
+    sort by row and a short sort per row (the next bucket in a thread while one is written),
+    and written.  Duplicate
     ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
     last one read: files in the order given, a glob's or a folder's in sorted path order, rows
     in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
