@@ -22,6 +22,8 @@ deleted as soon as they are measured (``--keep`` keeps them).
     python -m benchmarks.bench_tables_scale --rows 2000000 --criteo-rows 1000000   # minutes
     python -m benchmarks.bench_tables_scale --rows 200000000 --files 40 \\
         --criteo-rows 20000000 --criteo-files 20                                    # full size
+    python -m benchmarks.bench_tables_scale --rows 200000000 --files 40 --criteo-rows 0 \\
+        --keys string                   # the 200M string-key interactions alone (issue 26)
 """
 
 from __future__ import annotations
@@ -198,8 +200,8 @@ def _gib(b):
 
 def bench_interactions(a, work, log):
     out = []
-    for string_keys in (False, True):
-        tag = "string" if string_keys else "int64"
+    for tag in ("int64", "string") if a.keys == "both" else (a.keys,):
+        string_keys = tag == "string"
         src = os.path.join(work, f"inter_{tag}")
         t0 = time.perf_counter()
         generate_interactions(src, a.rows, a.files, string_keys)
@@ -312,6 +314,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=2_000_000, help="interactions rows (0: skip)")
     p.add_argument("--files", type=int, default=8)
+    p.add_argument(
+        "--keys", choices=("both", "int64", "string"), default="both", help="interactions keys"
+    )
     p.add_argument("--bucket-nnz", type=int, default=0, help="0: the converter's default")
     p.add_argument("--criteo-rows", type=int, default=1_000_000, help="0: skip")
     p.add_argument("--criteo-files", type=int, default=4)

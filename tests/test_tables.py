@@ -1210,3 +1210,57 @@ def test_csr_summed_matches_scipy_sum_duplicates():
         np.testing.assert_array_equal(got.indptr, want.indptr)
         np.testing.assert_array_equal(got.indices, want.indices)
         np.testing.assert_allclose(got.data, want.data, rtol=1e-12)
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_string_interner_numbers_keys_in_first_seen_order(collide, monkeypatch):
+    """_StringInterner (kernel intern_strings, its table and key buffers grown from tiny while
+    interning) against pyarrow's dictionary_encode of the whole stream (first-seen ids), with
+    unicode, empty, long, sliced, NUL-holding and dictionary-encoded batches; with every hash
+    forced equal, the byte comparison alone tells keys apart.  finish(): the sorted keys, their
+    counts and the sorted index of every id."""
+    import pyarrow.compute as pc
+
+    import ooc_lowrank.io.tables as tables
+
+    if collide:
+        monkeypatch.setattr(tables, "hash_keys", lambda k, seed=0: np.zeros(len(k), np.uint64))
+    rng = np.random.default_rng(11)
+    alphabet = list("ab\u00e9\u20ac\x00") + ["", "zz", "x" * 300]
+    pool = ["".join(rng.choice(alphabet, rng.integers(0, 4))) for _ in range(3000)]
+    batches, stream = [], []
+    for size in (1, 0, 7, 900, 5000, 30):
+        b = [pool[k] for k in rng.integers(0, len(pool), size)]
+        stream += b
+        arr = pa.array(["pad"] + b, pa.large_string()).slice(1)
+        batches.append(pc.dictionary_encode(arr) if size == 900 else arr)
+    d = batches[3]  # its dictionary again (interned once), and a key in no row: left out
+    unused = pa.DictionaryArray.from_arrays(
+        pa.array([0, 1], pa.int32()),
+        pa.concat_arrays([d.dictionary, pa.array(["NEVER"], d.dictionary.type)]),
+    )
+    batches[3:3] = [d.slice(0, 0)]
+    batches.append(unused.slice(0, 0))
+    it = tables._StringInterner()
+    got = np.concatenate([it.add(b) for b in batches])
+    want = pc.dictionary_encode(pa.array(stream))
+    assert np.array_equal(got, want.indices.to_numpy())
+    voc, counts, where = it.finish()
+    keys = sorted(set(stream))
+    assert voc.keys.to_pylist() == keys
+    assert counts.tolist() == [stream.count(k) for k in keys]
+    assert [keys[w] for w in where[: len(want.dictionary)]] == want.dictionary.to_pylist()
+    assert where[len(want.dictionary) :].tolist() == [-1]  # "NEVER"
+
+
+def test_bench_tables_scale_one_key_type_without_criteo(tmp_path):
+    """--keys string --criteo-rows 0: the string-key interactions alone (the full-size run of
+    issue 26's target without the Criteo part); structure only, no timing asserted."""
+    from benchmarks import bench_tables_scale
+
+    res = bench_tables_scale.main(
+        f"--rows 2000 --files 2 --keys string --criteo-rows 0 --in-process --quiet "
+        f"--workdir {tmp_path / 'w'} --out {tmp_path / 's.json'}".split()
+    )
+    assert [r["keys"] for r in res["interactions"]] == ["string"] and "criteo" not in res
+    assert res["interactions"][0]["store_bytes"] > 0

@@ -29,14 +29,19 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
     also for labels and classes).  The input may come in any order: an external sort buckets
     entries by row range into temporary files and sorts each bucket (entries of a row end up
-    sorted by column).  Two reads of the table: pass 1 reads the key columns only, validates
-    them and builds the vocabularies (dense integer keys counted in an array, Parquet string
-    keys read dictionary-encoded and counted per dictionary), pass 2 validates the values,
-    maps keys to indices (integers: array lookup or binary search; strings: one hash table of the
-    vocabulary, probed once per distinct key of a row group) and
+    sorted by column).  A string key column (without ``vocabulary_from``): one read of the
+    table, the keys numbered in first-seen order by a hash table (kernel
+    ``kernels.hashing.intern_strings``, both key columns side by side), the values validated
+    and the entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.
+    Integer keys only, or ``vocabulary_from``: two reads: pass 1 reads the key columns only,
+    validates them and builds the vocabularies (dense integer keys counted in an array, Parquet
+    string keys read dictionary-encoded and counted per dictionary), pass 2 validates the
+    values, maps keys to indices (integers: array lookup or binary search; strings: one hash
+    table of the vocabulary, probed once per distinct key of a row group).  Pass 2 then
     spills the records (8-24 bytes each: row and column packed in one int64) with a counting
     sort (kernels ``kernels.buckets``); then every bucket is read once, sorted by a counting
-    sort by row and a short sort per row, and written.  Duplicate
+    sort by row and a short sort per row (the next bucket in a thread while one is written),
+    and written.  Duplicate
     ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
     last one read: files in the order given, a glob's or a folder's in sorted path order, rows
     in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
@@ -769,6 +774,211 @@ class _VocabBuilder:
         return Vocabulary(t.column("key")), t.column("n").to_numpy().astype(np.int64)
 
 
+class _StringInterner:
+    """Distinct string keys of a stream numbered in first-seen order, with the count of each
+    (kernel ``kernels.hashing.intern_strings``: a 64-bit hash per key and one probe of a hash
+    table per row; no Python object, no dictionary encoding per batch).  :meth:`finish` sorts
+    the keys: the vocabulary and the sorted index of every first-seen id."""
+
+    def __init__(self):
+        self.n = 0
+        self._data = np.empty(1 << 16, np.uint8)
+        self._offsets = np.zeros((1 << 12) + 1, np.int64)
+        self._hashes = np.empty(1 << 12, np.uint64)
+        self._slots = np.zeros((1 << 13, 4), np.uint64)
+        self.counts = np.zeros(1 << 12, np.int64)
+        self._last_dictionary = None  # (dictionary, ids of its keys)
+
+    def add(self, keys: pa.Array) -> np.ndarray:
+        """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings)."""
+        from ooc_lowrank.kernels.buckets import count_into
+
+        if pa.types.is_dictionary(keys.type):  # each dictionary interned once (a row group's)
+            d, last = keys.dictionary, self._last_dictionary
+            if last is None or not _same_array(last[0], d):
+                last = self._last_dictionary = (d, self._intern(_norm_keys(_decode(d))))
+            ids = last[1][keys.indices.to_numpy(zero_copy_only=False)]
+        else:
+            ids = self._intern(keys)
+        count_into(ids, 0, self.counts)
+        return ids
+
+    def _grow(self, n_bytes: int) -> None:
+        """Twice the room for keys, for key bytes (at least ``n_bytes`` more) and the table."""
+        n = self.n
+        if n + 1 >= self._hashes.size:
+            cap = 2 * self._hashes.size
+            self._hashes = np.resize(self._hashes, cap)
+            self.counts = np.concatenate([self.counts, np.zeros(cap - self.counts.size, np.int64)])
+            self._offsets = np.resize(self._offsets, cap + 1)
+        used = int(self._offsets[n])
+        if used + n_bytes > self._data.size:
+            self._data = np.resize(self._data, max(2 * self._data.size, used + n_bytes))
+        if 2 * (n + 1) > self._slots.shape[0]:
+            from ooc_lowrank.kernels.hashing import rehash_slots
+
+            self._slots = np.zeros((2 * self._slots.shape[0], 4), np.uint64)
+            rehash_slots(self._data, self._offsets, self._hashes, n, self._slots)
+
+    def _intern(self, arr: pa.Array) -> np.ndarray:
+        from ooc_lowrank.kernels.hashing import intern_strings
+
+        data, offsets = _string_parts(arr)
+        hashes = hash_keys(arr)
+        out = np.empty(len(arr), np.int64)
+        i = 0
+        while True:
+            self.n, i = intern_strings(
+                data, offsets, hashes, i, self._slots, self._data, self._offsets, self._hashes,
+                self.n, out,
+            )  # fmt: skip
+            if i == len(arr):
+                return out
+            self._grow(int(offsets[i + 1] - offsets[i]))
+
+    def finish(self) -> tuple[Vocabulary, np.ndarray, np.ndarray]:
+        """(the sorted vocabulary, the count of each of its keys, sorted index of each id);
+        keys never counted (in a dictionary, not in the data) are left out (index -1)."""
+        n = self.n
+        self._slots = self._hashes = None  # the table's memory back before the vocabulary's
+        keys = pa.LargeStringArray.from_buffers(
+            n, pa.py_buffer(self._offsets[: n + 1].copy()), pa.py_buffer(self._data.copy())
+        )
+        seen = np.flatnonzero(self.counts[:n])
+        order = seen[pc.array_sort_indices(keys.take(pa.array(seen))).to_numpy()]
+        where = np.full(n, -1, np.int64)
+        where[order] = np.arange(order.size)
+        return Vocabulary(keys.take(pa.array(order))), self.counts[order], where
+
+
+class _Replay:
+    """Records of a pass, replayed in order after it: kept in memory up to ``limit`` records,
+    beyond that (all of them) appended to the file ``path``; read back in chunks."""
+
+    def __init__(self, path: str, dtype: np.dtype, limit: int):
+        self.path, self.dtype, self.limit = path, np.dtype(dtype), limit
+        self._held, self._n, self._file = [], 0, False
+
+    def add(self, rec: np.ndarray) -> None:
+        self._n += rec.size
+        if not self._file and self._n <= self.limit:
+            self._held.append(rec)
+            return
+        with open(self.path, "ab") as fh:
+            for r in self._held + [rec]:
+                r.tofile(fh)
+        self._held, self._file = [], True
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        yield from self._held
+        self._held = []
+        if not self._file:
+            return
+        step = max(self.limit, 1 << 16)
+        buf = np.empty(step, self.dtype)
+        with open(self.path, "rb") as fh:
+            while True:
+                got = fh.readinto(memoryview(buf.view(np.uint8)))
+                if not got:
+                    break
+                yield buf[: got // self.dtype.itemsize]
+        os.remove(self.path)
+
+
+class _PairsOnce:
+    """Pass 1 of interactions without training vocabularies: the table read once.
+
+    Each key column is counted (int64 keys: :class:`_VocabBuilder`, the keys themselves kept)
+    or numbered in first-seen order (strings: :class:`_StringInterner`); values validated; the
+    entries (the int64 key or first-seen id of each side, value, weight) kept by a
+    :class:`_Replay` in a scratch folder.  :meth:`entries` replays them as vocabulary indices
+    once the vocabularies are final (sorted): no second read or decode of the table, no second
+    hash of its strings.
+    """
+
+    def __init__(self, src, keys_of, cols, value, weight, limit, tmpdir):
+        from ..storage import scratch_dir
+
+        fields = [("r", "<i8"), ("c", "<i8")]
+        fields += [("val", "<f8")] if value is not None else []
+        fields += [("w", "<f8")] if weight is not None else []
+        self._scratch = scratch_dir("ooc_lowrank_table_", tmpdir)
+        tmp = self._scratch.__enter__()
+        try:
+            self._replay = _Replay(os.path.join(tmp, "entries.bin"), np.dtype(fields), limit)
+            self.offset = self._read(src, keys_of, cols, value, weight)
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _add(side, arr) -> np.ndarray:
+        if isinstance(side, _VocabBuilder):
+            arr = _decode(arr)
+            side.add(arr)
+            return arr.to_numpy()
+        return side.add(arr)
+
+    def _read(self, src, keys_of, cols, value, weight) -> int:
+        from concurrent.futures import ThreadPoolExecutor
+
+        sides, offset = [None, None], 0
+        # the two key columns side by side (the kernels release the GIL): two cores
+        with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
+            for batch in src.batches(cols):
+                keys = keys_of(batch, offset)
+                rec = np.empty(batch.num_rows, self._replay.dtype)
+                for k in (0, 1):
+                    if sides[k] is None:
+                        integer = _type_class(keys[k].type) == "integer"
+                        sides[k] = _VocabBuilder() if integer else _StringInterner()
+                ids = [pool.submit(self._add, sides[k], keys[k]) for k in (0, 1)]
+                if value is not None:
+                    rec["val"] = _values(batch, value, "value", offset, src)
+                if weight is not None:
+                    rec["w"] = _values(batch, weight, "weight", offset, src)
+                rec["r"], rec["c"] = ids[0].result(), ids[1].result()
+                self._replay.add(rec)
+                offset += batch.num_rows
+        self.vocabularies, self._where, self.counts = [], [], None
+        for side in sides if offset else ():
+            if isinstance(side, _StringInterner):
+                voc, counts, where = side.finish()
+            else:
+                (voc, counts), where = side.finish(), None
+            self.vocabularies.append(voc)
+            self._where.append(where)
+            if self.counts is None:
+                self.counts = counts
+        return offset
+
+    def _index(self, k, raw) -> np.ndarray:
+        where = self._where[k]
+        if where is not None:
+            return where[raw]
+        return self.vocabularies[k].index(pa.array(np.ascontiguousarray(raw)))
+
+    def entries(self):
+        """(row indices, column indices, values or None, weights or None) per chunk, in read
+        order; the scratch folder is removed at the end."""
+        names = self._replay.dtype.names
+        try:
+            for rec in self._replay:
+                yield (
+                    self._index(0, rec["r"]),
+                    self._index(1, rec["c"]),
+                    rec["val"] if "val" in names else None,
+                    rec["w"] if "w" in names else None,
+                )
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.__exit__(None, None, None)
+            self._scratch = None
+
+
 def read_vocabulary(store, name: str) -> pa.Array:
     """The keys of vocabulary ``name`` (``"rows"``, ``"cols"``, ``"labels"``) of a store written
     by a table converter: element ``i`` is the key of index ``i``."""
@@ -902,7 +1112,15 @@ def _convert_pairs(
     builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
     counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
     offset = dropped = 0
-    for batch in src.batches([row, col], dictionary=(row, col)):
+    # string keys without training vocabularies: the table read once (pass 2 replays its
+    # entries); int64 keys alone are read twice, as a second read of integer columns costs
+    # less than keeping the entries (5M rows, busy machine: 1.3 CPU-s for both passes, the
+    # replay 1.7)
+    strings = any(_type_class(src.schema.field(c).type) == "string" for c in (row, col))
+    once = None
+    if strings and not known:
+        once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir)
+    for batch in () if once else src.batches([row, col], dictionary=(row, col)):
         keys = keys_of(batch, offset)
         idx = {k: voc.index(keys[k]) for k, voc in known.items()}
         ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
@@ -928,10 +1146,17 @@ def _convert_pairs(
         if counts is not None:
             count_into(idx[0], 0, counts)
         offset += batch.num_rows
+    if once is not None:
+        offset, counts = once.offset, once.counts
     if offset == 0:
+        if once is not None:
+            once.close()
         raise _err("the table has no rows", None, "check the source", src.name)
-    rv, counts = builders[0].finish() if 0 in builders else (known[0], counts)
-    cv = builders[1].finish()[0] if 1 in builders else known[1]
+    if once is not None:
+        rv, cv = once.vocabularies
+    else:
+        rv, counts = builders[0].finish() if 0 in builders else (known[0], counts)
+        cv = builders[1].finish()[0] if 1 in builders else known[1]
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
     starts = bucket_starts(counts, bucket_nnz)
@@ -951,26 +1176,41 @@ def _convert_pairs(
         # loading its file would hold them anyway; no spill file written and read back
         kept = [] if len(buckets) == 1 else None
         # pass 2: values validated, every entry spilled to its row range's file (the store
-        # is opened only after this pass: bad values leave nothing behind)
-        offset = 0
+        # is opened only after this pass: bad values leave nothing behind); without training
+        # vocabularies, the entries of pass 1 replayed (already validated)
         # key columns with a vocabulary above _PLAIN_KEYS_ABOVE are read plain here: a Parquet
         # row group's dictionary of that many keys outgrows its 1 MB page and falls back to
         # plain pages, which a read "as dictionary" re-encodes (a hash per row in the reader
         # threads) only to look each distinct key up; the vocabulary's hash table is probed
         # per row instead (20M rows, 400k / 200k string keys: pass 2 12.3 -> 9.4-10.2 CPU-s)
         dict_cols = [c for c, v in ((row, rv), (col, cv)) if len(v) <= _PLAIN_KEYS_ABOVE]
-        for batch in src.batches(cols, dictionary=dict_cols):
-            r, c = keys_of(batch, offset)
-            ri, ci = rv.index(r), cv.index(c)
-            rec = np.empty(batch.num_rows, rec_dtype)
+
+        def entries():
+            """(row indices, column indices, values or None, weights or None) per batch."""
+            if once is not None:
+                yield from once.entries()
+                return
+            offset = 0
+            for batch in src.batches(cols, dictionary=dict_cols):
+                r, c = keys_of(batch, offset)
+                yield (
+                    rv.index(r),
+                    cv.index(c),
+                    _values(batch, value, "value", offset, src) if value else None,
+                    _values(batch, weight, "weight", offset, src) if weight is not None else None,
+                )
+                offset += batch.num_rows
+
+        for ri, ci, val, w in entries():
+            rec = np.empty(ri.size, rec_dtype)
             if packed:
                 rec["rc"] = (ri << 32) | ci
             else:
                 rec["row"], rec["col"] = ri, ci
             if "val" in rec_dtype.names:
-                rec["val"] = _values(batch, value, "value", offset, src) if value else 1.0
+                rec["val"] = 1.0 if val is None else val
             if weight is not None:
-                rec["w"] = _values(batch, weight, "weight", offset, src)
+                rec["w"] = w
             if dropped:  # unseen="drop": entries of keys unseen in training
                 keep = (ri >= 0) & (ci >= 0)
                 rec, ri = rec[keep], ri[keep]
@@ -978,7 +1218,6 @@ def _convert_pairs(
                 kept.append(rec)
             else:
                 buckets.spill(rec, rows=ri)
-            offset += batch.num_rows
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
@@ -1036,17 +1275,25 @@ def _convert_pairs(
                 del merged
 
         # pass 3b: every bucket sorted (a checked one stays as it is), duplicates merged, written
+        def merged(bi):
+            return presorted.pop(bi) if bi in presorted else merged_bucket(bi, duplicates)
+
         def blocks():
-            for bi in range(len(buckets)):
-                if bi in presorted:
-                    ptr, cols, vals = presorted.pop(bi)
-                else:
-                    ptr, cols, vals = merged_bucket(bi, duplicates)
-                val = vals["val"] if "val" in vals else np.ones(cols.size)
-                b = {array: csr_from_parts(ptr, cols, val, n_cols, dt)}
-                if weight is not None:
-                    b["weight"] = csr_from_parts(ptr, cols, vals["w"], n_cols, dt)
-                yield b
+            from concurrent.futures import ThreadPoolExecutor
+
+            # the next bucket sorted and merged (kernels without the GIL) while this one is
+            # written: one bucket more in memory, the second core busy
+            with ThreadPoolExecutor(1, thread_name_prefix="ooc_lowrank_bucket") as pool:
+                nxt = pool.submit(merged, 0)
+                for bi in range(len(buckets)):
+                    ptr, cols, vals = nxt.result()
+                    if bi + 1 < len(buckets):
+                        nxt = pool.submit(merged, bi + 1)
+                    val = vals["val"] if "val" in vals else np.ones(cols.size)
+                    b = {array: csr_from_parts(ptr, cols, val, n_cols, dt)}
+                    if weight is not None:
+                        b["weight"] = csr_from_parts(ptr, cols, vals["w"], n_cols, dt)
+                    yield b
 
         specs = [(array, kind, n_cols, dt)]
         if weight is not None:
