@@ -980,8 +980,8 @@ def reduce_blocks(
     *args)`` (``fn(acc, row_start, ...)`` with ``offset``), which adds its block's outputs
     into ``acc``, the flat float64 accumulator of its chain (outputs in C order, one after the
     other; ``fn.accumulator_dtype`` chooses another dtype, e.g. float32), and returns nothing.
-    Such reductions always run along chains and need ``shapes``.  A block then allocates no output of the full size: a sparse block whose
-    gradient touches only its nonzero columns scatter-adds those rows (GIMC's ``X_b^T Xi_b``,
+    Such reductions always run along chains and need ``shapes``.  A block then allocates no
+    output of the full size: a sparse block whose gradient touches only its nonzero columns scatter-adds those rows (GIMC's ``X_b^T Xi_b``,
     ``d x m`` with ``d`` = 782,585 at the Delicious shape, issue 25).
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).
