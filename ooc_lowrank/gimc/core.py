@@ -289,7 +289,9 @@ def reduced_objective_t(S_PP, S_AP, a2, alpha):
     the dtype of ``S_AP``, solved by label slices of :data:`OBJECTIVE_COLS` in float64 (no
     (D, L) float64 array), and ``f = (||A||^2 - <W, S_AP^T>) / 2``, which equals the Gram-trick
     objective at the exact W-step (``(S_PP + alpha I) W = S_AP^T`` turns ``alpha ||W||^2 +
-    <W W^T, S_PP>`` into ``<W, S_AP^T>``): O(D L) instead of O(D^2 L) per trial."""
+    <W W^T, S_PP>`` into ``<W, S_AP^T>``): O(D L) instead of O(D^2 L) per trial.  A writable
+    ``S_AP`` (the pass's own accumulator) is overwritten with ``W^T``: no second (L, D) array
+    (1.2 GB at the Delicious-large shape)."""
     S_PP = np.asarray(S_PP, dtype=np.float64)
     if not (np.all(np.isfinite(S_PP)) and all(
         np.all(np.isfinite(S_AP[c : c + OBJECTIVE_COLS]))
@@ -297,7 +299,7 @@ def reduced_objective_t(S_PP, S_AP, a2, alpha):
     )):
         return None, np.inf
     c = _cho_ridge(S_PP, alpha)
-    WT = np.empty(S_AP.shape, dtype=S_AP.dtype)
+    WT = S_AP if S_AP.flags.writeable else np.empty(S_AP.shape, dtype=S_AP.dtype)
     cross = 0.0
     for s in range(0, S_AP.shape[0], OBJECTIVE_COLS):
         Sc = S_AP[s : s + OBJECTIVE_COLS].astype(np.float64)
