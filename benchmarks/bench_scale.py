@@ -603,6 +603,7 @@ def run_delicious(a):
         if e.get("fits") is False or a.estimate_only:  # record the estimate, no fit
             out = {"args": vars(a), "completed": False, "estimate": _jsonable(e),
                    "estimate_seconds": t_est,
+                   "time_model": predict(e, machine_now()) if a.estimate_only else None,
                    "why": "--estimate-only" if a.estimate_only else
                           "estimate(): worker_bytes > memory_cap (state_bytes_per_worker, "
                           "reduce_bytes_per_worker: see ooc_lowrank/_estimate.py)"}

@@ -146,3 +146,29 @@ def test_large_state_driver_holds_no_third_d_by_m_array(rng, monkeypatch):
         tracemalloc.stop()
     assert res.n_iter == 3 and res.U.dtype == np.float32
     assert peak <= 2.5 * dm4 + 2**20, (peak, dm4)
+
+
+def test_large_state_estimator_resume_save_load_and_topk(tmp_path, monkeypatch):
+    """The estimator in the large-state mode on float32 CSR data: float32 components_ and coef_
+    (coef_ the transpose of a C-ordered (L, D) array), a resumed fit bitwise the uninterrupted
+    one (X U is recomputed in every gradient pass, so a resume sees the same projections), and
+    a saved and loaded model predicting the same top-k."""
+    from test_checkpoint import Crash, _crash_at, _gimc_data, _same_gimc
+
+    from ooc_lowrank import load
+    from ooc_lowrank.gimc import GIMC
+
+    monkeypatch.setattr(core, "LARGE_STATE_BYTES", 0)
+    X, Y = _gimc_data(sparse=True)
+    X, Y = X.astype(np.float32), Y.astype(np.float32)
+    kw = dict(features="both", n_features_map=6, max_iter=6, tol=0.0, random_state=3)
+    ref = GIMC(**kw).fit(X, Y)
+    assert ref.components_.dtype == np.float32 and ref.coef_.dtype == np.float32
+    ck = tmp_path / "fit.ckpt"
+    with pytest.raises(Crash):
+        GIMC(**kw, callback=_crash_at(4)).fit(X, Y, checkpoint=ck, checkpoint_every=2)
+    _same_gimc(GIMC(**kw).fit(X, Y, checkpoint=ck, checkpoint_every=2), ref)
+    ref.save(tmp_path / "model")
+    back = load(tmp_path / "model")
+    for a, b in zip(ref.predict_topk(X, k=3), back.predict_topk(X, k=3), strict=True):
+        np.testing.assert_array_equal(a, b)
