@@ -27,6 +27,13 @@ line-search pass, ``s`` the block dtype's itemsize.
   at most ``PHI_CACHE_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
   label block (CSR, one copy more when transposed for ``A^T Phi``).
+* large-state mode (a float64 ``U`` above ``LARGE_STATE_BYTES``, ``gimc.core.large_state``):
+  the statistics block adds into its chain's accumulator (``X U``, ``X g``, a trial's ``Z``:
+  ``3 n M s``; ``Phi`` and one Gram); state in the data's dtype: ``U`` (``d M s``), ``W^T``
+  (``L D s``), the kept projections ``X U`` (``n_rows M s``, at most ``Z_CACHE_BYTES``); the
+  line search also holds the gradient (``d M s``) beside the statistics accumulator
+  (``T (D^2 + L D) s``, a trial's ``W^T`` solved into it), the gradient pass its accumulator
+  (``(d + 1) M s``), one chain each above ``engine.ONE_CHAIN_BYTES``.
 """
 
 from __future__ import annotations

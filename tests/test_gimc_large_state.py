@@ -172,3 +172,18 @@ def test_large_state_estimator_resume_save_load_and_topk(tmp_path, monkeypatch):
     back = load(tmp_path / "model")
     for a, b in zip(ref.predict_topk(X, k=3), back.predict_topk(X, k=3), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_large_state_steps_a_given_away_U0_in_place(rng, monkeypatch):
+    """own_U0=True (what GIMC.fit passes): a float32 U0 becomes the fit's U, no copy; without
+    it the caller's U0 is left untouched."""
+    X, Y, U0, spec = _data(rng, np.float32, True)
+    monkeypatch.setattr(core, "LARGE_STATE_BYTES", 0)
+    kw = dict(alpha=0.5, n_labels=Y.shape[1], codes=False, max_iter=2, tol=0.0, n_trials=1)
+    U0 = U0.astype(np.float32)
+    keep = U0.copy()
+    res = core.fit_gimc(X, Y, U0, spec, **kw)
+    assert res.U is not U0 and np.array_equal(U0, keep)
+    owned = core.fit_gimc(X, Y, U0, spec, own_U0=True, **kw)
+    assert owned.U is U0
+    np.testing.assert_array_equal(owned.U, res.U)

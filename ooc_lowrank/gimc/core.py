@@ -332,6 +332,7 @@ def fit_gimc(
     monitor=None,
     client=None,
     checkpoint=None,
+    own_U0=False,
 ):
     """Fit GIMC (or IMC when no part of ``spec`` learns) out of core.
 
@@ -364,6 +365,10 @@ def fit_gimc(
         Resume from its saved state if it has one (no init pass; iterations continue from the
         saved one, bitwise as if never interrupted); save the state after every
         ``checkpoint.every``-th iteration and when the fit stops.
+    own_U0 : bool
+        The caller gives ``U0`` away: in the large-state mode (:func:`large_state`) a C-ordered
+        writable ``U0`` of the state's dtype becomes the fit's ``U`` and is stepped in place
+        (no second (d, m_total) array).
 
     Returns
     -------
@@ -389,6 +394,7 @@ def fit_gimc(
                 callback=callback,
                 monitor=monitor,
                 checkpoint=checkpoint,
+                own_U0=own_U0,
             )
         finally:
             _blocks.clear_phi_cache()
@@ -409,13 +415,15 @@ def _fit_gimc(
     callback,
     monitor,
     checkpoint,
+    own_U0=False,
 ):
     """:func:`fit_gimc` under the caller's BLAS thread limit."""
     dt = np.dtype(X.dtype)
     t0 = time.perf_counter()
     big = large_state(X.shape[1], spec.n_params)  # the state's dtype is the data's (issue 25)
     sdt = dt if big else np.dtype(np.float64)
-    U = np.array(U0, dtype=sdt)
+    own = own_U0 and big and isinstance(U0, np.ndarray) and U0.dtype == sdt
+    U = U0 if own and U0.flags.c_contiguous and U0.flags.writeable else np.array(U0, dtype=sdt)
     n_passes = 0
 
     # a single trial's features are kept for the next gradient pass when they are small
