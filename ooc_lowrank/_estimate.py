@@ -21,8 +21,8 @@ line-search pass, ``s`` the block dtype's itemsize.
   (``n M s``, freed once ``Phi`` is made; nothing when the line search kept ``Phi``), ``G``
   and ``A W^T`` or the residual (``n D s`` and ``n D s`` or ``2 n L s``), ``G`` and one
   part's ``X^T Xi`` added into the chain's accumulator (dense: the product, ``d M_p s``;
-  CSR: a scatter-add of float64 casts of ``Xi`` and the block's values, ``n M_p 8 + nnz
-  8``); one float64 accumulator ``d M 8`` per chain (one chain when it is above
+  CSR: one scatter-add of all parts' terms side by side, ``n M s`` with several parts, as
+  float64 casts with the block's values, ``n M 8 + nnz 8``); one float64 accumulator ``d M 8`` per chain (one chain when it is above
   ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
   at most ``PHI_CACHE_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
@@ -174,7 +174,8 @@ def gimc_task_bytes(
         if s == 8 and x_nnz is not None:
             stats += 8 * n * D  # csr_t_dense_add's float64 cast of Phi: no cast in float32
         extra = n * D * s if 2 * L >= D else 2 * n * L * s
-        xt = d * mp * s if x_nnz is None else (0 if s == 4 else 8 * (n * mp + int(x_nnz)))
+        fused = n * M * s if n_parts > 1 else 0  # CSR: all parts' terms side by side
+        xt = d * mp * s if x_nnz is None else fused + (0 if s == 4 else 8 * (n * M + int(x_nnz)))
         zs = n * M * s + (n * mp * s if n_parts > 1 else 0)
         grad = a_bytes + n * D * s + max(zs, n * D * s + max(extra, xt))
         return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
@@ -186,7 +187,9 @@ def gimc_task_bytes(
     # Phi lives throughout; Z is freed before G, the label products before back-propagation,
     # which forms one part's X^T Xi (dense) or float64 casts (CSR) at a time
     mp = -(-M // max(int(n_parts), 1))
-    xt = d * mp * s if x_nnz is None else 8 * (n * mp + int(x_nnz))
+    # CSR with several parts: their terms side by side (n M s) and its float64 cast (n M 8)
+    fused = n * M * s if n_parts > 1 else 0
+    xt = d * mp * s if x_nnz is None else fused + 8 * (n * M + int(x_nnz))
     zs = n * M * s + (n * mp * s if n_parts > 1 else 0)  # Z and one part's contiguous copy
     grad = a_bytes * (2 if transposed_a else 1) + n * D * s + max(zs, n * D * s + max(extra, xt))
     return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
