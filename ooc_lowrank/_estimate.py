@@ -22,8 +22,8 @@ line-search pass, ``s`` the block dtype's itemsize.
   and ``A W^T`` or the residual (``n D s`` and ``n D s`` or ``2 n L s``), ``G`` and one
   part's ``X^T Xi`` added into the chain's accumulator (dense: the product, ``d M_p s``;
   CSR: one scatter-add of all parts' terms side by side, ``n M s`` with several parts, as
-  float64 casts with the block's values, ``n M 8 + nnz 8``); one float64 accumulator ``d M 8`` per chain (one chain when it is above
-  ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
+  float64 casts with the block's values, ``n M 8 + nnz 8``); one float64 accumulator
+  ``d M 8`` per chain (one chain when it is above ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
   at most ``PHI_CACHE_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
   label block (CSR, one copy more when transposed for ``A^T Phi``).
