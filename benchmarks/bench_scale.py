@@ -647,15 +647,20 @@ def run_delicious(a):
     try:
         ds, dt = open_dataset(tr), open_dataset(te)
         est = GIMC(n_features_map=a.m, features="both", max_iter=a.iters, random_state=0)
+        t = time.perf_counter()
         e = est.estimate(ds)
-        log("estimate:", json.dumps(_jsonable(est_summary(e))))
-        if e.get("fits") is False:  # fit would refuse: record why instead of failing
+        t_est = time.perf_counter() - t
+        log(f"estimate ({t_est:.2f} s):", json.dumps(_jsonable(est_summary(e))))
+        if e.get("fits") is False or a.estimate_only:  # record the estimate, no fit
             out = {"args": vars(a), "completed": False, "estimate": _jsonable(e),
-                   "why": "estimate(): worker_bytes > memory_cap (state_bytes_per_worker: "
-                          "the driver's U and gradient, (d, m_total) float64, and W, A^T Phi "
-                          "and a trial's W, (D, L) float64; reduce_bytes_per_worker: the "
-                          "gradient pass's one (d, m_total) float64 accumulator)"}
-            log(json.dumps(out["why"]))
+                   "estimate_seconds": t_est,
+                   "time_model": predict(e, machine_now()) if a.estimate_only else None,
+                   "why": "--estimate-only" if a.estimate_only else
+                          "estimate(): worker_bytes > memory_cap (state_bytes_per_worker, "
+                          "reduce_bytes_per_worker: see ooc_lowrank/_estimate.py)"}
+            log(json.dumps(_jsonable({k: e[k] for k in (
+                "worker_bytes", "task_bytes", "reduce_bytes_per_worker",
+                "state_bytes_per_worker", "memory_cap", "fits", "block_rows", "n_blocks")})))
             save("delicious", out, a.out)
             return
         tm = predict(e, machine_now())
@@ -1034,6 +1039,8 @@ def main(argv=None):
     s.add_argument("--topics", type=int, default=2000)
     s.add_argument("--m", type=int, default=500)
     s.add_argument("--iters", type=int, default=20)
+    s.add_argument("--estimate-only", action="store_true",
+                   help="generate the stores, print and save estimate(), no fit")
     for kind in ("gimc", "mvm"):
         s = common(sub.add_parser(f"disk-{kind}"))
         s.add_argument("--gb", type=float, default=36.0)

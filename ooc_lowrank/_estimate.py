@@ -21,12 +21,19 @@ line-search pass, ``s`` the block dtype's itemsize.
   (``n M s``, freed once ``Phi`` is made; nothing when the line search kept ``Phi``), ``G``
   and ``A W^T`` or the residual (``n D s`` and ``n D s`` or ``2 n L s``), ``G`` and one
   part's ``X^T Xi`` added into the chain's accumulator (dense: the product, ``d M_p s``;
-  CSR: a scatter-add of float64 casts of ``Xi`` and the block's values, ``n M_p 8 + nnz
-  8``); one float64 accumulator ``d M 8`` per chain (one chain when it is above
-  ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
+  CSR: one scatter-add of all parts' terms side by side, ``n M s`` with several parts, as
+  float64 casts with the block's values, ``n M 8 + nnz 8``); one float64 accumulator
+  ``d M 8`` per chain (one chain when it is above ``engine.ONE_CHAIN_BYTES``); the kept ``Phi`` of a whole pass (``n_rows D s``, state, when
   at most ``PHI_CACHE_BYTES``);
 * both: the input block itself (dense ``n d s``; CSR ``nnz (s + index) + 8 (n + 1)``) and the
   label block (CSR, one copy more when transposed for ``A^T Phi``).
+* large-state mode (a float64 ``U`` above ``LARGE_STATE_BYTES``, ``gimc.core.large_state``):
+  the statistics block adds into its chain's accumulator (``X U``, ``X g``, a trial's ``Z``:
+  ``3 n M s``; ``Phi`` and one Gram); state in the data's dtype: ``U`` (``d M s``), ``W^T``
+  (``L D s``), the kept projections ``X U`` (``n_rows M s``, at most ``Z_CACHE_BYTES``); the
+  line search also holds the gradient (``d M s``) beside the statistics accumulator
+  (``T (D^2 + L D) s``, a trial's ``W^T`` solved into it), the gradient pass its accumulator
+  (``(d + 1) M s``), one chain each above ``engine.ONE_CHAIN_BYTES``.
 """
 
 from __future__ import annotations
@@ -50,6 +57,11 @@ MAX_TRIALS = 20
 PHI_CACHE_BYTES = 2**30
 #: Trials per line-search pass when ``n_trials`` is None (``gimc.core.DEFAULT_N_TRIALS``).
 DEFAULT_N_TRIALS = 1
+#: A float64 ``U`` above this many bytes puts a GIMC fit in its large-state mode
+#: (``gimc.core.LARGE_STATE_BYTES``); its projections ``X U`` are kept between passes up to
+#: ``Z_CACHE_BYTES`` (``gimc.core.Z_CACHE_BYTES``).
+LARGE_STATE_BYTES = 2**28
+Z_CACHE_BYTES = 2**30
 
 
 class WorkerMemoryError(MemoryError):
@@ -133,13 +145,40 @@ def _block_bytes(B, rows=None):
 
 
 def gimc_task_bytes(
-    n, d, M, D, L, itemsize, n_trials, *, x_bytes, a_bytes, transposed_a, n_parts=1, x_nnz=None
+    n,
+    d,
+    M,
+    D,
+    L,
+    itemsize,
+    n_trials,
+    *,
+    x_bytes,
+    a_bytes,
+    transposed_a,
+    n_parts=1,
+    x_nnz=None,
+    large=False,
 ):
     """Bytes one GIMC block task allocates, ``{"stats": ..., "grad": ...}`` (block functions
     only, not their inputs; see the module docstring for the terms).  With several feature
     parts (``features="both"``) each part's projections are copied contiguous (``n M s``).
-    ``x_nnz``: nonzeros of a CSR block (None: dense)."""
+    ``x_nnz``: nonzeros of a CSR block (None: dense).  ``large``: the large-state mode, whose
+    statistics block adds into the chain's accumulator (``X U``, ``X g`` and a trial's ``Z``,
+    ``Phi`` and one Gram; the label block untransposed; no output of the full size) and whose
+    gradient block adds into an accumulator of the data's dtype (no float64 casts)."""
     s, T = int(itemsize), int(n_trials)
+    if large:
+        mp = -(-M // max(int(n_parts), 1))
+        stats = a_bytes + 3 * n * M * s + n * D * s + D * D * s
+        if s == 8 and x_nnz is not None:
+            stats += 8 * n * D  # csr_t_dense_add's float64 cast of Phi: no cast in float32
+        extra = n * D * s if 2 * L >= D else 2 * n * L * s
+        fused = n * M * s if n_parts > 1 else 0  # CSR: all parts' terms side by side
+        xt = d * mp * s if x_nnz is None else fused + (0 if s == 4 else 8 * (n * M + int(x_nnz)))
+        zs = n * M * s + (n * mp * s if n_parts > 1 else 0)
+        grad = a_bytes + n * D * s + max(zs, n * D * s + max(extra, xt))
+        return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
     labels = a_bytes * (2 if transposed_a else 1) + (n * M * s if n_parts > 1 else 0)
     trial = d * M * s if x_nnz is None else 0  # the dense GEMM's own copy of a trial's U
     stats = labels + 3 * n * M * s + n * D * s + trial + T * (D * D + L * D) * s
@@ -148,7 +187,9 @@ def gimc_task_bytes(
     # Phi lives throughout; Z is freed before G, the label products before back-propagation,
     # which forms one part's X^T Xi (dense) or float64 casts (CSR) at a time
     mp = -(-M // max(int(n_parts), 1))
-    xt = d * mp * s if x_nnz is None else 8 * (n * mp + int(x_nnz))
+    # CSR with several parts: their terms side by side (n M s) and its float64 cast (n M 8)
+    fused = n * M * s if n_parts > 1 else 0
+    xt = d * mp * s if x_nnz is None else fused + 8 * (n * M + int(x_nnz))
     zs = n * M * s + (n * mp * s if n_parts > 1 else 0)  # Z and one part's contiguous copy
     grad = a_bytes * (2 if transposed_a else 1) + n * D * s + max(zs, n * D * s + max(extra, xt))
     return {"stats": int(stats), "grad": int(grad), "x_block": int(x_bytes)}
@@ -191,6 +232,7 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
     def worker_bytes(rows, m_):
         M_ = m_ * len(kinds)
         D_ = sum(2 * m_ if k == "fourier" else m_ for k in kinds)
+        large = 8 * d * M_ > LARGE_STATE_BYTES
         xb, n = _block_bytes(XB, rows)
         if XB.in_memory and XB.kind == "dense":  # its row blocks are views, not copies
             xb = 0
@@ -208,10 +250,13 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
             transposed_a=L > 4 * n,
             n_parts=len(kinds),
             x_nnz=_block_nnz(XB, rows),
+            large=large,
         )
+        n_blocks = XB.n_blocks if rows is None else math.ceil(n_rows / max(int(rows), 1))
+        if large:
+            return _gimc_large_bytes(t, xb, ab, n_blocks, n_rows, d, M_, D_, L, s, n_trials)
         out64 = n_trials * (D_ * D_ + L * D_) * 8
         task = xb + ab + max(t["stats"] + out64, t["grad"])
-        n_blocks = XB.n_blocks if rows is None else math.ceil(n_rows / max(int(rows), 1))
         chains = engine._n_chains(n_blocks, out64 // 8) if out64 >= engine.CHAIN_BYTES else 1
         per_worker_chains = math.ceil(chains / max(n_workers or 1, 1))
         acc = (d + 1) * M_  # the gradient pass's accumulator (float64 values) per chain
@@ -231,6 +276,36 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
             + cached
         )
         reduce_b = max(out64 * per_worker_chains, acc_chains * 8 * acc)
+        return int(total), t, int(task), int(reduce_b), int(state), int(cached)
+
+    def _gimc_large_bytes(t, xb, ab, n_blocks, n_rows, d, M_, D_, L, s, T):
+        """:func:`worker_bytes` in the large-state mode (``gimc.core.large_state``): the
+        state in the data's dtype ``s``; the line search holds ``U``, its gradient, the kept
+        projections ``X U``, ``W^T`` (L, D) and the statistics accumulator (a trial's ``W^T``
+        is solved into its ``A^T Phi``); the gradient pass ``U``, ``W^T`` and the gradient's
+        accumulator."""
+        task = xb + ab + max(t["stats"], t["grad"])
+        workers = max(n_workers or 1, 1)
+        grad_acc = (d + 1) * M_
+        stats_acc = T * (D_ * D_ + L * D_) + 1
+        grad_chains = math.ceil(engine._n_chains(n_blocks, grad_acc, True) / workers)
+        stats_chains = math.ceil(engine._n_chains(n_blocks, stats_acc, True) / workers)
+        z = n_rows * M_ * s
+        z = z if z <= Z_CACHE_BYTES else 0
+        state = d * M_ * s + L * D_ * s + D_ * D_ * s + z // workers
+        if n_workers:  # U and the gradient shipped to every worker, W^T: the driver's too
+            reduce_b = max(grad_chains * grad_acc, stats_chains * stats_acc) * s
+            state += d * M_ * s
+        else:  # the gradient is held through the line search beside its statistics
+            reduce_b = max(grad_chains * grad_acc * s, d * M_ * s + stats_chains * stats_acc * s)
+        cached = store_bytes / workers if (resident and n_workers) else 0
+        total = (
+            (WORKER_BASE_BYTES if n_workers else 0)
+            + _concurrent_tasks(n_workers, threads) * task
+            + reduce_b
+            + state
+            + cached
+        )
         return int(total), t, int(task), int(reduce_b), int(state), int(cached)
 
     rows_max, _ = _max_block(XB)

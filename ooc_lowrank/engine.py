@@ -639,6 +639,14 @@ def _accumulates(fn) -> bool:
     return bool(getattr(fn, "accumulates", False))
 
 
+def _accumulator_dtype(fn):
+    """``fn.accumulator_dtype`` of an accumulating block function (default float64): float32
+    halves the accumulator where it is the pass's memory (GIMC's (d, m_total) gradient and
+    (L, D) statistics at the Delicious-large shape, issue 25); the outputs then come back in
+    that dtype."""
+    return np.dtype(getattr(fn, "accumulator_dtype", np.float64))
+
+
 def _row_outputs(fn) -> frozenset:
     """Indices of the outputs of ``fn`` that are per-row vectors of its block
     (``fn.row_outputs``; see :func:`reduce_blocks`)."""
@@ -793,7 +801,7 @@ def _fold_block(
             blocks[j] = h.read(start, stop)
     blocks, args = _aligned(blocks), _aligned(args)
     if _accumulates(fn):  # the block function adds into the chain's accumulator itself
-        new = np.zeros(sum(sizes), dtype=np.float64) if acc is None else acc
+        new = np.zeros(sum(sizes), dtype=_accumulator_dtype(fn)) if acc is None else acc
         new = new if new.flags.writeable else new.copy()  # deserialized: a read-only frame
         with _TaskThreads():
             fn(new, start, *blocks, *args) if offset else fn(new, *blocks, *args)
@@ -971,9 +979,9 @@ def reduce_blocks(
     Accumulating block functions: ``fn.accumulates = True`` declares ``fn(acc, *blocks,
     *args)`` (``fn(acc, row_start, ...)`` with ``offset``), which adds its block's outputs
     into ``acc``, the flat float64 accumulator of its chain (outputs in C order, one after the
-    other), and returns nothing.  Such reductions always run along chains and need
-    ``shapes``.  A block then allocates no output of the full size: a sparse block whose
-    gradient touches only its nonzero columns scatter-adds those rows (GIMC's ``X_b^T Xi_b``,
+    other; ``fn.accumulator_dtype`` chooses another dtype, e.g. float32), and returns nothing.
+    Such reductions always run along chains and need ``shapes``.  A block then allocates no
+    output of the full size: a sparse block whose gradient touches only its nonzero columns scatter-adds those rows (GIMC's ``X_b^T Xi_b``,
     ``d x m`` with ``d`` = 782,585 at the Delicious shape, issue 25).
     split_every : int, optional
         Fan-in of the tree reduction; default from the output size (:func:`_fan_in`).

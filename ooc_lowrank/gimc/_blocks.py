@@ -178,12 +178,15 @@ def _needs_xsq(spec):
     return any(p.kind == "nystrom" for p in spec.parts)
 
 
-def features_block(Xb, U, spec, prepped=False):
+def features_block(Xb, U, spec, prepped=False, keep_z=None):
     """``Phi`` of one block, shape (n_b, D), dtype of ``Xb`` (``prepped``: ``Xb`` is already
-    row-normalized as the spec asks)."""
+    row-normalized as the spec asks).  ``keep_z``: called with the projections ``X U``, which
+    the feature map then leaves intact (see :func:`z_keepable`)."""
     Xb = Xb if prepped else _prep(Xb, spec)
     dt = Xb.dtype
     Z = _dot(Xb, U)
+    if keep_z is not None:
+        keep_z(Z)
     xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
     usq = np.einsum("ij,ij->j", U, U).astype(dt) if _needs_xsq(spec) else None
     Phi = np.empty((Z.shape[0], spec.n_features), dtype=dt)
@@ -319,21 +322,96 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
     return backprop_block(Xb, Phi, G, spec)
 
 
-def grad_block_into(acc, start, Xb, Ab, U, spec, WWt, Wt, n_labels, codes, phi_key=None):
+def grad_block_into(
+    acc, start, Xb, Ab, U, spec, WWt, Wt, n_labels, codes, phi_key=None, z_key=None
+):
     """:func:`grad_block` added into ``acc``, the flat float64 accumulator of an engine chain
     (``X^T Xi`` (d, m_total) then the column sums, C order): an accumulating block function
     (``engine.reduce_blocks`` with ``offset=True``: ``start`` is the block's first row), the
     fit's gradient pass.  A CSR block scatter-adds only the rows of its nonzero columns: no
     (d, m_total) array per block (issue 25).  ``phi_key``: the features of this block left by
     :func:`stats_block_at` under that key (the accepted trial's ``U``) are used, not recomputed
-    (the same bits; computed as usual when this process has none)."""
+    (the same bits; computed as usual when this process has none).  ``z_key``: the block's
+    projections ``X U`` are kept under ``(z_key, start)`` for the line search that follows
+    (:func:`stats_block_into`)."""
     d, mt = Xb.shape[1], spec.n_params
     Phi = None if phi_key is None else _phi_take(phi_key, start)
-    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=Phi)
+    keep_z = None
+    if z_key is not None:
+        keep_z = lambda Z: _phi_put(z_key, start, Z)  # noqa: E731
+    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=Phi, keep_z=keep_z)
     backprop_block(Xb, Phi, G, spec, out=(acc[: d * mt].reshape(d, mt), acc[d * mt :]))
 
 
 grad_block_into.accumulates = True
+
+
+def grad_block_into32(*args, **kwargs):
+    """:func:`grad_block_into` with a float32 accumulator (the fit's large-state mode)."""
+    return grad_block_into(*args, **kwargs)
+
+
+grad_block_into32.accumulates = True
+grad_block_into32.accumulator_dtype = np.float32
+
+
+def z_keepable(spec):
+    """Whether the feature map leaves the projections ``X U`` intact (no part with a fixed
+    ``M``, whose kernel block overwrites them), so that they can be kept for a line search."""
+    return all(p.M is None for p in spec.parts)
+
+
+def stats_block_into(acc, start, Xb, Ab, U, direction, etas, usqs, spec, n_labels, codes,
+                     with_a2, z_key=None):
+    """The statistics of :func:`stats_block` added into ``acc`` (the flat accumulator of an
+    engine chain, the outputs of :func:`stats_shapes` in C order): the fit's statistics pass
+    when its state is large (issue 25).  ``A^T Phi_t`` is a scatter-add of the block's label
+    rows (:func:`csr_t_dense_add`), so no (L, D) array is made per block.
+
+    Trial ``t`` is ``X (U - eta_t direction) = X U - eta_t X direction``: one product with the
+    direction per block, any number of trials from it, and no (d, m_total) trial matrix.
+    ``X U`` is the one the gradient pass kept under ``(z_key, start)`` (the same bits as
+    recomputing it, which happens when this process has none).  ``usqs``: per trial, the
+    squared column norms of ``U_t`` (the driver's, from column inner products; Nystrom parts
+    only, else None).
+    """
+    Xb = _prep(Xb, spec)
+    dt = Xb.dtype
+    A = label_block(Ab, n_labels, codes, dt)
+    D, L = spec.n_features, int(n_labels)
+    Z0 = None if z_key is None else _phi_get(z_key, start)
+    if Z0 is None:
+        Z0 = _dot(Xb, U)
+    Zg = None if direction is None else _dot(Xb, direction)
+    xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
+    Phi = np.empty((Z0.shape[0], spec.n_features), dtype=dt)
+    Z = np.empty_like(Z0)
+    k = 0
+    for t, eta in enumerate(etas):
+        if Zg is None:
+            Z[...] = Z0
+        else:
+            np.multiply(Zg, dt.type(eta), out=Z)
+            np.subtract(Z0, Z, out=Z)
+        _phi_from_dots(Z, xsq, None if xsq is None else usqs[t], spec, Phi)
+        acc[k : k + D * D].reshape(D, D)[...] += _gram(Phi)
+        k += D * D
+        csr_t_dense_add(A.indptr, A.indices, A.data, Phi, acc[k : k + L * D].reshape(L, D))
+        k += L * D
+    if with_a2:
+        acc[k] += float(np.dot(A.data.astype(np.float64), A.data))
+
+
+stats_block_into.accumulates = True
+
+
+def stats_block_into32(*args, **kwargs):
+    """:func:`stats_block_into` with a float32 accumulator (the fit's large-state mode)."""
+    return stats_block_into(*args, **kwargs)
+
+
+stats_block_into32.accumulates = True
+stats_block_into32.accumulator_dtype = np.float32
 
 
 def stats_block_at(start, Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, phi_key):
@@ -361,6 +439,12 @@ def _phi_put(key, start, Phi):
         _PHI["blocks"][int(start)] = Phi
 
 
+def _phi_get(key, start):
+    """Like :func:`_phi_take`, but the entry stays (several line-search passes read it)."""
+    with _PHI_LOCK:
+        return _PHI["blocks"].get(int(start)) if _PHI["key"] == key else None
+
+
 def _phi_take(key, start):
     with _PHI_LOCK:
         return _PHI["blocks"].pop(int(start), None) if _PHI["key"] == key else None
@@ -372,14 +456,14 @@ def clear_phi_cache():
         _PHI["key"], _PHI["blocks"] = None, {}
 
 
-def _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=None):
+def _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=None, keep_z=None):
     """The block as the features see it, its features ``Phi`` (computed unless given) and
     ``G = df/dPhi`` (n_b, D)."""
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
     if Phi is None:
-        Phi = features_block(Xb, U, spec, prepped=True)
+        Phi = features_block(Xb, U, spec, prepped=True, keep_z=keep_z)
     if WWt is None:  # few labels (L < D/2): residual form, transient (n_b, L) block
         R = Phi @ Wt.T
         R -= A.toarray()
@@ -414,19 +498,32 @@ def backprop_block(Xb, Phi, G, spec, out=None):
         backprop_block(Xb, Phi, G, spec, out=(gX, colsum))
         return gX, colsum
     gX, colsum = out
+    # a CSR block with several parts: one scatter-add of all parts' terms side by side, whose
+    # rows of gX are contiguous (a column slice per part ran 2-3x slower, issue 25); the same
+    # bits, since every entry is summed in the same order
+    fused = sp.issparse(Xb) and len(spec.parts) > 1
+    B = np.zeros((G.shape[0], spec.n_params), dtype=G.dtype) if fused else None
     for p in spec.parts:
         if not p.learn:
             continue
         Gp = G[:, p.phi_start : p.phi_stop]
         if p.kind == "fourier":
             Xi = lff_xi(Phi[:, p.phi_start : p.phi_stop], Gp, out=Gp[:, : p.m])
-            _add_xt(Xb, Xi, gX[:, p.start : p.stop])
+            if fused:
+                B[:, p.start : p.stop] = Xi
+            else:
+                _add_xt(Xb, Xi, gX[:, p.start : p.stop])
         else:
             if p.M is not None:
                 raise NotImplementedError("learned Nystrom parts use M = I")
             T, cs = lnys_t(Gp, Phi[:, p.phi_start : p.phi_stop], out=Gp)
-            _add_xt(Xb, T, gX[:, p.start : p.stop])
+            if fused:
+                B[:, p.start : p.stop] = T
+            else:
+                _add_xt(Xb, T, gX[:, p.start : p.stop])
             colsum[p.start : p.stop] += cs
+    if fused:
+        _add_xt(Xb, B, gX)
     return None
 
 
@@ -437,15 +534,24 @@ def finalize_grad(gX, colsum, U, spec, inplace=False):
     ``inplace``: ``gX`` (float64, the caller's) becomes the gradient when it is writable (no
     (d, m_total) copy; the same bits).
     """
-    own = inplace and gX.dtype == np.float64 and gX.flags.writeable
+    own = inplace and gX.dtype in (np.float64, U.dtype) and gX.flags.writeable
     g = gX if own else np.array(gX, dtype=np.float64)
     for p in spec.parts:
         sl = slice(p.start, p.stop)
         if not p.learn:
             g[:, sl] = 0.0
         elif p.kind == "nystrom":
-            g[:, sl] = 2.0 * p.gamma * (g[:, sl] - U[:, sl] * colsum[sl][None, :])
+            # by row slices: no (d, m) temporaries (1.6 GB each in float32 at the
+            # Delicious-large shape, issue 25); elementwise, so the same bits as whole
+            cs = colsum[sl][None, :]
+            for s in range(0, g.shape[0], _ROWS):
+                r = slice(s, s + _ROWS)
+                g[r, sl] = 2.0 * p.gamma * (g[r, sl] - U[r, sl] * cs)
     return g
+
+
+#: Rows per slice of the in-place finalization of a (d, m_total) gradient.
+_ROWS = 1 << 14
 
 
 def scores_block(Xb, U, spec, W):

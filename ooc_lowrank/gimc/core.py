@@ -96,8 +96,8 @@ def next_trial(eta, f, f1, gnorm2):
 class FitResult:
     """What :func:`fit_gimc` returns."""
 
-    U: np.ndarray  # (d, m_total) float64
-    W: np.ndarray  # (D, L) float64
+    U: np.ndarray  # (d, m_total) float64 (large state: the data's dtype)
+    W: np.ndarray  # (D, L) float64 (large state: the data's dtype, a transposed (L, D) array)
     objective: list = field(default_factory=list)  # f after every accepted step (index 0 = init)
     n_iter: int = 0
     n_passes: int = 0
@@ -118,14 +118,18 @@ def w_step(S_PP, S_AP, alpha):
     -------
     W : ndarray of shape (D, L)
     """
+    return cho_solve(_cho_ridge(S_PP, alpha), S_AP.T, check_finite=False)
+
+
+def _cho_ridge(S_PP, alpha):
+    """Cholesky factor of ``S_PP + alpha I`` (a tiny jitter when rounding made it singular)."""
     D = S_PP.shape[0]
     K = S_PP + alpha * np.eye(D)
     try:
-        c = cho_factor(K, lower=False, check_finite=False)
+        return cho_factor(K, lower=False, check_finite=False)
     except np.linalg.LinAlgError:
         jitter = 1e-10 * max(np.trace(K) / D, 1.0)
-        c = cho_factor(K + jitter * np.eye(D), lower=False, check_finite=False)
-    return cho_solve(c, S_AP.T, check_finite=False)
+        return cho_factor(K + jitter * np.eye(D), lower=False, check_finite=False)
 
 
 #: Label columns of ``W`` per slice of :func:`objective` above this many labels: its
@@ -234,6 +238,77 @@ def _step(U, eta, g):
     return out
 
 
+#: Above this many bytes of a float64 (d, m_total) ``U`` the fit keeps its state small
+#: (issue 25, the Delicious-large shape: 6.3 GB): ``U``, its gradient and the gradient's
+#: accumulator in the data's dtype (float32 data: float32), ``U`` stepped in place, ``W`` and
+#: the (L, D) statistics in the data's dtype, and a line search that evaluates
+#: ``X (U - eta g) = X U - eta X g`` per block (``X U`` kept from the gradient pass when the
+#: projections of all rows take at most :data:`Z_CACHE_BYTES`) instead of forming (d, m_total)
+#: trial matrices.  The small dense algebra (Cholesky, ``W`` per label slice, inner products of
+#: the objective and the line search) stays float64.  Below it, the float64 state of before.
+LARGE_STATE_BYTES = 2**28
+
+#: Largest projections ``X U`` (n x m_total, the data dtype) a large-state fit keeps from each
+#: gradient pass for the line search that follows (0.79 GB at the Delicious-large shape).
+Z_CACHE_BYTES = 2**30
+
+
+def large_state(d, m_total):
+    """Whether a fit with ``d`` input features and ``m_total`` parameters per feature uses the
+    large-state mode (:data:`LARGE_STATE_BYTES`)."""
+    return 8 * int(d) * int(m_total) > LARGE_STATE_BYTES
+
+
+def _trial_usq(U, g, etas, dt):
+    """Squared column norms of ``U - eta g`` for each ``eta`` (``g`` None: of ``U``), from the
+    column inner products ``u.u, u.g, g.g`` taken in float64 by row slices (no (d, m_total)
+    temporary), rounded to ``dt``."""
+    m = U.shape[1]
+    uu, ug, gg = np.zeros(m), np.zeros(m), np.zeros(m)
+    for s in range(0, U.shape[0], TRIAL_ROWS):
+        u = U[s : s + TRIAL_ROWS].astype(np.float64)
+        uu += np.einsum("ij,ij->j", u, u)
+        if g is not None:
+            v = g[s : s + TRIAL_ROWS].astype(np.float64)
+            ug += np.einsum("ij,ij->j", u, v)
+            gg += np.einsum("ij,ij->j", v, v)
+    return tuple((uu - 2.0 * e * ug + e * e * gg).astype(dt) for e in etas)
+
+
+def _step_inplace(U, eta, g):
+    """``U -= eta g`` by row slices (the large-state mode: no second (d, m_total) array)."""
+    e = U.dtype.type(eta)
+    for s in range(0, U.shape[0], TRIAL_ROWS):
+        rows = slice(s, s + TRIAL_ROWS)
+        U[rows] -= e * g[rows]
+    return U
+
+
+def reduced_objective_t(S_PP, S_AP, a2, alpha):
+    """``(W^T, f)`` of :func:`reduced_objective` for the large-state mode: ``W^T`` (L, D) in
+    the dtype of ``S_AP``, solved by label slices of :data:`OBJECTIVE_COLS` in float64 (no
+    (D, L) float64 array), and ``f = (||A||^2 - <W, S_AP^T>) / 2``, which equals the Gram-trick
+    objective at the exact W-step (``(S_PP + alpha I) W = S_AP^T`` turns ``alpha ||W||^2 +
+    <W W^T, S_PP>`` into ``<W, S_AP^T>``): O(D L) instead of O(D^2 L) per trial.  A writable
+    ``S_AP`` (the pass's own accumulator) is overwritten with ``W^T``: no second (L, D) array
+    (1.2 GB at the Delicious-large shape)."""
+    S_PP = np.asarray(S_PP, dtype=np.float64)
+    if not (np.all(np.isfinite(S_PP)) and all(
+        np.all(np.isfinite(S_AP[c : c + OBJECTIVE_COLS]))
+        for c in range(0, S_AP.shape[0], OBJECTIVE_COLS)
+    )):
+        return None, np.inf
+    c = _cho_ridge(S_PP, alpha)
+    WT = S_AP if S_AP.flags.writeable else np.empty(S_AP.shape, dtype=S_AP.dtype)
+    cross = 0.0
+    for s in range(0, S_AP.shape[0], OBJECTIVE_COLS):
+        Sc = S_AP[s : s + OBJECTIVE_COLS].astype(np.float64)
+        Wc = cho_solve(c, Sc.T, check_finite=False)
+        cross += float(np.sum(Wc * Sc.T))
+        WT[s : s + OBJECTIVE_COLS] = Wc.T
+    return WT, 0.5 * (a2 - cross)
+
+
 def _unpack_stats(res, n_trials):
     out = []
     for t in range(n_trials):
@@ -257,6 +332,7 @@ def fit_gimc(
     monitor=None,
     client=None,
     checkpoint=None,
+    own_U0=False,
 ):
     """Fit GIMC (or IMC when no part of ``spec`` learns) out of core.
 
@@ -289,6 +365,10 @@ def fit_gimc(
         Resume from its saved state if it has one (no init pass; iterations continue from the
         saved one, bitwise as if never interrupted); save the state after every
         ``checkpoint.every``-th iteration and when the fit stops.
+    own_U0 : bool
+        The caller gives ``U0`` away: in the large-state mode (:func:`large_state`) a C-ordered
+        writable ``U0`` of the state's dtype becomes the fit's ``U`` and is stepped in place
+        (no second (d, m_total) array).
 
     Returns
     -------
@@ -314,6 +394,7 @@ def fit_gimc(
                 callback=callback,
                 monitor=monitor,
                 checkpoint=checkpoint,
+                own_U0=own_U0,
             )
         finally:
             _blocks.clear_phi_cache()
@@ -334,21 +415,52 @@ def _fit_gimc(
     callback,
     monitor,
     checkpoint,
+    own_U0=False,
 ):
     """:func:`fit_gimc` under the caller's BLAS thread limit."""
     dt = np.dtype(X.dtype)
     t0 = time.perf_counter()
-    U = np.array(U0, dtype=np.float64)
+    big = large_state(X.shape[1], spec.n_params)  # the state's dtype is the data's (issue 25)
+    sdt = dt if big else np.dtype(np.float64)
+    own = own_U0 and big and isinstance(U0, np.ndarray) and U0.dtype == sdt
+    U = U0 if own and U0.flags.c_contiguous and U0.flags.writeable else np.array(U0, dtype=sdt)
     n_passes = 0
 
     # a single trial's features are kept for the next gradient pass when they are small
-    keep_phi = X.shape[0] * spec.n_features * dt.itemsize <= PHI_CACHE_BYTES
+    keep_phi = not big and X.shape[0] * spec.n_features * dt.itemsize <= PHI_CACHE_BYTES
+    # large state: each gradient pass keeps X U for the line search (one product per block)
+    keep_z = (
+        big
+        and _blocks.z_keepable(spec)
+        and X.shape[0] * spec.n_params * dt.itemsize <= Z_CACHE_BYTES
+    )
     fit_token = os.urandom(8).hex()
+    z_key = None
+    nys = any(p.kind == "nystrom" for p in spec.parts)
+
+    def stats_pass_big(U, direction, etas, with_a2):
+        """:func:`stats_pass` of the large-state mode: ``X U - eta X direction`` per block,
+        accumulated in the state's dtype; the statistics are views of the accumulator."""
+        nonlocal n_passes
+        usqs = _trial_usq(U, direction, etas, dt) if nys else None
+        fn = _blocks.stats_block_into32 if dt == np.float32 else _blocks.stats_block_into
+        args = (U, direction, tuple(float(e) for e in etas), usqs, spec, n_labels, codes,
+                with_a2, z_key)
+        (res,) = engine.compute(
+            engine.reduce_blocks(
+                fn, X, A, args=args, offset=True,
+                shapes=_blocks.stats_shapes(spec, n_labels, len(etas), with_a2),
+            )
+        )
+        n_passes += 1
+        return res, None
 
     def stats_pass(U, direction, etas, with_a2):
         """The statistics of the trials ``etas`` (one pass) and the key under which the block
         features of a single trial are kept for the next gradient pass (or None)."""
         nonlocal n_passes
+        if big:
+            return stats_pass_big(U, direction, etas, with_a2)
         key = (fit_token, n_passes) if keep_phi and len(etas) == 1 else None
         if direction is not None:
             # one GEMM X U_t per trial and block, U_t rounded to dt as the next gradient pass
@@ -384,7 +496,9 @@ def _fit_gimc(
     phi_key = None  # a resumed fit computes its first gradient pass's features
     if restored is not None:
         st, arr = restored[0], restored[1]
-        U, W = np.array(arr["U"], dtype=np.float64), np.array(arr["W"], dtype=np.float64)
+        U, W = np.array(arr["U"], dtype=sdt), np.array(arr["W"], dtype=sdt)
+        if big:  # held as W^T (L, D), C order: the gradient pass's A_b W^T
+            W = np.ascontiguousarray(W.T).T
         a2, f, n_passes = float(st["a2"]), float(st["f"]), st["n_passes"]
         eta_next = st.get("eta_next")
         if "eta_next" not in st and st.get("eta_prev") is not None:  # saved by the 2x rule
@@ -407,8 +521,13 @@ def _fit_gimc(
             raise no_label_error()
         S_PP, S_AP = _unpack_stats(res, 1)[0]
         _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
-        W = w_step(S_PP, S_AP, alpha)
-        f = objective(W, S_PP, S_AP, a2, alpha)
+        if big:
+            W, f = reduced_objective_t(S_PP, S_AP, a2, alpha)
+            W = W.T
+        else:
+            W = w_step(S_PP, S_AP, alpha)
+            f = objective(W, S_PP, S_AP, a2, alpha)
+        del res, S_AP
         _check_finite("the objective or W", "at the initialization", f, W)
         result = FitResult(U=U, W=W, objective=[f])
         if callback is not None:
@@ -440,17 +559,24 @@ def _fit_gimc(
 
     for it in range(result.n_iter + 1, max_iter + 1):
         WWt = None if 2 * W.shape[1] < W.shape[0] else (W @ W.T).astype(dt)
-        Wt = np.ascontiguousarray(W.T).astype(dt)
+        if big:  # W is the transpose of a C-ordered (L, D) array: no copy
+            Wt, Ud = W.T, U
+            z_key = (fit_token, "z", it) if keep_z else None
+            grad_fn = _blocks.grad_block_into32 if dt == np.float32 else _blocks.grad_block_into
+        else:
+            Wt, Ud = np.ascontiguousarray(W.T).astype(dt), U.astype(dt)
+            grad_fn = _blocks.grad_block_into
         (gres,) = engine.compute(
             engine.reduce_blocks(
-                _blocks.grad_block_into,
+                grad_fn,
                 X,
                 A,
-                args=(U.astype(dt), spec, WWt, Wt, n_labels, codes, phi_key),
+                args=(Ud, spec, WWt, Wt, n_labels, codes, phi_key, z_key),
                 offset=True,
                 shapes=_blocks.grad_shapes(spec, X.shape[1]),
             )
         )
+        del Wt, Ud
         n_passes += 1
         g = _blocks.finalize_grad(gres[0], gres[1], U, spec, inplace=True)
         del gres  # g is the pass's accumulator itself (d x m_total float64, issue 25)
@@ -466,10 +592,16 @@ def _fit_gimc(
             etas = trial_steps(eta0, b, n_trials)
             res, phi_key = stats_pass(U, g, etas, False)
             for eta, (spp, sap) in zip(etas, _unpack_stats(res, len(etas)), strict=True):
-                W1, f1 = reduced_objective(spp, sap, a2, alpha)
+                if big:
+                    W1, f1 = reduced_objective_t(spp, sap, a2, alpha)
+                    W1 = None if W1 is None else W1.T
+                else:
+                    W1, f1 = reduced_objective(spp, sap, a2, alpha)
                 if f1 <= f - C1 * eta * gnorm2:
                     accepted = (eta, W1, f1)
                     break
+                W1 = None
+            del res, spp, sap
             if accepted is not None:
                 break
         if accepted is None:
@@ -477,7 +609,8 @@ def _fit_gimc(
             result.converged = True
             break
         eta, W, f_new = accepted
-        U = _step(U, eta, g)
+        accepted = None
+        U = _step_inplace(U, eta, g) if big else _step(U, eta, g)
         g = None  # not held through the next gradient pass (d x m_total float64, issue 25)
         eta_next = next_trial(eta, f, f_new, gnorm2)
         logger.debug("GIMC iteration %d: first trial %.3g, accepted %.3g", it, eta0, eta)
