@@ -203,3 +203,18 @@ def test_damaged_saved_model_is_a_model_file_error(fitted, tmp_path):
     (tmp_path / "m" / "model.json").write_text(json.dumps(doc))
     with pytest.raises(ModelFileError, match="malformed"):
         ooc_lowrank.load(str(tmp_path / "m"))
+
+
+def test_save_load_with_the_losss_default_greedy_l2(data, tmp_path):
+    """greedy_l2s=None (a smooth loss's default): the grid column holds None, which is not a
+    numeric array; the model still saves and loads with the same cv_results_."""
+    rows, cols, vals = data
+    est = GreedyLowRankCV(
+        loss="square", n_components=3, bias_regs=[1.0], cv=2, power_iter=3, random_state=0
+    ).fit((rows, cols, vals), shape=SHAPE)
+    assert est.cv_results_["param_greedy_l2"].dtype == object
+    est.save(tmp_path / "m")
+    back = ooc_lowrank.load(str(tmp_path / "m"))
+    assert back.best_params_ == est.best_params_
+    assert list(back.cv_results_["param_greedy_l2"]) == list(est.cv_results_["param_greedy_l2"])
+    np.testing.assert_array_equal(back.predict(rows, cols), est.predict(rows, cols))

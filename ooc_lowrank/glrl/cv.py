@@ -542,7 +542,13 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
             if params[arg] is not None:
                 params[arg] = list(params[arg])
         res = self.cv_results_
-        arrays = {f"cv_results/{k}": v for k, v in res.items() if k != "params"}
+        # param_<name> columns are the grid again (rebuilt on load from params_list); one that
+        # holds None (greedy_l2s=None: the loss's own default) is not a numeric array
+        arrays = {
+            f"cv_results/{k}": v
+            for k, v in res.items()
+            if k != "params" and not (k.startswith("param_") and np.asarray(v).dtype == object)
+        }
         extra = {
             "params_list": res["params"],
             "scoring": self.scoring_,
@@ -567,6 +573,9 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
             for key, v in arrays.items():
                 if key.startswith("cv_results/"):
                     res[key.split("/", 1)[1]] = np.asarray(v)
+            for name in names:
+                if f"param_{name}" not in res:
+                    res[f"param_{name}"] = np.array([s[name] for s in settings])
             if res["params"] != settings or K != est.cv or extra["scoring"] != scoring:
                 raise ModelFileError(
                     "model.json",
