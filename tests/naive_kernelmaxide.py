@@ -47,6 +47,16 @@ def nystrom_factor(X, landmarks, gamma, thresh=1e-10):
     return rbf(X, landmarks, gamma) @ (V[:, keep] / np.sqrt(ev[keep]))
 
 
+def rank_k_nystrom_basis(X, landmarks, gamma, k, ut):
+    """KernelMaxide(n_components=k)'s basis: the rank-k Nystrom features ``K(X, L) V_k
+    diag(l_k)^-1/2`` (top k eigenpairs of ``K_rr`` by a full ``eigh``), orthonormalized on the
+    rows ``ut`` (any orthonormalization: the APG is invariant to a rotation of the basis)."""
+    ev, V = np.linalg.eigh(rbf(landmarks, landmarks, gamma))
+    F = rbf(X, landmarks, gamma) @ (V[:, -k:] / np.sqrt(ev[-k:]))
+    g, Q = np.linalg.eigh(F[ut].T @ F[ut])
+    return F @ (Q / np.sqrt(g))
+
+
 def svt(B, tau):
     U, s, Vt = np.linalg.svd(B, full_matrices=False)
     return (U * np.maximum(s - tau, 0)) @ Vt
