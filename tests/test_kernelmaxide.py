@@ -988,3 +988,26 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     # the subspace error of 4 iterations with 20 extra directions: scores within 1 % of the
     # exact basis's here (a wrong basis is off by the scores' own size)
     np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())
+
+
+@pytest.mark.parametrize("density", [0.05, 0.5])
+def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density, monkeypatch):
+    """``features`` (issue 24): dense rows with <= 10 % nonzeros take the CSR x dense dot
+    products, the rank-k Nystrom map (r x k ``M``) one product ``K M``; both equal the NumPy
+    twin, the dense BLAS path, and themselves over any row split."""
+    X = rng.standard_normal((40, 30)) * (rng.random((40, 30)) < density)
+    L = rng.standard_normal((12, 30)) * (rng.random((12, 30)) < 0.3)
+    U, gamma = np.ascontiguousarray(L.T), 0.05
+    K = naive.rbf(X, L, gamma)
+    for M in (None, rng.standard_normal((12, 4)), rng.standard_normal((12, 12))):
+        kind = "kernel" if M is None else "nystrom"
+        want = K if M is None else K @ M
+        got = _blocks.features(X, kind, U, M, gamma)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        parts = np.vstack([_blocks.features(X[a:b], kind, U, M, gamma)
+                           for a, b in [(0, 1), (1, 17), (17, 40)]])  # fmt: skip
+        np.testing.assert_allclose(parts, got, rtol=1e-14, atol=1e-14 * np.abs(got).max())
+        monkeypatch.setattr(_blocks, "SPARSE_DENSITY", -1.0)  # the dense BLAS path
+        dense = _blocks.features(X, kind, U, M, gamma)
+        monkeypatch.undo()
+        np.testing.assert_allclose(dense, got, rtol=1e-12, atol=1e-12 * np.abs(got).max())
