@@ -47,14 +47,16 @@ def nystrom_factor(X, landmarks, gamma, thresh=1e-10):
     return rbf(X, landmarks, gamma) @ (V[:, keep] / np.sqrt(ev[keep]))
 
 
-def rank_k_nystrom_basis(X, landmarks, gamma, k, ut):
-    """KernelMaxide(n_components=k)'s basis: the rank-k Nystrom features ``K(X, L) V_k
-    diag(l_k)^-1/2`` (top k eigenpairs of ``K_rr`` by a full ``eigh``), orthonormalized on the
-    rows ``ut`` (any orthonormalization: the APG is invariant to a rotation of the basis)."""
+def rank_k_nystrom_basis(X, landmarks, gamma, k, ut, extra=0):
+    """KernelMaxide(n_components=k)'s basis: the Nystrom features ``K(X, L) V diag(l)^-1/2`` of
+    the top ``k + extra`` eigenpairs of ``K_rr`` (a full ``eigh``), then the top ``k``
+    directions of their Gram on the rows ``ut``, orthonormal there (any rotation of them: the
+    APG is invariant to it)."""
     ev, V = np.linalg.eigh(rbf(landmarks, landmarks, gamma))
-    F = rbf(X, landmarks, gamma) @ (V[:, -k:] / np.sqrt(ev[-k:]))
+    kk = min(k + extra, ev.size)
+    F = rbf(X, landmarks, gamma) @ (V[:, -kk:] / np.sqrt(ev[-kk:]))
     g, Q = np.linalg.eigh(F[ut].T @ F[ut])
-    return F @ (Q / np.sqrt(g))
+    return F @ (Q[:, -k:] / np.sqrt(g[-k:]))
 
 
 def svt(B, tau):

@@ -394,17 +394,20 @@ def test_kernelmaxide_orthonormal_basis_is_maxide_on_kernel_features(toy):
     X, UT, k = t["X"], t["UT"], 4
     kw = dict(n_features_map=20, gamma=t["gamma"], alpha=0.5, n_components=k, random_state=0)
     est = KernelMaxide(**kw).fit(X, t["Yobs"])
-    A = naive.rank_k_nystrom_basis(X, est.landmarks_, t["gamma"], k, UT)
+    from ooc_lowrank.kernelmaxide.estimator import RITZ_EXTRA
+
+    A = naive.rank_k_nystrom_basis(X, est.landmarks_, t["gamma"], k, UT, RITZ_EXTRA)
     np.testing.assert_allclose(A[UT].T @ A[UT], np.eye(k), atol=1e-10)
-    M = est.normalization_  # the rank-k map: M^T K_rr M = I on the top k eigenvectors
+    kk = min(20, k + RITZ_EXTRA)
+    M = est.normalization_  # the Nystrom map: M^T K_rr M = I on the top kk eigenvectors
     np.testing.assert_allclose(M.T @ naive.rbf(est.landmarks_, est.landmarks_, t["gamma"]) @ M,
-                               np.eye(k), atol=1e-10)  # fmt: skip
+                               np.eye(kk), atol=1e-10)  # fmt: skip
     W, its, objs = naive.apg_direct(A[UT], t["Yobs"][UT], 0.5, max_iter=100)
     want = A @ W
     scale = np.abs(want).max()
     np.testing.assert_allclose(est.decision_function(X), want, atol=1e-8 * scale)
     assert est.n_iter_ == len(its) and est.coef_.shape == (20, t["Yobs"].shape[1])
-    assert est.fmap_.kind == "kernel" and M.shape == (20, k)
+    assert est.fmap_.kind == "kernel" and M.shape == (20, kk)
     np.testing.assert_allclose(est.objective_, objs, rtol=1e-8)
     for other in (
         KernelMaxide(**kw).fit(_dask(X, 7), t["Yobs"]),
@@ -971,6 +974,7 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
 
     X, Yobs = _planted()
     kw = dict(n_features_map=150, n_components=5, random_state=0)
+    monkeypatch.setattr(est_mod, "RITZ_EXTRA", 0)  # the map of 5 eigenpairs: randomized
     assert 150 > est_mod.RANDOMIZED_RATIO * (5 + est_mod.RANDOMIZED_OVERSAMPLE)
     calls = []
     root = core.randomized_orthonormal_root
