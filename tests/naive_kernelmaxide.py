@@ -47,6 +47,18 @@ def nystrom_factor(X, landmarks, gamma, thresh=1e-10):
     return rbf(X, landmarks, gamma) @ (V[:, keep] / np.sqrt(ev[keep]))
 
 
+def rank_k_nystrom_basis(X, landmarks, gamma, k, ut, extra=0):
+    """KernelMaxide(n_components=k)'s basis: the Nystrom features ``K(X, L) V diag(l)^-1/2`` of
+    the top ``k + extra`` eigenpairs of ``K_rr`` (a full ``eigh``), then the top ``k``
+    directions of their Gram on the rows ``ut``, orthonormal there (any rotation of them: the
+    APG is invariant to it)."""
+    ev, V = np.linalg.eigh(rbf(landmarks, landmarks, gamma))
+    kk = min(k + extra, ev.size)
+    F = rbf(X, landmarks, gamma) @ (V[:, -kk:] / np.sqrt(ev[-kk:]))
+    g, Q = np.linalg.eigh(F[ut].T @ F[ut])
+    return F @ (Q[:, -k:] / np.sqrt(g[-k:]))
+
+
 def svt(B, tau):
     U, s, Vt = np.linalg.svd(B, full_matrices=False)
     return (U * np.maximum(s - tau, 0)) @ Vt

@@ -387,22 +387,27 @@ def test_maxide_equals_direct_twin_and_basis_is_left_singular(toy):
 
 
 def test_kernelmaxide_orthonormal_basis_is_maxide_on_kernel_features(toy):
-    """n_components=k: Maxide's direct APG on A = the top k left singular vectors of F_UT
-    (extended to every row by the same map), in memory, chunked and with a streamed F."""
+    """n_components=k: Maxide's direct APG on A = the rank-k Nystrom features (the top k
+    eigenpairs of the landmarks' kernel K_rr) orthonormalized on the UT rows (NumPy twin), in
+    memory, chunked and with a streamed F; the fitted map is folded into coef_ (r x m)."""
     t = toy
     X, UT, k = t["X"], t["UT"], 4
     kw = dict(n_features_map=20, gamma=t["gamma"], alpha=0.5, n_components=k, random_state=0)
     est = KernelMaxide(**kw).fit(X, t["Yobs"])
-    F = _blocks.features(X, *est.fmap_.args())
-    U, s, Vt = np.linalg.svd(F[UT], full_matrices=False)
-    A = F @ (Vt[:k].T / s[:k])
+    from ooc_lowrank.kernelmaxide.estimator import RITZ_EXTRA
+
+    A = naive.rank_k_nystrom_basis(X, est.landmarks_, t["gamma"], k, UT, RITZ_EXTRA)
     np.testing.assert_allclose(A[UT].T @ A[UT], np.eye(k), atol=1e-10)
-    np.testing.assert_allclose(np.abs(A[UT].T @ U[:, :k]), np.eye(k), atol=1e-8)
+    kk = min(20, k + RITZ_EXTRA)
+    M = est.normalization_  # the Nystrom map: M^T K_rr M = I on the top kk eigenvectors
+    np.testing.assert_allclose(M.T @ naive.rbf(est.landmarks_, est.landmarks_, t["gamma"]) @ M,
+                               np.eye(kk), atol=1e-10)  # fmt: skip
     W, its, objs = naive.apg_direct(A[UT], t["Yobs"][UT], 0.5, max_iter=100)
     want = A @ W
     scale = np.abs(want).max()
     np.testing.assert_allclose(est.decision_function(X), want, atol=1e-8 * scale)
     assert est.n_iter_ == len(its) and est.coef_.shape == (20, t["Yobs"].shape[1])
+    assert est.fmap_.kind == "kernel" and M.shape == (20, kk)
     np.testing.assert_allclose(est.objective_, objs, rtol=1e-8)
     for other in (
         KernelMaxide(**kw).fit(_dask(X, 7), t["Yobs"]),
@@ -895,33 +900,31 @@ def test_kernelmaxide_default_objective_is_the_trace_norm_of_the_ut_scores():
 
 
 @pytest.mark.parametrize("repeat_landmarks", [False, True])
-def test_kernelmaxide_cholesky_and_eigen_roots_reach_the_same_objective(
-    repeat_landmarks, monkeypatch
-):
-    """The orthonormal basis's feature map uses the pivoted Cholesky root ``L^-T`` of K_rr;
-    with the eigen root ``(K_rr^+)^(1/2)`` (the former map) the fit reaches the same objective
-    and scores.  Repeated landmarks (K_rr singular): the pivots skip the repeats, the same
-    Nystrom kernel."""
-    from ooc_lowrank.kernelmaxide import estimator as est_mod
+def test_nystrom_map_is_the_top_eigenpairs_of_the_landmark_kernel(repeat_landmarks):
+    """The orthonormal basis's map ``M = V_k diag(l_k)^-1/2`` (issue 24: no r x r
+    eigendecomposition, no UT Gram of r columns): exact below the randomized threshold, subspace
+    iteration above it; ``M^T K_rr M = I`` either way.  Repeated landmarks (``K_rr`` singular):
+    the zero eigenvalues are dropped, never inverted."""
+    from ooc_lowrank.kernelmaxide.estimator import nystrom_map
 
-    X, Yobs = _planted()
-    if repeat_landmarks:  # every row twice: landmarks repeat, the Cholesky factor fails
-        X = np.vstack([X[:200], X[:200]])
-    kw = dict(n_features_map=150, n_components=40, random_state=0)
-    a = KernelMaxide(**kw).fit(X, Yobs)
-    if not repeat_landmarks:  # M M^T = K_rr^-1: the same Nystrom kernel F F^T
-        MMt = a.normalization_ @ a.normalization_.T
-        Kinv = np.linalg.inv(_kernel(a.landmarks_, a.gamma_))
-        np.testing.assert_allclose(MMt, Kinv, atol=1e-6 * np.abs(Kinv).max())
-    monkeypatch.setattr(est_mod, "cholesky_normalization", nystrom_normalization)
-    b = KernelMaxide(**kw).fit(X, Yobs)
-    assert a.n_iter_ == b.n_iter_ and a.converged_
-    np.testing.assert_allclose(a.objective_, b.objective_, rtol=1e-7)
-    Sa, Sb = a.decision_function(X), b.decision_function(X)
-    np.testing.assert_allclose(Sa, Sb, atol=1e-6 * np.abs(Sb).max())
-    assert not np.allclose(a.normalization_, b.normalization_)  # a different root
-    # repeated landmarks: rows of M for the landmarks the pivoting skipped are zero
-    assert (not a.normalization_.any(axis=1).all()) == repeat_landmarks
+    r = np.random.default_rng(4)
+    L = r.standard_normal((60, 5))
+    if repeat_landmarks:
+        L = np.vstack([L[:30], L[:30]])
+    U, gamma = np.ascontiguousarray(L.T), 0.2
+    K = _kernel(L, gamma)
+    ev, V = np.linalg.eigh(K)
+    for k, rand in [(5, False), (8, False), (40, False), (5, True)]:
+        if rand:
+            M = core.randomized_orthonormal_root(lambda B: K @ B, 60, k, n_iter=8).T
+        else:
+            M = nystrom_map(U, gamma, k)
+        kk = M.shape[1]
+        assert kk == (min(k, 30) if repeat_landmarks else k)
+        np.testing.assert_allclose(M.T @ K @ M, np.eye(kk), atol=1e-8)
+        # the span of the top kk eigenvectors (cosines of the principal angles are 1)
+        cos = np.linalg.svd(V[:, -kk:].T @ np.linalg.qr(M)[0], compute_uv=False)
+        np.testing.assert_allclose(cos, 1.0, atol=1e-6 if rand else 1e-8)
 
 
 def _kernel(L, gamma):
@@ -971,6 +974,7 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
 
     X, Yobs = _planted()
     kw = dict(n_features_map=150, n_components=5, random_state=0)
+    monkeypatch.setattr(est_mod, "RITZ_EXTRA", 0)  # the map of 5 eigenpairs: randomized
     assert 150 > est_mod.RANDOMIZED_RATIO * (5 + est_mod.RANDOMIZED_OVERSAMPLE)
     calls = []
     root = core.randomized_orthonormal_root
@@ -988,3 +992,26 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     # the subspace error of 4 iterations with 20 extra directions: scores within 1 % of the
     # exact basis's here (a wrong basis is off by the scores' own size)
     np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())
+
+
+@pytest.mark.parametrize("density", [0.05, 0.5])
+def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density, monkeypatch):
+    """``features`` (issue 24): dense rows with <= 10 % nonzeros take the CSR x dense dot
+    products, the rank-k Nystrom map (r x k ``M``) one product ``K M``; both equal the NumPy
+    twin, the dense BLAS path, and themselves over any row split."""
+    X = rng.standard_normal((40, 30)) * (rng.random((40, 30)) < density)
+    L = rng.standard_normal((12, 30)) * (rng.random((12, 30)) < 0.3)
+    U, gamma = np.ascontiguousarray(L.T), 0.05
+    K = naive.rbf(X, L, gamma)
+    for M in (None, rng.standard_normal((12, 4)), rng.standard_normal((12, 12))):
+        kind = "kernel" if M is None else "nystrom"
+        want = K if M is None else K @ M
+        got = _blocks.features(X, kind, U, M, gamma)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        parts = np.vstack([_blocks.features(X[a:b], kind, U, M, gamma)
+                           for a, b in [(0, 1), (1, 17), (17, 40)]])  # fmt: skip
+        np.testing.assert_allclose(parts, got, rtol=1e-14, atol=1e-14 * np.abs(got).max())
+        monkeypatch.setattr(_blocks, "SPARSE_DENSITY", -1.0)  # the dense BLAS path
+        dense = _blocks.features(X, kind, U, M, gamma)
+        monkeypatch.undo()
+        np.testing.assert_allclose(dense, got, rtol=1e-12, atol=1e-12 * np.abs(got).max())

@@ -143,9 +143,12 @@ def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, se
     if kk <= 0:
         return np.zeros((0, r))
     l = min(r, kk + int(oversample))
-    Q = np.linalg.qr(np.random.default_rng(seed).standard_normal((r, l)))[0]
+    # a Gaussian block is well conditioned: its span is orthonormalized after the first product
+    Q = np.random.default_rng(seed).standard_normal((r, l))
     for _ in range(int(n_iter) - 1):
         Q = np.linalg.qr(gram_times(Q))[0]
+    if int(n_iter) <= 1:
+        Q = np.linalg.qr(Q)[0]
     T = Q.T @ gram_times(Q)
     ev, V = np.linalg.eigh(0.5 * (T + T.T))
     ev, V = ev[::-1], V[:, ::-1]
