@@ -988,3 +988,48 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     # the subspace error of 4 iterations with 20 extra directions: scores within 1 % of the
     # exact basis's here (a wrong basis is off by the scores' own size)
     np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())
+
+
+def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):
+    """``Maxide()`` (``alpha="auto"``, issue 28) picks the weight MaxideCV picks on the same
+    rows hold-outs (its scores equal, though the hold-out fits share one setup), and its model
+    is ``Maxide(alpha=alpha_)``'s; ``alpha_`` survives save / load."""
+    from ooc_lowrank import load
+    from ooc_lowrank.kernelmaxide import MaxideCV
+    from ooc_lowrank.kernelmaxide.estimator import AUTO_ALPHAS, AUTO_SPLITS
+
+    X, Yobs = _planted()
+    est = Maxide(n_components=6, random_state=3).fit(X, Yobs)
+    cv = MaxideCV(n_components_grid=(6,), alphas=AUTO_ALPHAS, n_splits=AUTO_SPLITS,
+                  random_state=3).fit(X, Yobs)  # fmt: skip
+    assert est.alpha == "auto" and est.alpha_ == cv.best_params_["alpha"]
+    np.testing.assert_allclose(list(est.alpha_scores_.values()), cv.cv_results_["mean_test_score"],
+                               rtol=1e-12)  # fmt: skip
+    fixed = Maxide(n_components=6, alpha=est.alpha_).fit(X, Yobs)
+    np.testing.assert_array_equal(est.coef_, fixed.coef_)
+    assert est.n_passes_ > fixed.n_passes_  # the hold-out fits are counted
+    # another seed, other hold-outs
+    other = Maxide(n_components=6, random_state=4).fit(X, Yobs)
+    assert other.alpha_scores_ != est.alpha_scores_
+    est.save(tmp_path / "m")
+    back = load(tmp_path / "m")
+    assert back.alpha == "auto" and back.alpha_ == est.alpha_
+
+
+def test_maxide_auto_alpha_falls_back_without_a_scorable_hold_out():
+    """No held-out row with an observed positive and negative: the fixed fallback weight."""
+    from ooc_lowrank.kernelmaxide.estimator import AUTO_FALLBACK
+
+    X, _ = _planted()
+    r = np.arange(40)
+    # one observed label per row: no held-out row has a pair to rank
+    Y = sp.csr_matrix((np.where(r % 2, 1.0, -1.0), (r, r % 3)), shape=(X.shape[0], 3))
+    est = Maxide(n_components=4).fit(X, Y)
+    assert est.alpha_ == AUTO_FALLBACK and np.isnan(list(est.alpha_scores_.values())).all()
+
+
+@pytest.mark.parametrize("alpha, msg", [("best", 'alpha must be "auto" or a positive float'),
+                                        (0.0, "alpha must be > 0")])  # fmt: skip
+def test_maxide_bad_alpha_fails_before_work(toy, alpha, msg):
+    with pytest.raises(ValueError, match=msg):
+        Maxide(alpha=alpha).fit(toy["X"], toy["Yobs"])
