@@ -66,6 +66,7 @@ AUTO_ALPHAS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
 AUTO_SPLITS = 2
 AUTO_FRACTION = 0.25
 AUTO_FALLBACK = 4.0
+AUTO_SCALE_POWER = 1.0
 
 RANDOMIZED_RATIO = 4
 RANDOMIZED_OVERSAMPLE = 20
@@ -984,7 +985,10 @@ class Maxide(_MaxideBase):
         paper selects ``lambda`` (SPEC 4.6) and as :class:`MaxideCV` does: ``AUTO_SPLITS`` = 2
         hold-outs of a quarter of the labelled rows (all their observed labels; seeds
         ``random_state + s``), lowest mean wins (first of ties), then the fit on all observed
-        labels; ``alpha_`` is the weight used.  Everything but the APG is shared (one ``X^T X``
+        labels; ``alpha_`` is the weight used.  The loss is a sum over the observed entries,
+        so a hold-out fit, which has a share ``s`` of them, runs with ``alpha * s``
+        (``AUTO_SCALE_POWER`` = 1: the weight per observed entry is kept); unscaled, the
+        selection chose 2 where 3-4 held on outer hold-outs (docs/kernelmaxide.md section 9).  Everything but the APG is shared (one ``X^T X``
         pass and eigendecomposition, one cached ``A``), so it costs 12 APG runs and 2 scoring
         passes more than a fixed weight: about 5-7x the CPU of ``Maxide(alpha=4)`` on the yahoo
         sets (docs/kernelmaxide.md section 9).  Falls back to 4.0 (logged) when no hold-out
@@ -1096,11 +1100,14 @@ class Maxide(_MaxideBase):
             est = clone(self)
             est.fmap_, est.n_features_in_ = st.fmap, self.n_features_in_
             est.n_labels_ = self.n_labels_
+            # the loss sums over observed entries, a hold-out fit has fewer: the weight that
+            # corresponds to ``lam`` on all of them is scaled down with the entries' share
+            scale = (Yfit.nnz / st.nobs) ** AUTO_SCALE_POWER
             for j, lam in enumerate(AUTO_ALPHAS):
                 res = core.apg(
                     passes,
                     st.R_apg,
-                    lam,
+                    lam * scale,
                     self.n_labels_,
                     0.5 * Yfit.nnz,
                     max_iter=int(self.max_iter),
