@@ -990,7 +990,7 @@ class Maxide(_MaxideBase):
         (``AUTO_SCALE_POWER`` = 1: the weight per observed entry is kept); unscaled, the
         selection chose 2 where 3-4 held on outer hold-outs (docs/kernelmaxide.md section 9).  Everything but the APG is shared (one ``X^T X``
         pass and eigendecomposition, one cached ``A``), so it costs 12 APG runs and 2 scoring
-        passes more than a fixed weight: about 5-7x the CPU of ``Maxide(alpha=4)`` on the yahoo
+        passes more than a fixed weight: about 6-8x the CPU of ``Maxide(alpha=4)`` on the yahoo
         sets (docs/kernelmaxide.md section 9).  Falls back to 4.0 (logged) when no hold-out
         leaves a row with an observed positive and negative to score.  The fixed value 4.0
         (the former default) ended 0.011 above the paper on Arts; no fixed weight was better
