@@ -14,6 +14,12 @@ Per cell (yahoo set x repetition of the SPEC 4.6 protocol at ``omega``): the row
 the default is the setting with the lowest mean validation loss relative to each cell's best
 (``pick``), the same rule on every dataset.  Records iterations and whether the stop fired.
 
+``Maxide(alpha="auto")`` (issue 28, the default) against fixed weights, on training labels
+only: ``--outer`` rows hold-outs of the training rows' observed labels (seeds ``1000 + rep +
+o``, not the inner ones) are scored after fitting ``Maxide()`` (its own inner selection) and
+``Maxide(alpha=a)`` for ``a`` in ``--fixed`` on the rest; then both on all observed labels,
+their test ranking loss (reported only) and process CPU seconds per fit.
+
     python benchmarks/kernelmaxide_defaults.py --datasets arts business health --reps 0 1 \
         --out benchmarks/results/kernelmaxide_defaults.json
 """
@@ -27,6 +33,7 @@ import sys
 import time
 
 import numpy as np
+from sklearn.base import clone
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -46,7 +53,7 @@ def _settings(a):
 
 def _est(method, k, scale, landmarks, gmed, rep, a):
     if method == "maxide":
-        return Maxide(n_components=k or None, max_iter=a.max_iter)
+        return Maxide(n_components=k or None, alpha=1.0, max_iter=a.max_iter)
     return KernelMaxide(n_features_map=landmarks, gamma=gmed * scale, n_components=k or None,
                         max_iter=a.max_iter, random_state=rep)  # fmt: skip
 
@@ -79,7 +86,33 @@ def run_cell(X, Y, name, rep, a):
     for r in rows:
         r["val"] = float(np.mean([r[f"val{j}"] for j in range(a.n_splits)]))
     print(name, rep, flush=True)
-    return {"dataset": name, "rep": rep, "omega": a.omega, "gamma_median": gmed, "settings": rows}
+    return {"dataset": name, "rep": rep, "omega": a.omega, "gamma_median": gmed, "settings": rows,
+            "auto": auto_cell(X, Y, Yobs, train, rep, a)}  # fmt: skip
+
+
+def auto_cell(X, Y, Yobs, train, rep, a):
+    """``Maxide()`` (``alpha="auto"``) vs ``Maxide(alpha=f)``: outer hold-out ranking loss of the
+    training labels, then test ranking loss and CPU seconds of the fits on all observed labels."""
+    ests = {"auto": Maxide(random_state=rep, max_iter=a.max_iter)}
+    ests |= {f"fixed_{f:g}": Maxide(alpha=f, max_iter=a.max_iter) for f in a.fixed}
+    out = {key: {} for key in ests}
+    for o in range(a.outer):
+        Yfit, Yval = split_observed(Yobs, 0.25, 1000 + rep + o, by="rows")
+        for key, est in ests.items():
+            e = clone(est).fit(X, Yfit)
+            out[key][f"outer{o}"] = float(e.observed_ranking_loss(X, Yval))
+            if key == "auto":
+                out[key][f"outer{o}_alpha"] = e.alpha_
+    for key, est in ests.items():
+        t0 = time.process_time()
+        e = clone(est).fit(X, Yobs)
+        out[key]["fit_cpu_seconds"] = time.process_time() - t0
+        out[key]["alpha"] = e.alpha_
+        out[key]["test"] = float(metrics.ranking_loss(Y[~train], e.decision_function(X[~train])))
+        out[key]["outer"] = float(np.mean([out[key][f"outer{o}"] for o in range(a.outer)]))
+        if key == "auto":
+            out[key]["alpha_scores"] = {f"{k:g}": v for k, v in e.alpha_scores_.items()}
+    return out
 
 
 def _key(r):
@@ -114,6 +147,9 @@ def main(argv=None):
     ap.add_argument("--maxide-lams", type=float, nargs="+", help="Maxide's lams (default --lams)")
     ap.add_argument("--km-ks", type=int, nargs="+", default=[100])
     ap.add_argument("--scales", type=float, nargs="+", default=[1.0, 2.0])
+    ap.add_argument("--fixed", type=float, nargs="+", default=[4.0],
+                    help="fixed Maxide weights compared with alpha='auto'")  # fmt: skip
+    ap.add_argument("--outer", type=int, default=2, help="outer hold-outs for alpha='auto'")
     ap.add_argument("--rows", type=int, help="first rows only (a smoke run)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
@@ -133,9 +169,14 @@ def main(argv=None):
                 out[f"test_{method}"] = {f"{c['dataset']}/{c['rep']}": r["test"] for c in cells
                                          for r in c["settings"] if r["method"] == method and
                                          _key(r) == key}  # fmt: skip
+            auto = [c["auto"] for c in cells]
+            out["auto_summary"] = {key: {"outer": float(np.mean([c[key]["outer"] for c in auto])),
+                                         "test": float(np.mean([c[key]["test"] for c in auto]))}
+                                   for key in auto[0]}  # fmt: skip
             with open(a.out, "w") as f:
                 json.dump(out, f, indent=1)
-    print(json.dumps({k: v for k, v in out.items() if k.startswith(("pick", "test"))}, indent=1))
+    print(json.dumps({k: v for k, v in out.items() if k.startswith(("pick", "test", "auto_s"))},
+                     indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -636,6 +636,12 @@ def maxide_estimate(est, XB, YB, *, client=None):
         "detail": f"{size_name}={r}, n_labels={L}, block_rows={rows_max}, F "
         + ("streamed" if streamed else "cached"),
     }
+    if isinstance(getattr(est, "alpha", None), str):  # Maxide(alpha="auto")
+        from ooc_lowrank.kernelmaxide.estimator import AUTO_ALPHAS, AUTO_SPLITS
+
+        # one APG and one scoring pass per hold-out and weight, on the shared setup
+        out["selection_fits"] = fits = AUTO_SPLITS * len(AUTO_ALPHAS)
+        out["min_passes"] += fits * (2 * iters + 1)
     return _finish(out, lambda rw, k: worker_bytes(rw, k)[0], limit, rows_max, size_name, r)
 
 

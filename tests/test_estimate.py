@@ -256,11 +256,17 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     km.fit(X, Yo)
     assert e["passes_init"] == 3 and e["min_passes"] == 3 + 2 * 6
     assert e["min_passes"] <= km.n_passes_ <= e["min_passes"] + 12  # L grows from 1 early
-    mx = Maxide(n_components=3, max_iter=4, tol=0.0)
+    mx = Maxide(n_components=3, alpha=4.0, max_iter=4, tol=0.0)
     e_m = mx.estimate(X, Yo)
     mx.fit(X, Yo)
     assert e_m["n_components"] == 3 and e_m["method"] == "Maxide"
     assert e_m["min_passes"] == 3 + 2 * 4 <= mx.n_passes_  # the X^T X pass counted
+    # alpha="auto": 2 hold-outs x 6 weights, an APG and a scoring pass each
+    auto = Maxide(n_components=3, max_iter=4, tol=0.0)
+    e_a = auto.estimate(X, Yo)
+    auto.fit(X, Yo)
+    assert e_a["selection_fits"] == 12
+    assert e_a["min_passes"] == 3 + 2 * 4 + 12 * (2 * 4 + 1) <= auto.n_passes_
     # GreedyLowRank: at most max per greedy step
     rows, cols = np.nonzero(rng.random((60, 50)) < 0.3)
     obs = (rows, cols, rng.standard_normal(rows.size))

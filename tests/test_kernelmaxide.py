@@ -1015,3 +1015,54 @@ def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density,
         dense = _blocks.features(X, kind, U, M, gamma)
         monkeypatch.undo()
         np.testing.assert_allclose(dense, got, rtol=1e-12, atol=1e-12 * np.abs(got).max())
+
+
+def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):
+    """``Maxide()`` (``alpha="auto"``, issue 28): each weight ``a`` is scored by separate fits
+    ``Maxide(alpha=a * share)`` on the rows hold-outs of split_observed (``share`` = the fit's
+    observed entries / all, the loss being a sum over them) although they share one setup;
+    the lowest mean wins and the model is ``Maxide(alpha=alpha_)``'s; ``alpha_`` is saved."""
+    from ooc_lowrank import load
+    from ooc_lowrank.kernelmaxide.cv import split_observed
+    from ooc_lowrank.kernelmaxide.estimator import AUTO_ALPHAS, AUTO_FRACTION, AUTO_SPLITS
+
+    X, Yobs = _planted()
+    est = Maxide(n_components=6, random_state=3).fit(X, Yobs)
+    want = np.zeros(len(AUTO_ALPHAS))
+    for s in range(AUTO_SPLITS):
+        Yfit, Yval = split_observed(Yobs, AUTO_FRACTION, 3 + s, by="rows")
+        share = Yfit.nnz / Yobs.nnz
+        assert share < 0.9
+        for j, a in enumerate(AUTO_ALPHAS):
+            e = Maxide(n_components=6, alpha=a * share).fit(X, Yfit)
+            want[j] += e.observed_ranking_loss(X, Yval) / AUTO_SPLITS
+    np.testing.assert_allclose(list(est.alpha_scores_.values()), want, rtol=1e-10)
+    assert est.alpha == "auto" and est.alpha_ == AUTO_ALPHAS[int(np.argmin(want))]
+    fixed = Maxide(n_components=6, alpha=est.alpha_).fit(X, Yobs)
+    np.testing.assert_array_equal(est.coef_, fixed.coef_)
+    assert est.n_passes_ > fixed.n_passes_  # the hold-out fits are counted
+    # another seed, other hold-outs
+    other = Maxide(n_components=6, random_state=4).fit(X, Yobs)
+    assert other.alpha_scores_ != est.alpha_scores_
+    est.save(tmp_path / "m")
+    back = load(tmp_path / "m")
+    assert back.alpha == "auto" and back.alpha_ == est.alpha_
+
+
+def test_maxide_auto_alpha_falls_back_without_a_scorable_hold_out():
+    """No held-out row with an observed positive and negative: the fixed fallback weight."""
+    from ooc_lowrank.kernelmaxide.estimator import AUTO_FALLBACK
+
+    X, _ = _planted()
+    r = np.arange(40)
+    # one observed label per row: no held-out row has a pair to rank
+    Y = sp.csr_matrix((np.where(r % 2, 1.0, -1.0), (r, r % 3)), shape=(X.shape[0], 3))
+    est = Maxide(n_components=4).fit(X, Y)
+    assert est.alpha_ == AUTO_FALLBACK and np.isnan(list(est.alpha_scores_.values())).all()
+
+
+@pytest.mark.parametrize("alpha, msg", [("best", 'alpha must be "auto" or a positive float'),
+                                        (0.0, "alpha must be > 0")])  # fmt: skip
+def test_maxide_bad_alpha_fails_before_work(toy, alpha, msg):
+    with pytest.raises(ValueError, match=msg):
+        Maxide(alpha=alpha).fit(toy["X"], toy["Yobs"])

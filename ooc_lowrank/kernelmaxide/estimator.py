@@ -55,6 +55,14 @@ MAX_TRIALS = 64
 AUTO_COMPONENTS = 100
 
 
+#: ``Maxide(alpha="auto")``: the weights tried, the rows hold-outs (a quarter of the labelled
+#: rows each) and the weight when none can be scored (docs/kernelmaxide.md section 9)
+AUTO_ALPHAS = (1.0, 2.0, 3.0, 4.0, 6.0, 8.0)
+AUTO_SPLITS = 2
+AUTO_FRACTION = 0.25
+AUTO_FALLBACK = 4.0
+AUTO_SCALE_POWER = 1.0
+
 #: the Nystrom map of the orthonormal basis (the top k' = k + RITZ_EXTRA eigenpairs of the
 #: landmarks' kernel ``K_rr``) by subspace iteration (core.randomized_orthonormal_root,
 #: RANDOMIZED_ITER products ``K_rr B`` with an r x (k' + oversample) block B, fixed seed) when
@@ -240,14 +248,7 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
 
     # -- shared -----------------------------------------------------------------------------
     def _validate_params(self):
-        check_scalar(
-            self.alpha,
-            "alpha",
-            low=0.0,
-            low_inclusive=False,
-            fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is "
-            "2^-10..2^10)",
-        )
+        self._check_alpha()
         _base.check_common_params(self)
         if self.n_trials is not None:
             check_scalar(
@@ -259,6 +260,16 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
                 fix="Use a small count, e.g. n_trials=2, or None for the default",
             )
         self._validate_method_params()
+
+    def _check_alpha(self):
+        check_scalar(
+            self.alpha,
+            "alpha",
+            low=0.0,
+            low_inclusive=False,
+            fix="Use a positive trace-norm weight, e.g. alpha=1.0 (the paper's grid is "
+            "2^-10..2^10)",
+        )
 
     def _budget(self):
         return engine.DEFAULT_CACHE_BYTES if self.cache_bytes is None else int(self.cache_bytes)
@@ -453,16 +464,18 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
             fmap, attrs, passes, passes.count, R, R_apg, n_setup, n_trials, nobs, n_ut, ckpt
         )
 
-    def _solve(self, st):
-        """The APG on a :class:`_Setup` with this estimator's ``alpha`` (and ``max_iter``, ``tol``,
-        ``n_trials``, ``callback``); sets the fitted attributes, returns ``self``."""
+    def _solve(self, st, alpha=None):
+        """The APG on a :class:`_Setup` with this estimator's ``alpha`` (or ``alpha`` given; and
+        ``max_iter``, ``tol``, ``n_trials``, ``callback``); sets the fitted attributes (``alpha_``
+        the weight used), returns ``self``."""
         for k, v in st.attrs.items():
             setattr(self, k, v)
         st.passes.count = st.count  # a shared setup's passes start each fit at the setup count
+        self.alpha_ = float(self.alpha if alpha is None else alpha)
         res = core.apg(
             st.passes,
             st.R_apg,
-            float(self.alpha),
+            self.alpha_,
             self.n_labels_,
             0.5 * st.nobs,
             max_iter=int(self.max_iter),
@@ -643,6 +656,7 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
             "converged": self.converged_,
             "rank": self.rank_,
             "n_ut": self.n_ut_,
+            "alpha": self.alpha_,
         }
         if self.fmap_.kind in ("nystrom", "kernel"):
             if self.fmap_.M is not None:
@@ -682,6 +696,10 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
         for key in ("n_iter", "n_passes", "rank", "n_ut"):
             setattr(est, key + "_", r.value(key, "int", low=0))
         est.converged_ = r.value("converged", "bool")
+        # the weight used (model files written before ``alpha_`` existed: the parameter)
+        est.alpha_ = r.value("alpha", "float", low=0.0, default=None)
+        if est.alpha_ is None and not isinstance(est.alpha, str):
+            est.alpha_ = float(est.alpha)
         r.finish()
         return est
 
@@ -951,14 +969,32 @@ class Maxide(_MaxideBase):
     ----------
     n_components : int or None, default=100
         ``k`` (at most the numerical rank of ``X``); ``None``: the numerical rank of ``X``
-        (singular values above 1e-6 of the largest).  The default 100 and ``alpha=4.0`` are the
-        setting of lowest validation loss on held-out observed training labels on every yahoo
-        set; every direction with ``alpha=1`` (the former default) was 0.10 worse than the paper
-        on Arts (docs/kernelmaxide.md section 9).  :class:`MaxideCV` selects both per dataset.
-    alpha : float, default=4.0
+        (singular values above 1e-6 of the largest).  The default 100 is the setting of lowest
+        validation loss on held-out observed training labels on every yahoo set; every
+        direction with ``alpha=1`` (the former default) was 0.10 worse than the paper on Arts
+        (docs/kernelmaxide.md section 9).  :class:`MaxideCV` selects ``k`` too.
+    alpha : "auto" or float, default="auto"
+        Trace-norm weight ``lambda``.  ``"auto"``: chosen from ``AUTO_ALPHAS`` = (1, 2, 3, 4,
+        6, 8) by the ranking loss on held-out observed labels of the training rows, as the
+        paper selects ``lambda`` (SPEC 4.6) and as :class:`MaxideCV` does: ``AUTO_SPLITS`` = 2
+        hold-outs of a quarter of the labelled rows (all their observed labels; seeds
+        ``random_state + s``), lowest mean wins (first of ties), then the fit on all observed
+        labels; ``alpha_`` is the weight used.  The loss is a sum over the observed entries,
+        so a hold-out fit, which has a share ``s`` of them, runs with ``alpha * s``
+        (``AUTO_SCALE_POWER`` = 1: the weight per observed entry is kept); unscaled, the
+        selection chose 2 where 3-4 held on outer hold-outs (docs/kernelmaxide.md section 9).  Everything but the APG is shared (one ``X^T X``
+        pass and eigendecomposition, one cached ``A``), so it costs 12 APG runs and 2 scoring
+        passes more than a fixed weight: about 6-8x the CPU of ``Maxide(alpha=4)`` on the yahoo
+        sets (docs/kernelmaxide.md section 9).  Falls back to 4.0 (logged) when no hold-out
+        leaves a row with an observed positive and negative to score.  The fixed value 4.0
+        (the former default) ended 0.011 above the paper on Arts; no fixed weight was better
+        than 4 by more than the split noise on held-out training labels of the three yahoo
+        sets, while the best weight differed per set and split (2 to 4).
     max_iter, tol, n_trials, cache_bytes, block_rows, callback, verbose
         As in :class:`KernelMaxide`.
-    random_state : ignored (kept for a uniform interface)
+    random_state : int, RandomState or None
+        Seeds the hold-outs of ``alpha="auto"`` (``None``: 0, so a fit is repeatable);
+        ignored for a fixed ``alpha``.
 
     Attributes
     ----------
@@ -966,6 +1002,10 @@ class Maxide(_MaxideBase):
         ``V_k Sigma_k^-1``: ``A = X projection_``.
     singular_values_ : ndarray of shape (k,)
     coef_ : ndarray of shape (k, n_labels)
+    alpha_ : float
+        The trace-norm weight of the fit (``alpha`` itself unless ``"auto"``).
+    alpha_scores_ : dict or absent
+        ``alpha="auto"``: the mean held-out ranking loss of each weight tried.
 
     Notes
     -----
@@ -984,7 +1024,7 @@ class Maxide(_MaxideBase):
         self,
         *,
         n_components=100,
-        alpha=4.0,
+        alpha="auto",
         max_iter=100,
         tol=1e-5,
         n_trials=None,
@@ -1002,6 +1042,78 @@ class Maxide(_MaxideBase):
     def _validate_method_params(self):
         if self.n_components is not None:
             check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
+
+    def _check_alpha(self):
+        if isinstance(self.alpha, str):
+            if self.alpha != "auto":
+                raise param_error(
+                    "alpha",
+                    'must be "auto" or a positive float',
+                    self.alpha,
+                    'Use alpha="auto" (chosen on held-out training labels) or e.g. alpha=4.0',
+                )
+            return
+        super()._check_alpha()
+
+    def _fit(self, X, Y, checkpoint, checkpoint_every):
+        st = self._setup(X, Y, checkpoint, checkpoint_every)
+        if not isinstance(self.alpha, str):
+            return self._solve(st)
+        alpha, n_passes = self._select_alpha(st, X, Y)  # "auto"
+        self._solve(st, alpha)
+        self.n_passes_ += n_passes  # the hold-out fits' passes and their scoring passes
+        return self
+
+    def _select_alpha(self, st, X, Y):
+        """``alpha="auto"``: the weight of ``AUTO_ALPHAS`` with the lowest mean ranking loss on
+        ``AUTO_SPLITS`` rows hold-outs of ``Y`` (as :class:`MaxideCV`).  The hold-out fits reuse
+        the setup ``st``: ``A`` does not depend on the labels, and the rows held out keep no
+        observed label, so they add nothing to the loss (the same models as separate fits)."""
+        from ooc_lowrank.kernelmaxide.cv import _labels_in_memory, split_observed
+
+        rs = self.random_state
+        seed = 0 if rs is None else rs if isinstance(rs, numbers.Integral) else (
+            check_random_state(rs).randint(2**31 - AUTO_SPLITS)
+        )  # fmt: skip
+        Yall = _labels_in_memory(Y)
+        scores = np.full((AUTO_SPLITS, len(AUTO_ALPHAS)), np.nan)
+        n_passes = 0
+        for s in range(AUTO_SPLITS):
+            Yfit, Yval = split_observed(Yall, AUTO_FRACTION, int(seed) + s, by="rows")
+            if Yval.nnz == 0 or not np.any(Yfit.data == -1.0):
+                continue
+            YB = engine.align(st.passes.XB, engine.as_blocked(Yfit, name="Y"), names=("X", "Y"))
+            passes = core.Passes(st.passes.XB, YB, st.passes.fmap, st.passes.client)
+            est = clone(self)
+            est.fmap_, est.n_features_in_ = st.fmap, self.n_features_in_
+            est.n_labels_ = self.n_labels_
+            # the loss sums over observed entries, a hold-out fit has fewer: the weight that
+            # corresponds to ``lam`` on all of them is scaled down with the entries' share
+            scale = (Yfit.nnz / st.nobs) ** AUTO_SCALE_POWER
+            for j, lam in enumerate(AUTO_ALPHAS):
+                res = core.apg(
+                    passes,
+                    st.R_apg,
+                    lam * scale,
+                    self.n_labels_,
+                    0.5 * Yfit.nnz,
+                    max_iter=int(self.max_iter),
+                    tol=float(self.tol),
+                    n_trials=int(self.n_trials or st.n_trials),
+                )
+                est.coef_ = np.asarray(res.W, dtype=np.float64)
+                scores[s, j] = est.observed_ranking_loss(X, Yval)
+            n_passes += passes.count + len(AUTO_ALPHAS)
+        ok = np.isfinite(scores)
+        total = np.where(ok, scores, 0.0).sum(axis=0)
+        mean = np.where(ok.any(axis=0), total / np.maximum(ok.sum(axis=0), 1), np.nan)
+        self.alpha_scores_ = {a: float(v) for a, v in zip(AUTO_ALPHAS, mean)}
+        if not np.isfinite(mean).any():
+            logger.info("Maxide alpha='auto': no hold-out could be scored; alpha=%g", AUTO_FALLBACK)
+            return AUTO_FALLBACK, n_passes
+        best = AUTO_ALPHAS[int(np.nanargmin(mean))]
+        logger.info("Maxide alpha='auto': held-out ranking loss %s, alpha=%g", mean, best)
+        return best, n_passes
 
     def _make_feature_map(self, XB, YB, X, rng):
         XtX = np.asarray(engine.map_reduce(_blocks.xtx_block, XB))
