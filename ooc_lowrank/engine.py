@@ -759,6 +759,28 @@ def _n_chains(nb: int, size: int, accumulates: bool = False) -> int:
     return int(max(1, min(nb, int(n))))
 
 
+def _chain_edges(fn, nb, sizes, rows_at) -> np.ndarray:
+    """Block boundaries of the chains of a chained reduction over ``nb`` blocks (row outputs
+    are not accumulated: the chain count follows the summed outputs only)."""
+    n_chains = _n_chains(
+        nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
+    )
+    return np.linspace(0, nb, n_chains + 1).round().astype(int)
+
+
+def _link(fn, n_inputs, offset, bounds, i, sizes, rows_at) -> dict:
+    """The keywords of :func:`_fold_block` for block ``i`` (graph and in-memory paths alike)."""
+    return dict(
+        fn=fn,
+        n_inputs=n_inputs,
+        offset=offset,
+        start=int(bounds[i]),
+        stop=int(bounds[i + 1]),
+        sizes=sizes,
+        rows_at=rows_at,
+    )
+
+
 def _fold_block(
     acc,
     *items,
@@ -876,11 +898,8 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
         for b, h in zip(blocked, readers, strict=True)
     ]
     dargs = _unwrap_args(args, active_client(client))
-    # row outputs are not accumulated: the chain count follows the summed outputs only
-    n_chains = _n_chains(
-        nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
-    )
-    edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
+    edges = _chain_edges(fn, nb, sizes, rows_at)
+    n_chains = len(edges) - 1
     fold = delayed(_fold_block, pure=False)
     totals = []
     for c in range(n_chains):
@@ -890,13 +909,7 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
                 acc,
                 *[None if col is None else col[i] for col in cols],
                 *dargs,
-                fn=fn,
-                n_inputs=len(blocked),
-                offset=offset,
-                start=int(ref.bounds[i]),
-                stop=int(ref.bounds[i + 1]),
-                sizes=sizes,
-                rows_at=rows_at,
+                **_link(fn, len(blocked), offset, ref.bounds, i, sizes, rows_at),
                 readers=readers if any(h is not None for h in readers) else (),
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
@@ -1334,26 +1347,14 @@ def _reduce_direct(fn, bounds, args, offset, sizes, rows_at, chains, split_every
     nb = len(bounds) - 1
     with one_blas_thread():
         if chains:
-            n_chains = _n_chains(
-                nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
-            )
-            edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
+            edges = _chain_edges(fn, nb, sizes, rows_at)
+            n_chains = len(edges) - 1
 
             def chain(c):
                 acc = None
                 for i in range(edges[c], edges[c + 1]):
-                    acc = _fold_block(
-                        acc,
-                        *[x[i] for x in lists],
-                        *args,
-                        fn=fn,
-                        n_inputs=len(lists),
-                        offset=offset,
-                        start=int(bounds[i]),
-                        stop=int(bounds[i + 1]),
-                        sizes=sizes,
-                        rows_at=rows_at,
-                    )
+                    link = _link(fn, len(lists), offset, bounds, i, sizes, rows_at)
+                    acc = _fold_block(acc, *[x[i] for x in lists], *args, **link)
                 return acc
 
             return _total(list(_run_blocks(chain, n_chains)), sizes=sizes, rows_at=rows_at)
