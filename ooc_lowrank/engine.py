@@ -216,23 +216,26 @@ def _read_handle_block(_, handle=None, bounds=None, block_id=None):
 
 def _from_handle(handle, bounds) -> Blocked:
     kind = "dense" if handle.kind == "dense" else "csr"
-    meta = (
-        np.empty((0, 0), handle.dtype)
-        if kind == "dense"
-        else sp.csr_matrix((0, 0), dtype=handle.dtype)
-    )
-    arr = da.map_blocks(
-        _read_handle_block,
+    name = f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds)
+    arr = _task_per_block(_read_handle_block, bounds, handle, kind, handle=handle, name=name)
+    return Blocked(arr, kind, handle, handle.nnz, reads=handle)
+
+
+def _task_per_block(fn, bounds, like, kind, **kw):
+    """A Dask array of the row blocks ``bounds`` of an array shaped like ``like``, block ``i``
+    made by one task ``fn(i, bounds=bounds, block_id=(i, 0), **kw)``."""
+    dt = like.dtype
+    meta = np.empty((0, 0), dt) if kind == "dense" else sp.csr_matrix((0, 0), dtype=dt)
+    return da.map_blocks(
+        fn,
         da.arange(len(bounds) - 1, chunks=1),
-        handle=handle,
         bounds=bounds,
         new_axis=1,
-        chunks=(tuple(np.diff(bounds).tolist()), (handle.shape[1],)),
-        dtype=handle.dtype,
+        chunks=(tuple(np.diff(bounds).tolist()), (like.shape[1],)),
+        dtype=dt,
         meta=meta,
-        name=f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds),
+        **kw,
     )
-    return Blocked(arr, kind, handle, handle.nnz, reads=handle)
 
 
 def _slice_memory_block(_, X=None, bounds=None, block_id=None):
@@ -243,19 +246,8 @@ def _slice_memory_block(_, X=None, bounds=None, block_id=None):
 def _from_memory(X, bounds, kind) -> Blocked:
     """Row blocks of the in-memory ``X`` as slices taken by each task: ``da.from_array`` copies
     a NumPy array whole (Dask >= 2025: a GIMC fit of an in-memory X held it twice)."""
-    dense = kind == "dense"
-    Xd = dask.delayed(X, pure=False)
-    arr = da.map_blocks(
-        _slice_memory_block,
-        da.arange(len(bounds) - 1, chunks=1),
-        X=Xd,
-        bounds=bounds,
-        new_axis=1,
-        chunks=(tuple(np.diff(bounds).tolist()), (X.shape[1],)),
-        dtype=X.dtype,
-        meta=np.empty((0, 0), dtype=X.dtype) if dense else sp.csr_matrix((0, 0), dtype=X.dtype),
-    )
-    return Blocked(arr, kind, X, None if dense else X.nnz)
+    arr = _task_per_block(_slice_memory_block, bounds, X, kind, X=dask.delayed(X, pure=False))
+    return Blocked(arr, kind, X, None if kind == "dense" else X.nnz)
 
 
 #: In-memory inputs are split into at least this many blocks (when each keeps at least
