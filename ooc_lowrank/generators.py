@@ -481,7 +481,7 @@ def generate_multilabel(
         Arrays ``"X"`` ``(n_rows, n_features)`` float32 (dense or csr), ``"Y"``
         ``(n_rows, n_labels)`` csr float32 of ones, optionally ``"y"`` ``(n_rows, 1)`` float64.
     """
-    n_rows, seed = job.n_rows, job.seed
+    seed = job.seed
     d = _int_opt(n_features, "n_features", low=1)
     L = _int_opt(n_labels, "n_labels", low=0)
     C = _int_opt(n_classes, "n_classes", low=0)
@@ -632,7 +632,6 @@ def generate_imc_toy(
         (:func:`open_columns`) holds the column features ``"X"`` ``(n_cols, d)`` float64
         (``Y`` in the formula above).
     """
-    n_rows, seed = job.n_rows, job.seed
     nc = _int_opt(n_cols, "n_cols", low=1)
     d = _int_opt(n_features, "n_features", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
@@ -726,7 +725,7 @@ def generate_lowrank(
         if ``d_x > 0``.  Companion store (:func:`open_columns`): ``"V_true"`` ``(n_cols, rank)``
         float64 and the column features ``"X"`` ``(n_cols, d_y)`` float32 if ``d_y > 0``.
     """
-    n_rows, seed = job.n_rows, job.seed
+    seed = job.seed
     nc = _int_opt(n_cols, "n_cols", low=1)
     r = _int_opt(rank, "rank", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
@@ -951,7 +950,7 @@ def generate_multiview(
         factors hold at most 100,000 values, ``attrs["theta_true"]`` lists them (one
         ``(I_p + 1) x rank`` nested list per view, bias row last) such that MVM-9 gives ``f``.
     """
-    n_rows, seed = job.n_rows, job.seed
+    seed = job.seed
     dims = (view_dims,) if isinstance(view_dims, numbers.Integral) else tuple(view_dims)
     if len(dims) < 2:
         raise ValueError(f"view_dims must list at least 2 views; got {view_dims!r}")

@@ -65,7 +65,7 @@ def run_demo(
         # one store (one ground-truth label function); rows [0, n_train) train, the rest test
         br = _fit_block_rows(n_train, n_components)
         url = str(root / "data.zarr")
-        shape = dict(n_rows=n_rows, n_features=n_features, n_labels=n_labels)  # 3 labels a row (default)
+        shape = dict(n_rows=n_rows, n_features=n_features, n_labels=n_labels)  # 3 labels a row
         generate_multilabel(url, **shape, seed=seed, block_rows=br, overwrite=True)
         ds = open_dataset(url)
         X, Y = ds["X"].to_dask(), ds["Y"].to_dask()
