@@ -23,6 +23,17 @@ _LAZY = {
     "StoreError": "._validation",
     "DatasetWriter": ".storage",
     "open_dataset": ".storage",
+    "estimate_memory": "._estimate",
+    "GIMC": ".gimc",
+    "GIMCCV": ".gimc",
+    "InductiveMatrixCompletion": ".imc",
+    "GIMCClustering": ".imc",
+    "GreedyLowRank": ".glrl",
+    "GreedyLowRankCV": ".glrl",
+    "MultiViewMachineRegressor": ".mvm",
+    "MultiViewMachineClassifier": ".mvm",
+    "KernelMaxide": ".kernelmaxide",
+    "Maxide": ".kernelmaxide",
 }
 
 __version__ = "0.1.0"
@@ -44,36 +55,4 @@ def __getattr__(name):  # lazy access to everything (the estimators import numba
         import importlib
 
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
-    if name == "GIMC":
-        from .gimc import GIMC
-
-        return GIMC
-    if name == "GIMCCV":
-        from .gimc import GIMCCV
-
-        return GIMCCV
-    if name in ("InductiveMatrixCompletion", "GIMCClustering"):
-        from . import imc
-
-        return getattr(imc, name)
-    if name == "GreedyLowRank":
-        from .glrl import GreedyLowRank
-
-        return GreedyLowRank
-    if name == "GreedyLowRankCV":
-        from .glrl import GreedyLowRankCV
-
-        return GreedyLowRankCV
-    if name in ("MultiViewMachineRegressor", "MultiViewMachineClassifier"):
-        from . import mvm
-
-        return getattr(mvm, name)
-    if name in ("KernelMaxide", "Maxide"):
-        from . import kernelmaxide
-
-        return getattr(kernelmaxide, name)
-    if name == "estimate_memory":
-        from ._estimate import estimate_memory
-
-        return estimate_memory
     raise AttributeError(f"module 'ooc_lowrank' has no attribute {name!r}")

@@ -216,23 +216,26 @@ def _read_handle_block(_, handle=None, bounds=None, block_id=None):
 
 def _from_handle(handle, bounds) -> Blocked:
     kind = "dense" if handle.kind == "dense" else "csr"
-    meta = (
-        np.empty((0, 0), handle.dtype)
-        if kind == "dense"
-        else sp.csr_matrix((0, 0), dtype=handle.dtype)
-    )
-    arr = da.map_blocks(
-        _read_handle_block,
+    name = f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds)
+    arr = _task_per_block(_read_handle_block, bounds, handle, kind, handle=handle, name=name)
+    return Blocked(arr, kind, handle, handle.nnz, reads=handle)
+
+
+def _task_per_block(fn, bounds, like, kind, **kw):
+    """A Dask array of the row blocks ``bounds`` of an array shaped like ``like``, block ``i``
+    made by one task ``fn(i, bounds=bounds, block_id=(i, 0), **kw)``."""
+    dt = like.dtype
+    meta = np.empty((0, 0), dt) if kind == "dense" else sp.csr_matrix((0, 0), dtype=dt)
+    return da.map_blocks(
+        fn,
         da.arange(len(bounds) - 1, chunks=1),
-        handle=handle,
         bounds=bounds,
         new_axis=1,
-        chunks=(tuple(np.diff(bounds).tolist()), (handle.shape[1],)),
-        dtype=handle.dtype,
+        chunks=(tuple(np.diff(bounds).tolist()), (like.shape[1],)),
+        dtype=dt,
         meta=meta,
-        name=f"read-{handle.name}-" + dask.base.tokenize(handle.url, handle.name, bounds),
+        **kw,
     )
-    return Blocked(arr, kind, handle, handle.nnz, reads=handle)
 
 
 def _slice_memory_block(_, X=None, bounds=None, block_id=None):
@@ -243,19 +246,8 @@ def _slice_memory_block(_, X=None, bounds=None, block_id=None):
 def _from_memory(X, bounds, kind) -> Blocked:
     """Row blocks of the in-memory ``X`` as slices taken by each task: ``da.from_array`` copies
     a NumPy array whole (Dask >= 2025: a GIMC fit of an in-memory X held it twice)."""
-    dense = kind == "dense"
-    Xd = dask.delayed(X, pure=False)
-    arr = da.map_blocks(
-        _slice_memory_block,
-        da.arange(len(bounds) - 1, chunks=1),
-        X=Xd,
-        bounds=bounds,
-        new_axis=1,
-        chunks=(tuple(np.diff(bounds).tolist()), (X.shape[1],)),
-        dtype=X.dtype,
-        meta=np.empty((0, 0), dtype=X.dtype) if dense else sp.csr_matrix((0, 0), dtype=X.dtype),
-    )
-    return Blocked(arr, kind, X, None if dense else X.nnz)
+    arr = _task_per_block(_slice_memory_block, bounds, X, kind, X=dask.delayed(X, pure=False))
+    return Blocked(arr, kind, X, None if kind == "dense" else X.nnz)
 
 
 #: In-memory inputs are split into at least this many blocks (when each keeps at least
@@ -767,6 +759,28 @@ def _n_chains(nb: int, size: int, accumulates: bool = False) -> int:
     return int(max(1, min(nb, int(n))))
 
 
+def _chain_edges(fn, nb, sizes, rows_at) -> np.ndarray:
+    """Block boundaries of the chains of a chained reduction over ``nb`` blocks (row outputs
+    are not accumulated: the chain count follows the summed outputs only)."""
+    n_chains = _n_chains(
+        nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
+    )
+    return np.linspace(0, nb, n_chains + 1).round().astype(int)
+
+
+def _link(fn, n_inputs, offset, bounds, i, sizes, rows_at) -> dict:
+    """The keywords of :func:`_fold_block` for block ``i`` (graph and in-memory paths alike)."""
+    return dict(
+        fn=fn,
+        n_inputs=n_inputs,
+        offset=offset,
+        start=int(bounds[i]),
+        stop=int(bounds[i + 1]),
+        sizes=sizes,
+        rows_at=rows_at,
+    )
+
+
 def _fold_block(
     acc,
     *items,
@@ -884,11 +898,8 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
         for b, h in zip(blocked, readers, strict=True)
     ]
     dargs = _unwrap_args(args, active_client(client))
-    # row outputs are not accumulated: the chain count follows the summed outputs only
-    n_chains = _n_chains(
-        nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
-    )
-    edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
+    edges = _chain_edges(fn, nb, sizes, rows_at)
+    n_chains = len(edges) - 1
     fold = delayed(_fold_block, pure=False)
     totals = []
     for c in range(n_chains):
@@ -898,13 +909,7 @@ def _chained(fn, blocked, ref, args, offset, sizes, rows_at, client=None):
                 acc,
                 *[None if col is None else col[i] for col in cols],
                 *dargs,
-                fn=fn,
-                n_inputs=len(blocked),
-                offset=offset,
-                start=int(ref.bounds[i]),
-                stop=int(ref.bounds[i + 1]),
-                sizes=sizes,
-                rows_at=rows_at,
+                **_link(fn, len(blocked), offset, ref.bounds, i, sizes, rows_at),
                 readers=readers if any(h is not None for h in readers) else (),
                 dask_key_name=f"reduce-chain-{tok}-{i}",
             )
@@ -1342,26 +1347,14 @@ def _reduce_direct(fn, bounds, args, offset, sizes, rows_at, chains, split_every
     nb = len(bounds) - 1
     with one_blas_thread():
         if chains:
-            n_chains = _n_chains(
-                nb, sum(z for i, z in enumerate(sizes) if i not in rows_at), _accumulates(fn)
-            )
-            edges = np.linspace(0, nb, n_chains + 1).round().astype(int)
+            edges = _chain_edges(fn, nb, sizes, rows_at)
+            n_chains = len(edges) - 1
 
             def chain(c):
                 acc = None
                 for i in range(edges[c], edges[c + 1]):
-                    acc = _fold_block(
-                        acc,
-                        *[x[i] for x in lists],
-                        *args,
-                        fn=fn,
-                        n_inputs=len(lists),
-                        offset=offset,
-                        start=int(bounds[i]),
-                        stop=int(bounds[i + 1]),
-                        sizes=sizes,
-                        rows_at=rows_at,
-                    )
+                    link = _link(fn, len(lists), offset, bounds, i, sizes, rows_at)
+                    acc = _fold_block(acc, *[x[i] for x in lists], *args, **link)
                 return acc
 
             return _total(list(_run_blocks(chain, n_chains)), sizes=sizes, rows_at=rows_at)

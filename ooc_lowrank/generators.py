@@ -48,6 +48,7 @@ Column side of ``lowrank`` and ``imc_toy``
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -281,7 +282,7 @@ def open_columns(ds: Dataset) -> Dataset:
 class _Job:
     """One generator call's shared arguments, checked, and its streaming writes.
 
-    ``args`` is the generator's ``locals()`` at entry: every argument but ``dest``,
+    ``args`` is the generator's bound arguments (:func:`_generator`): every argument but ``dest``,
     ``block_rows``, ``overwrite`` and ``progress`` is recorded in the store's attributes.  The
     destination (and, with ``companion``, the column store next to it) is checked before any work:
     a store there is replaced only with ``overwrite``.
@@ -344,6 +345,42 @@ class _Job:
         return {k: np.concatenate(v) for k, v in kept.items()}, url
 
 
+#: the options every generator takes, with their defaults (``n_rows``: the generator's)
+_SHARED = {"seed": 0, "block_rows": None, "overwrite": False, "progress": None}
+
+
+def _generator(kind, companion=False, n_rows=inspect.Parameter.empty):
+    """Decorator for a generator body ``fn(job, *, <its own options>)``.
+
+    The public function has the module doc's signature ``(dest, *, n_rows, seed=0,
+    block_rows=None, overwrite=False, progress=None, <its own options>)`` (``n_rows`` required
+    unless given here); it checks the shared arguments and the destination in a :class:`_Job`
+    (which records every option in the store's attributes) and hands the job to ``fn``, so the
+    generators do not each repeat them."""
+
+    def decorate(fn):
+        sig = inspect.signature(fn)
+        own = [n for n in sig.parameters if n != "job"]
+        kw = inspect.Parameter.KEYWORD_ONLY
+        shared = {"n_rows": n_rows, **_SHARED}
+        params = [inspect.Parameter("dest", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        params += [inspect.Parameter(n, kw, default=d) for n, d in shared.items()]
+        params += [sig.parameters[n] for n in own]
+        public = sig.replace(parameters=params)
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            arg = public.bind(*args, **kwargs)
+            arg.apply_defaults()
+            job = _Job(kind, arg.arguments, companion=companion)
+            return fn(job, **{n: arg.arguments[n] for n in own})
+
+        run.__signature__ = public
+        return run
+
+    return decorate
+
+
 # ---------------------------------------------------------------------------------------------
 # (a) multi-label
 # ---------------------------------------------------------------------------------------------
@@ -369,14 +406,10 @@ def _top_columns(s, k):
     return np.take_along_axis(part, np.argsort(-vals, axis=1, kind="stable"), axis=1)
 
 
+@_generator("multilabel")
 def generate_multilabel(
-    dest,
+    job,
     *,
-    n_rows,
-    seed=0,
-    block_rows=None,
-    overwrite=False,
-    progress: Callable[[int], None] | None = None,
     n_features=100,
     density=None,
     n_labels=50,
@@ -448,8 +481,7 @@ def generate_multilabel(
         Arrays ``"X"`` ``(n_rows, n_features)`` float32 (dense or csr), ``"Y"``
         ``(n_rows, n_labels)`` csr float32 of ones, optionally ``"y"`` ``(n_rows, 1)`` float64.
     """
-    job = _Job("multilabel", locals())
-    n_rows, seed = job.n_rows, job.seed
+    seed = job.seed
     d = _int_opt(n_features, "n_features", low=1)
     L = _int_opt(n_labels, "n_labels", low=0)
     C = _int_opt(n_classes, "n_classes", low=0)
@@ -558,14 +590,10 @@ def generate_multilabel(
 # ---------------------------------------------------------------------------------------------
 
 
+@_generator("imc_toy", companion=True, n_rows=200)
 def generate_imc_toy(
-    dest,
+    job,
     *,
-    n_rows=200,
-    seed=0,
-    block_rows=None,
-    overwrite=False,
-    progress: Callable[[int], None] | None = None,
     n_cols=200,
     n_features=50,
     noise_std=0.1,
@@ -604,8 +632,6 @@ def generate_imc_toy(
         (:func:`open_columns`) holds the column features ``"X"`` ``(n_cols, d)`` float64
         (``Y`` in the formula above).
     """
-    job = _Job("imc_toy", locals(), companion=True)
-    n_rows, seed = job.n_rows, job.seed
     nc = _int_opt(n_cols, "n_cols", low=1)
     d = _int_opt(n_features, "n_features", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
@@ -643,14 +669,10 @@ def generate_imc_toy(
 # ---------------------------------------------------------------------------------------------
 
 
+@_generator("lowrank", companion=True)
 def generate_lowrank(
-    dest,
+    job,
     *,
-    n_rows,
-    seed=0,
-    block_rows=None,
-    overwrite=False,
-    progress: Callable[[int], None] | None = None,
     n_cols=1000,
     rank=10,
     noise_std=0.1,
@@ -703,8 +725,7 @@ def generate_lowrank(
         if ``d_x > 0``.  Companion store (:func:`open_columns`): ``"V_true"`` ``(n_cols, rank)``
         float64 and the column features ``"X"`` ``(n_cols, d_y)`` float32 if ``d_y > 0``.
     """
-    job = _Job("lowrank", locals(), companion=True)
-    n_rows, seed = job.n_rows, job.seed
+    seed = job.seed
     nc = _int_opt(n_cols, "n_cols", low=1)
     r = _int_opt(rank, "rank", low=1)
     sd = _real_opt(noise_std, "noise_std", low=0.0)
@@ -781,14 +802,10 @@ def generate_lowrank(
 # ---------------------------------------------------------------------------------------------
 
 
+@_generator("signed")
 def generate_signed(
-    dest,
+    job,
     *,
-    n_rows,
-    seed=0,
-    block_rows=None,
-    overwrite=False,
-    progress: Callable[[int], None] | None = None,
     model="lowrank",
     rank=5,
     n_communities=5,
@@ -834,7 +851,6 @@ def generate_signed(
         ``"V_true"`` ``(n, rank)`` float64; ``model="communities"``: ``"community"`` ``(n, 1)``
         float64.
     """
-    job = _Job("signed", locals())
     n, seed = job.n_rows, job.seed
     if model not in ("lowrank", "communities"):
         raise ValueError(f"model must be 'lowrank' or 'communities'; got {model!r}")
@@ -892,14 +908,10 @@ def generate_signed(
 # ---------------------------------------------------------------------------------------------
 
 
+@_generator("multiview")
 def generate_multiview(
-    dest,
+    job,
     *,
-    n_rows,
-    seed=0,
-    block_rows=None,
-    overwrite=False,
-    progress: Callable[[int], None] | None = None,
     view_dims=(20, 20, 20),
     rank=4,
     noise_std=0.1,
@@ -938,8 +950,7 @@ def generate_multiview(
         factors hold at most 100,000 values, ``attrs["theta_true"]`` lists them (one
         ``(I_p + 1) x rank`` nested list per view, bias row last) such that MVM-9 gives ``f``.
     """
-    job = _Job("multiview", locals())
-    n_rows, seed = job.n_rows, job.seed
+    seed = job.seed
     dims = (view_dims,) if isinstance(view_dims, numbers.Integral) else tuple(view_dims)
     if len(dims) < 2:
         raise ValueError(f"view_dims must list at least 2 views; got {view_dims!r}")

@@ -42,6 +42,10 @@ def test_bench_storage_small(tmp_path):
             assert r["ratio"] > 0 and r["cpu_seconds"] > 0
 
 
+# slow: a spawned memory-limited Dask worker (as bench_imc_ooc below).  The default run keeps
+# KernelMaxide's pass structure (test_kernelmaxide.py: one Gram pass, a gradient and >= 1 trial
+# pass per APG iteration) and its LocalCluster fits' representatives.
+@pytest.mark.slow
 def test_bench_kernelmaxide_ooc_small(tmp_path):
     # generate + mask a store, fit on a memory-limited LocalCluster worker, per-iteration record
     from benchmarks import bench_kernelmaxide_ooc
@@ -62,6 +66,10 @@ def test_bench_kernelmaxide_ooc_small(tmp_path):
     assert res["peak_worker_rss"] > 0
 
 
+# slow: a spawned memory-limited Dask worker for the L-BFGS part (as bench_imc_ooc below).  The
+# default run keeps the SGD kernel against its NumPy twin (test_mvm.py::
+# test_sgd_kernel_equals_numpy_twin) and L-BFGS fits from a store (test_mvm.py::test_lbfgs_*).
+@pytest.mark.slow
 def test_bench_mvm_ooc_small(tmp_path):
     # sparse three-view store, the SGD kernel against its NumPy peers, L-BFGS on a limited worker
     from benchmarks import bench_mvm_ooc

@@ -103,13 +103,21 @@ def test_dry_run_of_imc_and_clustering(stores, tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "m").exists()
 
 
-def test_dry_run_refusal_names_the_option(stores, tmp_path, capsys, cluster_client):
-    """A fit too big for the workers is refused with the CLI option that fixes it."""
-    argv = ["--scheduler", cluster_client.scheduler.address, "fit", "gimc-lff", stores["ml"],
-            str(tmp_path / "m"), "--n-features-map", "4000000", "--dry-run"]  # fmt: skip
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_dry_run_refusal_names_the_option(stores, tmp_path, capsys, cluster_client, how,
+                                          monkeypatch):  # fmt: skip
+    """A fit too big for the workers is refused with the CLI option that fixes it; the workers
+    are those of the cluster named by ``--scheduler`` or by ``DASK_SCHEDULER_ADDRESS`` (the
+    fast default-run check of both routes; the slow test below fits through both)."""
+    head = ["--scheduler", cluster_client.scheduler.address] if how == "flag" else []
+    if how == "env":
+        monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", cluster_client.scheduler.address)
+    argv = [*head, "fit", "gimc-lff", stores["ml"], str(tmp_path / "m"),
+            "--n-features-map", "4000000", "--dry-run"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "per worker" in err and "--n-features-map (<=" in err
+    assert "local scheduler" not in err, err  # the cluster's workers, not this machine
     assert not (tmp_path / "m").exists()
 
 
@@ -121,6 +129,11 @@ def _glrl_fit(argv_head, store, model):
     return load(model)
 
 
+# slow: three GLRL fits, two of them on the cluster (the longest default test of this file).
+# The default run keeps both routes to the cluster (--scheduler and DASK_SCHEDULER_ADDRESS, by
+# test_dry_run_refusal_names_the_option) and a CLI fit on a cluster equal to the threaded one
+# (test_local_cluster_fit_equals_threads_and_prints_no_cluster_logs).
+@pytest.mark.slow
 def test_fit_on_a_scheduler_address_equals_threads(stores, tmp_path, monkeypatch, cluster_client):
     addr = cluster_client.scheduler.address
 

@@ -11,21 +11,6 @@ from pathlib import Path
 __all__ = ["run_demo"]
 
 
-def _generate(url, n_rows, n_features, n_labels, seed, block_rows=None):
-    from ooc_lowrank.generators import generate_multilabel
-
-    return generate_multilabel(
-        url,
-        n_rows=n_rows,
-        seed=seed,
-        n_features=n_features,
-        n_labels=n_labels,
-        labels_per_row=3.0,
-        block_rows=block_rows,
-        overwrite=True,
-    )
-
-
 def _fit_block_rows(n_train, n_components):
     """Store blocks sized for the fit, not for the input row: the blocks GIMC gives in-memory
     data (about 16 MB of the float32 feature rows ``Phi``, 2m wide, at least 4 blocks), so the
@@ -66,6 +51,7 @@ def run_demo(
     dict
         ``{"GIMC-LFF": {"p@1": .., "p@3": .., "p@5": .., "seconds": ..}, "IMC-RFF": {...}, ...}``
     """
+    from ooc_lowrank.generators import generate_multilabel
     from ooc_lowrank.gimc import GIMC
     from ooc_lowrank.storage import open_dataset
 
@@ -78,8 +64,10 @@ def run_demo(
         n_train = int(0.8 * n_rows)
         # one store (one ground-truth label function); rows [0, n_train) train, the rest test
         br = _fit_block_rows(n_train, n_components)
-        _generate(str(root / "data.zarr"), n_rows, n_features, n_labels, seed, br)
-        ds = open_dataset(str(root / "data.zarr"))
+        url = str(root / "data.zarr")
+        shape = dict(n_rows=n_rows, n_features=n_features, n_labels=n_labels)  # 3 labels a row
+        generate_multilabel(url, **shape, seed=seed, block_rows=br, overwrite=True)
+        ds = open_dataset(url)
         X, Y = ds["X"].to_dask(), ds["Y"].to_dask()
         Xtr, Ytr, Xte, Yte = X[:n_train], Y[:n_train], X[n_train:], Y[n_train:]
         say(
@@ -87,16 +75,11 @@ def run_demo(
             f"{n_features} features, {n_labels} labels in {time.perf_counter() - t:.1f}s ({root})"
         )
         out = {"n_rows": n_rows, "n_components": n_components}
+        model = dict(features="fourier", n_features_map=n_components, alpha=alpha)
         for name, learn in (("IMC-RFF", False), ("GIMC-LFF", True)):
             t = time.perf_counter()
-            g = GIMC(
-                features="fourier",
-                n_features_map=n_components,
-                alpha=alpha,
-                learn_features=learn,
-                max_iter=max_iter,
-                random_state=seed,
-            ).fit(Xtr, Ytr)
+            g = GIMC(**model, learn_features=learn, max_iter=max_iter, random_state=seed)
+            g.fit(Xtr, Ytr)
             fit_s = time.perf_counter() - t
             res = g.evaluate(Xte, ["p@1", "p@3", "p@5"], Y=Yte)
             res.update(seconds=fit_s, n_iter=g.n_iter_, n_passes=g.n_passes_)

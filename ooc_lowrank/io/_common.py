@@ -13,12 +13,14 @@ The text converters never hold more than one chunk of text plus one row block of
 
 from __future__ import annotations
 
+import functools
 import gzip
+import inspect
 import io
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -517,20 +519,93 @@ _OPTION_DOCS = {
 }
 
 
-def document_options(*names, dtype_of="``X``", own=None):
-    """Decorator: end a converter's docstring with the entries of the shared options ``names``
-    (in that order; ``own`` maps further names to the converter's own entries) and its
-    ``Returns`` section, so the converters do not each repeat them."""
+#: the shared options' defaults (the public signature a ``converter`` shows for them)
+_OPTION_DEFAULTS = {
+    "block_rows": None,
+    "dtype": "float64",
+    "chunk_bytes": None,
+    "overwrite": False,
+    "progress": None,
+}
+
+
+class Options(NamedTuple):
+    """The shared converter options, validated (what a ``converter`` body receives as ``opts``)."""
+
+    block_rows: int | None
+    dtype: np.dtype
+    chunk_bytes: int
+    overwrite: bool
+    progress: Callable[[int], None] | None
+
+    def write(self, dest, specs, blocks, attrs, **kw) -> str:
+        """:func:`write_blocks` with these options (``kw``: its further keywords)."""
+        return write_blocks(
+            dest,
+            specs,
+            blocks,
+            attrs=attrs,
+            block_rows=self.block_rows,
+            overwrite=self.overwrite,
+            progress=self.progress,
+            **kw,
+        )
+
+
+def check_options(block_rows, dtype, chunk_bytes, overwrite, progress) -> Options:
+    """Validate the shared converter options (CLI strings accepted)."""
+    return Options(
+        as_opt_int(block_rows, "block_rows", 1),
+        as_dtype(dtype),
+        as_opt_int(chunk_bytes, "chunk_bytes", 1) or DEFAULT_CHUNK_BYTES,
+        overwrite,
+        progress,
+    )
+
+
+def _document(fn, names, dtype_of, own) -> None:
+    """End ``fn``'s docstring with the entries of the options ``names`` (in that order; ``own``
+    maps further names to the converter's own entries) and its ``Returns`` section."""
+    if fn.__doc__:  # None under python -OO
+        docs = {**_OPTION_DOCS, **(own or {})}
+        entries = [docs[n].format(dtype_of=dtype_of) for n in names]
+        body = "\n".join("    " + line for e in entries for line in e.split("\n"))
+        fn.__doc__ = (
+            fn.__doc__.rstrip() + "\n" + body + "\n\n    Returns\n    -------\n    dest : str\n"
+        )
+
+
+def converter(fmt, *names, dtype_of="``X``", own=None, max_count=None):
+    """Decorator for a converter ``fn(srcs, dest, opts, *, <its own options>)``.
+
+    The public function takes ``(srcs, dest, *, <its own options>, <the shared options among
+    names>)``: it checks ``srcs`` (:func:`check_sources`) and the shared options
+    (:func:`check_options`, handed to ``fn`` as ``opts``), so the converters do not each repeat
+    the arguments, their checks and their documentation.  ``names`` orders the docstring entries
+    (``own`` documents the converter's own ones among them)."""
+    shared = [n for n in names if n in _OPTION_DEFAULTS]
+    kw = inspect.Parameter.KEYWORD_ONLY
 
     def decorate(fn):
-        if fn.__doc__:  # None under python -OO
-            docs = {**_OPTION_DOCS, **(own or {})}
-            entries = [docs[n].format(dtype_of=dtype_of) for n in names]
-            body = "\n".join("    " + line for e in entries for line in e.split("\n"))
-            fn.__doc__ = (
-                fn.__doc__.rstrip() + "\n" + body + "\n\n    Returns\n    -------\n    dest : str\n"
+        _document(fn, names, dtype_of, own)
+        sig = inspect.signature(fn)
+        params = [p for n, p in sig.parameters.items() if n != "opts"]
+        params += [inspect.Parameter(n, kw, default=_OPTION_DEFAULTS[n]) for n in shared]
+        public = sig.replace(parameters=params)
+
+        @functools.wraps(fn)
+        def run(*args, **kwargs):
+            arg = public.bind(*args, **kwargs)
+            arg.apply_defaults()
+            a = dict(arg.arguments)
+            srcs = check_sources(a.pop("srcs"), fmt, max_count)
+            values = {n: a.pop(n) for n in shared}
+            opts = check_options(
+                **{n: values.get(n, _OPTION_DEFAULTS[n]) for n in _OPTION_DEFAULTS}
             )
-        return fn
+            return fn(srcs, a.pop("dest"), opts, **a)
+
+        run.__signature__ = public
+        return run
 
     return decorate
-

@@ -41,22 +41,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ._common import (
-    DEFAULT_CHUNK_BYTES,
     TEXT_OPTIONS,
     ConversionError,
-    as_dtype,
     as_opt_int,
     canonical_rows,
     check_range,
-    check_sources,
+    converter,
     csr_from_parts,
-    document_options,
     float_token,
     iter_lines,
     iter_rows,
     open_text,
     parse_numbers,
-    write_blocks,
 )
 
 __all__ = ["convert_arff", "read_label_names"]
@@ -434,19 +430,8 @@ def _first_row_is_sparse(path) -> bool:
     return True
 
 
-@document_options(*TEXT_OPTIONS)
-def convert_arff(
-    srcs,
-    dest,
-    *,
-    xml=None,
-    n_labels=None,
-    block_rows=None,
-    dtype="float64",
-    chunk_bytes=None,
-    overwrite=False,
-    progress=None,
-):
+@converter("arff", *TEXT_OPTIONS)
+def convert_arff(srcs, dest, opts, *, xml=None, n_labels=None):
     """Convert Mulan ARFF files to a dataset (several files are concatenated by rows).
 
     Parameters
@@ -461,11 +446,8 @@ def convert_arff(
     n_labels : int, optional
         Without ``xml``: the last ``n_labels`` attributes are the labels.
     """
-    srcs = check_sources(srcs, "arff")
-    dt = as_dtype(dtype)
+    dt = opts.dtype
     n_labels = as_opt_int(n_labels, "n_labels", 1)
-    block_rows = as_opt_int(block_rows, "block_rows", 1)
-    chunk_bytes = as_opt_int(chunk_bytes, "chunk_bytes", 1) or DEFAULT_CHUNK_BYTES
     label_names = read_label_names(xml) if xml is not None else None
     headers = []
     for p in srcs:
@@ -499,14 +481,6 @@ def convert_arff(
         for p in srcs:
             with open_text(p) as f:
                 h = _read_header(p, iter_lines(p, f))
-                yield from _blocks(p, f, h.data_line + 1, layout, sparse, dt, chunk_bytes)
+                yield from _blocks(p, f, h.data_line + 1, layout, sparse, dt, opts.chunk_bytes)
 
-    return write_blocks(
-        dest,
-        specs,
-        blocks(),
-        attrs=attrs,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    return opts.write(dest, specs, blocks(), attrs)

@@ -13,20 +13,16 @@ import os
 import numpy as np
 
 from ._common import (
-    DEFAULT_CHUNK_BYTES,
     TEXT_OPTIONS,
     ConversionError,
-    as_dtype,
     as_opt_int,
-    check_sources,
-    document_options,
+    converter,
     fields_per_line,
     float_token,
     iter_lines,
     iter_rows,
     open_text,
     parse_numbers,
-    write_blocks,
 )
 
 __all__ = ["convert_dense_text"]
@@ -68,20 +64,9 @@ def _parse(path, nums, texts, k, delimiter):
     raise ConversionError(path, nums[0], "malformed numbers near this line")
 
 
-@document_options(*TEXT_OPTIONS)
+@converter("dense_text", *TEXT_OPTIONS)
 def convert_dense_text(
-    srcs,
-    dest,
-    *,
-    label_column=-1,
-    delimiter=None,
-    comments="#",
-    skip_rows=0,
-    block_rows=None,
-    dtype="float64",
-    chunk_bytes=None,
-    overwrite=False,
-    progress=None,
+    srcs, dest, opts, *, label_column=-1, delimiter=None, comments="#", skip_rows=0
 ):
     """Convert dense delimited text (several files are concatenated by rows).
 
@@ -100,10 +85,7 @@ def convert_dense_text(
     skip_rows : int, default 0
         Header lines to skip at the top of every file.
     """
-    srcs = check_sources(srcs, "dense_text")
-    dt = as_dtype(dtype)
-    block_rows = as_opt_int(block_rows, "block_rows", 1)
-    chunk_bytes = as_opt_int(chunk_bytes, "chunk_bytes", 1) or DEFAULT_CHUNK_BYTES
+    dt = opts.dtype
     skip_rows = as_opt_int(skip_rows, "skip_rows", 0) or 0
     if isinstance(label_column, str):
         label_column = None if label_column.strip().lower() in ("", "none") else int(label_column)
@@ -127,7 +109,9 @@ def convert_dense_text(
             with open_text(path) as f:
                 for _ in range(skip_rows):
                     f.readline()
-                for nums, texts in iter_rows(path, f, chunk_bytes, comments or None, skip_rows + 1):
+                for nums, texts in iter_rows(
+                    path, f, opts.chunk_bytes, comments or None, skip_rows + 1
+                ):
                     if not texts:
                         continue
                     m = _parse(path, nums, texts, k, delimiter)
@@ -141,12 +125,4 @@ def convert_dense_text(
         "source_files": [os.path.basename(p) for p in srcs],
         "label_column": label_column,
     }
-    return write_blocks(
-        dest,
-        specs,
-        blocks(),
-        attrs=attrs,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    return opts.write(dest, specs, blocks(), attrs)

@@ -33,11 +33,7 @@ import scipy.sparse as sp
 
 from ._common import (
     ConversionError,
-    as_dtype,
-    as_opt_int,
-    check_sources,
-    document_options,
-    write_blocks,
+    converter,
 )
 
 __all__ = ["convert_mat"]
@@ -140,19 +136,11 @@ def _binary_labels(path, var, a) -> sp.csr_matrix:
     return m
 
 
-@document_options("block_rows", "dtype", "overwrite", "progress", dtype_of="non-label arrays")
-def convert_mat(
-    srcs,
-    dest,
-    *,
-    variables=None,
-    orientation="auto",
-    labels="auto",
-    block_rows=None,
-    dtype="float64",
-    overwrite=False,
-    progress=None,
-):
+_OPTIONS = ("block_rows", "dtype", "overwrite", "progress")
+
+
+@converter("mat", *_OPTIONS, dtype_of="non-label arrays", max_count=1)
+def convert_mat(srcs, dest, opts, *, variables=None, orientation="auto", labels="auto"):
     """Convert variables of one MATLAB ``.mat`` file (v4-v7) to a dataset.
 
     Parameters
@@ -172,11 +160,10 @@ def convert_mat(
         Destination arrays stored as 0/1 label matrices (csr).  ``"auto"``: arrays named ``Y...``
         with at least two columns.  ``False`` / ``""``: none.
     """
-    (path,) = check_sources(srcs, "mat", max_count=1)
+    (path,) = srcs
     if not os.path.exists(path):
         raise ConversionError(path, None, "source file does not exist")
-    dt = as_dtype(dtype)
-    block_rows = as_opt_int(block_rows, "block_rows", 1)
+    dt, block_rows = opts.dtype, opts.block_rows
     try:
         available = [name for name, _, _ in sio.whosmat(path)]
     except NotImplementedError:
@@ -301,15 +288,7 @@ def convert_mat(
                 for k, v in arrays.items()
             }
 
-    return write_blocks(
-        dest,
-        specs,
-        blocks(),
-        attrs=attrs,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    return opts.write(dest, specs, blocks(), attrs)
 
 
 def _rows_per_block(arrays, n_rows, target=8 << 20):

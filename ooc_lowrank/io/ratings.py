@@ -38,23 +38,19 @@ import os
 import numpy as np
 
 from ._common import (
-    DEFAULT_CHUNK_BYTES,
     ConversionError,
     RowBuckets,
-    as_dtype,
     as_opt_int,
     as_shape,
     bucket_starts,
-    check_sources,
+    converter,
     csr_from_parts,
-    document_options,
     fields_per_line,
     float_token,
     int_token,
     iter_rows,
     open_text,
     parse_numbers,
-    write_blocks,
 )
 
 __all__ = ["convert_movielens", "convert_snap"]
@@ -161,28 +157,9 @@ def _chunks(srcs, chunk_bytes, offset, signs, comment):
                     yield path, nums, _parse(path, nums, texts, offset, signs)
 
 
-def _convert(
-    srcs,
-    dest,
-    *,
-    fmt,
-    offset,
-    signs,
-    comment,
-    shape,
-    dtype,
-    block_rows,
-    chunk_bytes,
-    bucket_nnz,
-    tmpdir,
-    overwrite,
-    progress,
-    square=False,
-):
+def _convert(srcs, dest, opts, *, fmt, offset, signs, comment, shape, bucket_nnz, tmpdir, square):
     shape = as_shape(shape)
-    dt = as_dtype(dtype)
-    block_rows = as_opt_int(block_rows, "block_rows", 1)
-    chunk_bytes = as_opt_int(chunk_bytes, "chunk_bytes", 1) or DEFAULT_CHUNK_BYTES
+    dt, chunk_bytes = opts.dtype, opts.chunk_bytes
     bucket_nnz = as_opt_int(bucket_nnz, "bucket_nnz", 1) or DEFAULT_BUCKET_NNZ
 
     # pass 1: validate, count entries per row, find the largest ids.  Without shape=, the
@@ -293,18 +270,10 @@ def _convert(
                 np.cumsum(counts[r0:r1], out=ptr[1:])
                 yield {"obs": csr_from_parts(ptr, rec["col"], rec["val"], n_cols, dt)}
 
-        return write_blocks(
-            dest,
-            [("obs", "coo", n_cols, dt)],
-            blocks(),
-            attrs=attrs,
-            block_rows=block_rows,
-            overwrite=overwrite,
-            progress=progress,
-        )
+        return opts.write(dest, [("obs", "coo", n_cols, dt)], blocks(), attrs)
 
 
-#: the ratings converters' own option entries (the shared ones come from ``document_options``)
+#: the ratings converters' own option entries (the shared ones come from ``converter``)
 _RATINGS_DOCS = {
     "shape": "shape : (int, int) or str, optional\n"
     "    ``(n_rows, n_cols)`` of the observed matrix; ids must be below it.  Default: the\n"
@@ -316,26 +285,21 @@ _RATINGS_DOCS = {
     "tmpdir": "tmpdir : path, optional\n"
     "    Where the spill files go (default: the system temporary folder).",
 }
-_document = document_options(
-    "shape", "dtype", "block_rows", "chunk_bytes", "bucket_nnz", "tmpdir", "overwrite", "progress",
-    dtype_of="the values", own=_RATINGS_DOCS,
+_OPTIONS = (
+    "shape",
+    "dtype",
+    "block_rows",
+    "chunk_bytes",
+    "bucket_nnz",
+    "tmpdir",
+    "overwrite",
+    "progress",
 )
 
 
-@_document
+@converter("movielens", *_OPTIONS, dtype_of="the values", own=_RATINGS_DOCS)
 def convert_movielens(
-    srcs,
-    dest,
-    *,
-    shape=None,
-    one_based=True,
-    dtype="float64",
-    block_rows=None,
-    chunk_bytes=None,
-    bucket_nnz=None,
-    tmpdir=None,
-    overwrite=False,
-    progress=None,
+    srcs, dest, opts, *, shape=None, one_based=True, bucket_nnz=None, tmpdir=None
 ):
     """Convert MovieLens rating files (``u.data``, ``u1.base``, ``ratings.dat``) to ``"obs"``.
 
@@ -353,21 +317,9 @@ def convert_movielens(
     return _convert_ratings("movielens", locals(), signs=False)
 
 
-@_document
+@converter("snap", *_OPTIONS, dtype_of="the values", own=_RATINGS_DOCS)
 def convert_snap(
-    srcs,
-    dest,
-    *,
-    shape=None,
-    square=True,
-    one_based=False,
-    dtype="float64",
-    block_rows=None,
-    chunk_bytes=None,
-    bucket_nnz=None,
-    tmpdir=None,
-    overwrite=False,
-    progress=None,
+    srcs, dest, opts, *, shape=None, square=True, one_based=False, bucket_nnz=None, tmpdir=None
 ):
     """Convert SNAP signed edge lists (``from to sign``, ``#`` comments) to ``"obs"``.
 
@@ -392,23 +344,19 @@ def convert_snap(
 
 def _convert_ratings(fmt, args, *, signs):
     """Run ``_convert`` with a public converter's arguments ``args`` (its ``locals()``)."""
-    srcs = check_sources(args["srcs"], fmt)
     offset = 1 if _bool(args["one_based"]) else 0
-    extra = {"square": _bool(args["square"])} if "square" in args else {}
-    shared = ("shape", "dtype", "block_rows", "chunk_bytes", "bucket_nnz", "tmpdir", "overwrite")
+    square = _bool(args["square"]) if "square" in args else False
     return _convert(
-        srcs,
+        args["srcs"],
         args["dest"],
+        args["opts"],
         fmt=fmt,
         offset=offset,
         signs=signs,
         comment="#",
-        progress=args["progress"],
-        **{k: args[k] for k in shared},
-        **extra,
+        **{k: args[k] for k in ("shape", "bucket_nnz", "tmpdir")},
+        square=square,
     )
-
-
 
 
 def _bool(v):

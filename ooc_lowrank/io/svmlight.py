@@ -27,24 +27,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._common import (
-    DEFAULT_CHUNK_BYTES,
     TEXT_OPTIONS,
     ConversionError,
     as_bool_or_auto,
-    as_dtype,
     as_opt_int,
     canonical_rows,
     check_range,
-    check_sources,
+    converter,
     csr_from_parts,
-    document_options,
     float_token,
     int_token,
     iter_lines,
     iter_rows,
     open_text,
     parse_numbers,
-    write_blocks,
 )
 
 __all__ = ["convert_svmlight"]
@@ -338,20 +334,9 @@ def iter_blocks(
             )
 
 
-@document_options(*TEXT_OPTIONS, dtype_of="the ``X`` values")
+@converter("svmlight", *TEXT_OPTIONS, dtype_of="the ``X`` values")
 def convert_svmlight(
-    srcs,
-    dest,
-    *,
-    zero_based="auto",
-    multilabel="auto",
-    n_features=None,
-    n_labels=None,
-    block_rows=None,
-    dtype="float64",
-    chunk_bytes=None,
-    overwrite=False,
-    progress=None,
+    srcs, dest, opts, *, zero_based="auto", multilabel="auto", n_features=None, n_labels=None
 ):
     """Convert svmlight / libsvm files to a dataset (several files are concatenated by rows).
 
@@ -373,47 +358,17 @@ def convert_svmlight(
     n_labels : int, optional
         Multi-label only: number of label columns ``L``.  Default: max label + 1.
     """
-    srcs = check_sources(srcs, "svmlight")
-    return _convert(
-        srcs,
-        dest,
-        fmt="svmlight",
-        header=False,
-        zero_based=zero_based,
-        multilabel=multilabel,
-        n_features=n_features,
-        n_labels=n_labels,
-        block_rows=block_rows,
-        dtype=dtype,
-        chunk_bytes=chunk_bytes,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    args = (zero_based, multilabel, n_features, n_labels)
+    return _convert(srcs, dest, opts, "svmlight", False, *args)
 
 
-def _convert(
-    srcs,
-    dest,
-    *,
-    fmt,
-    header,
-    zero_based,
-    multilabel,
-    n_features,
-    n_labels,
-    block_rows,
-    dtype,
-    chunk_bytes,
-    overwrite,
-    progress,
-):
+def _convert(srcs, dest, opts, fmt, header, zero_based, multilabel, n_features, n_labels):
+    """Convert svmlight (``header=False``) or XC (``header=True``) files."""
     zero_based = as_bool_or_auto(zero_based, "zero_based")
     multilabel = as_bool_or_auto(multilabel, "multilabel")
     n_features = as_opt_int(n_features, "n_features", 1)
     n_labels = as_opt_int(n_labels, "n_labels", 1)
-    block_rows = as_opt_int(block_rows, "block_rows", 1)
-    dt = as_dtype(dtype)
-    chunk_bytes = as_opt_int(chunk_bytes, "chunk_bytes", 1) or DEFAULT_CHUNK_BYTES
+    dt, chunk_bytes = opts.dtype, opts.chunk_bytes
     heads = []
     if header:
         for p in srcs:
@@ -471,13 +426,4 @@ def _convert(
         f"(now {zero_based})",
         label_fix=f"pass n_labels > the largest label (now {n_labels})",
     )
-    return write_blocks(
-        dest,
-        specs,
-        blocks,
-        attrs=attrs,
-        block_rows=block_rows,
-        overwrite=overwrite,
-        progress=progress,
-        expected_rows=stats.n_rows if stats else None,
-    )
+    return opts.write(dest, specs, blocks, attrs, expected_rows=stats.n_rows if stats else None)

@@ -14,26 +14,14 @@ truncated download), in which case no store is created.
 
 from __future__ import annotations
 
-from ._common import TEXT_OPTIONS, check_sources, document_options
+from ._common import TEXT_OPTIONS, converter
 from .svmlight import _convert
 
 __all__ = ["convert_xc"]
 
 
-@document_options(*TEXT_OPTIONS, dtype_of="the ``X`` values")
-def convert_xc(
-    srcs,
-    dest,
-    *,
-    zero_based=True,
-    n_features=None,
-    n_labels=None,
-    block_rows=None,
-    dtype="float64",
-    chunk_bytes=None,
-    overwrite=False,
-    progress=None,
-):
+@converter("xc", *TEXT_OPTIONS, dtype_of="the ``X`` values")
+def convert_xc(srcs, dest, opts, *, zero_based=True, n_features=None, n_labels=None):
     """Convert Extreme Classification repository files (several files are concatenated by rows).
 
     Parameters
@@ -48,19 +36,4 @@ def convert_xc(
         Override (enlarge) the header's dimensions, e.g. to give train and test files the
         same width.  Default: the first file's header.
     """
-    srcs = check_sources(srcs, "xc")
-    return _convert(
-        srcs,
-        dest,
-        fmt="xc",
-        header=True,
-        zero_based=zero_based,
-        multilabel=True,
-        n_features=n_features,
-        n_labels=n_labels,
-        block_rows=block_rows,
-        dtype=dtype,
-        chunk_bytes=chunk_bytes,
-        overwrite=overwrite,
-        progress=progress,
-    )
+    return _convert(srcs, dest, opts, "xc", True, zero_based, True, n_features, n_labels)
