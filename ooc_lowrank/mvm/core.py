@@ -550,7 +550,6 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
     accum = np.zeros_like(theta)
     bias = np.zeros((K, 2))
     bias[:, 0] = np.ravel(b0)
-    sweep = _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate)
     starts = np.arange(0, n, SHUFFLE_ROWS)
     read = _window_reader(views, y, task, K)
 
@@ -567,6 +566,8 @@ def fit_sgd(views, y, theta0, b0, layout, *, loss, task, reg, reg_weight, n, n_e
         _restore_monitor(monitor, st, arr)
         epoch = start = int(st["epoch"])
         stopped = bool(st["stopped"])
+    # after a resume: the sweep updates the restored arrays in place
+    sweep = _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_rate)
 
     def save(stop):
         name, keys, pos, has_gauss, cached = rng.get_state()
