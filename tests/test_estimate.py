@@ -262,7 +262,7 @@ def test_estimated_passes_bound_the_passes_of_a_fit(rng, tmp_path):
     assert e_m["n_components"] == 3 and e_m["method"] == "Maxide"
     assert e_m["min_passes"] == 3 + 2 * 4 <= mx.n_passes_  # the X^T X pass counted
     # alpha="auto": 2 hold-outs x 6 weights, an APG and a scoring pass each
-    auto = Maxide(n_components=3, max_iter=4, tol=0.0)
+    auto = Maxide(n_components=3, alpha="auto", max_iter=4, tol=0.0)
     e_a = auto.estimate(X, Yo)
     auto.fit(X, Yo)
     assert e_a["selection_fits"] == 12

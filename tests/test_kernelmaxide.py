@@ -1018,7 +1018,7 @@ def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density,
 
 
 def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):
-    """``Maxide()`` (``alpha="auto"``, issue 28): each weight ``a`` is scored by separate fits
+    """``Maxide(alpha="auto")`` (issue 28): each weight ``a`` is scored by separate fits
     ``Maxide(alpha=a * share)`` on the rows hold-outs of split_observed (``share`` = the fit's
     observed entries / all, the loss being a sum over them) although they share one setup;
     the lowest mean wins and the model is ``Maxide(alpha=alpha_)``'s; ``alpha_`` is saved."""
@@ -1027,7 +1027,7 @@ def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):
     from ooc_lowrank.kernelmaxide.estimator import AUTO_ALPHAS, AUTO_FRACTION, AUTO_SPLITS
 
     X, Yobs = _planted()
-    est = Maxide(n_components=6, random_state=3).fit(X, Yobs)
+    est = Maxide(n_components=6, alpha="auto", random_state=3).fit(X, Yobs)
     want = np.zeros(len(AUTO_ALPHAS))
     for s in range(AUTO_SPLITS):
         Yfit, Yval = split_observed(Yobs, AUTO_FRACTION, 3 + s, by="rows")
@@ -1042,7 +1042,7 @@ def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):
     np.testing.assert_array_equal(est.coef_, fixed.coef_)
     assert est.n_passes_ > fixed.n_passes_  # the hold-out fits are counted
     # another seed, other hold-outs
-    other = Maxide(n_components=6, random_state=4).fit(X, Yobs)
+    other = Maxide(n_components=6, alpha="auto", random_state=4).fit(X, Yobs)
     assert other.alpha_scores_ != est.alpha_scores_
     est.save(tmp_path / "m")
     back = load(tmp_path / "m")
@@ -1057,7 +1057,7 @@ def test_maxide_auto_alpha_falls_back_without_a_scorable_hold_out():
     r = np.arange(40)
     # one observed label per row: no held-out row has a pair to rank
     Y = sp.csr_matrix((np.where(r % 2, 1.0, -1.0), (r, r % 3)), shape=(X.shape[0], 3))
-    est = Maxide(n_components=4).fit(X, Y)
+    est = Maxide(n_components=4, alpha="auto").fit(X, Y)
     assert est.alpha_ == AUTO_FALLBACK and np.isnan(list(est.alpha_scores_.values())).all()
 
 
