@@ -622,14 +622,16 @@ def _throughput(fits, n, d, m, nnzA, T):
 
 def case_gimc_demo(a, log, work):
     from ooc_lowrank.gimc import GIMC
-    from ooc_lowrank.gimc.demo import _generate, run_demo
+    from ooc_lowrank.generators import generate_multilabel
+    from ooc_lowrank.gimc.demo import run_demo
 
     defaults = {k: v.default for k, v in inspect.signature(run_demo).parameters.items()}
     n_rows = 2500 if a.tiny else defaults["n_rows"]
     m = 16 if a.tiny else defaults["n_components"]
     it = 3 if a.tiny else defaults["max_iter"]
-    ds = _generate(os.path.join(work, "demo.zarr"), n_rows, defaults["n_features"],
-                   defaults["n_labels"], defaults["seed"])  # fmt: skip
+    ds = generate_multilabel(os.path.join(work, "demo.zarr"), n_rows=n_rows,
+                             n_features=defaults["n_features"], n_labels=defaults["n_labels"],
+                             seed=defaults["seed"], overwrite=True)  # the demo's data
     n_train = int(0.8 * n_rows)
     X, Y = ds["X"].read(), ds["Y"].read()
     Xtr, Ytr, Xte, Yte = X[:n_train], Y[:n_train], X[n_train:], Y[n_train:]
