@@ -51,6 +51,16 @@ def param_error(name, rule, value, fix=None, exc=ValueError):
     return exc(msg)
 
 
+def check_auto(value, name, rule, fix):
+    """Whether ``value`` is the string ``"auto"``; any other string raises naming ``name``, the
+    ``rule``, the value and the ``fix`` (for parameters that take ``"auto"`` or a number)."""
+    if not isinstance(value, str):
+        return False
+    if value != "auto":
+        raise param_error(name, rule, value, fix)
+    return True
+
+
 def check_scalar(
     value,
     name,

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClusterMixin
 
 from ooc_lowrank import _base
-from ooc_lowrank._validation import check_random_state, check_scalar, param_error
+from ooc_lowrank._validation import check_auto, check_random_state, check_scalar, param_error
 from ooc_lowrank.glrl.estimator import _obs_handle
 from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features, features_of
 
@@ -159,9 +159,7 @@ def check_lam(lam):
         "list of positive candidates"
     )
     rule = 'must be "auto", a positive number or a list of them'
-    if isinstance(lam, str):
-        if lam != "auto":
-            raise param_error("alpha", rule, lam, fix)
+    if check_auto(lam, "alpha", rule, fix):
         return "auto", None
     if isinstance(lam, numbers.Real) and not isinstance(lam, bool):
         check_scalar(lam, "alpha", low=0.0, fix=fix)

@@ -27,6 +27,7 @@ from ooc_lowrank._inputs import as_features, as_labels, check_X_scale
 from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
 from ooc_lowrank._validation import (
+    check_auto,
     NonFiniteError,
     OOCLowRankWarning,
     check_finite_block,
@@ -846,15 +847,9 @@ class KernelMaxide(_MaxideBase):
                 fix="Use e.g. n_features_map=1000, or None for every row (exact kernel)",
             )
         _check_gamma(self.gamma)
-        if isinstance(self.n_components, str):
-            if self.n_components != "auto":
-                raise param_error(
-                    "n_components",
-                    'must be "auto", an int >= 1 or None',
-                    self.n_components,
-                    'Use n_components="auto" (the default), e.g. 100, or None for SPEC KM-6',
-                )
-        elif self.n_components is not None:
+        auto = check_auto(self.n_components, "n_components", 'must be "auto", an int >= 1 or None',
+                          'Use n_components="auto" (the default), e.g. 100, or None for SPEC KM-6')
+        if not auto and self.n_components is not None:
             check_scalar(
                 self.n_components,
                 "n_components",
@@ -1045,16 +1040,9 @@ class Maxide(_MaxideBase):
             check_scalar(self.n_components, "n_components", kind=numbers.Integral, low=1)
 
     def _check_alpha(self):
-        if isinstance(self.alpha, str):
-            if self.alpha != "auto":
-                raise param_error(
-                    "alpha",
-                    'must be "auto" or a positive float',
-                    self.alpha,
-                    'Use alpha="auto" (chosen on held-out training labels) or e.g. alpha=4.0',
-                )
-            return
-        super()._check_alpha()
+        if not check_auto(self.alpha, "alpha", 'must be "auto" or a positive float',
+                          'Use alpha="auto" (chosen on held-out training labels) or e.g. alpha=3.0'):
+            super()._check_alpha()
 
     def _fit(self, X, Y, checkpoint, checkpoint_every):
         st = self._setup(X, Y, checkpoint, checkpoint_every)
