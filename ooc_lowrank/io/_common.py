@@ -190,6 +190,16 @@ def float_token(path, lineno, tok: str, what: str) -> float:
     return v
 
 
+def diagnose_lines(path, nums, texts, check_line, rule, fix=None):
+    """The slow path of a text chunk the fast (vectorised) parse refused: ``check_line(lineno,
+    text)`` on each line raises the first line's :class:`ConversionError`; when every line
+    passes on its own (the lines disagree with each other), the chunk is refused at its first
+    line with ``rule`` and ``fix``."""
+    for lineno, text in zip(nums, texts, strict=True):
+        check_line(lineno, text)
+    raise ConversionError(path, nums[0] if nums else None, rule, None, fix)
+
+
 def int_token(path, lineno, tok: str, what: str) -> int:
     """Parse one integer index for the slow (diagnostic) paths, with a clear error."""
     try:
