@@ -9,6 +9,8 @@ method-specific checks, its fit and its model file); what they all do alike live
   estimator shares (``block_rows``, ``cache_bytes``, ``max_iter``, ``tol``, ``callback``), with
   the same error text everywhere;
 - :func:`saved_params`: the hyperparameters a model file keeps (never a callable);
+- :func:`shared_params`: the parameters a search or a composite hands on, by name, to the
+  estimator it runs;
 - :func:`with_defaults`: a subclass that changes only defaults keeps its parent's ``__init__``;
 - :class:`Loadable`: ``Estimator.load(path)`` for every estimator with a model file;
 - :func:`is_dataset`, :func:`open_if_path`: a store given as a path, URL or opened Dataset.
@@ -20,6 +22,7 @@ Progress lines and the ``callback`` are :mod:`ooc_lowrank._progress`; input reso
 
 from __future__ import annotations
 
+import inspect
 import numbers
 import os
 import types
@@ -70,6 +73,21 @@ def with_defaults(init, **defaults):
 def saved_params(est, not_saved=NOT_SAVED):
     """``est.get_params()`` without the ones a model file does not keep."""
     return {k: v for k, v in est.get_params().items() if k not in not_saved}
+
+
+def shared_params(est, target, *, exclude=(), **overrides):
+    """The ``__init__`` parameters of the estimator class ``target`` that ``est`` has too (same
+    name, same meaning), with ``est``'s values, but for ``exclude``; then ``overrides``.
+
+    How a search (``GIMCCV``, ``KernelMaxideCV``, ...) or a composite (``GIMCClustering``)
+    builds the estimator it runs: a parameter added to both is handed on without a second list
+    to update.  A name the two use for different ideas goes in ``exclude`` or ``overrides``.
+    """
+    names = inspect.signature(target.__init__).parameters
+    own = est.get_params(deep=False)
+    out = {name: own[name] for name in names if name in own and name not in exclude}
+    out.update(overrides)
+    return out
 
 
 def check_callback(callback):

@@ -210,22 +210,12 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ validation
 
     def _base(self, seed):
-        """A GIMC with the shared parameters (gamma/alpha/max_iter filled per fit)."""
+        """A GIMC with the shared parameters (gamma/alpha/max_iter filled per fit; the
+        ``callback`` is the search's own)."""
         return GIMC(
-            features=self.features,
-            n_features_map=self.n_features_map,
-            gamma=1.0,
-            alpha=1.0,
-            learn_features=self.learn_features,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            landmarks=self.landmarks,
-            normalize_rows=self.normalize_rows,
-            n_trials=self.n_trials,
-            block_rows=self.block_rows,
-            cache_bytes=self.cache_bytes,
-            random_state=seed,
-            verbose=self.verbose,
+            **_base.shared_params(
+                self, GIMC, exclude=("callback",), gamma=1.0, alpha=1.0, random_state=seed
+            )
         )
 
     @staticmethod

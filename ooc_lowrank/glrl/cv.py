@@ -263,24 +263,14 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
 
     # ------------------------------------------------------------------ validation
     def base_params(self):
-        """The :class:`GreedyLowRank` parameters shared by every fit of the grid."""
-        return dict(
-            loss=self.loss,
-            n_components=self.n_components,
+        """The :class:`GreedyLowRank` parameters shared by every fit of the grid (its
+        ``refit`` is our ``coef_refit``; the ``callback`` is the refit's, given there)."""
+        return _base.shared_params(
+            self,
+            GreedyLowRank,
+            exclude=("callback",),
             refit=self.coef_refit,
-            init=self.init,
-            power_iter=self.power_iter,
-            power_tol=self.power_tol,
-            lbfgs_iter=self.lbfgs_iter,
-            huber_delta=self.huber_delta,
-            nu=self.nu,
-            bias_sweeps=self.bias_sweeps,
-            duplicates=self.duplicates,
-            n_iter_no_change=self.n_iter_no_change,
-            block_rows=self.block_rows,
-            cache_bytes=self.cache_bytes,
             random_state=self._seed(),
-            verbose=self.verbose,
         )
 
     def _seed(self):

@@ -106,14 +106,11 @@ class _ObservedSearch(BaseEstimator):
     _estimator = None
 
     def _base(self, seed):
-        """The estimator parameters shared by every fit of the grid."""
-        return dict(
-            max_iter=self.max_iter,
-            tol=self.tol,
-            n_trials=self.n_trials,
-            cache_bytes=self.cache_bytes,
-            block_rows=self.block_rows,
-            random_state=seed,
+        """The estimator parameters shared by every fit of the grid (the search logs and calls
+        back on its own: ``verbose`` and ``callback`` stay with it; the refit gets the
+        ``callback``)."""
+        return _base.shared_params(
+            self, self._estimator, exclude=("callback", "verbose"), random_state=seed
         )
 
     def _check_common(self):
@@ -382,13 +379,6 @@ class KernelMaxideCV(_ObservedSearch):
         callback=None,
     ):
         _base.store_params(self, locals())
-
-    def _base(self, seed):
-        return {
-            **super()._base(seed),
-            "n_features_map": self.n_features_map,
-            "n_components": self.n_components,
-        }
 
     def _settings(self, X, seed, validate_only=False):
         if (self.gammas is None) == (self.gamma_scales is None):
