@@ -237,3 +237,90 @@ def test_classifier_defaults_differ_only_where_said():
     reg, clf = MultiViewMachineRegressor().get_params(), MultiViewMachineClassifier().get_params()
     assert {k for k in reg if reg[k] != clf[k]} == {"alpha", "tol"}
     assert (clf["alpha"], clf["tol"]) == (1e-2, 1e-3)
+
+
+def test_shared_params_hands_on_same_names_only():
+    """``_base.shared_params``: the target's parameters that the source has, minus ``exclude``,
+    plus ``overrides``; nothing the target lacks."""
+    from ooc_lowrank._base import shared_params
+
+    src = KernelMaxideCV(max_iter=7, tol=0.5, n_trials=3, n_components=4, n_features_map=9,
+                         block_rows=11, cache_bytes=12, verbose=True, callback=print)  # fmt: skip
+    got = shared_params(src, KernelMaxide, exclude=("verbose",), random_state=5)
+    assert got == dict(n_features_map=9, n_components=4, max_iter=7, tol=0.5, n_trials=3,
+                       cache_bytes=12, block_rows=11, random_state=5, callback=print)  # fmt: skip
+    assert "alphas" not in got and "verbose" not in got
+
+
+def test_searches_hand_on_the_parameters_they_always_did():
+    """The estimators the searches and GIMCClustering build (now by ``shared_params``) get the
+    parameters the hand-written lists gave them before issue 29, with the same values."""
+    from ooc_lowrank.gimc import GIMC
+
+    cb = print
+    g = GIMCCV(features="both", n_features_map=7, learn_features=False, max_iter=3, tol=0.1,
+               landmarks="kmeans", normalize_rows=True, n_trials=4, block_rows=5, cache_bytes=6,
+               verbose=True, callback=cb)._base(9)  # fmt: skip
+    assert g.get_params() == GIMC(features="both", n_features_map=7, gamma=1.0, alpha=1.0,
+                                  learn_features=False, max_iter=3, tol=0.1, landmarks="kmeans",
+                                  normalize_rows=True, n_trials=4, block_rows=5, cache_bytes=6,
+                                  random_state=9, verbose=True).get_params()  # fmt: skip
+    common = dict(max_iter=8, tol=0.2, n_trials=3, cache_bytes=4, block_rows=5)
+    k = KernelMaxideCV(**common, n_features_map=6, n_components=2, verbose=True, callback=cb)
+    assert k._base(1) == dict(**common, random_state=1, n_features_map=6, n_components=2)
+    m = MaxideCV(**common, verbose=True, callback=cb)
+    assert m._base(1) == dict(**common, random_state=1)
+    glrl = dict(loss="huber", n_components=4, init="mean", power_iter=3, power_tol=0.1,
+                lbfgs_iter=2, huber_delta=0.5, nu=0.9, bias_sweeps=2, duplicates="keep",
+                n_iter_no_change=3, block_rows=5, cache_bytes=6, verbose=True)  # fmt: skip
+    base = GreedyLowRankCV(**glrl, coef_refit="economic", random_state=2, callback=cb).base_params()
+    assert base == dict(**glrl, refit="economic", random_state=2)
+    c = GIMCClustering(n_clusters=3, features="nystrom", n_features_map=6, gamma=0.5,
+                       learn_features=False, cg_iter=4, cg_tol=0.1, tol=0.2, block_rows=5,
+                       cache_bytes=6, verbose=True, callback=cb)  # fmt: skip
+    assert c._imc(0.7, 8, 2).get_params() == InductiveMatrixCompletion(
+        n_components=3, alpha=0.7, row_map="nystrom", col_map="nystrom", n_features_map=6,
+        gamma=0.5, learn_features=False, max_iter=2, cg_iter=4, cg_tol=0.1, tol=0.2,
+        block_rows=5, cache_bytes=6, random_state=8, callback=cb, verbose=True,
+    ).get_params()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make, unit",
+    [
+        (lambda **kw: ool.gimc.FourierFeatures(**kw), "random feature"),
+        (lambda **kw: ool.gimc.NystromFeatures(**kw), "landmark"),
+    ],
+)
+def test_feature_maps_share_their_checks_and_transform(make, unit):
+    """FourierFeatures / NystromFeatures share ``_FeatureMap``: the n_components and gamma checks
+    (each naming its own unit), the seed, and ``transform``'s width check naming the class."""
+    X = np.random.default_rng(0).standard_normal((30, 4))
+    with pytest.raises(ValueError, match=f"Use at least one {unit}, e.g. n_components=500"):
+        make(n_components=0).fit(X)
+    with pytest.raises(ValueError, match="gamma"):
+        make(n_components=3, gamma=-1.0).fit(X)
+    a = make(n_components=3, random_state=1).fit(X)
+    b = make(n_components=3, random_state=1).fit(X)
+    np.testing.assert_array_equal(a.transform(X), b.transform(X))
+    name = type(a).__name__
+    with pytest.raises(ValueError, match=f"but {name} is expecting 4 features"):
+        a.transform(X[:, :3])
+
+
+def test_diagnose_lines_first_bad_line_else_the_chunk():
+    """``io._common.diagnose_lines``: the first line's own error, else one for the chunk at its
+    first line (the svmlight, ratings and dense-text slow paths)."""
+    from ooc_lowrank.io._common import ConversionError, diagnose_lines
+
+    def check_line(lineno, text):
+        if text == "bad":
+            raise ConversionError("f.txt", lineno, "bad line", text)
+
+    with pytest.raises(ConversionError, match=r"f.txt, line 8: bad line \(got 'bad'\)"):
+        diagnose_lines("f.txt", [7, 8, 9], ["ok", "bad", "bad"], check_line, "chunk rule")
+    with pytest.raises(ConversionError, match="f.txt, line 7: chunk rule. Fix: do this") as e:
+        diagnose_lines("f.txt", [7, 8], ["ok", "ok"], check_line, "chunk rule", "do this")
+    assert (e.value.line, e.value.value) == (7, None)
+    with pytest.raises(ConversionError, match="^f.txt: chunk rule$"):
+        diagnose_lines("f.txt", [], [], check_line, "chunk rule")
