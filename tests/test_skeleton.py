@@ -324,3 +324,47 @@ def test_diagnose_lines_first_bad_line_else_the_chunk():
     assert (e.value.line, e.value.value) == (7, None)
     with pytest.raises(ConversionError, match="^f.txt: chunk rule$"):
         diagnose_lines("f.txt", [], [], check_line, "chunk rule")
+
+
+def test_search_state_round_trip_and_one_save():
+    """``_base.search_state`` / ``restore_search`` / ``restore_best``: a search's CV table (but
+    the columns ``skip`` names) and refitted model in a model file and back; ``save`` is written
+    once (``_base.Loadable``) for every estimator with a model file."""
+    import types
+
+    from ooc_lowrank import _base
+
+    best = Maxide(alpha=0.5, max_iter=3)
+    best._state = lambda: ({"alpha": 0.5}, {"coef": np.ones(2)}, {"n_iter": 3})
+    search = types.SimpleNamespace(
+        cv_results_={"params": [{"a": 1}, {"a": 2}], "mean_test_score": np.array([0.1, 0.2]),
+                     "param_a": np.array([1, 2])},  # fmt: skip
+        best_estimator_=best,
+        refit_time_=1.5,
+    )
+    arrays, extra = {}, {"n_splits": 2}
+    _base.search_state(search, arrays, extra, skip=lambda k, v: k == "param_a")
+    assert sorted(arrays) == ["best/coef", "cv_results/mean_test_score"]
+    assert extra["params_list"] == [{"a": 1}, {"a": 2}] and extra["refit_time"] == 1.5
+    assert extra["best"] == {"params": {"alpha": 0.5}, "extra": {"n_iter": 3}}
+    res = _base.restore_search(arrays, extra)
+    assert res["params"] == [{"a": 1}, {"a": 2}] and "param_a" not in res
+    np.testing.assert_array_equal(res["mean_test_score"], [0.1, 0.2])
+
+    class Base:
+        @classmethod
+        def _from_saved(cls, params, arrays, extra):
+            return (params, sorted(arrays), extra)
+
+    back = types.SimpleNamespace()
+    _base.restore_best(back, Base, arrays, extra)
+    assert back.best_estimator_ == ({"alpha": 0.5}, ["coef"], {"n_iter": 3})
+    assert back.refit_time_ == 1.5
+    _base.restore_best(back2 := types.SimpleNamespace(), Base, {}, {})
+    assert not hasattr(back2, "best_estimator_")
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.mvm import MultiViewMachineRegressor
+
+    for cls in (GIMC, GIMCCV, GreedyLowRank, GreedyLowRankCV, InductiveMatrixCompletion,
+                KernelMaxide, Maxide, MultiViewMachineRegressor):  # fmt: skip
+        assert cls.save is _base.Loadable.save and callable(cls._state)

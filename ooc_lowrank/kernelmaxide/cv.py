@@ -381,19 +381,9 @@ class KernelMaxideCV(_ObservedSearch):
         _base.store_params(self, locals())
 
     def _settings(self, X, seed, validate_only=False):
-        if (self.gammas is None) == (self.gamma_scales is None):
-            raise param_error(
-                "gammas / gamma_scales",
-                "exactly one must be given (scales multiply the median heuristic)",
-                (self.gammas, self.gamma_scales),
-                "e.g. KernelMaxideCV(gamma_scales=[1, 2, 4]) or KernelMaxideCV(gammas=[0.5, 1], "
-                "gamma_scales=None)",
-            )
+        scales, gammas = GIMCCV._gamma_grid(self, "[1, 2, 4]", "[0.5, 1]")
         lams = GIMCCV._grid(self.alphas, "alphas", "alphas=[0.5, 2, 8, 32]")
-        if self.gammas is not None:
-            gammas = GIMCCV._grid(self.gammas, "gammas", "gammas=[0.5, 1]")
-        else:
-            scales = GIMCCV._grid(self.gamma_scales, "gamma_scales", "gamma_scales=[1, 2, 4]")
+        if gammas is None:
             if validate_only:
                 gammas = scales
             else:

@@ -38,7 +38,6 @@ from ooc_lowrank._persist import (
     build_checked,
     check_params,
     check_value,
-    save_model,
 )
 from ooc_lowrank._validation import (
     check_random_state,
@@ -591,12 +590,9 @@ class _BaseMVM(_base.Loadable, BaseEstimator):
             start += w
         return out
 
-    def save(self, path, *, overwrite=False):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them and
+        :meth:`_from_saved` reads them back."""
         self._check_fitted()
         params = _base.saved_params(self, _NOT_SAVED)
         if params.get("view_sizes") is not None:
@@ -617,7 +613,7 @@ class _BaseMVM(_base.Loadable, BaseEstimator):
         }
         if hasattr(self, "classes_"):
             extra["classes"] = [v.item() if hasattr(v, "item") else v for v in self.classes_]
-        save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
