@@ -15,7 +15,7 @@ method-specific checks, its fit and its model file); what they all do alike live
 - :class:`Loadable`: ``save(path)`` / ``Estimator.load(path)`` for every estimator with a model
   file (each gives its ``_state`` and ``_from_saved``); :func:`search_state`,
   :func:`restore_search`, :func:`restore_best`: a search's CV table and refitted model in
-  its model file;
+  its model file; :func:`refitted`: the refitted model a search delegates to;
 - :func:`is_dataset`, :func:`open_if_path`: a store given as a path, URL or opened Dataset.
 
 Progress lines and the ``callback`` are :mod:`ooc_lowrank._progress`; input resolution is
@@ -29,6 +29,8 @@ import inspect
 import numbers
 import os
 import types
+
+from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank._persist import load_as, save_model
 from ooc_lowrank._validation import check_scalar, param_error
@@ -156,6 +158,16 @@ def search_state(search, arrays, extra, skip=None):
         arrays |= {f"best/{k}": v for k, v in barr.items()}
         extra["best"] = {"params": bp, "extra": bextra}
         extra["refit_time"] = search.refit_time_
+
+
+def refitted(search, fix):
+    """A fitted search's ``best_estimator_`` (what its predict / score methods delegate to):
+    ``NotFittedError`` before ``fit``, ``AttributeError`` ending with ``fix`` after
+    ``fit`` with ``refit=False``."""
+    check_is_fitted(search, "cv_results_")
+    if not hasattr(search, "best_estimator_"):
+        raise AttributeError(f"{type(search).__name__}(refit=False) has no refitted model; {fix}")
+    return search.best_estimator_
 
 
 def restore_search(arrays, extra):

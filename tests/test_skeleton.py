@@ -368,3 +368,23 @@ def test_search_state_round_trip_and_one_save():
     for cls in (GIMC, GIMCCV, GreedyLowRank, GreedyLowRankCV, InductiveMatrixCompletion,
                 KernelMaxide, Maxide, MultiViewMachineRegressor):  # fmt: skip
         assert cls.save is _base.Loadable.save and callable(cls._state)
+
+
+def test_refitted_names_the_search_and_the_fix():
+    """``_base.refitted`` (GIMCCV / GreedyLowRankCV delegation): NotFittedError before fit, the
+    search's own message after ``refit=False``."""
+    import types
+
+    from sklearn.exceptions import NotFittedError
+
+    from ooc_lowrank._base import refitted
+
+    with pytest.raises(NotFittedError):
+        refitted(GIMCCV(), "fix it")
+    cv = GreedyLowRankCV()
+    cv.cv_results_ = {}
+    with pytest.raises(AttributeError, match=r"^GreedyLowRankCV\(refit=False\) has no refitted "
+                                             r"model; fix it$"):  # fmt: skip
+        refitted(cv, "fix it")
+    cv.best_estimator_ = best = types.SimpleNamespace()
+    assert refitted(cv, "fix it") is best

@@ -629,13 +629,7 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ delegation
 
     def _best(self):
-        check_is_fitted(self, "cv_results_")
-        if not hasattr(self, "best_estimator_"):
-            raise AttributeError(
-                "GIMCCV(refit=False) has no refitted model; refit with GIMCCV(refit=True) or "
-                "fit GIMC(**best_params_)"
-            )
-        return self.best_estimator_
+        return _base.refitted(self, "refit with GIMCCV(refit=True) or fit GIMC(**best_params_)")
 
     classes_ = property(lambda self: self._best().classes_)
     n_features_in_ = property(lambda self: self._best().n_features_in_)

@@ -498,13 +498,9 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
 
     # ------------------------------------------------------------------ delegation
     def _best(self):
-        check_is_fitted(self, "cv_results_")
-        if not hasattr(self, "best_estimator_"):
-            raise AttributeError(
-                "GreedyLowRankCV(refit=False) has no refitted model; use refit=True or fit "
-                "GreedyLowRank(**est.base_params(), **est.best_params_)"
-            )
-        return self.best_estimator_
+        return _base.refitted(
+            self, "use refit=True or fit GreedyLowRank(**est.base_params(), **est.best_params_)"
+        )
 
     def predict(self, rows, cols):
         """:meth:`GreedyLowRank.predict` of the refitted model."""
