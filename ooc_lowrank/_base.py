@@ -16,6 +16,7 @@ method-specific checks, its fit and its model file); what they all do alike live
   file (each gives its ``_state`` and ``_from_saved``); :func:`search_state`,
   :func:`restore_search`, :func:`restore_best`: a search's CV table and refitted model in
   its model file; :func:`refitted`: the refitted model a search delegates to;
+- :class:`SparseInput`: the scikit-learn tag of estimators that read scipy.sparse natively;
 - :func:`is_dataset`, :func:`open_if_path`: a store given as a path, URL or opened Dataset.
 
 Progress lines and the ``callback`` are :mod:`ooc_lowrank._progress`; input resolution is
@@ -141,6 +142,15 @@ class Loadable:
     def load(cls, path):
         """Load a model saved by :meth:`save`; a model of another estimator is refused."""
         return load_as(cls, path)
+
+
+class SparseInput:
+    """scikit-learn tags: scipy.sparse input is native (CSR row blocks), not converted."""
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
 
 
 def search_state(search, arrays, extra, skip=None):

@@ -388,3 +388,18 @@ def test_refitted_names_the_search_and_the_fix():
         refitted(cv, "fix it")
     cv.best_estimator_ = best = types.SimpleNamespace()
     assert refitted(cv, "fix it") is best
+
+
+def test_sparse_input_tag_written_once():
+    """``_base.SparseInput``: the feature maps, KernelMaxide / Maxide and the MVMs tag scipy.sparse
+    input as native, keeping their other tags."""
+    from sklearn.utils import get_tags
+
+    from ooc_lowrank._base import SparseInput
+    from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    for cls in (ool.gimc.FourierFeatures, ool.gimc.NystromFeatures, KernelMaxide, Maxide,
+                MultiViewMachineRegressor, MultiViewMachineClassifier):  # fmt: skip
+        assert issubclass(cls, SparseInput) and get_tags(cls()).input_tags.sparse
+    assert get_tags(MultiViewMachineClassifier()).estimator_type == "classifier"
+    assert get_tags(ool.gimc.FourierFeatures()).transformer_tags is not None

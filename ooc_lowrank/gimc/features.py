@@ -119,9 +119,9 @@ def _transform(X, U, spec, n_features_in, owner):
     return out
 
 
-class _FeatureMap(TransformerMixin, BaseEstimator):
+class _FeatureMap(_base.SparseInput, TransformerMixin, BaseEstimator):
     """What the two feature maps share: the ``n_components`` / ``gamma`` checks, the input
-    conversion and seed at the start of ``fit``, the feature spec, ``transform`` and the tags.
+    conversion and seed at the start of ``fit``, the feature spec and ``transform``.
     A subclass names its ``_kind`` ("fourier" / "nystrom"), what one component is (``_unit``,
     for the error text) and, with ``_normalization``, its spec's normalization matrix."""
 
@@ -158,11 +158,6 @@ class _FeatureMap(TransformerMixin, BaseEstimator):
         return _transform(
             X, self.components_, self._spec(), self.n_features_in_, type(self).__name__
         )
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
 
 
 class FourierFeatures(_FeatureMap):

@@ -252,13 +252,7 @@ class _ObservedSearch(BaseEstimator):
 
     # -- delegation to the refitted model ---------------------------------------------------
     def _best(self):
-        check_is_fitted(self, "cv_results_")
-        if not hasattr(self, "best_estimator_"):
-            raise AttributeError(
-                f"{type(self).__name__}(refit=False) has no refitted model; use refit=True or "
-                "fit the estimator with best_params_"
-            )
-        return self.best_estimator_
+        return _base.refitted(self, "use refit=True or fit the estimator with best_params_")
 
     def decision_function(self, X):
         return self._best().decision_function(X)

@@ -224,7 +224,7 @@ def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-class _MaxideBase(_base.Loadable, BaseEstimator):
+class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
 
     #: passes over X that make the feature map (not through ``core.Passes``)
@@ -700,11 +700,6 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
             est.alpha_ = float(est.alpha)
         r.finish()
         return est
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
 
 
 class KernelMaxide(_MaxideBase):

@@ -110,7 +110,7 @@ def _numeric_view(v, name):
     return v
 
 
-class _BaseMVM(_base.Loadable, BaseEstimator):
+class _BaseMVM(_base.SparseInput, _base.Loadable, BaseEstimator):  # views: scipy.sparse native
     _task = "regression"
     _losses: tuple = ()
 
@@ -511,11 +511,6 @@ class _BaseMVM(_base.Loadable, BaseEstimator):
         theta, b0 = self._stacked()
         fn = functools.partial(_blocks.decision, **layout.kw(len(views)))
         return engine.map_rows(fn, *views, args=(theta, b0), n_cols=b0.shape[0])
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True  # scipy.sparse views (and one sparse matrix) are native
-        return tags
 
     def _decision(self, X):
         """Model output ``yhat`` (MVM-9, plus the intercept), shape ``(n_samples,)``; a
