@@ -403,3 +403,24 @@ def test_sparse_input_tag_written_once():
         assert issubclass(cls, SparseInput) and get_tags(cls()).input_tags.sparse
     assert get_tags(MultiViewMachineClassifier()).estimator_type == "classifier"
     assert get_tags(ool.gimc.FourierFeatures()).transformer_tags is not None
+
+
+def test_with_signature_binds_the_public_signature():
+    """``_signature.with_signature`` (the converters' and generators' shared options): the public
+    signature is the one given, calls are bound to it with defaults applied, name and doc kept."""
+    import inspect
+
+    from ooc_lowrank._signature import keyword_options, with_signature
+
+    def body_fn(src, *, own=1):
+        """Doc."""
+
+    params = [*inspect.signature(body_fn).parameters.values(), *keyword_options({"seed": 0})]
+    f = with_signature(body_fn, params, lambda args: args)
+    assert str(inspect.signature(f)) == "(src, *, own=1, seed=0)"
+    assert (f.__name__, f.__doc__) == ("body_fn", "Doc.")
+    assert f("a", seed=3) == {"src": "a", "own": 1, "seed": 3}
+    with pytest.raises(TypeError):
+        f("a", other=1)
+    req = keyword_options({"n_rows": inspect.Parameter.empty})
+    assert req[0].default is inspect.Parameter.empty and req[0].kind is req[0].KEYWORD_ONLY
