@@ -48,7 +48,6 @@ Column side of ``lowrank`` and ``imc_toy``
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import math
@@ -59,6 +58,7 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from ._signature import keyword_options, with_signature
 from ._validation import check_scalar
 from .storage import (
     Dataset,
@@ -361,22 +361,15 @@ def _generator(kind, companion=False, n_rows=inspect.Parameter.empty):
     def decorate(fn):
         sig = inspect.signature(fn)
         own = [n for n in sig.parameters if n != "job"]
-        kw = inspect.Parameter.KEYWORD_ONLY
-        shared = {"n_rows": n_rows, **_SHARED}
         params = [inspect.Parameter("dest", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-        params += [inspect.Parameter(n, kw, default=d) for n, d in shared.items()]
+        params += keyword_options({"n_rows": n_rows, **_SHARED})
         params += [sig.parameters[n] for n in own]
-        public = sig.replace(parameters=params)
 
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            arg = public.bind(*args, **kwargs)
-            arg.apply_defaults()
-            job = _Job(kind, arg.arguments, companion=companion)
-            return fn(job, **{n: arg.arguments[n] for n in own})
+        def body(args):
+            job = _Job(kind, args, companion=companion)
+            return fn(job, **{n: args[n] for n in own})
 
-        run.__signature__ = public
-        return run
+        return with_signature(fn, params, body)
 
     return decorate
 

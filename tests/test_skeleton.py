@@ -237,3 +237,190 @@ def test_classifier_defaults_differ_only_where_said():
     reg, clf = MultiViewMachineRegressor().get_params(), MultiViewMachineClassifier().get_params()
     assert {k for k in reg if reg[k] != clf[k]} == {"alpha", "tol"}
     assert (clf["alpha"], clf["tol"]) == (1e-2, 1e-3)
+
+
+def test_shared_params_hands_on_same_names_only():
+    """``_base.shared_params``: the target's parameters that the source has, minus ``exclude``,
+    plus ``overrides``; nothing the target lacks."""
+    from ooc_lowrank._base import shared_params
+
+    src = KernelMaxideCV(max_iter=7, tol=0.5, n_trials=3, n_components=4, n_features_map=9,
+                         block_rows=11, cache_bytes=12, verbose=True, callback=print)  # fmt: skip
+    got = shared_params(src, KernelMaxide, exclude=("verbose",), random_state=5)
+    assert got == dict(n_features_map=9, n_components=4, max_iter=7, tol=0.5, n_trials=3,
+                       cache_bytes=12, block_rows=11, random_state=5, callback=print)  # fmt: skip
+    assert "alphas" not in got and "verbose" not in got
+
+
+def test_searches_hand_on_the_parameters_they_always_did():
+    """The estimators the searches and GIMCClustering build (now by ``shared_params``) get the
+    parameters the hand-written lists gave them before issue 29, with the same values."""
+    from ooc_lowrank.gimc import GIMC
+
+    cb = print
+    g = GIMCCV(features="both", n_features_map=7, learn_features=False, max_iter=3, tol=0.1,
+               landmarks="kmeans", normalize_rows=True, n_trials=4, block_rows=5, cache_bytes=6,
+               verbose=True, callback=cb)._base(9)  # fmt: skip
+    assert g.get_params() == GIMC(features="both", n_features_map=7, gamma=1.0, alpha=1.0,
+                                  learn_features=False, max_iter=3, tol=0.1, landmarks="kmeans",
+                                  normalize_rows=True, n_trials=4, block_rows=5, cache_bytes=6,
+                                  random_state=9, verbose=True).get_params()  # fmt: skip
+    common = dict(max_iter=8, tol=0.2, n_trials=3, cache_bytes=4, block_rows=5)
+    k = KernelMaxideCV(**common, n_features_map=6, n_components=2, verbose=True, callback=cb)
+    assert k._base(1) == dict(**common, random_state=1, n_features_map=6, n_components=2)
+    m = MaxideCV(**common, verbose=True, callback=cb)
+    assert m._base(1) == dict(**common, random_state=1)
+    glrl = dict(loss="huber", n_components=4, init="mean", power_iter=3, power_tol=0.1,
+                lbfgs_iter=2, huber_delta=0.5, nu=0.9, bias_sweeps=2, duplicates="keep",
+                n_iter_no_change=3, block_rows=5, cache_bytes=6, verbose=True)  # fmt: skip
+    base = GreedyLowRankCV(**glrl, coef_refit="economic", random_state=2, callback=cb).base_params()
+    assert base == dict(**glrl, refit="economic", random_state=2)
+    c = GIMCClustering(n_clusters=3, features="nystrom", n_features_map=6, gamma=0.5,
+                       learn_features=False, cg_iter=4, cg_tol=0.1, tol=0.2, block_rows=5,
+                       cache_bytes=6, verbose=True, callback=cb)  # fmt: skip
+    assert c._imc(0.7, 8, 2).get_params() == InductiveMatrixCompletion(
+        n_components=3, alpha=0.7, row_map="nystrom", col_map="nystrom", n_features_map=6,
+        gamma=0.5, learn_features=False, max_iter=2, cg_iter=4, cg_tol=0.1, tol=0.2,
+        block_rows=5, cache_bytes=6, random_state=8, callback=cb, verbose=True,
+    ).get_params()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "make, unit",
+    [
+        (lambda **kw: ool.gimc.FourierFeatures(**kw), "random feature"),
+        (lambda **kw: ool.gimc.NystromFeatures(**kw), "landmark"),
+    ],
+)
+def test_feature_maps_share_their_checks_and_transform(make, unit):
+    """FourierFeatures / NystromFeatures share ``_FeatureMap``: the n_components and gamma checks
+    (each naming its own unit), the seed, and ``transform``'s width check naming the class."""
+    X = np.random.default_rng(0).standard_normal((30, 4))
+    with pytest.raises(ValueError, match=f"Use at least one {unit}, e.g. n_components=500"):
+        make(n_components=0).fit(X)
+    with pytest.raises(ValueError, match="gamma"):
+        make(n_components=3, gamma=-1.0).fit(X)
+    a = make(n_components=3, random_state=1).fit(X)
+    b = make(n_components=3, random_state=1).fit(X)
+    np.testing.assert_array_equal(a.transform(X), b.transform(X))
+    name = type(a).__name__
+    with pytest.raises(ValueError, match=f"but {name} is expecting 4 features"):
+        a.transform(X[:, :3])
+
+
+def test_diagnose_lines_first_bad_line_else_the_chunk():
+    """``io._common.diagnose_lines``: the first line's own error, else one for the chunk at its
+    first line (the svmlight, ratings and dense-text slow paths)."""
+    from ooc_lowrank.io._common import ConversionError, diagnose_lines
+
+    def check_line(lineno, text):
+        if text == "bad":
+            raise ConversionError("f.txt", lineno, "bad line", text)
+
+    with pytest.raises(ConversionError, match=r"f.txt, line 8: bad line \(got 'bad'\)"):
+        diagnose_lines("f.txt", [7, 8, 9], ["ok", "bad", "bad"], check_line, "chunk rule")
+    with pytest.raises(ConversionError, match="f.txt, line 7: chunk rule. Fix: do this") as e:
+        diagnose_lines("f.txt", [7, 8], ["ok", "ok"], check_line, "chunk rule", "do this")
+    assert (e.value.line, e.value.value) == (7, None)
+    with pytest.raises(ConversionError, match="^f.txt: chunk rule$"):
+        diagnose_lines("f.txt", [], [], check_line, "chunk rule")
+
+
+def test_search_state_round_trip_and_one_save():
+    """``_base.search_state`` / ``restore_search`` / ``restore_best``: a search's CV table (but
+    the columns ``skip`` names) and refitted model in a model file and back; ``save`` is written
+    once (``_base.Loadable``) for every estimator with a model file."""
+    import types
+
+    from ooc_lowrank import _base
+
+    best = Maxide(alpha=0.5, max_iter=3)
+    best._state = lambda: ({"alpha": 0.5}, {"coef": np.ones(2)}, {"n_iter": 3})
+    search = types.SimpleNamespace(
+        cv_results_={"params": [{"a": 1}, {"a": 2}], "mean_test_score": np.array([0.1, 0.2]),
+                     "param_a": np.array([1, 2])},  # fmt: skip
+        best_estimator_=best,
+        refit_time_=1.5,
+    )
+    arrays, extra = {}, {"n_splits": 2}
+    _base.search_state(search, arrays, extra, skip=lambda k, v: k == "param_a")
+    assert sorted(arrays) == ["best/coef", "cv_results/mean_test_score"]
+    assert extra["params_list"] == [{"a": 1}, {"a": 2}] and extra["refit_time"] == 1.5
+    assert extra["best"] == {"params": {"alpha": 0.5}, "extra": {"n_iter": 3}}
+    res = _base.restore_search(arrays, extra)
+    assert res["params"] == [{"a": 1}, {"a": 2}] and "param_a" not in res
+    np.testing.assert_array_equal(res["mean_test_score"], [0.1, 0.2])
+
+    class Base:
+        @classmethod
+        def _from_saved(cls, params, arrays, extra):
+            return (params, sorted(arrays), extra)
+
+    back = types.SimpleNamespace()
+    _base.restore_best(back, Base, arrays, extra)
+    assert back.best_estimator_ == ({"alpha": 0.5}, ["coef"], {"n_iter": 3})
+    assert back.refit_time_ == 1.5
+    _base.restore_best(back2 := types.SimpleNamespace(), Base, {}, {})
+    assert not hasattr(back2, "best_estimator_")
+    from ooc_lowrank.gimc import GIMC
+    from ooc_lowrank.mvm import MultiViewMachineRegressor
+
+    for cls in (GIMC, GIMCCV, GreedyLowRank, GreedyLowRankCV, InductiveMatrixCompletion,
+                KernelMaxide, Maxide, MultiViewMachineRegressor):  # fmt: skip
+        assert cls.save is _base.Loadable.save and callable(cls._state)
+
+
+def test_refitted_names_the_search_and_the_fix():
+    """``_base.refitted`` (GIMCCV / GreedyLowRankCV delegation): NotFittedError before fit, the
+    search's own message after ``refit=False``."""
+    import types
+
+    from sklearn.exceptions import NotFittedError
+
+    from ooc_lowrank._base import refitted
+
+    with pytest.raises(NotFittedError):
+        refitted(GIMCCV(), "fix it")
+    cv = GreedyLowRankCV()
+    cv.cv_results_ = {}
+    with pytest.raises(AttributeError, match=r"^GreedyLowRankCV\(refit=False\) has no refitted "
+                                             r"model; fix it$"):  # fmt: skip
+        refitted(cv, "fix it")
+    cv.best_estimator_ = best = types.SimpleNamespace()
+    assert refitted(cv, "fix it") is best
+
+
+def test_sparse_input_tag_written_once():
+    """``_base.SparseInput``: the feature maps, KernelMaxide / Maxide and the MVMs tag scipy.sparse
+    input as native, keeping their other tags."""
+    from sklearn.utils import get_tags
+
+    from ooc_lowrank._base import SparseInput
+    from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    for cls in (ool.gimc.FourierFeatures, ool.gimc.NystromFeatures, KernelMaxide, Maxide,
+                MultiViewMachineRegressor, MultiViewMachineClassifier):  # fmt: skip
+        assert issubclass(cls, SparseInput) and get_tags(cls()).input_tags.sparse
+    assert get_tags(MultiViewMachineClassifier()).estimator_type == "classifier"
+    assert get_tags(ool.gimc.FourierFeatures()).transformer_tags is not None
+
+
+def test_with_signature_binds_the_public_signature():
+    """``_signature.with_signature`` (the converters' and generators' shared options): the public
+    signature is the one given, calls are bound to it with defaults applied, name and doc kept."""
+    import inspect
+
+    from ooc_lowrank._signature import keyword_options, with_signature
+
+    def body_fn(src, *, own=1):
+        """Doc."""
+
+    params = [*inspect.signature(body_fn).parameters.values(), *keyword_options({"seed": 0})]
+    f = with_signature(body_fn, params, lambda args: args)
+    assert str(inspect.signature(f)) == "(src, *, own=1, seed=0)"
+    assert (f.__name__, f.__doc__) == ("body_fn", "Doc.")
+    assert f("a", seed=3) == {"src": "a", "own": 1, "seed": 3}
+    with pytest.raises(TypeError):
+        f("a", other=1)
+    req = keyword_options({"n_rows": inspect.Parameter.empty})
+    assert req[0].default is inspect.Parameter.empty and req[0].kind is req[0].KEYWORD_ONLY

@@ -278,15 +278,8 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep
             np.multiply(Zg, dt.type(eta), out=Z)
             np.subtract(Z0, Z, out=Z)
             Ut = U - dt.type(eta) * direction
-        usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if nys else None
-        _phi_from_dots(Z, xsq, usq, spec, Phi)
-        out.append(_gram(Phi))
-        out.append(np.asarray(AT @ Phi))
-    if keep is not None and len(etas) == 1:
-        keep(Phi)
-    if with_a2:
-        out.append(np.array(float(np.dot(A.data.astype(np.float64), A.data))))
-    return tuple(out)
+        _trial_stats(Z, xsq, Ut, spec, Phi, AT, out)
+    return _stats_end(out, Phi, len(etas), A, with_a2, keep)
 
 
 def _stats_per_trial(Xb, A, AT, Us, spec, with_a2, keep=None):
@@ -299,11 +292,24 @@ def _stats_per_trial(Xb, A, AT, Us, spec, with_a2, keep=None):
         if not sp.issparse(Xb):  # own, aligned buffer: the same GEMM bits as a 2-D matrix
             Ut = Ut.copy()  # (a CSR product needs none: no d x m_total copy per block)
         Z = _dot(Xb, Ut)
-        usq = np.einsum("ij,ij->j", Ut, Ut).astype(dt) if xsq is not None else None
-        _phi_from_dots(Z, xsq, usq, spec, Phi)
-        out.append(_gram(Phi))
-        out.append(np.asarray(AT @ Phi))
-    if keep is not None and len(Us) == 1:
+        _trial_stats(Z, xsq, Ut, spec, Phi, AT, out)
+    return _stats_end(out, Phi, len(Us), A, with_a2, keep)
+
+
+def _trial_stats(Z, xsq, Ut, spec, Phi, AT, out):
+    """One trial of :func:`stats_block`: its features ``Phi`` (written in place) from the dots
+    ``Z = X U_t`` (``xsq``: the rows' squared norms, None unless a Nystrom part needs them),
+    then ``tril(Phi^T Phi)`` and ``A^T Phi`` appended to ``out``."""
+    usq = np.einsum("ij,ij->j", Ut, Ut).astype(Phi.dtype) if xsq is not None else None
+    _phi_from_dots(Z, xsq, usq, spec, Phi)
+    out.append(_gram(Phi))
+    out.append(np.asarray(AT @ Phi))
+
+
+def _stats_end(out, Phi, n_trials, A, with_a2, keep):
+    """The end of :func:`stats_block`: ``keep(Phi)`` for a single trial, ``||A_b||_F^2`` if
+    asked; -> the outputs as a tuple."""
+    if keep is not None and n_trials == 1:
         keep(Phi)
     if with_a2:
         out.append(np.array(float(np.dot(A.data.astype(np.float64), A.data))))

@@ -49,7 +49,6 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _base, engine, metrics
-from ooc_lowrank._persist import save_model
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc import _blocks, _cv_blocks, core
 from ooc_lowrank.gimc._cv_blocks import req_shapes
@@ -210,22 +209,12 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ validation
 
     def _base(self, seed):
-        """A GIMC with the shared parameters (gamma/alpha/max_iter filled per fit)."""
+        """A GIMC with the shared parameters (gamma/alpha/max_iter filled per fit; the
+        ``callback`` is the search's own)."""
         return GIMC(
-            features=self.features,
-            n_features_map=self.n_features_map,
-            gamma=1.0,
-            alpha=1.0,
-            learn_features=self.learn_features,
-            max_iter=self.max_iter,
-            tol=self.tol,
-            landmarks=self.landmarks,
-            normalize_rows=self.normalize_rows,
-            n_trials=self.n_trials,
-            block_rows=self.block_rows,
-            cache_bytes=self.cache_bytes,
-            random_state=seed,
-            verbose=self.verbose,
+            **_base.shared_params(
+                self, GIMC, exclude=("callback",), gamma=1.0, alpha=1.0, random_state=seed
+            )
         )
 
     @staticmethod
@@ -257,21 +246,26 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
             raise param_error(name, "must not repeat a value", values, "remove the duplicates")
         return [float(v) for v in vals]
 
-    def _validate_grid(self):
-        if (self.gammas is None) == (self.gamma_scales is None):
+    @staticmethod
+    def _gamma_grid(search, scales_example, gammas_example):
+        """``(scales, None)`` or ``(None, gammas)``: a search's ``gamma_scales`` or ``gammas``
+        (exactly one given), checked by :meth:`_grid` (GIMCCV and KernelMaxideCV)."""
+        name = type(search).__name__
+        if (search.gammas is None) == (search.gamma_scales is None):
             raise param_error(
                 "gammas / gamma_scales",
                 "exactly one must be given (scales multiply the median heuristic)",
-                (self.gammas, self.gamma_scales),
-                "e.g. GIMCCV(gamma_scales=[0.125, 0.25, 0.5]) or GIMCCV(gammas=[0.01, 0.1], "
+                (search.gammas, search.gamma_scales),
+                f"e.g. {name}(gamma_scales={scales_example}) or {name}(gammas={gammas_example}, "
                 "gamma_scales=None)",
             )
-        if self.gamma_scales is not None:
-            scales = self._grid(self.gamma_scales, "gamma_scales", "gamma_scales=[0.125, 0.25]")
-            gammas = None
-        else:
-            scales = None
-            gammas = self._grid(self.gammas, "gammas", "gammas=[0.01, 0.1]")
+        if search.gamma_scales is not None:
+            example = f"gamma_scales={scales_example}"
+            return GIMCCV._grid(search.gamma_scales, "gamma_scales", example), None
+        return None, GIMCCV._grid(search.gammas, "gammas", f"gammas={gammas_example}")
+
+    def _validate_grid(self):
+        scales, gammas = self._gamma_grid(self, "[0.125, 0.25, 0.5]", "[0.01, 0.1]")
         alphas = self._grid(self.alphas, "alphas", "alphas=[0.3, 1, 3, 10]")
         check_scalar(
             self.max_iter,
@@ -635,13 +629,7 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ delegation
 
     def _best(self):
-        check_is_fitted(self, "cv_results_")
-        if not hasattr(self, "best_estimator_"):
-            raise AttributeError(
-                "GIMCCV(refit=False) has no refitted model; refit with GIMCCV(refit=True) or "
-                "fit GIMC(**best_params_)"
-            )
-        return self.best_estimator_
+        return _base.refitted(self, "refit with GIMCCV(refit=True) or fit GIMC(**best_params_)")
 
     classes_ = property(lambda self: self._best().classes_)
     n_features_in_ = property(lambda self: self._best().n_features_in_)
@@ -673,13 +661,9 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ persistence
 
-    def save(self, path, *, overwrite=False):
-        """Save the CV table and the refitted model (JSON + npz, no pickle);
-        ``ooc_lowrank.load(path)`` returns a GIMCCV.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them and
+        :meth:`_from_saved` reads them back."""
         check_is_fitted(self, "cv_results_")
         params = _base.saved_params(self)
         arrays = {}
@@ -689,12 +673,7 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
         for key in ("gamma_scales", "gammas", "alphas"):
             if params[key] is not None:
                 params[key] = [float(v) for v in params[key]]
-        res = self.cv_results_
-        for key, v in res.items():
-            if key != "params":
-                arrays[f"cv_results/{key}"] = v
         extra = {
-            "params_list": res["params"],
             "best_index": self.best_index_,
             "median_gamma": self.median_gamma_,
             "n_passes": self.n_passes_,
@@ -704,12 +683,8 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
             "multilabel": self.multilabel_,
             "n_labels": self.n_labels_,
         }
-        if hasattr(self, "best_estimator_"):
-            bp, barr, bextra = self.best_estimator_._state()
-            arrays |= {f"best/{k}": v for k, v in barr.items()}
-            extra["best"] = {"params": bp, "extra": bextra}
-            extra["refit_time"] = self.refit_time_
-        save_model(path, "GIMCCV", params, arrays, extra, overwrite=overwrite)
+        _base.search_state(self, arrays, extra)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
@@ -717,11 +692,7 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
         if params.get("cv") == "array":
             params["cv"] = arrays["cv_fold_ids"]
         est = cls(**params)
-        res = {"params": [dict(p) for p in extra["params_list"]]}
-        for key, v in arrays.items():
-            if key.startswith("cv_results/"):
-                res[key.split("/", 1)[1]] = v
-        est.cv_results_ = res
+        est.cv_results_ = res = _base.restore_search(arrays, extra)
         est.best_index_ = int(extra["best_index"])
         est.best_params_ = dict(res["params"][est.best_index_])
         est.best_score_ = float(res["mean_test_score"][est.best_index_])
@@ -731,12 +702,7 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
         est.n_splits_ = int(extra["n_splits"])
         est.cv_time_ = float(extra["cv_time"])
         est.multilabel_, est.n_labels_ = bool(extra["multilabel"]), int(extra["n_labels"])
-        if "best" in extra:
-            barr = {k[5:]: v for k, v in arrays.items() if k.startswith("best/")}
-            est.best_estimator_ = GIMC._from_saved(
-                extra["best"]["params"], barr, extra["best"]["extra"]
-            )
-            est.refit_time_ = float(extra["refit_time"])
+        _base.restore_best(est, GIMC, arrays, extra)
         return est
 
 

@@ -34,7 +34,6 @@ from ooc_lowrank._persist import (
     build_checked,
     check_params,
     check_value,
-    save_model,
 )
 from ooc_lowrank._validation import NonFiniteError, check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks, core
@@ -932,14 +931,6 @@ class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator):
         return out_url
 
     # ------------------------------------------------------------------ persistence
-
-    def save(self, path, *, overwrite=False):
-        """Save to a directory (JSON + npz; loading runs no pickle): ``ooc_lowrank.load(path)``.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
-        save_model(path, "GIMC", *self._state(), overwrite=overwrite)
 
     def _state(self):
         """``(params, arrays, extra)`` as saved; :meth:`_from_saved` reads them back."""

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from ooc_lowrank import engine
+from ooc_lowrank import _base, engine
 from ooc_lowrank._inputs import as_features, check_features_memory
 from ooc_lowrank._inputs import is_lazy as _is_lazy
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
@@ -119,7 +119,48 @@ def _transform(X, U, spec, n_features_in, owner):
     return out
 
 
-class FourierFeatures(TransformerMixin, BaseEstimator):
+class _FeatureMap(_base.SparseInput, TransformerMixin, BaseEstimator):
+    """What the two feature maps share: the ``n_components`` / ``gamma`` checks, the input
+    conversion and seed at the start of ``fit``, the feature spec and ``transform``.
+    A subclass names its ``_kind`` ("fourier" / "nystrom"), what one component is (``_unit``,
+    for the error text) and, with ``_normalization``, its spec's normalization matrix."""
+
+    _kind = _unit = None
+
+    def _check_map_params(self):
+        check_scalar(
+            self.n_components,
+            "n_components",
+            kind=numbers.Integral,
+            low=1,
+            fix=f"Use at least one {self._unit}, e.g. n_components=500",
+        )
+        _check_gamma(self.gamma)
+
+    def _fit_input(self, X):
+        """-> (X converted at the boundary, the fit's Generator)."""
+        return _checked_input(X, min_rows=1), np.random.default_rng(
+            check_random_state(self.random_state).randint(2**31 - 1)
+        )
+
+    def _normalization(self):
+        return None
+
+    def _spec(self):
+        return _blocks.FeatureSpec.build(
+            [(self._kind, self.components_.shape[1], self.gamma_, self._normalization(), False)]
+        )
+
+    def transform(self, X):
+        """``Phi`` of shape (n_samples, n_output_features); lazy for lazy input (the
+        class docstring gives the output width)."""
+        check_is_fitted(self, "components_")
+        return _transform(
+            X, self.components_, self._spec(), self.n_features_in_, type(self).__name__
+        )
+
+
+class FourierFeatures(_FeatureMap):
     """Random Fourier features ``phi(x) = [cos(U^T x), sin(U^T x)] / sqrt(m)`` (SPEC 1.2).
 
     ``E[phi(x)^T phi(y)] = exp(-gamma ||x - y||^2)`` for ``u_r ~ N(0, 2 gamma I)``.
@@ -140,24 +181,15 @@ class FourierFeatures(TransformerMixin, BaseEstimator):
     n_features_in_ : int
     """
 
+    _kind, _unit = "fourier", "random feature"
+
     def __init__(self, *, n_components=500, gamma=None, random_state=None):
-        self.n_components = n_components
-        self.gamma = gamma
-        self.random_state = random_state
+        _base.store_params(self, locals())
 
     def fit(self, X, y=None):
         """Draw ``U`` (uses only the shape of X, plus a row sample for the median heuristic)."""
-        check_scalar(
-            self.n_components,
-            "n_components",
-            kind=numbers.Integral,
-            low=1,
-            fix="Use at least one random feature, e.g. n_components=500",
-        )
-        _check_gamma(self.gamma)
-        X = _checked_input(X, min_rows=1)
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        self._check_map_params()
+        X, rng = self._fit_input(X)
         d = _n_features(X)
         if self.gamma is None:
             self.gamma_ = median_gamma(sample_rows(X, _SAMPLE, rng))
@@ -167,23 +199,8 @@ class FourierFeatures(TransformerMixin, BaseEstimator):
         self.n_features_in_ = d
         return self
 
-    def _spec(self):
-        return _blocks.FeatureSpec.build(
-            [("fourier", self.components_.shape[1], self.gamma_, None, False)]
-        )
 
-    def transform(self, X):
-        """``Phi`` of shape (n_samples, 2 * n_components); lazy for lazy input."""
-        check_is_fitted(self, "components_")
-        return _transform(X, self.components_, self._spec(), self.n_features_in_, "FourierFeatures")
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
-
-
-class NystromFeatures(TransformerMixin, BaseEstimator):
+class NystromFeatures(_FeatureMap):
     """Nystrom features on RBF landmarks, ``phi(x) = [k(x, u_1), ..., k(x, u_m)] M`` (SPEC 1.2).
 
     Parameters
@@ -208,30 +225,19 @@ class NystromFeatures(TransformerMixin, BaseEstimator):
     n_features_in_ : int
     """
 
+    _kind, _unit = "nystrom", "landmark"
+
     def __init__(
         self, *, n_components=500, gamma=None, landmarks="random", normalize=True, random_state=None
     ):
-        self.n_components = n_components
-        self.gamma = gamma
-        self.landmarks = landmarks
-        self.normalize = normalize
-        self.random_state = random_state
+        _base.store_params(self, locals())
 
     def fit(self, X, y=None):
         """Pick landmarks from a row sample (and the normalization)."""
-        check_scalar(
-            self.n_components,
-            "n_components",
-            kind=numbers.Integral,
-            low=1,
-            fix="Use at least one landmark, e.g. n_components=500",
-        )
-        _check_gamma(self.gamma)
+        self._check_map_params()
         if self.landmarks not in ("random", "kmeans"):
             raise param_error("landmarks", "must be 'random' or 'kmeans'", self.landmarks)
-        X = _checked_input(X, min_rows=1)
-        rs = check_random_state(self.random_state)
-        rng = np.random.default_rng(rs.randint(2**31 - 1))
+        X, rng = self._fit_input(X)
         m = self.n_components
         S = sample_rows(
             X, max(_SAMPLE, 4 * m) if self.landmarks == "kmeans" else max(_SAMPLE, m), rng
@@ -257,20 +263,8 @@ class NystromFeatures(TransformerMixin, BaseEstimator):
         self.n_features_in_ = _n_features(X)
         return self
 
-    def _spec(self):
-        return _blocks.FeatureSpec.build(
-            [("nystrom", self.components_.shape[1], self.gamma_, self.normalization_, False)]
-        )
-
-    def transform(self, X):
-        """``Phi`` of shape (n_samples, n_components); lazy for lazy input."""
-        check_is_fitted(self, "components_")
-        return _transform(X, self.components_, self._spec(), self.n_features_in_, "NystromFeatures")
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
+    def _normalization(self):
+        return self.normalization_
 
 
 def nystrom_normalization(U, gamma):

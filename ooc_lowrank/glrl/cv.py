@@ -34,7 +34,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
 from ooc_lowrank import _base
-from ooc_lowrank._persist import ModelFileError, save_model
+from ooc_lowrank._persist import ModelFileError
 from ooc_lowrank._validation import check_scalar, format_table, param_error
 from ooc_lowrank.glrl.core import SCHEDULES
 from ooc_lowrank.glrl.estimator import GreedyLowRank, _obs_handle, _pairs_to_csr
@@ -263,24 +263,14 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
 
     # ------------------------------------------------------------------ validation
     def base_params(self):
-        """The :class:`GreedyLowRank` parameters shared by every fit of the grid."""
-        return dict(
-            loss=self.loss,
-            n_components=self.n_components,
+        """The :class:`GreedyLowRank` parameters shared by every fit of the grid (its
+        ``refit`` is our ``coef_refit``; the ``callback`` is the refit's, given there)."""
+        return _base.shared_params(
+            self,
+            GreedyLowRank,
+            exclude=("callback",),
             refit=self.coef_refit,
-            init=self.init,
-            power_iter=self.power_iter,
-            power_tol=self.power_tol,
-            lbfgs_iter=self.lbfgs_iter,
-            huber_delta=self.huber_delta,
-            nu=self.nu,
-            bias_sweeps=self.bias_sweeps,
-            duplicates=self.duplicates,
-            n_iter_no_change=self.n_iter_no_change,
-            block_rows=self.block_rows,
-            cache_bytes=self.cache_bytes,
             random_state=self._seed(),
-            verbose=self.verbose,
         )
 
     def _seed(self):
@@ -508,13 +498,9 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
 
     # ------------------------------------------------------------------ delegation
     def _best(self):
-        check_is_fitted(self, "cv_results_")
-        if not hasattr(self, "best_estimator_"):
-            raise AttributeError(
-                "GreedyLowRankCV(refit=False) has no refitted model; use refit=True or fit "
-                "GreedyLowRank(**est.base_params(), **est.best_params_)"
-            )
-        return self.best_estimator_
+        return _base.refitted(
+            self, "use refit=True or fit GreedyLowRank(**est.base_params(), **est.best_params_)"
+        )
 
     def predict(self, rows, cols):
         """:meth:`GreedyLowRank.predict` of the refitted model."""
@@ -529,38 +515,20 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
         return self._best().evaluate(X, metrics, shape=shape)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite=False):
-        """Save the CV table and the refitted model (JSON + npz, no pickle);
-        ``ooc_lowrank.load(path)`` returns a GreedyLowRankCV.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them and
+        :meth:`_from_saved` reads them back."""
         check_is_fitted(self, "cv_results_")
         params = _base.saved_params(self)
         for arg in _GRID_ARGS.values():
             if params[arg] is not None:
                 params[arg] = list(params[arg])
-        res = self.cv_results_
+        arrays = {}
+        extra = {"scoring": self.scoring_, "n_splits": self.n_splits_, "cv_time": self.cv_time_}
         # param_<name> columns are the grid again (rebuilt on load from params_list); one that
         # holds None (greedy_l2s=None: the loss's own default) is not a numeric array
-        arrays = {
-            f"cv_results/{k}": v
-            for k, v in res.items()
-            if k != "params" and not (k.startswith("param_") and np.asarray(v).dtype == object)
-        }
-        extra = {
-            "params_list": res["params"],
-            "scoring": self.scoring_,
-            "n_splits": self.n_splits_,
-            "cv_time": self.cv_time_,
-        }
-        if hasattr(self, "best_estimator_"):
-            bp, barr, bextra = self.best_estimator_._state()
-            arrays |= {f"best/{k}": v for k, v in barr.items()}
-            extra["best"] = {"params": bp, "extra": bextra}
-            extra["refit_time"] = self.refit_time_
-        save_model(path, "GreedyLowRankCV", params, arrays, extra, overwrite=overwrite)
+        _base.search_state(self, arrays, extra, skip=_object_column)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
@@ -569,10 +537,7 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
         try:
             names, settings, scoring = est._grid()
             K = int(extra["n_splits"])
-            res = {"params": [dict(p) for p in extra["params_list"]]}
-            for key, v in arrays.items():
-                if key.startswith("cv_results/"):
-                    res[key.split("/", 1)[1]] = np.asarray(v)
+            res = _base.restore_search(arrays, extra)
             for name in names:
                 if f"param_{name}" not in res:
                     res[f"param_{name}"] = np.array([s[name] for s in settings])
@@ -596,15 +561,14 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
             est.cv_results_, est.scoring_, est.n_splits_ = res, scoring, K
             est.cv_time_ = float(extra["cv_time"])
             est._choose()
-            if "best" in extra:
-                barr = {k[5:]: v for k, v in arrays.items() if k.startswith("best/")}
-                est.best_estimator_ = GreedyLowRank._from_saved(
-                    extra["best"]["params"], barr, extra["best"]["extra"]
-                )
-                est.refit_time_ = float(extra["refit_time"])
+            _base.restore_best(est, GreedyLowRank, arrays, extra)
         except (KeyError, TypeError) as e:
             raise ModelFileError("model.json", None, f"is incomplete or malformed ({e})") from None
         return est
+
+
+def _object_column(key, column):
+    return key.startswith("param_") and np.asarray(column).dtype == object
 
 
 def _product(grids):

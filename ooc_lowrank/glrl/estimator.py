@@ -24,7 +24,6 @@ from ooc_lowrank._persist import (
     ModelReader,
     build_checked,
     check_params,
-    save_model,
 )
 from ooc_lowrank._validation import check_scalar, param_error
 from ooc_lowrank.glrl import _blocks
@@ -737,15 +736,6 @@ class GreedyLowRank(_base.Loadable, BaseEstimator):
         return observation_metrics(B, self.U_, self.V_, self.theta_, metrics)
 
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite=False):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
-        params, arrays, extra = self._state()
-        save_model(path, "GreedyLowRank", params, arrays, extra, overwrite=overwrite)
-
     def _state(self):
         """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them (and
         :meth:`_from_saved` reads them; :class:`GreedyLowRankCV` embeds them)."""

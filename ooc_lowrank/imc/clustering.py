@@ -482,23 +482,19 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         return np.concatenate([r, c]), np.concatenate([c, r]), np.concatenate([v, v])
 
     def _imc(self, lam, seed, max_iter):
+        """The IMC this clustering runs: our shared parameters, the constraint matrix's two
+        sides mapped alike, rank ``n_clusters``."""
         return InductiveMatrixCompletion(
-            n_components=self.n_clusters,
-            alpha=lam,
-            row_map=self.features,
-            col_map=self.features,
-            n_features_map=self.n_features_map,
-            gamma=self.gamma,
-            learn_features=self.learn_features,
-            max_iter=max_iter,
-            cg_iter=self.cg_iter,
-            cg_tol=self.cg_tol,
-            tol=self.tol,
-            block_rows=self.block_rows,
-            cache_bytes=self.cache_bytes,
-            random_state=seed,
-            callback=self.callback,
-            verbose=self.verbose,
+            **_base.shared_params(
+                self,
+                InductiveMatrixCompletion,
+                n_components=self.n_clusters,
+                alpha=lam,
+                row_map=self.features,
+                col_map=self.features,
+                max_iter=max_iter,
+                random_state=seed,
+            )
         )
 
     def _fit_imc(self, X, cons, lam, seed, max_iter, prepared):

@@ -24,7 +24,6 @@ from ooc_lowrank._persist import (
     ModelReader,
     build_checked,
     check_params,
-    save_model,
 )
 from ooc_lowrank._validation import check_random_state, check_scalar, param_error
 from ooc_lowrank.gimc import _blocks as _gb
@@ -486,12 +485,9 @@ class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
         check_is_fitted(self, "W_")
         return self._embed(X, self.col_params_, self._col_spec, self.H_)
     # ------------------------------------------------------------------ persistence
-    def save(self, path, *, overwrite=False):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them and
+        :meth:`_from_saved` reads them back."""
         check_is_fitted(self, "W_")
         params = _base.saved_params(self)
         arrays = {
@@ -518,7 +514,7 @@ class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
                 extra[f"{side}_gamma"] = spec.parts[0].gamma
                 if spec.parts[0].M is not None:
                     arrays[f"{side}_normalization"] = spec.parts[0].M
-        save_model(path, "InductiveMatrixCompletion", params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):

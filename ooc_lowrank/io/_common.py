@@ -13,7 +13,6 @@ The text converters never hold more than one chunk of text plus one row block of
 
 from __future__ import annotations
 
-import functools
 import gzip
 import inspect
 import io
@@ -24,6 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
+
+from ooc_lowrank._signature import keyword_options, with_signature
 
 logger = logging.getLogger("ooc_lowrank")
 
@@ -188,6 +189,16 @@ def float_token(path, lineno, tok: str, what: str) -> float:
             "impute or drop NaN/inf values before converting",
         )
     return v
+
+
+def diagnose_lines(path, nums, texts, check_line, rule, fix=None):
+    """The slow path of a text chunk the fast (vectorised) parse refused: ``check_line(lineno,
+    text)`` on each line raises the first line's :class:`ConversionError`; when every line
+    passes on its own (the lines disagree with each other), the chunk is refused at its first
+    line with ``rule`` and ``fix``."""
+    for lineno, text in zip(nums, texts, strict=True):
+        check_line(lineno, text)
+    raise ConversionError(path, nums[0] if nums else None, rule, None, fix)
 
 
 def int_token(path, lineno, tok: str, what: str) -> int:
@@ -584,20 +595,13 @@ def converter(fmt, *names, dtype_of="``X``", own=None, max_count=None):
     the arguments, their checks and their documentation.  ``names`` orders the docstring entries
     (``own`` documents the converter's own ones among them)."""
     shared = [n for n in names if n in _OPTION_DEFAULTS]
-    kw = inspect.Parameter.KEYWORD_ONLY
 
     def decorate(fn):
         _document(fn, names, dtype_of, own)
-        sig = inspect.signature(fn)
-        params = [p for n, p in sig.parameters.items() if n != "opts"]
-        params += [inspect.Parameter(n, kw, default=_OPTION_DEFAULTS[n]) for n in shared]
-        public = sig.replace(parameters=params)
+        params = [p for n, p in inspect.signature(fn).parameters.items() if n != "opts"]
+        params += keyword_options({n: _OPTION_DEFAULTS[n] for n in shared})
 
-        @functools.wraps(fn)
-        def run(*args, **kwargs):
-            arg = public.bind(*args, **kwargs)
-            arg.apply_defaults()
-            a = dict(arg.arguments)
+        def body(a):
             srcs = check_sources(a.pop("srcs"), fmt, max_count)
             values = {n: a.pop(n) for n in shared}
             opts = check_options(
@@ -605,7 +609,6 @@ def converter(fmt, *names, dtype_of="``X``", own=None, max_count=None):
             )
             return fn(srcs, a.pop("dest"), opts, **a)
 
-        run.__signature__ = public
-        return run
+        return with_signature(fn, params, body)
 
     return decorate

@@ -17,6 +17,7 @@ from ._common import (
     ConversionError,
     as_opt_int,
     converter,
+    diagnose_lines,
     fields_per_line,
     float_token,
     iter_lines,
@@ -49,7 +50,8 @@ def _parse(path, nums, texts, k, delimiter):
     flat = parse_numbers(text, " ", n * k)
     if flat is not None and np.isfinite(flat).all() and (fields_per_line(text, n) == k).all():
         return flat.reshape(n, k)
-    for lineno, t in zip(nums, texts, strict=True):
+
+    def check_line(lineno, t):
         fields = _split(t, delimiter)
         if len(fields) != k:
             raise ConversionError(
@@ -61,7 +63,8 @@ def _parse(path, nums, texts, k, delimiter):
             )
         for tok in fields:
             float_token(path, lineno, tok.strip(), "value")
-    raise ConversionError(path, nums[0], "malformed numbers near this line")
+
+    diagnose_lines(path, nums, texts, check_line, "malformed numbers near this line")
 
 
 @converter("dense_text", *TEXT_OPTIONS)

@@ -45,6 +45,7 @@ from ._common import (
     bucket_starts,
     converter,
     csr_from_parts,
+    diagnose_lines,
     fields_per_line,
     float_token,
     int_token,
@@ -67,7 +68,7 @@ _REC = np.dtype([("row", "<i8"), ("col", "<i8"), ("val", "<f8")])
 
 
 def _diagnose(path, nums, texts, min_fields, offset, signs):
-    for lineno, t in zip(nums, texts, strict=True):
+    def check_line(lineno, t):
         parts = t.split()
         if len(parts) < min_fields:
             raise ConversionError(
@@ -92,11 +93,13 @@ def _diagnose(path, nums, texts, min_fields, offset, signs):
             raise ConversionError(path, lineno, "edge sign must be -1 or +1", parts[2])
         for tok in parts[3:]:
             float_token(path, lineno, tok, "extra field (timestamp)")
-    raise ConversionError(
+
+    diagnose_lines(
         path,
-        nums[0] if nums else None,
+        nums,
+        texts,
+        check_line,
         "inconsistent number of fields near this line",
-        None,
         "every line must have the same number of fields",
     )
 

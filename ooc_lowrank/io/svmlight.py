@@ -35,6 +35,7 @@ from ._common import (
     check_range,
     converter,
     csr_from_parts,
+    diagnose_lines,
     float_token,
     int_token,
     iter_lines,
@@ -118,7 +119,7 @@ def _parse_chunk(path, nums, texts, multilabel: bool) -> _Chunk:
 
 def _diagnose(path, nums, texts, multilabel: bool):
     """Slow line-by-line parse of a chunk that failed the fast path; raises the first error."""
-    for lineno, t in zip(nums, texts, strict=True):
+    def check_line(lineno, t):
         parts = t.split()
         head = parts[0]
         feats = parts[1:]
@@ -173,11 +174,13 @@ def _diagnose(path, nums, texts, multilabel: bool):
             if idx < 0:
                 raise ConversionError(path, lineno, "feature index must be >= 0", tok)
             float_token(path, lineno, v, "feature value")
-    raise ConversionError(
+
+    diagnose_lines(
         path,
-        nums[0] if nums else None,
+        nums,
+        texts,
+        check_line,
         "malformed svmlight data near this line",
-        None,
         "check the separators (space between pairs, ':' inside a pair)",
     )
 

@@ -106,14 +106,11 @@ class _ObservedSearch(BaseEstimator):
     _estimator = None
 
     def _base(self, seed):
-        """The estimator parameters shared by every fit of the grid."""
-        return dict(
-            max_iter=self.max_iter,
-            tol=self.tol,
-            n_trials=self.n_trials,
-            cache_bytes=self.cache_bytes,
-            block_rows=self.block_rows,
-            random_state=seed,
+        """The estimator parameters shared by every fit of the grid (the search logs and calls
+        back on its own: ``verbose`` and ``callback`` stay with it; the refit gets the
+        ``callback``)."""
+        return _base.shared_params(
+            self, self._estimator, exclude=("callback", "verbose"), random_state=seed
         )
 
     def _check_common(self):
@@ -255,13 +252,7 @@ class _ObservedSearch(BaseEstimator):
 
     # -- delegation to the refitted model ---------------------------------------------------
     def _best(self):
-        check_is_fitted(self, "cv_results_")
-        if not hasattr(self, "best_estimator_"):
-            raise AttributeError(
-                f"{type(self).__name__}(refit=False) has no refitted model; use refit=True or "
-                "fit the estimator with best_params_"
-            )
-        return self.best_estimator_
+        return _base.refitted(self, "use refit=True or fit the estimator with best_params_")
 
     def decision_function(self, X):
         return self._best().decision_function(X)
@@ -383,27 +374,10 @@ class KernelMaxideCV(_ObservedSearch):
     ):
         _base.store_params(self, locals())
 
-    def _base(self, seed):
-        return {
-            **super()._base(seed),
-            "n_features_map": self.n_features_map,
-            "n_components": self.n_components,
-        }
-
     def _settings(self, X, seed, validate_only=False):
-        if (self.gammas is None) == (self.gamma_scales is None):
-            raise param_error(
-                "gammas / gamma_scales",
-                "exactly one must be given (scales multiply the median heuristic)",
-                (self.gammas, self.gamma_scales),
-                "e.g. KernelMaxideCV(gamma_scales=[1, 2, 4]) or KernelMaxideCV(gammas=[0.5, 1], "
-                "gamma_scales=None)",
-            )
+        scales, gammas = GIMCCV._gamma_grid(self, "[1, 2, 4]", "[0.5, 1]")
         lams = GIMCCV._grid(self.alphas, "alphas", "alphas=[0.5, 2, 8, 32]")
-        if self.gammas is not None:
-            gammas = GIMCCV._grid(self.gammas, "gammas", "gammas=[0.5, 1]")
-        else:
-            scales = GIMCCV._grid(self.gamma_scales, "gamma_scales", "gamma_scales=[1, 2, 4]")
+        if gammas is None:
             if validate_only:
                 gammas = scales
             else:

@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from ooc_lowrank import _base, _checkpoint, _estimate, engine, metrics
 from ooc_lowrank._inputs import as_features, as_labels, check_X_scale
 from ooc_lowrank._inputs import is_lazy as _is_lazy
-from ooc_lowrank._persist import ModelReader, build_checked, check_params, save_model
+from ooc_lowrank._persist import ModelReader, build_checked, check_params
 from ooc_lowrank._validation import (
     check_auto,
     NonFiniteError,
@@ -224,7 +224,7 @@ def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-class _MaxideBase(_base.Loadable, BaseEstimator):
+class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
 
     #: passes over X that make the feature map (not through ``core.Passes``)
@@ -640,12 +640,9 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
         return float(s / c) if c else float("nan")
 
     # -- persistence ----------------------------------------------------------------------
-    def save(self, path, *, overwrite=False):
-        """Save to a directory (JSON + npz, loaded without pickle): ``ooc_lowrank.load(path)``.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them and
+        :meth:`_from_saved` reads them back."""
         check_is_fitted(self, "coef_")
         arrays = {"U": self.fmap_.U, "coef": self.coef_, "objective": self.objective_}
         extra = {
@@ -664,7 +661,7 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
                 arrays["M"] = self.fmap_.M
             extra["gamma"] = self.gamma_
         params = _base.saved_params(self)
-        save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
@@ -703,11 +700,6 @@ class _MaxideBase(_base.Loadable, BaseEstimator):
             est.alpha_ = float(est.alpha)
         r.finish()
         return est
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True
-        return tags
 
 
 class KernelMaxide(_MaxideBase):

@@ -38,7 +38,6 @@ from ooc_lowrank._persist import (
     build_checked,
     check_params,
     check_value,
-    save_model,
 )
 from ooc_lowrank._validation import (
     check_random_state,
@@ -111,7 +110,7 @@ def _numeric_view(v, name):
     return v
 
 
-class _BaseMVM(_base.Loadable, BaseEstimator):
+class _BaseMVM(_base.SparseInput, _base.Loadable, BaseEstimator):  # views: scipy.sparse native
     _task = "regression"
     _losses: tuple = ()
 
@@ -513,11 +512,6 @@ class _BaseMVM(_base.Loadable, BaseEstimator):
         fn = functools.partial(_blocks.decision, **layout.kw(len(views)))
         return engine.map_rows(fn, *views, args=(theta, b0), n_cols=b0.shape[0])
 
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.input_tags.sparse = True  # scipy.sparse views (and one sparse matrix) are native
-        return tags
-
     def _decision(self, X):
         """Model output ``yhat`` (MVM-9, plus the intercept), shape ``(n_samples,)``; a
         one-vs-rest classifier: one column per class, ``(n_samples, n_classes)``.
@@ -591,12 +585,9 @@ class _BaseMVM(_base.Loadable, BaseEstimator):
             start += w
         return out
 
-    def save(self, path, *, overwrite=False):
-        """Save the fitted model (JSON + npz, no pickle); reload with ``ooc_lowrank.load``.
-
-        An existing model at ``path`` is replaced only with ``overwrite=True``; anything else
-        there (a store, a folder, a file) is never replaced.
-        """
+    def _state(self):
+        """``(params, arrays, extra)`` of the fitted model, as :meth:`save` writes them and
+        :meth:`_from_saved` reads them back."""
         self._check_fitted()
         params = _base.saved_params(self, _NOT_SAVED)
         if params.get("view_sizes") is not None:
@@ -617,7 +608,7 @@ class _BaseMVM(_base.Loadable, BaseEstimator):
         }
         if hasattr(self, "classes_"):
             extra["classes"] = [v.item() if hasattr(v, "item") else v for v in self.classes_]
-        save_model(path, type(self).__name__, params, arrays, extra, overwrite=overwrite)
+        return params, arrays, extra
 
     @classmethod
     def _from_saved(cls, params, arrays, extra):
