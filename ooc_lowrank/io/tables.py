@@ -485,9 +485,10 @@ def _no_nulls(arr, col, role, offset, src):
         )
 
 
-def _keys(batch, col, role, offset, src):
+def _keys(batch, col, role, offset, src, large=True):
     """A key column as int64 or large_string, without nulls; a dictionary column whose
-    dictionary is no longer than the batch stays encoded (dictionary normalized)."""
+    dictionary is no longer than the batch stays encoded (dictionary normalized).  With
+    ``large=False`` a string column stays as read (no copy of its offsets to 64 bits)."""
     arr = batch.column(col)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -502,6 +503,8 @@ def _keys(batch, col, role, offset, src):
         return pa.DictionaryArray.from_arrays(arr.indices, values)
     arr = _decode(arr)
     _no_nulls(arr, col, role, offset, src)
+    if not large and pa.types.is_string(arr.type):
+        return arr
     return _norm_keys(arr, col, role, offset, src)
 
 
@@ -821,10 +824,11 @@ class _StringInterner:
             rehash_slots(self._data, self._offsets, self._hashes, n, self._slots)
 
     def _intern(self, arr: pa.Array) -> np.ndarray:
-        from ooc_lowrank.kernels.hashing import intern_strings
+        from ooc_lowrank.kernels.hashing import hash_strings, intern_strings
 
-        data, offsets = _string_parts(arr)
-        hashes = hash_keys(arr)
+        data, offsets = _string_parts(arr)  # string or large_string: no cast
+        hashes = np.empty(len(arr), np.uint64)
+        hash_strings(data, offsets, np.uint64(0), hashes)  # = hash_keys(arr)
         out = np.empty(len(arr), np.int64)
         i = 0
         while True:
@@ -926,7 +930,7 @@ class _PairsOnce:
         # the two key columns side by side (the kernels release the GIL): two cores
         with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
             for batch in src.batches(cols):
-                keys = keys_of(batch, offset)
+                keys = keys_of(batch, offset, large=False)  # the interner reads 32-bit offsets
                 rec = np.empty(batch.num_rows, self._replay.dtype)
                 for k in (0, 1):
                     if sides[k] is None:
@@ -1099,9 +1103,9 @@ def _convert_pairs(
     src.check(need)
     cols = list(need)
 
-    def keys_of(batch, offset):
-        r = _keys(batch, row, roles[0] + " key", offset, src)
-        return r, _keys(batch, col, roles[1] + " key", offset, src)
+    def keys_of(batch, offset, large=True):
+        r = _keys(batch, row, roles[0] + " key", offset, src, large)
+        return r, _keys(batch, col, roles[1] + " key", offset, src, large)
 
     # pass 1 (the key columns only): keys validated, vocabularies, entries per row
     known = {}  # the training vocabularies reused: {0: rows, 1: columns}
@@ -1783,10 +1787,12 @@ def hash_keys(arr, seed: int = 0) -> np.ndarray:
 
 
 def _string_parts(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(UTF-8 bytes, int64 offsets ``(n + 1,)``) of a large_string array, from its buffers."""
+    """(UTF-8 bytes, offsets ``(n + 1,)``) of a large_string (int64 offsets) or string (int32
+    offsets) array, from its buffers."""
     n = len(arr)
     bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
+    width = np.int32 if pa.types.is_string(arr.type) else np.int64
+    offsets = np.frombuffer(bufs[1], width)[arr.offset : arr.offset + n + 1]
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     return data, np.ascontiguousarray(offsets)
 
