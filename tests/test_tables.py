@@ -894,7 +894,8 @@ def test_sort_pairs_is_a_stable_sort_by_row_then_column():
     from ooc_lowrank.io.tables import _sort_pairs
 
     rng = np.random.default_rng(0)
-    for n, n_rows, n_cols in ((300, 5, 4), (3000, 7, 2**40), (50, 60, 3)):  # long rows: mergesort
+    shapes = ((300, 5, 4), (3000, 7, 2**40), (50, 60, 3), (900, 6, 10**6), (200, 300, 10**6))
+    for n, n_rows, n_cols in shapes:  # long rows: mergesort
         rows, cols = rng.integers(0, n_rows, n), rng.integers(0, n_cols, n)
         rows[rows == 2] = 3  # an empty row
         want = np.lexsort((cols, rows))
@@ -933,7 +934,8 @@ def test_bucket_csr_matches_its_numpy_twin(policy):
     from ooc_lowrank.io.tables import _POLICY_CODES
 
     rng = np.random.default_rng(3)
-    for n, n_rows, n_cols, packed in ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True)):
+    shapes = ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True), (900, 6, 10**6, True))
+    for n, n_rows, n_cols, packed in shapes:
         r0 = 10
         rows, cols = rng.integers(0, n_rows, n), rng.integers(0, min(n_cols, 50), n)
         cols *= n_cols // min(n_cols, 50)  # wide: columns up to 2**40, repeats all the same
@@ -949,14 +951,21 @@ def test_bucket_csr_matches_its_numpy_twin(policy):
             rf, cf, vf = 1, 2, [3, 0]
         words = np.ascontiguousarray(np.stack(fields, axis=1))
         ptr = np.empty(n_rows + 1, np.int64)
-        out_cols, out_vals = np.empty(n, np.int64), np.empty((n, 2))
+        out_cols, out_vals = np.empty(n, np.int64), np.empty((2, n))
         code, vf = _POLICY_CODES[policy], np.array(vf, np.int64)
-        fvals = words.view(np.float64)
-        m = bucket_csr(words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, out_cols, out_vals)
+        fvals, work = words.view(np.float64), np.full(4 * n + 5, -7, np.int64)  # dirty scratch
+        m = bucket_csr(
+            words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, out_cols, out_vals, work
+        )
         want = naive_bucket_csr(rows, cols, vals, n_rows, "last" if policy == "error" else policy)
         np.testing.assert_array_equal(ptr, want[0])
         np.testing.assert_array_equal(out_cols[:m], want[1])
-        np.testing.assert_allclose(out_vals[:m], want[2], rtol=1e-12)
+        np.testing.assert_allclose(out_vals[:, :m].T, want[2], rtol=1e-12)
+        out32 = (np.empty(n, np.int32), np.empty((2, n), np.float32))  # the store's dtypes
+        m32 = bucket_csr(words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, *out32, work)
+        if not (n and cols.max() >= 2**31):
+            assert m32 == m and np.array_equal(out32[0][:m], out_cols[:m])
+            assert np.array_equal(out32[1][:, :m], out_vals[:, :m].astype(np.float32))
         assert n == 0 or m < n  # repeats were merged
 
 

@@ -1225,10 +1225,14 @@ def _convert_pairs(
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
+        work = [np.empty(0, np.int64)]  # bucket_csr's scratch, reused (one bucket at a time)
+        idt = np.int32 if n_cols < 2**31 - 1 else np.int64  # the store's index dtype
+
         def merged_bucket(bi, policy):
             """Bucket ``bi`` sorted by (row, col, read order), its runs of equal (row, col)
-            merged by ``policy`` (kernel ``bucket_csr``): (row pointer, cols, {field: values});
-            a duplicate under ``"error"`` is named (the slow path, only then)."""
+            merged by ``policy`` (kernel ``bucket_csr``): (row pointer, cols, {field: values})
+            in the store's dtypes; a duplicate under ``"error"`` is named (the slow path, only
+            then)."""
             from ooc_lowrank.kernels.buckets import bucket_csr
 
             r0, r1 = int(starts[bi]), int(starts[bi + 1])
@@ -1240,8 +1244,10 @@ def _convert_pairs(
             n, k = rec.size, rec_dtype.itemsize // 8
             words = rec.view(np.int64).reshape(n, k)
             ptr = np.empty(r1 - r0 + 1, np.int64)
-            cols = np.empty(n, np.int64)
-            vals = np.empty((n, len(vfields)), np.float64)
+            cols = np.empty(n, idt)
+            vals = np.empty((len(vfields), n), dt)
+            if work[0].size < 4 * n:
+                work[0] = np.empty(4 * n, np.int64)
             names = list(rec_dtype.names)
             m = bucket_csr(
                 words,
@@ -1256,6 +1262,7 @@ def _convert_pairs(
                 ptr,
                 cols,
                 vals,
+                work[0],
             )
             if policy == "error" and m < n:  # name the repeats (sorted as sort_bucket does)
                 if packed:
@@ -1266,7 +1273,7 @@ def _convert_pairs(
                 _merge_pairs(rows, c, {}, "error", rv, cv, roles, src, r0)
             if policy == "error" and len(buckets) > 1:
                 buckets.store(bi, rec)  # checked; merged again in pass 3b
-            return ptr, cols[:m], {f: vals[:m, j] for j, f in enumerate(vfields)}
+            return ptr, cols[:m], {f: vals[j, :m] for j, f in enumerate(vfields)}
 
         presorted = {}
         if duplicates == "error":
