@@ -1243,9 +1243,22 @@ class DatasetWriter:
         pieces = self._buf[name]
         if s.kind == "dense":
             full = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
-        else:
+            head, tail = full[:nrows], full[nrows:]
+        else:  # views of the data and indices (scipy's row slicing copies them)
             full = _concat_csr(pieces, s.n_cols, s.dtype)
-        head, tail = full[:nrows], full[nrows:]
+            ip = full.indptr
+            cut = int(ip[nrows])
+
+            def part(a, b, i0, i1, base):
+                return sp.csr_matrix(
+                    (full.data[i0:i1], full.indices[i0:i1], ip[a : b + 1] - base),
+                    shape=(b - a, s.n_cols),
+                    copy=False,
+                )
+
+            n = full.shape[0]
+            head = part(0, nrows, 0, cut, 0) if nrows < n else full
+            tail = part(nrows, n, cut, int(ip[n]), cut)
         self._buf[name] = [tail] if tail.shape[0] else []
         return head
 
