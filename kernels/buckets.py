@@ -220,3 +220,57 @@ def bucket_csr(
         lo = hi
     ptr[n_rows] = m
     return m
+
+
+@njit
+def bucket_of_rows(starts, n_rows, out):
+    """``out[r]`` (``(n_rows,)``): the bucket holding row ``r``, for the boundaries ``starts``."""
+    for b in range(starts.size - 1):
+        for r in range(starts[b], min(starts[b + 1], n_rows)):
+            out[r] = b
+
+
+@njit
+def spill_pairs(ri, ci, packed, vbits, row_bucket, out, counts):
+    """The records of a batch of entries, built and partitioned by bucket in one kernel.
+
+    ``ri``, ``ci`` int64 ``(n,)``: row and column indices; ``vbits`` int64 ``(n_fields, n)``:
+    the value fields' bits (float64 viewed as int64); ``row_bucket`` ``(n_rows,)``: the bucket
+    of every row (:func:`bucket_of_rows`).  Writes ``out`` int64 ``(n, k)``, one record per
+    row: ``row << 32 | column`` (``packed``) or row and column in two words, then the fields;
+    the records of bucket 0 first, read order kept within a bucket (the stable partition of
+    :func:`scatter_buckets`); ``counts[b]``: the records of bucket ``b``.
+    """
+    n = ri.size
+    nv = vbits.shape[0]
+    nb = counts.size
+    f0 = 1 if packed else 2
+    for b in range(nb):
+        counts[b] = 0
+    for i in range(n):
+        counts[row_bucket[ri[i]]] += 1
+    nxt = np.empty(nb, np.int64)
+    acc = 0
+    for b in range(nb):
+        nxt[b] = acc
+        acc += counts[b]
+    for i in range(n):
+        b = row_bucket[ri[i]]
+        j = nxt[b]
+        nxt[b] = j + 1
+        if packed:
+            out[j, 0] = (ri[i] << 32) | ci[i]
+        else:
+            out[j, 0] = ri[i]
+            out[j, 1] = ci[i]
+        for f in range(nv):
+            out[j, f0 + f] = vbits[f, i]
+
+
+@njit
+def lookup_dense(keys, lo, lut, out):
+    """``out[i] = lut[keys[i] - lo]``, or -1 when the key falls outside the table."""
+    size = lut.size
+    for i in range(keys.size):
+        j = keys[i] - lo
+        out[i] = lut[j] if 0 <= j < size else -1

@@ -1007,6 +1007,38 @@ def test_bucket_kernels_match_their_numpy_twins(tmp_path):
     np.testing.assert_array_equal(out, np.bincount(keys - 4, minlength=8))
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_spill_kernels_match_their_numpy_twins(packed):
+    """spill_pairs builds the records of a batch and partitions them by bucket as a stable
+    argsort by bucket of the records built in NumPy; bucket_of_rows is a searchsorted of the
+    boundaries; lookup_dense a table lookup with -1 outside it."""
+    from ooc_lowrank.kernels.buckets import bucket_of_rows, lookup_dense, spill_pairs
+
+    rng = np.random.default_rng(5)
+    starts = np.array([0, 3, 3, 8, 10])
+    row_bucket = np.empty(10, np.int32)
+    bucket_of_rows(starts, 10, row_bucket)
+    np.testing.assert_array_equal(row_bucket, np.searchsorted(starts, np.arange(10), "right") - 1)
+    n = 57
+    ri, ci = rng.integers(0, 10, n), rng.integers(0, 2**31 - 1, n)
+    vals = rng.standard_normal((2, n))
+    if packed:
+        want = np.stack([(ri << 32) | ci, *vals.view(np.int64)], axis=1)
+    else:
+        want = np.stack([ri, ci, *vals.view(np.int64)], axis=1)
+    b = row_bucket[ri]
+    want = want[np.argsort(b, kind="stable")]
+    out, counts = np.empty_like(want), np.empty(4, np.int64)
+    spill_pairs(ri, ci, packed, vals.view(np.int64), row_bucket, out, counts)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(counts, np.bincount(b, minlength=4))
+    lut = np.array([4, -1, 0, 7])
+    keys = np.array([9, 10, 11, 12, 13, 8, -5])
+    got = np.empty(keys.size, np.int64)
+    lookup_dense(keys, 10, lut, got)
+    np.testing.assert_array_equal(got, [-1, 4, -1, 0, 7, -1, -1])
+
+
 def test_vocab_builder_dense_integer_counts_then_wide_keys():
     """Integer keys are counted in an array while their span is small, then (a key far away)
     through value_counts: the same sorted keys and counts either way."""

@@ -476,6 +476,11 @@ class RowBuckets:
             b = np.searchsorted(self.starts, rows, side="right") - 1
             rec = rec.take(np.argsort(b, kind="stable"))
             counts = np.bincount(b, minlength=len(self.files))
+        self.append_parts(rec, counts)
+
+    def append_parts(self, rec: np.ndarray, counts: np.ndarray) -> None:
+        """Append records already partitioned by bucket (``counts[b]`` of bucket ``b``, bucket
+        0 first) to their buckets' files."""
         ends = np.cumsum(counts)
         for bi in np.flatnonzero(counts).tolist():
             with open(self.files[bi], "ab") as fh:

@@ -646,9 +646,11 @@ class Vocabulary:
         if self._int:
             a = arr.to_numpy()
             if self._lut is not None:
-                j = a - self._lo
-                ok = (j >= 0) & (j < self._lut.size)
-                return np.where(ok, self._lut[np.where(ok, j, 0)], -1)
+                from ooc_lowrank.kernels.buckets import lookup_dense
+
+                out = np.empty(a.size, np.int64)
+                lookup_dense(a, self._lo, self._lut, out)
+                return out
             pos = np.minimum(np.searchsorted(self._sorted, a), max(self._sorted.size - 1, 0))
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
@@ -1205,23 +1207,39 @@ def _convert_pairs(
                 )
                 offset += batch.num_rows
 
+        from ooc_lowrank.kernels.buckets import bucket_of_rows, spill_pairs
+
+        row_bucket = np.empty(n_rows, np.int32 if len(buckets) < 2**31 else np.int64)
+        bucket_of_rows(starts, n_rows, row_bucket)
+        n_words = rec_dtype.itemsize // 8
+        part_counts = np.empty(len(buckets), np.int64)
         for ri, ci, val, w in entries():
-            rec = np.empty(ri.size, rec_dtype)
-            if packed:
-                rec["rc"] = (ri << 32) | ci
-            else:
-                rec["row"], rec["col"] = ri, ci
-            if "val" in rec_dtype.names:
-                rec["val"] = 1.0 if val is None else val
-            if weight is not None:
-                rec["w"] = w
             if dropped:  # unseen="drop": entries of keys unseen in training
                 keep = (ri >= 0) & (ci >= 0)
-                rec, ri = rec[keep], ri[keep]
+                ri, ci = ri[keep], ci[keep]
+                val = None if val is None else val[keep]
+                w = None if w is None else w[keep]
+            # records built and partitioned by bucket in one kernel (kernel spill_pairs)
+            vbits = np.empty((len(vfields), ri.size), np.float64)
+            if "val" in vfields:
+                vbits[0] = 1.0 if val is None else val
+            if weight is not None:
+                vbits[-1] = w
+            out = np.empty((ri.size, n_words), np.int64)
+            spill_pairs(
+                np.ascontiguousarray(ri, np.int64),
+                np.ascontiguousarray(ci, np.int64),
+                packed,
+                vbits.view(np.int64),
+                row_bucket,
+                out,
+                part_counts,
+            )
+            rec = out.view(rec_dtype).reshape(ri.size)
             if kept is not None:
                 kept.append(rec)
             else:
-                buckets.spill(rec, rows=ri)
+                buckets.append_parts(rec, part_counts)
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
