@@ -22,6 +22,23 @@ _SHORT_ROW = 32
 
 
 @njit
+def _partition(bucket_of, items, counts):
+    """``counts[b]``: how many of ``items`` fall in bucket ``bucket_of[item]``; returns the
+    first slot of every bucket in a partition of them (bucket 0 first)."""
+    nb = counts.size
+    for b in range(nb):
+        counts[b] = 0
+    for i in range(items.size):
+        counts[bucket_of[items[i]]] += 1
+    nxt = np.empty(nb, np.int64)
+    acc = 0
+    for b in range(nb):
+        nxt[b] = acc
+        acc += counts[b]
+    return nxt
+
+
+@njit
 def scatter_buckets(rows, starts, words, out, counts):
     """Stable partition of records by row range.
 
@@ -31,17 +48,8 @@ def scatter_buckets(rows, starts, words, out, counts):
     bucket; ``counts[b]``: the records of bucket ``b``.
     """
     n, k = words.shape
-    nb = starts.size - 1
     bucket = np.searchsorted(starts, rows, side="right") - 1
-    for b in range(nb):
-        counts[b] = 0
-    for i in range(n):
-        counts[bucket[i]] += 1
-    nxt = np.empty(nb, np.int64)
-    acc = 0
-    for b in range(nb):
-        nxt[b] = acc
-        acc += counts[b]
+    nxt = _partition(bucket, np.arange(n), counts)
     for i in range(n):
         j = nxt[bucket[i]]
         nxt[bucket[i]] = j + 1
@@ -243,17 +251,8 @@ def spill_pairs(ri, ci, packed, vbits, row_bucket, out, counts):
     """
     n = ri.size
     nv = vbits.shape[0]
-    nb = counts.size
     f0 = 1 if packed else 2
-    for b in range(nb):
-        counts[b] = 0
-    for i in range(n):
-        counts[row_bucket[ri[i]]] += 1
-    nxt = np.empty(nb, np.int64)
-    acc = 0
-    for b in range(nb):
-        nxt[b] = acc
-        acc += counts[b]
+    nxt = _partition(row_bucket, ri, counts)
     for i in range(n):
         b = row_bucket[ri[i]]
         j = nxt[b]
