@@ -880,7 +880,8 @@ class _Replay:
         self._held = []
         if not self._file:
             return
-        step = max(self.limit, 1 << 16)
+        # chunks of a record batch's size: what pass 2 does with a chunk stays in the caches
+        step = min(max(self.limit, 1 << 16), DEFAULT_BATCH_ROWS)
         buf = np.empty(step, self.dtype)
         with open(self.path, "rb") as fh:
             while True:
@@ -1213,33 +1214,37 @@ def _convert_pairs(
         bucket_of_rows(starts, n_rows, row_bucket)
         n_words = rec_dtype.itemsize // 8
         part_counts = np.empty(len(buckets), np.int64)
-        for ri, ci, val, w in entries():
-            if dropped:  # unseen="drop": entries of keys unseen in training
-                keep = (ri >= 0) & (ci >= 0)
-                ri, ci = ri[keep], ci[keep]
-                val = None if val is None else val[keep]
-                w = None if w is None else w[keep]
-            # records built and partitioned by bucket in one kernel (kernel spill_pairs)
-            vbits = np.empty((len(vfields), ri.size), np.float64)
-            if "val" in vfields:
-                vbits[0] = 1.0 if val is None else val
-            if weight is not None:
-                vbits[-1] = w
-            out = np.empty((ri.size, n_words), np.int64)
-            spill_pairs(
-                np.ascontiguousarray(ri, np.int64),
-                np.ascontiguousarray(ci, np.int64),
-                packed,
-                vbits.view(np.int64),
-                row_bucket,
-                out,
-                part_counts,
-            )
-            rec = out.view(rec_dtype).reshape(ri.size)
-            if kept is not None:
-                kept.append(rec)
-            else:
-                buckets.append_parts(rec, part_counts)
+        try:
+            for ri, ci, val, w in entries():
+                if dropped:  # unseen="drop": entries of keys unseen in training
+                    keep = (ri >= 0) & (ci >= 0)
+                    ri, ci = ri[keep], ci[keep]
+                    val = None if val is None else val[keep]
+                    w = None if w is None else w[keep]
+                # records built and partitioned by bucket in one kernel (kernel spill_pairs)
+                vbits = np.empty((len(vfields), ri.size), np.float64)
+                if "val" in vfields:
+                    vbits[0] = 1.0 if val is None else val
+                if weight is not None:
+                    vbits[-1] = w
+                out = np.empty((ri.size, n_words), np.int64)
+                spill_pairs(
+                    np.ascontiguousarray(ri, np.int64),
+                    np.ascontiguousarray(ci, np.int64),
+                    packed,
+                    vbits.view(np.int64),
+                    row_bucket,
+                    out,
+                    part_counts,
+                )
+                rec = out.view(rec_dtype).reshape(ri.size)
+                if kept is not None:
+                    kept.append(rec)
+                else:
+                    buckets.append_parts(rec, part_counts)
+        except BaseException:  # the spill files kept open closed before the folder goes
+            buckets.close_files()
+            raise
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
