@@ -32,9 +32,8 @@ def prefetch(typingctx, arr, idx):
         fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
         # (address, read, locality 3 = keep in all cache levels, data cache)
-        builder.call(
-            fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
-        )
+        flags = [ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)]
+        builder.call(fn, [builder.bitcast(ptr, i8p), *flags])
         return context.get_dummy_value()
 
     return types.void(arr, idx), codegen

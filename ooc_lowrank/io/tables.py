@@ -805,6 +805,8 @@ class _StringInterner:
             ids = last[1][keys.indices.to_numpy(zero_copy_only=False)]
         else:
             ids = self._intern(keys)
+        if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
+            raise _err("more than 2**31 - 1 distinct string keys", self.n)
         count_into(ids, 0, self.counts)
         return ids
 
@@ -903,10 +905,14 @@ class _PairsOnce:
     hash of its strings.
     """
 
-    def __init__(self, src, keys_of, cols, value, weight, limit, tmpdir):
+    def __init__(self, src, keys_of, cols, value, weight, limit, tmpdir, key_cols):
         from ..storage import scratch_dir
 
-        fields = [("r", "<i8"), ("c", "<i8")]
+        # a string key's first-seen id fits 32 bits (the interner holds every key in memory)
+        fields = [
+            (f, "<i4" if _type_class(src.schema.field(c).type) == "string" else "<i8")
+            for f, c in zip(("r", "c"), key_cols, strict=True)
+        ]
         fields += [("val", "<f8")] if value is not None else []
         fields += [("w", "<f8")] if weight is not None else []
         self._scratch = scratch_dir("ooc_lowrank_table_", tmpdir)
@@ -1124,7 +1130,7 @@ def _convert_pairs(
     # costs no more than a second read: 20M rows, busy machine, 4.1-4.5 vs 4.3-5.8 CPU-s)
     once = None
     if not known:
-        once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir)
+        once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir, (row, col))
     for batch in () if once else src.batches([row, col], dictionary=(row, col)):
         keys = keys_of(batch, offset)
         idx = {k: voc.index(keys[k]) for k, voc in known.items()}
