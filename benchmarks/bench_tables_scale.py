@@ -24,6 +24,8 @@ deleted as soon as they are measured (``--keep`` keeps them).
         --criteo-rows 20000000 --criteo-files 20                                    # full size
     python -m benchmarks.bench_tables_scale --rows 200000000 --files 40 --criteo-rows 0 \\
         --keys string                   # the 200M string-key interactions alone (issue 26)
+    python -m benchmarks.bench_tables_scale --rows 20000000 --files 8 --criteo-rows 0 \\
+        --keys int64 --out /tmp/t.json  # the 20M check (1-2 min busy); --out: keep the results
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_OUT = os.path.join(HERE, "results", "tables_scale.json")
 
-#: Bytes of disk per generated row, upper bounds (measured at 2M and 1M rows: about 38 and 400).
-DISK_PER_INTERACTION = 60
+#: Bytes of disk per generated row, upper bounds (measured at 2M and 1M rows: about 38 and 400);
+#: an interactions row also takes about 16-24 bytes of kept entries, 16 of spilled records and
+#: 16 of store while it is converted (scratch in the system's temporary folder).
+DISK_PER_INTERACTION = 120
 DISK_PER_CRITEO_ROW = 500
 
 _CHILD = r"""

@@ -11,9 +11,31 @@ from __future__ import annotations
 import numpy as np
 
 from ._numba import njit
+from ._prefetch import prefetch
+
+#: The merge of ``bucket_csr`` prefetches the record this many entries ahead (its gather of
+#: values in sorted order reads the bucket at random).
+_AHEAD = 16
 
 #: Rows with at most this many entries are sorted by insertion sort, longer ones by mergesort.
 _SHORT_ROW = 32
+
+
+@njit
+def _partition(bucket_of, items, counts):
+    """``counts[b]``: how many of ``items`` fall in bucket ``bucket_of[item]``; returns the
+    first slot of every bucket in a partition of them (bucket 0 first)."""
+    nb = counts.size
+    for b in range(nb):
+        counts[b] = 0
+    for i in range(items.size):
+        counts[bucket_of[items[i]]] += 1
+    nxt = np.empty(nb, np.int64)
+    acc = 0
+    for b in range(nb):
+        nxt[b] = acc
+        acc += counts[b]
+    return nxt
 
 
 @njit
@@ -26,17 +48,8 @@ def scatter_buckets(rows, starts, words, out, counts):
     bucket; ``counts[b]``: the records of bucket ``b``.
     """
     n, k = words.shape
-    nb = starts.size - 1
     bucket = np.searchsorted(starts, rows, side="right") - 1
-    for b in range(nb):
-        counts[b] = 0
-    for i in range(n):
-        counts[bucket[i]] += 1
-    nxt = np.empty(nb, np.int64)
-    acc = 0
-    for b in range(nb):
-        nxt[b] = acc
-        acc += counts[b]
+    nxt = _partition(bucket, np.arange(n), counts)
     for i in range(n):
         j = nxt[bucket[i]]
         nxt[bucket[i]] = j + 1
@@ -144,8 +157,9 @@ def count_into(keys, lo, counts):
 
 @njit
 def bucket_csr(
-    words, rfield, cfield, packed, r0, n_rows, fvals, vfields, policy, ptr, cols_out, vals_out
-):
+    words, rfield, cfield, packed, r0, n_rows, fvals, vfields, policy, ptr, cols_out, vals_out,
+    work,
+):  # fmt: skip
     """One spilled bucket to CSR parts, duplicates merged: sort by (row, column, read order)
     fused with the merge of runs of equal (row, column): ``sort_bucket``, then one pass that
     reads the sorted columns in order and gathers only the values (no gather of whole records,
@@ -156,13 +170,18 @@ def bucket_csr(
     count from ``r0`` and lie in ``[r0, r0 + n_rows)``.  ``fvals`` float64 ``(n, k)``: the same
     memory as floats, the values in words ``vfields``.  ``policy``: 0 ``"error"`` (merged as
     ``"last"``; the caller compares the entry counts), 1 ``"last"``, 2 ``"sum"``, 3 ``"mean"``.
-    Writes ``ptr`` ``(n_rows + 1,)``, ``cols_out`` ``(n,)``, ``vals_out`` ``(n, len(vfields))``;
-    returns the number of merged entries.
+    Writes ``ptr`` ``(n_rows + 1,)``, ``cols_out`` ``(n,)``, ``vals_out`` ``(len(vfields), n)``
+    (any integer / float dtypes: sums and means are taken in float64, then stored); ``work``
+    int64 ``(>= 4 n,)``: scratch, reused by the caller across buckets (fresh pages are slow
+    here).  Returns the number of merged entries.
     """
     n = words.shape[0]
     nv = vfields.size
-    rows = np.empty(n, np.int64)
-    cols = np.empty(n, np.int64)
+    rows = work[:n]
+    cols = work[n : 2 * n]
+    perm = work[2 * n : 3 * n]
+    sorted_cols = work[3 * n : 4 * n]
+    acc = np.empty(max(nv, 1), np.float64)
     for i in range(n):
         if packed:
             w = words[i, rfield]
@@ -171,10 +190,10 @@ def bucket_csr(
         else:
             rows[i] = words[i, rfield] - r0
             cols[i] = words[i, cfield]
-    perm = np.empty(n, np.int64)
-    sorted_cols = np.empty(n, np.int64)
     sort_bucket(rows, cols, n_rows, ptr, perm, sorted_cols)
     # merge runs of equal (row, column): sorted_cols read in order, the values gathered
+    flat = fvals.reshape(fvals.size)
+    k = fvals.shape[1]
     m = 0
     lo = 0
     for r in range(n_rows):
@@ -182,26 +201,75 @@ def bucket_csr(
         ptr[r] = m
         j = lo
         while j < hi:
+            if j + _AHEAD < n and nv:
+                prefetch(flat, perm[j + _AHEAD] * k + vfields[0])
             c = sorted_cols[j]
             p = perm[j]
             cols_out[m] = c
             for f in range(nv):
-                vals_out[m, f] = fvals[p, vfields[f]]
+                acc[f] = fvals[p, vfields[f]]
             run = 1
             j += 1
             while j < hi and sorted_cols[j] == c:
                 p = perm[j]
                 for f in range(nv):
                     if policy >= 2:
-                        vals_out[m, f] += fvals[p, vfields[f]]
+                        acc[f] += fvals[p, vfields[f]]
                     else:
-                        vals_out[m, f] = fvals[p, vfields[f]]
+                        acc[f] = fvals[p, vfields[f]]
                 run += 1
                 j += 1
             if policy == 3 and run > 1:
                 for f in range(nv):
-                    vals_out[m, f] /= run
+                    acc[f] /= run
+            for f in range(nv):
+                vals_out[f, m] = acc[f]
             m += 1
         lo = hi
     ptr[n_rows] = m
     return m
+
+
+@njit
+def bucket_of_rows(starts, n_rows, out):
+    """``out[r]`` (``(n_rows,)``): the bucket holding row ``r``, for the boundaries ``starts``."""
+    for b in range(starts.size - 1):
+        for r in range(starts[b], min(starts[b + 1], n_rows)):
+            out[r] = b
+
+
+@njit
+def spill_pairs(ri, ci, packed, vbits, row_bucket, out, counts):
+    """The records of a batch of entries, built and partitioned by bucket in one kernel.
+
+    ``ri``, ``ci`` int64 ``(n,)``: row and column indices; ``vbits`` int64 ``(n_fields, n)``:
+    the value fields' bits (float64 viewed as int64); ``row_bucket`` ``(n_rows,)``: the bucket
+    of every row (:func:`bucket_of_rows`).  Writes ``out`` int64 ``(n, k)``, one record per
+    row: ``row << 32 | column`` (``packed``) or row and column in two words, then the fields;
+    the records of bucket 0 first, read order kept within a bucket (the stable partition of
+    :func:`scatter_buckets`); ``counts[b]``: the records of bucket ``b``.
+    """
+    n = ri.size
+    nv = vbits.shape[0]
+    f0 = 1 if packed else 2
+    nxt = _partition(row_bucket, ri, counts)
+    for i in range(n):
+        b = row_bucket[ri[i]]
+        j = nxt[b]
+        nxt[b] = j + 1
+        if packed:
+            out[j, 0] = (ri[i] << 32) | ci[i]
+        else:
+            out[j, 0] = ri[i]
+            out[j, 1] = ci[i]
+        for f in range(nv):
+            out[j, f0 + f] = vbits[f, i]
+
+
+@njit
+def lookup_dense(keys, lo, lut, out):
+    """``out[i] = lut[keys[i] - lo]``, or -1 when the key falls outside the table."""
+    size = lut.size
+    for i in range(keys.size):
+        j = keys[i] - lo
+        out[i] = lut[j] if 0 <= j < size else -1

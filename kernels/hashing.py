@@ -11,6 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from ._numba import njit
+from ._prefetch import prefetch
+
+#: Probing kernels prefetch the slot of the query this many ahead (random reads of a table far
+#: bigger than the caches then overlap instead of waiting one by one).
+_AHEAD = 16
 
 FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 FNV_PRIME = np.uint64(0x100000001B3)
@@ -57,7 +62,10 @@ def lookup_keys(data, offsets, hashes, table, qdata, qoffsets, qhashes, out):
     ``qhashes``) among the keys of a :func:`build_key_table` table (``data`` / ``offsets``,
     ``hashes``), -1 if absent.  Equal hashes are confirmed byte by byte."""
     mask = np.uint64(table.size - 1)
-    for i in range(qhashes.size):
+    nq = qhashes.size
+    for i in range(nq):
+        if i + _AHEAD < nq:
+            prefetch(table, np.int64(qhashes[i + _AHEAD] & mask))
         h = qhashes[i]
         s = h & mask
         out[i] = -1
@@ -121,7 +129,11 @@ def intern_strings(qdata, qoffsets, qhashes, start, slots, kdata, koffsets, khas
     size = slots.shape[0]
     mask = np.uint64(size - 1)
     idmask = np.uint64((1 << _ID_BITS) - 1)
-    for i in range(start, qhashes.size):
+    nq = qhashes.size
+    flat = slots.reshape(size * 4)
+    for i in range(start, nq):
+        if i + _AHEAD < nq:
+            prefetch(flat, np.int64(qhashes[i + _AHEAD] & mask) * 4)
         h = qhashes[i]
         s = np.int64(h & mask)
         q0, qn = qoffsets[i], qoffsets[i + 1] - qoffsets[i]
@@ -155,7 +167,7 @@ def intern_strings(qdata, qoffsets, qhashes, start, slots, kdata, koffsets, khas
                     out[i] = k
                     break
             s = (s + 1) & (size - 1)
-    return n_keys, qhashes.size
+    return n_keys, nq
 
 
 @njit

@@ -1243,9 +1243,22 @@ class DatasetWriter:
         pieces = self._buf[name]
         if s.kind == "dense":
             full = pieces[0] if len(pieces) == 1 else np.concatenate(pieces, axis=0)
-        else:
+            head, tail = full[:nrows], full[nrows:]
+        else:  # the head as views (scipy's row slicing copies); the tail, kept, copied
             full = _concat_csr(pieces, s.n_cols, s.dtype)
-        head, tail = full[:nrows], full[nrows:]
+            ip = full.indptr
+            cut = int(ip[nrows])
+
+            def part(a, b, i0, i1, base, copy):
+                return sp.csr_matrix(
+                    (full.data[i0:i1], full.indices[i0:i1], ip[a : b + 1] - base),
+                    shape=(b - a, s.n_cols),
+                    copy=copy,
+                )
+
+            n = full.shape[0]
+            head = part(0, nrows, 0, cut, 0, False) if nrows < n else full
+            tail = part(nrows, n, cut, int(ip[n]), cut, True)
         self._buf[name] = [tail] if tail.shape[0] else []
         return head
 
@@ -1321,6 +1334,8 @@ class DatasetWriter:
             d[3].append(np.asarray(vals, dtype=dt))
             d[4] += len(vals)
         if d[4] < ck and not (final and d[4]):
+            if len(vals):  # held past this call: never a view of the caller's block
+                d[3][-1] = d[3][-1].copy()
             return
         buf = d[3][0] if len(d[3]) == 1 else np.concatenate(d[3])
         n_full = buf.size // ck

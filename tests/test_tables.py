@@ -158,6 +158,47 @@ def test_duplicate_policies(tmp_path, policy, want):
         assert sorted(w.data) == [1.0, 3.0, 4.0]
 
 
+def _chunk_bytes(store, array="obs"):
+    """Every chunk file of ``array`` in ``store``: {relative path: bytes}."""
+    root = os.path.join(str(store), array)
+    out = {}
+    for folder, _, files in os.walk(root):
+        for f in files:
+            if f != "zarr.json":
+                with open(os.path.join(folder, f), "rb") as fh:
+                    out[os.path.relpath(os.path.join(folder, f), root)] = fh.read()
+    return out
+
+
+@pytest.mark.parametrize("keys", ["int64", "string"])
+@pytest.mark.parametrize("policy", ["last", "sum"])
+def test_one_read_store_equals_two_reads_and_the_numpy_twin(tmp_path, keys, policy):
+    """The one-read path (keys counted or interned, entries replayed, spill kernel, bucket
+    merge) writes chunk files byte-identical to the two-read path (the same table converted
+    with its own vocabularies, vocabulary_from) over spilled buckets, and its entries are the
+    NumPy twin's: sorted key order, stable (row, col) order, repeats merged by the policy."""
+    rng = np.random.default_rng(11)
+    n = 3000
+    u, i = rng.integers(0, 90, n) * 1009 - 5000, rng.integers(0, 40, n) * 3
+    mk = (lambda p, k: k) if keys == "int64" else (lambda p, k: [f"{p}{x}" for x in k.tolist()])
+    v = rng.integers(1, 9, n).astype(np.float64)
+    t = pa.table({"u": mk("u", u), "i": mk("i", i), "v": v})
+    kw = dict(kind="interactions", row_key="u", col_key="i", value="v", duplicates=policy)
+    kw.update(batch_rows=700, bucket_nnz=400, dtype="float32")
+    convert_table(t, str(tmp_path / "one.zarr"), **kw)
+    convert_table(t, str(tmp_path / "two.zarr"), vocabulary_from=str(tmp_path / "one.zarr"), **kw)
+    one = _chunk_bytes(tmp_path / "one.zarr")
+    assert one == _chunk_bytes(tmp_path / "two.zarr") and len(one) > 4
+    # the NumPy twin: indices by sorted key order, then a stable lexsort and the policy
+    ru, ri = np.unique(np.array(mk("u", u)), return_inverse=True)
+    cu, ci = np.unique(np.array(mk("i", i)), return_inverse=True)
+    ptr, cols, vals = naive_bucket_csr(ri, ci, v[:, None], ru.size, policy)
+    got = open_dataset(tmp_path / "one.zarr")["obs"].read()
+    np.testing.assert_array_equal(got.indptr, ptr)
+    np.testing.assert_array_equal(got.indices, cols)
+    np.testing.assert_array_equal(got.data, vals[:, 0].astype(np.float32))
+
+
 @pytest.mark.parametrize("policy", ["error", "last", "sum", "mean"])
 def test_one_bucket_in_memory_equals_spilled_buckets(tmp_path, policy):
     """One bucket (records kept in memory, no spill file) and one bucket per row or two
@@ -894,7 +935,8 @@ def test_sort_pairs_is_a_stable_sort_by_row_then_column():
     from ooc_lowrank.io.tables import _sort_pairs
 
     rng = np.random.default_rng(0)
-    for n, n_rows, n_cols in ((300, 5, 4), (3000, 7, 2**40), (50, 60, 3)):  # long rows: mergesort
+    shapes = ((300, 5, 4), (3000, 7, 2**40), (50, 60, 3), (900, 6, 10**6), (200, 300, 10**6))
+    for n, n_rows, n_cols in shapes:  # long rows: mergesort
         rows, cols = rng.integers(0, n_rows, n), rng.integers(0, n_cols, n)
         rows[rows == 2] = 3  # an empty row
         want = np.lexsort((cols, rows))
@@ -933,7 +975,8 @@ def test_bucket_csr_matches_its_numpy_twin(policy):
     from ooc_lowrank.io.tables import _POLICY_CODES
 
     rng = np.random.default_rng(3)
-    for n, n_rows, n_cols, packed in ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True)):
+    shapes = ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True), (900, 6, 10**6, True))
+    for n, n_rows, n_cols, packed in shapes:
         r0 = 10
         rows, cols = rng.integers(0, n_rows, n), rng.integers(0, min(n_cols, 50), n)
         cols *= n_cols // min(n_cols, 50)  # wide: columns up to 2**40, repeats all the same
@@ -949,14 +992,21 @@ def test_bucket_csr_matches_its_numpy_twin(policy):
             rf, cf, vf = 1, 2, [3, 0]
         words = np.ascontiguousarray(np.stack(fields, axis=1))
         ptr = np.empty(n_rows + 1, np.int64)
-        out_cols, out_vals = np.empty(n, np.int64), np.empty((n, 2))
+        out_cols, out_vals = np.empty(n, np.int64), np.empty((2, n))
         code, vf = _POLICY_CODES[policy], np.array(vf, np.int64)
-        fvals = words.view(np.float64)
-        m = bucket_csr(words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, out_cols, out_vals)
+        fvals, work = words.view(np.float64), np.full(4 * n + 5, -7, np.int64)  # dirty scratch
+        m = bucket_csr(
+            words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, out_cols, out_vals, work
+        )
         want = naive_bucket_csr(rows, cols, vals, n_rows, "last" if policy == "error" else policy)
         np.testing.assert_array_equal(ptr, want[0])
         np.testing.assert_array_equal(out_cols[:m], want[1])
-        np.testing.assert_allclose(out_vals[:m], want[2], rtol=1e-12)
+        np.testing.assert_allclose(out_vals[:, :m].T, want[2], rtol=1e-12)
+        out32 = (np.empty(n, np.int32), np.empty((2, n), np.float32))  # the store's dtypes
+        m32 = bucket_csr(words, rf, cf, packed, r0, n_rows, fvals, vf, code, ptr, *out32, work)
+        if not (n and cols.max() >= 2**31):
+            assert m32 == m and np.array_equal(out32[0][:m], out_cols[:m])
+            assert np.array_equal(out32[1][:, :m], out_vals[:, :m].astype(np.float32))
         assert n == 0 or m < n  # repeats were merged
 
 
@@ -996,6 +1046,38 @@ def test_bucket_kernels_match_their_numpy_twins(tmp_path):
     out = np.zeros(8, np.int64)
     count_into(keys, 4, out)
     np.testing.assert_array_equal(out, np.bincount(keys - 4, minlength=8))
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_spill_kernels_match_their_numpy_twins(packed):
+    """spill_pairs builds the records of a batch and partitions them by bucket as a stable
+    argsort by bucket of the records built in NumPy; bucket_of_rows is a searchsorted of the
+    boundaries; lookup_dense a table lookup with -1 outside it."""
+    from ooc_lowrank.kernels.buckets import bucket_of_rows, lookup_dense, spill_pairs
+
+    rng = np.random.default_rng(5)
+    starts = np.array([0, 3, 3, 8, 10])
+    row_bucket = np.empty(10, np.int32)
+    bucket_of_rows(starts, 10, row_bucket)
+    np.testing.assert_array_equal(row_bucket, np.searchsorted(starts, np.arange(10), "right") - 1)
+    n = 57
+    ri, ci = rng.integers(0, 10, n), rng.integers(0, 2**31 - 1, n)
+    vals = rng.standard_normal((2, n))
+    if packed:
+        want = np.stack([(ri << 32) | ci, *vals.view(np.int64)], axis=1)
+    else:
+        want = np.stack([ri, ci, *vals.view(np.int64)], axis=1)
+    b = row_bucket[ri]
+    want = want[np.argsort(b, kind="stable")]
+    out, counts = np.empty_like(want), np.empty(4, np.int64)
+    spill_pairs(ri, ci, packed, vals.view(np.int64), row_bucket, out, counts)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(counts, np.bincount(b, minlength=4))
+    lut = np.array([4, -1, 0, 7])
+    keys = np.array([9, 10, 11, 12, 13, 8, -5])
+    got = np.empty(keys.size, np.int64)
+    lookup_dense(keys, 10, lut, got)
+    np.testing.assert_array_equal(got, [-1, 4, -1, 0, 7, -1, -1])
 
 
 def test_vocab_builder_dense_integer_counts_then_wide_keys():

@@ -456,6 +456,7 @@ class RowBuckets:
         self.dtype = np.dtype(rec_dtype)
         self.files = [os.path.join(tmp, f"bucket{b:06d}.bin") for b in range(starts.size - 1)]
         self._buf = None  # load()'s buffer, reused
+        self._open: dict[int, Any] = {}  # bucket -> its file, open for appending while spilling
 
     def __len__(self) -> int:
         return len(self.files)
@@ -487,14 +488,28 @@ class RowBuckets:
             b = np.searchsorted(self.starts, rows, side="right") - 1
             rec = rec.take(np.argsort(b, kind="stable"))
             counts = np.bincount(b, minlength=len(self.files))
+        self.append_parts(rec, counts)
+
+    def append_parts(self, rec: np.ndarray, counts: np.ndarray) -> None:
+        """Append records already partitioned by bucket (``counts[b]`` of bucket ``b``, bucket
+        0 first) to their buckets' files."""
         ends = np.cumsum(counts)
         for bi in np.flatnonzero(counts).tolist():
-            with open(self.files[bi], "ab") as fh:
-                rec[ends[bi] - counts[bi] : ends[bi]].tofile(fh)
+            fh = self._open.get(bi)
+            if fh is None:  # kept open until the first load (one open per bucket, not per batch)
+                fh = self._open[bi] = open(self.files[bi], "ab")  # noqa: SIM115
+            rec[ends[bi] - counts[bi] : ends[bi]].tofile(fh)
+
+    def close_files(self) -> None:
+        """Close the files kept open for appending (done by :meth:`load` and :meth:`store`)."""
+        for fh in self._open.values():
+            fh.close()
+        self._open = {}
 
     def load(self, bi: int, sort: bool = True) -> np.ndarray:
         """Bucket ``bi`` (its file removed), stably sorted by ``"row"`` or as spilled; with
         ``sort=False`` a view of a buffer reused by the next call (fresh pages are slow)."""
+        self.close_files()
         f = self.files[bi]
         if not os.path.exists(f):
             return np.empty(0, dtype=self.dtype)
@@ -511,6 +526,7 @@ class RowBuckets:
 
     def store(self, bi: int, rec: np.ndarray) -> None:
         """Write bucket ``bi`` back (e.g. sorted and merged), replacing its file."""
+        self.close_files()
         with open(self.files[bi], "wb") as fh:
             rec.tofile(fh)
 

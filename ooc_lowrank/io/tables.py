@@ -29,11 +29,11 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
     also for labels and classes).  The input may come in any order: an external sort buckets
     entries by row range into temporary files and sorts each bucket (entries of a row end up
-    sorted by column).  A string key column (without ``vocabulary_from``): one read of the
-    table, the keys numbered in first-seen order by a hash table (kernel
-    ``kernels.hashing.intern_strings``, both key columns side by side), the values validated
-    and the entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.
-    Integer keys only, or ``vocabulary_from``: two reads: pass 1 reads the key columns only,
+    sorted by column).  Without ``vocabulary_from``: one read of the table, string keys
+    numbered in first-seen order by a hash table (kernel ``kernels.hashing.intern_strings``),
+    integer keys counted (both key columns side by side), the values validated and the
+    entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.
+    With ``vocabulary_from``: two reads: pass 1 reads the key columns only,
     validates them and builds the vocabularies (dense integer keys counted in an array, Parquet
     string keys read dictionary-encoded and counted per dictionary), pass 2 validates the
     values, maps keys to indices (integers: array lookup or binary search; strings: one hash
@@ -485,9 +485,10 @@ def _no_nulls(arr, col, role, offset, src):
         )
 
 
-def _keys(batch, col, role, offset, src):
+def _keys(batch, col, role, offset, src, large=True):
     """A key column as int64 or large_string, without nulls; a dictionary column whose
-    dictionary is no longer than the batch stays encoded (dictionary normalized)."""
+    dictionary is no longer than the batch stays encoded (dictionary normalized).  With
+    ``large=False`` a string column stays as read (no copy of its offsets to 64 bits)."""
     arr = batch.column(col)
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
@@ -502,6 +503,8 @@ def _keys(batch, col, role, offset, src):
         return pa.DictionaryArray.from_arrays(arr.indices, values)
     arr = _decode(arr)
     _no_nulls(arr, col, role, offset, src)
+    if not large and pa.types.is_string(arr.type):
+        return arr
     return _norm_keys(arr, col, role, offset, src)
 
 
@@ -643,9 +646,11 @@ class Vocabulary:
         if self._int:
             a = arr.to_numpy()
             if self._lut is not None:
-                j = a - self._lo
-                ok = (j >= 0) & (j < self._lut.size)
-                return np.where(ok, self._lut[np.where(ok, j, 0)], -1)
+                from ooc_lowrank.kernels.buckets import lookup_dense
+
+                out = np.empty(a.size, np.int64)
+                lookup_dense(a, self._lo, self._lut, out)
+                return out
             pos = np.minimum(np.searchsorted(self._sorted, a), max(self._sorted.size - 1, 0))
             if self._sorted.size == 0:
                 return np.full(a.size, -1, np.int64)
@@ -800,6 +805,8 @@ class _StringInterner:
             ids = last[1][keys.indices.to_numpy(zero_copy_only=False)]
         else:
             ids = self._intern(keys)
+        if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
+            raise _err("more than 2**31 - 1 distinct string keys", self.n)
         count_into(ids, 0, self.counts)
         return ids
 
@@ -821,10 +828,11 @@ class _StringInterner:
             rehash_slots(self._data, self._offsets, self._hashes, n, self._slots)
 
     def _intern(self, arr: pa.Array) -> np.ndarray:
-        from ooc_lowrank.kernels.hashing import intern_strings
+        from ooc_lowrank.kernels.hashing import hash_strings, intern_strings
 
-        data, offsets = _string_parts(arr)
-        hashes = hash_keys(arr)
+        data, offsets = _string_parts(arr)  # string or large_string: no cast
+        hashes = np.empty(len(arr), np.uint64)
+        hash_strings(data, offsets, np.uint64(0), hashes)  # = hash_keys(arr)
         out = np.empty(len(arr), np.int64)
         i = 0
         while True:
@@ -874,7 +882,8 @@ class _Replay:
         self._held = []
         if not self._file:
             return
-        step = max(self.limit, 1 << 16)
+        # chunks of a record batch's size: what pass 2 does with a chunk stays in the caches
+        step = min(max(self.limit, 1 << 16), DEFAULT_BATCH_ROWS)
         buf = np.empty(step, self.dtype)
         with open(self.path, "rb") as fh:
             while True:
@@ -896,10 +905,14 @@ class _PairsOnce:
     hash of its strings.
     """
 
-    def __init__(self, src, keys_of, cols, value, weight, limit, tmpdir):
+    def __init__(self, src, keys_of, cols, value, weight, limit, tmpdir, key_cols):
         from ..storage import scratch_dir
 
-        fields = [("r", "<i8"), ("c", "<i8")]
+        # a string key's first-seen id fits 32 bits (the interner holds every key in memory)
+        fields = [
+            (f, "<i4" if _type_class(src.schema.field(c).type) == "string" else "<i8")
+            for f, c in zip(("r", "c"), key_cols, strict=True)
+        ]
         fields += [("val", "<f8")] if value is not None else []
         fields += [("w", "<f8")] if weight is not None else []
         self._scratch = scratch_dir("ooc_lowrank_table_", tmpdir)
@@ -926,7 +939,7 @@ class _PairsOnce:
         # the two key columns side by side (the kernels release the GIL): two cores
         with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
             for batch in src.batches(cols):
-                keys = keys_of(batch, offset)
+                keys = keys_of(batch, offset, large=False)  # the interner reads 32-bit offsets
                 rec = np.empty(batch.num_rows, self._replay.dtype)
                 for k in (0, 1):
                     if sides[k] is None:
@@ -1099,9 +1112,9 @@ def _convert_pairs(
     src.check(need)
     cols = list(need)
 
-    def keys_of(batch, offset):
-        r = _keys(batch, row, roles[0] + " key", offset, src)
-        return r, _keys(batch, col, roles[1] + " key", offset, src)
+    def keys_of(batch, offset, large=True):
+        r = _keys(batch, row, roles[0] + " key", offset, src, large)
+        return r, _keys(batch, col, roles[1] + " key", offset, src, large)
 
     # pass 1 (the key columns only): keys validated, vocabularies, entries per row
     known = {}  # the training vocabularies reused: {0: rows, 1: columns}
@@ -1112,14 +1125,12 @@ def _convert_pairs(
     builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
     counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
     offset = dropped = 0
-    # string keys without training vocabularies: the table read once (pass 2 replays its
-    # entries); int64 keys alone are read twice, as a second read of integer columns costs
-    # less than keeping the entries (5M rows, busy machine: 1.3 CPU-s for both passes, the
-    # replay 1.7)
-    strings = any(_type_class(src.schema.field(c).type) == "string" for c in (row, col))
+    # without training vocabularies: the table read once, pass 2 replays its entries (with
+    # the replay in cache-sized chunks and one spill kernel, keeping the entries of int64 keys
+    # costs no more than a second read: 20M rows, busy machine, 4.1-4.5 vs 4.3-5.8 CPU-s)
     once = None
-    if strings and not known:
-        once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir)
+    if not known:
+        once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir, (row, col))
     for batch in () if once else src.batches([row, col], dictionary=(row, col)):
         keys = keys_of(batch, offset)
         idx = {k: voc.index(keys[k]) for k, voc in known.items()}
@@ -1201,30 +1212,54 @@ def _convert_pairs(
                 )
                 offset += batch.num_rows
 
-        for ri, ci, val, w in entries():
-            rec = np.empty(ri.size, rec_dtype)
-            if packed:
-                rec["rc"] = (ri << 32) | ci
-            else:
-                rec["row"], rec["col"] = ri, ci
-            if "val" in rec_dtype.names:
-                rec["val"] = 1.0 if val is None else val
-            if weight is not None:
-                rec["w"] = w
-            if dropped:  # unseen="drop": entries of keys unseen in training
-                keep = (ri >= 0) & (ci >= 0)
-                rec, ri = rec[keep], ri[keep]
-            if kept is not None:
-                kept.append(rec)
-            else:
-                buckets.spill(rec, rows=ri)
+        from ooc_lowrank.kernels.buckets import bucket_of_rows, spill_pairs
+
+        row_bucket = np.empty(n_rows, np.int32 if len(buckets) < 2**31 else np.int64)
+        bucket_of_rows(starts, n_rows, row_bucket)
+        n_words = rec_dtype.itemsize // 8
+        part_counts = np.empty(len(buckets), np.int64)
+        try:
+            for ri, ci, val, w in entries():
+                if dropped:  # unseen="drop": entries of keys unseen in training
+                    keep = (ri >= 0) & (ci >= 0)
+                    ri, ci = ri[keep], ci[keep]
+                    val = None if val is None else val[keep]
+                    w = None if w is None else w[keep]
+                # records built and partitioned by bucket in one kernel (kernel spill_pairs)
+                vbits = np.empty((len(vfields), ri.size), np.float64)
+                if "val" in vfields:
+                    vbits[0] = 1.0 if val is None else val
+                if weight is not None:
+                    vbits[-1] = w
+                out = np.empty((ri.size, n_words), np.int64)
+                spill_pairs(
+                    np.ascontiguousarray(ri, np.int64),
+                    np.ascontiguousarray(ci, np.int64),
+                    packed,
+                    vbits.view(np.int64),
+                    row_bucket,
+                    out,
+                    part_counts,
+                )
+                rec = out.view(rec_dtype).reshape(ri.size)
+                if kept is not None:
+                    kept.append(rec)
+                else:
+                    buckets.append_parts(rec, part_counts)
+        except BaseException:  # the spill files kept open closed before the folder goes
+            buckets.close_files()
+            raise
         rv.write(os.path.join(tmp, "rows.parquet"))
         cv.write(os.path.join(tmp, "cols.parquet"))
 
+        work = [np.empty(0, np.int64)]  # bucket_csr's scratch, reused (one bucket at a time)
+        idt = np.int32 if n_cols < 2**31 - 1 else np.int64  # the store's index dtype
+
         def merged_bucket(bi, policy):
             """Bucket ``bi`` sorted by (row, col, read order), its runs of equal (row, col)
-            merged by ``policy`` (kernel ``bucket_csr``): (row pointer, cols, {field: values});
-            a duplicate under ``"error"`` is named (the slow path, only then)."""
+            merged by ``policy`` (kernel ``bucket_csr``): (row pointer, cols, {field: values})
+            in the store's dtypes; a duplicate under ``"error"`` is named (the slow path, only
+            then)."""
             from ooc_lowrank.kernels.buckets import bucket_csr
 
             r0, r1 = int(starts[bi]), int(starts[bi + 1])
@@ -1236,8 +1271,10 @@ def _convert_pairs(
             n, k = rec.size, rec_dtype.itemsize // 8
             words = rec.view(np.int64).reshape(n, k)
             ptr = np.empty(r1 - r0 + 1, np.int64)
-            cols = np.empty(n, np.int64)
-            vals = np.empty((n, len(vfields)), np.float64)
+            cols = np.empty(n, idt)
+            vals = np.empty((len(vfields), n), dt)
+            if work[0].size < 4 * n:
+                work[0] = np.empty(4 * n, np.int64)
             names = list(rec_dtype.names)
             m = bucket_csr(
                 words,
@@ -1252,6 +1289,7 @@ def _convert_pairs(
                 ptr,
                 cols,
                 vals,
+                work[0],
             )
             if policy == "error" and m < n:  # name the repeats (sorted as sort_bucket does)
                 if packed:
@@ -1262,7 +1300,7 @@ def _convert_pairs(
                 _merge_pairs(rows, c, {}, "error", rv, cv, roles, src, r0)
             if policy == "error" and len(buckets) > 1:
                 buckets.store(bi, rec)  # checked; merged again in pass 3b
-            return ptr, cols[:m], {f: vals[:m, j] for j, f in enumerate(vfields)}
+            return ptr, cols[:m], {f: vals[j, :m] for j, f in enumerate(vfields)}
 
         presorted = {}
         if duplicates == "error":
@@ -1783,10 +1821,12 @@ def hash_keys(arr, seed: int = 0) -> np.ndarray:
 
 
 def _string_parts(arr) -> tuple[np.ndarray, np.ndarray]:
-    """(UTF-8 bytes, int64 offsets ``(n + 1,)``) of a large_string array, from its buffers."""
+    """(UTF-8 bytes, offsets ``(n + 1,)``) of a large_string (int64 offsets) or string (int32
+    offsets) array, from its buffers."""
     n = len(arr)
     bufs = arr.buffers()
-    offsets = np.frombuffer(bufs[1], np.int64)[arr.offset : arr.offset + n + 1]
+    width = np.int32 if pa.types.is_string(arr.type) else np.int64
+    offsets = np.frombuffer(bufs[1], width)[arr.offset : arr.offset + n + 1]
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     return data, np.ascontiguousarray(offsets)
 
