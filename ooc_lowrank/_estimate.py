@@ -34,6 +34,16 @@ line-search pass, ``s`` the block dtype's itemsize.
   line search also holds the gradient (``d M s``) beside the statistics accumulator
   (``T (D^2 + L D) s``, a trial's ``W^T`` solved into it), the gradient pass its accumulator
   (``(d + 1) M s``), one chain each above ``engine.ONE_CHAIN_BYTES``.
+
+Time (:func:`rough_time`): from the machine's calibrated GEMM / sparse / SGD rates, or, for a
+GIMC fit on a store or Dask input (``estimate(calibrate=...)``), from the fit's own passes
+timed on a slice of the input with the fit's state at full size
+(:func:`_gimc_time_calibration`): the sparse gathers and scatter-adds against a 3.1 GB ``U``
+at the Delicious-large shape are memory-bound, which a small synthetic product does not
+measure (issue 25: 31 s per pass modelled, about 75 s measured).  The number of iterations
+a ``tol`` stop leaves is unknowable before the fit: the estimate gives the seconds per
+iteration (at :data:`TYPICAL_TRIALS` line-search trials), per further trial, and for
+``max_iter``.
 """
 
 from __future__ import annotations

@@ -408,11 +408,13 @@ def pass_calibration(Xs, As, U, spec, *, n_labels, codes, alpha, n_trials=1, see
 
     Returns a dict: ``rows`` (of one block), ``grad_block_seconds`` and
     ``stats_block_seconds`` (the steady block: the faster of the two), ``block_seconds`` (all
-    block calls), ``grad_driver_seconds`` (this process's work around a gradient pass: ``W
-    W^T``, the gradient's finalization and norm), ``stats_driver_seconds`` (before a
-    statistics pass: the trial matrices or the trials' column norms), ``judge_seconds`` (one
-    trial's W-step and objective), ``step_seconds`` (the accepted step), ``big``,
-    ``n_trials`` and ``seconds`` (the calibration's own wall time)."""
+    block calls; ``block_cpu_seconds`` their threads' CPU time), ``grad_driver_seconds``
+    (this process's work around a gradient pass: ``W W^T``, the gradient's finalization and
+    norm), ``stats_driver_seconds`` (before a statistics pass: the trial matrices or the
+    trials' column norms), ``judge_seconds`` (one trial's W-step and objective, timed on at
+    most :data:`CALIBRATION_LABELS` labels and scaled; ``judge_cpu_seconds``),
+    ``step_seconds`` (the accepted step), ``big``, ``n_trials`` and ``seconds`` (the
+    calibration's own wall time)."""
     t_all = time.perf_counter()
     dt = np.dtype(Xs.dtype)
     d, L, D = int(U.shape[0]), int(n_labels), spec.n_features
@@ -425,14 +427,16 @@ def pass_calibration(Xs, As, U, spec, *, n_labels, codes, alpha, n_trials=1, see
     A = A.rechunk([0, R, 2 * R])
     rng = np.random.default_rng(seed)
     times = {"grad": [], "stats": []}
+    cpu = {"grad": [], "stats": []}  # the block threads' CPU seconds (below wall when busy)
 
     def timer(kind):
         def wrap(fn):
             @functools.wraps(fn)  # keeps fn.accumulates / accumulator_dtype
             def timed(*a, **k):
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.thread_time()
                 out = fn(*a, **k)
                 times[kind].append(time.perf_counter() - t)
+                cpu[kind].append(time.thread_time() - c)
                 return out
 
             return timed
@@ -483,12 +487,13 @@ def pass_calibration(Xs, As, U, spec, *, n_labels, codes, alpha, n_trials=1, see
             # the W-step solves label slices one after the other: timed on at most
             # CALIBRATION_LABELS labels, scaled to all
             sub = min(L, CALIBRATION_LABELS)
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.thread_time()
             if big:
                 reduced_objective_t(spp, sap[:sub], 1.0, alpha)
             else:
                 reduced_objective(spp, sap[:sub], 1.0, alpha)
             out["judge_seconds"] = (time.perf_counter() - t) * L / sub
+            out["judge_cpu_seconds"] = (time.thread_time() - c) * L / sub
             del spp, sap
             t = time.perf_counter()
             U = _step_inplace(U, 1.0, g) if big else _step(U, 1.0, g)
@@ -496,6 +501,7 @@ def pass_calibration(Xs, As, U, spec, *, n_labels, codes, alpha, n_trials=1, see
         finally:
             _blocks.clear_phi_cache()
     out["block_seconds"] = times
+    out["block_cpu_seconds"] = cpu
     out["grad_block_seconds"] = min(times["grad"])
     out["stats_block_seconds"] = min(times["stats"])
     out["seconds"] = time.perf_counter() - t_all
