@@ -448,10 +448,18 @@ def _gimc_time_calibration(est, XB, AB, n_labels, codes, e, n_windows=8, seed=0)
     # the calibration's own arrays: U, W (L x D), the larger pass accumulator, the gradient
     need = d * M * sdt.itemsize * 2 + L * D * sdt.itemsize + (d + 1) * M * (s if big else 8)
     avail = _available_memory()
-    if e.get("fits") is False or need > 0.8 * avail:
-        why = ("the fit itself does not fit (fits=False)" if e.get("fits") is False else
-               f"its state ({need / 2**30:.2f} GiB: U, W and a pass accumulator at full size) is "
-               f"more than 80 % of the {avail / 2**30:.2f} GiB available now")  # fmt: skip
+    why = None
+    if e.get("n_workers") is not None:
+        why = ("a Dask cluster is active (the calibration times block functions in this "
+               "process, on the local scheduler)")  # fmt: skip
+    elif e.get("fits") is False:
+        why = "the fit itself does not fit (fits=False)"
+    elif n == 0:
+        why = "the input has no rows"
+    elif need > 0.8 * avail:
+        why = (f"its state ({need / 2**30:.2f} GiB: U, W and a pass accumulator at full size) "
+               f"is more than 80 % of the {avail / 2**30:.2f} GiB available now")  # fmt: skip
+    if why:
         return {"skipped": f"no time calibration: {why}; the time model uses the machine's "
                            "synthetic rates"}  # fmt: skip
     rows = int(min(calibration_rows(e["store_bytes"], n), e["block_rows"], n))
@@ -1288,9 +1296,9 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
     n_readers = (e["n_workers"] or 1) if dist else 1
     t_read = read / (bw * n_readers)
     t_sched = tasks * per_task
-    cal = e.get("time_calibration")
-    if e.get("method") == "GIMC" and cal and "skipped" not in cal:
-        return _gimc_calibrated_time(e, cal, t_read, t_sched, cores, mc)
+    gcal = e.get("time_calibration")
+    if e.get("method") == "GIMC" and gcal and "skipped" not in gcal:
+        return _gimc_calibrated_time(e, gcal, t_read, t_sched, cores, mc)
     per_pass = max(t_read, t_flops) + t_sched
     ppi = e.get("passes_per_iteration", {})
     iters = e.get("iterations")

@@ -420,11 +420,12 @@ def pass_calibration(Xs, As, U, spec, *, n_labels, codes, alpha, n_trials=1, see
     d, L, D = int(U.shape[0]), int(n_labels), spec.n_features
     big = large_state(d, spec.n_params)
     R = int(Xs.shape[0])
-    stack = (lambda a: sp.vstack([a, a], format="csr")) if sp.issparse(Xs) else (
-        lambda a: np.concatenate([a, a]))  # fmt: skip
-    X = engine.as_blocked(stack(Xs)).rechunk([0, R, 2 * R])
-    A = engine.as_blocked(stack(As) if sp.issparse(As) else np.concatenate([As, As]))
-    A = A.rechunk([0, R, 2 * R])
+
+    def twice(a):
+        return sp.vstack([a, a], format="csr") if sp.issparse(a) else np.concatenate([a, a])
+
+    X = engine.as_blocked(twice(Xs)).rechunk([0, R, 2 * R])
+    A = engine.as_blocked(twice(As)).rechunk([0, R, 2 * R])
     rng = np.random.default_rng(seed)
     times = {"grad": [], "stats": []}
     cpu = {"grad": [], "stats": []}  # the block threads' CPU seconds (below wall when busy)
