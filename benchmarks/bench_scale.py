@@ -12,6 +12,9 @@ Every size is an argument; the defaults are the full sizes of the issue.  Scenar
     Delicious-large-shaped sparse data (written here: a topic model, power-law label and
     feature frequencies, labels mostly from the row's topic), GIMC ``features="both"``.
     Reports time, passes, peak RSS, top-k prediction time of the test rows, P@1/3/5.
+    ``estimate()`` times the fit's passes on a slice of the store (``time_calibration``);
+    ``estimate_vs_measured`` compares its model for the measured iterations, for the
+    measured passes and for ``--iters``.
 ``disk-gimc`` / ``disk-mvm``
     A store of ``--gb`` gigabytes fitted from disk: GIMC-LFF (``--iters``) or
     ``MultiViewMachineRegressor(solver="sgd")`` (``--epochs``).  The free disk is checked before
@@ -44,6 +47,9 @@ Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
     python benchmarks/bench_scale.py disk-gimc --gb 1 --cold      # validation size
     python benchmarks/bench_scale.py disk-mvm --gb 2 --estimate-only \
         --compare benchmarks/results/scale_disk_mvm.json   # estimate() vs the recorded 36 GB fit
+    python benchmarks/bench_scale.py delicious --test-rows 20000 --estimate-only \
+        --compare benchmarks/results/scale_delicious.json  # the same for the recorded GIMC fit
+    python benchmarks/bench_scale.py delicious --rows 20000 --test-rows 2000 --iters 3  # proxy
 """
 
 from __future__ import annotations

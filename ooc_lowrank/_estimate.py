@@ -1296,9 +1296,6 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
     n_readers = (e["n_workers"] or 1) if dist else 1
     t_read = read / (bw * n_readers)
     t_sched = tasks * per_task
-    gcal = e.get("time_calibration")
-    if e.get("method") == "GIMC" and gcal and "skipped" not in gcal:
-        return _gimc_calibrated_time(e, gcal, t_read, t_sched, cores, mc)
     per_pass = max(t_read, t_flops) + t_sched
     ppi = e.get("passes_per_iteration", {})
     iters = e.get("iterations")
@@ -1314,7 +1311,7 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
     t_driver = w["driver_per_iteration"] / (cores * gemm_rate * 1e9)
     total = init * t_init + (passes - init) * per_pass + int(iters) * t_driver
     where = (f"{e['n_workers']} workers" if dist else "the local threaded scheduler")
-    return {
+    out = {
         "seconds_per_pass": total / max(passes, 1),
         "read_seconds_per_pass": t_read,
         "compute_seconds_per_pass": t_flops,
@@ -1339,6 +1336,10 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
             f"{ppi.get('typical', 1)} typical); a rough guide from measured constants"
         ),
     }
+    gcal = e.get("time_calibration")
+    if e.get("method") == "GIMC" and gcal and "skipped" not in gcal:  # the passes were timed
+        out.update(_gimc_calibrated_time(e, gcal, t_read, t_sched, cores, bw))
+    return out
 
 
 def gimc_pass_seconds(e, cal, cores):
@@ -1367,7 +1368,7 @@ def gimc_pass_seconds(e, cal, cores):
     return out["grad"], out["stats"]
 
 
-def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, mc):
+def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, bw):
     """:func:`rough_time` of a GIMC estimate with a slice calibration: per iteration a
     gradient pass, :data:`TYPICAL_TRIALS` trials (one statistics pass per ``n_trials``) each
     judged by a W-step, and the accepted step; the initial statistics pass and ``U``'s first
@@ -1401,12 +1402,13 @@ def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, mc):
         "passes": passes,
         "iterations": iters,
         "seconds_per_fit": total,
-        "machine": mc,
         "calibrated": True,
         "assumptions": (
             f"{cal['source']}; {TYPICAL_TRIALS:g} line-search trials per iteration (the first "
             f"trial accepted in most iterations; each further trial costs {trial:.3g} s), "
             f"{iters} iterations (max_iter: tol may stop the fit earlier, which no estimate "
-            "can know; seconds_per_iteration is the cost of each); reading and compute overlap"
+            "can know; seconds_per_iteration is the cost of each); disk "
+            f"{bw / 1e6:.0f} MB/s per worker, reading and compute overlap; the machine's "
+            "GFLOP/s per core rates are not used (flops_per_pass: for reference)"
         ),
     }
