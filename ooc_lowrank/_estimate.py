@@ -34,6 +34,16 @@ line-search pass, ``s`` the block dtype's itemsize.
   line search also holds the gradient (``d M s``) beside the statistics accumulator
   (``T (D^2 + L D) s``, a trial's ``W^T`` solved into it), the gradient pass its accumulator
   (``(d + 1) M s``), one chain each above ``engine.ONE_CHAIN_BYTES``.
+
+Time (:func:`rough_time`): from the machine's calibrated GEMM / sparse / SGD rates, or, for a
+GIMC fit on a store or Dask input (``estimate(calibrate=...)``), from the fit's own passes
+timed on a slice of the input with the fit's state at full size
+(:func:`_gimc_time_calibration`): the sparse gathers and scatter-adds against a 3.1 GB ``U``
+at the Delicious-large shape are memory-bound, which a small synthetic product does not
+measure (issue 25: 31 s per pass modelled, about 75 s measured).  The number of iterations
+a ``tol`` stop leaves is unknowable before the fit: the estimate gives the seconds per
+iteration (at :data:`TYPICAL_TRIALS` line-search trials), per further trial, and for
+``max_iter``.
 """
 
 from __future__ import annotations
@@ -211,8 +221,13 @@ def _cluster(client):
     return len(workers), threads, (min(limits) if min(limits) > 0 else None)
 
 
-def gimc_estimate(est, XB, AB, n_labels, *, client=None):
-    """The estimate dict of :meth:`GIMC.estimate` for blocked inputs ``XB`` and ``AB``."""
+def gimc_estimate(est, XB, AB, n_labels, *, client=None, codes=False, calibrate=False):
+    """The estimate dict of :meth:`GIMC.estimate` for blocked inputs ``XB`` and ``AB``.
+
+    ``calibrate``: time the fit's own passes on a slice of the input with the fit's state at
+    full size (:func:`_gimc_time_calibration`, ``time_calibration`` in the result), which the
+    time model (:func:`rough_time`) then uses instead of the machine's synthetic rates
+    (``codes``: ``AB`` holds class codes, as the fit's label blocks)."""
     m = int(est.n_features_map)
     kinds = ["fourier", "nystrom"] if est.features == "both" else [est.features]
     M = m * len(kinds)
@@ -349,7 +364,141 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None):
     out["fits"] = None if cap is None else bool(total <= cap)
     if out["fits"] is False:
         out["suggest"] = _gimc_suggest(worker_bytes, rows_max, m, cap)
+    if calibrate:
+        out["time_calibration"] = _gimc_time_calibration(est, XB, AB, n_labels, codes, out)
     return out
+
+
+#: Trials per GIMC iteration assumed by the time model: the first trial of an iteration (3/4 of
+#: the quadratic model's minimizer) is accepted in 85-95 % of iterations; measured 2.10-2.20
+#: passes per iteration with one trial per pass (docs/performance.md, NUS-WIDE shape 2.1 over
+#: 100 iterations).  Data where the step's curvature changes fast need more (the
+#: Delicious-large shape: 23 trials in 5 iterations): the estimate also gives the cost of
+#: one more trial (``seconds_per_trial``).
+TYPICAL_TRIALS = 1.1
+
+
+def gimc_passes(iterations, trials, n_trials=1):
+    """Passes of a GIMC fit (``gimc.core.fit_gimc``) of ``iterations`` U-steps whose line
+    searches tried ``trials`` steps (a sequence, one count per iteration), ``n_trials`` per
+    pass: the initial statistics pass, then per iteration a gradient pass and one statistics
+    pass per ``n_trials`` trials."""
+    trials = list(trials)
+    if len(trials) != int(iterations):
+        raise ValueError(f"trials: one count per iteration ({iterations}); got {len(trials)}")
+    return 1 + int(iterations) + sum(math.ceil(int(t) / int(n_trials)) for t in trials)
+
+
+def _gimc_calibration_spec(est, S, m):
+    """The feature spec a fit of ``est`` would build (parts, ``normalize_rows`` resolved on
+    the rows ``S``, ``gamma`` from them) without drawing ``U``; a frozen Nystrom part gets an
+    identity normalization (the same products as the fit's)."""
+    from .gimc import _blocks
+    from .gimc.estimator import _looks_like_bag_of_words
+    from .gimc.features import median_gamma
+
+    norm = est.normalize_rows
+    row_norm = bool(_looks_like_bag_of_words(S) if norm == "auto" else norm)
+    S = _blocks.l2_normalize_rows(S[:1000]) if row_norm else S[:1000]
+    gamma = float(est.gamma) if est.gamma is not None else float(est.gamma_scale) * median_gamma(S)
+    gamma = gamma if np.isfinite(gamma) and gamma > 0 else 1.0
+    kinds = ["fourier", "nystrom"] if est.features == "both" else [est.features]
+    learn = bool(est.learn_features)
+    parts = [(k, m, gamma, None if (k == "fourier" or learn) else np.eye(m), learn) for k in kinds]
+    return _blocks.FeatureSpec.build(parts, row_norm=row_norm), gamma
+
+
+def _refault_rate(nbytes=2**28, repeats=2):
+    """Bytes per second at which a new large array is first written (its pages faulted in and
+    zeroed by the kernel: every pass accumulator above the allocator's mmap threshold is),
+    the last of ``repeats`` allocations of ``nbytes`` (the first may also pay the VM's first
+    use of the memory)."""
+    import time
+
+    rate = None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a = np.zeros(nbytes // 4, dtype=np.float32)
+        a[::1024] = 1.0  # one write per 4 KiB page
+        rate = nbytes / max(time.perf_counter() - t, 1e-9)
+        del a
+    return rate
+
+
+def _gimc_time_calibration(est, XB, AB, n_labels, codes, e, n_windows=8, seed=0):
+    """:func:`ooc_lowrank.gimc.core.pass_calibration` on rows of the input itself: at most
+    one row block (the fit's ``block_rows``) and :func:`calibration_rows` of the input's bytes,
+    read as ``n_windows`` windows spread evenly over the rows; ``U`` allocated at full size
+    in the fit's dtype (the time of its first touch gives the rate at which the passes'
+    accumulators are first written).  Skipped (``skipped``: why) when the fit does not fit or
+    the state would not fit in the memory available now.  Adds what it read and its own
+    wall time (``seconds``)."""
+    import time
+
+    import scipy.sparse as sp
+
+    from .gimc import core
+
+    t_all = time.perf_counter()
+    n, d = (int(x) for x in XB.shape)
+    M, D, L, T = e["n_params"], e["n_phi"], int(n_labels), int(e["n_trials"])
+    big = core.large_state(d, M)
+    s = np.dtype(XB.dtype).itemsize
+    sdt = np.dtype(XB.dtype) if big else np.dtype(np.float64)
+    # the calibration's own arrays: U, W (L x D), the larger pass accumulator, the gradient
+    need = d * M * sdt.itemsize * 2 + L * D * sdt.itemsize + (d + 1) * M * (s if big else 8)
+    avail = _available_memory()
+    why = None
+    if e.get("n_workers") is not None:
+        why = ("a Dask cluster is active (the calibration times block functions in this "
+               "process, on the local scheduler)")  # fmt: skip
+    elif e.get("fits") is False:
+        why = "the fit itself does not fit (fits=False)"
+    elif n == 0:
+        why = "the input has no rows"
+    elif need > 0.8 * avail:
+        why = (f"its state ({need / 2**30:.2f} GiB: U, W and a pass accumulator at full size) "
+               f"is more than 80 % of the {avail / 2**30:.2f} GiB available now")  # fmt: skip
+    if why:
+        return {"skipped": f"no time calibration: {why}; the time model uses the machine's "
+                           "synthetic rates"}  # fmt: skip
+    rows = int(min(calibration_rows(e["store_bytes"], n), e["block_rows"], n))
+    n_win = int(max(1, min(n_windows, rows)))
+    w = rows // n_win
+    starts = np.linspace(0, n - w, n_win).astype(np.int64)
+    t = time.perf_counter()
+    xs = [engine.read_rows(XB, int(a), int(a) + w) for a in starts]
+    ys = [engine.read_rows(AB, int(a), int(a) + w) for a in starts]
+    Xs = sp.vstack(xs, format="csr") if sp.issparse(xs[0]) else np.concatenate(xs)
+    Ys = sp.vstack(ys, format="csr") if sp.issparse(ys[0]) else np.concatenate(ys)
+    t_read = time.perf_counter() - t
+    spec, gamma = _gimc_calibration_spec(est, Xs, int(est.n_features_map))
+    rng = np.random.default_rng(seed)
+    t = time.perf_counter()
+    tile = (np.sqrt(2.0 * gamma) * rng.standard_normal((min(d, 4096), M))).astype(sdt)
+    U = np.empty((d, M), dtype=sdt)
+    for a in range(0, d, tile.shape[0]):
+        U[a : a + tile.shape[0]] = tile[: d - a]
+    t_fill = time.perf_counter() - t
+    refault = _refault_rate()
+    cal = core.pass_calibration(Xs, Ys, U, spec, n_labels=L, codes=codes, alpha=float(est.alpha),
+                                n_trials=T, seed=seed)  # fmt: skip
+    del U
+    cal["windows"] = {"starts": starts.tolist(), "rows": int(w)}
+    cal["rows_read"] = int(n_win * w)
+    cal["x_nnz"] = int(Xs.nnz) if sp.issparse(Xs) else None
+    cal["bytes"] = int(e["store_bytes"] * cal["rows_read"] / max(n, 1))
+    cal["read_seconds"] = t_read
+    cal["first_touch_bytes_per_second"] = d * M * sdt.itemsize / max(t_fill, 1e-9)
+    cal["fresh_bytes_per_second"] = refault
+    cal["seconds"] = time.perf_counter() - t_all
+    cal["source"] = (
+        f"GIMC passes timed on {cal['rows_read']} rows of the input ({cal['bytes'] / 2**20:.1f} "
+        f"MiB, {n_win} windows spread over it) with the fit's state at full size (U {d} x {M} "
+        f"{sdt.name}, W {D} x {L}), scaled by rows; {cal['seconds']:.1f} s of its own, the "
+        "machine as busy as now"
+    )
+    return cal
 
 
 def _largest(fits, hi):
@@ -1162,7 +1311,7 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
     t_driver = w["driver_per_iteration"] / (cores * gemm_rate * 1e9)
     total = init * t_init + (passes - init) * per_pass + int(iters) * t_driver
     where = (f"{e['n_workers']} workers" if dist else "the local threaded scheduler")
-    return {
+    out = {
         "seconds_per_pass": total / max(passes, 1),
         "read_seconds_per_pass": t_read,
         "compute_seconds_per_pass": t_flops,
@@ -1185,5 +1334,81 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
             f"{where}, {TASKS_PER_BLOCK} tasks per block; reading and compute overlap; "
             f"{passes} passes ({init} setup + {iters} iterations x "
             f"{ppi.get('typical', 1)} typical); a rough guide from measured constants"
+        ),
+    }
+    gcal = e.get("time_calibration")
+    if e.get("method") == "GIMC" and gcal and "skipped" not in gcal:  # the passes were timed
+        out.update(_gimc_calibrated_time(e, gcal, t_read, t_sched, cores, bw))
+    return out
+
+
+def gimc_pass_seconds(e, cal, cores):
+    """Seconds of one GIMC gradient pass and one statistics pass (``n_trials`` trials) over all
+    rows of the estimate ``e``, from its slice calibration ``cal``
+    (:func:`_gimc_time_calibration`): the steady block time scaled by rows over the passes'
+    parallelism (the engine's chains of each pass, at most ``cores``), the accumulator's first
+    touch at the measured rate, and the driver's work around the pass."""
+    d, M, D, L, T = e["n_features"], e["n_params"], e["n_phi"], e["n_labels"], e["n_trials"]
+    nb, scale = int(e["n_blocks"]), e["n_rows"] / max(cal["rows"], 1)
+    acc_s = np.dtype(e["dtype"]).itemsize if cal["big"] else 8
+    fresh = float(cal["fresh_bytes_per_second"])
+    sizes = {"grad": (d + 1) * M, "stats": T * (D * D + L * D)}
+    out = {}
+    for kind, size in sizes.items():
+        # accumulating passes (the gradient; the statistics in the large-state mode) run on
+        # engine._n_chains chains; the other statistics pass on chains when its block output
+        # is large, else a tree (every core)
+        acc = kind == "grad" or cal["big"]
+        chained = acc or 8 * size >= engine.CHAIN_BYTES
+        par = engine._n_chains(nb, size, acc) if chained else nb
+        par = max(1, min(int(cores), par))
+        first_touch = size * acc_s / fresh if acc else 0.0
+        out[kind] = (cal[f"{kind}_block_seconds"] * scale / par + first_touch
+                     + cal[f"{kind}_driver_seconds"])  # fmt: skip
+    return out["grad"], out["stats"]
+
+
+def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, bw):
+    """:func:`rough_time` of a GIMC estimate with a slice calibration: per iteration a
+    gradient pass, :data:`TYPICAL_TRIALS` trials (one statistics pass per ``n_trials``) each
+    judged by a W-step, and the accepted step; the initial statistics pass and ``U``'s first
+    touch before them.  Reading overlaps compute (a pass takes the longer)."""
+    T = int(e["n_trials"])
+    grad, stats = gimc_pass_seconds(e, cal, cores)
+    grad, stats = max(grad, t_read) + t_sched, max(stats, t_read) + t_sched
+    trial = stats / T + cal["judge_seconds"]  # one more trial, on average
+    per_iter = grad + TYPICAL_TRIALS * trial + cal["step_seconds"]
+    d, M = e["n_features"], e["n_params"]
+    sdt = np.dtype(e["dtype"]).itemsize if cal["big"] else 8
+    first = float(cal.get("first_touch_bytes_per_second") or cal["fresh_bytes_per_second"])
+    setup = d * M * sdt / first + stats + cal["judge_seconds"]
+    iters = e.get("iterations")
+    iters = int(e.get("max_iter", 0) if iters is None else iters)
+    passes = 1 + iters * (1 + TYPICAL_TRIALS / T)
+    total = setup + iters * per_iter
+    return {
+        "seconds_per_pass": total / max(passes, 1),
+        "read_seconds_per_pass": t_read,
+        "compute_seconds_per_pass": (grad + stats) / 2,
+        "grad_pass_seconds": grad,
+        "stats_pass_seconds": stats,
+        "seconds_per_trial": trial,
+        "seconds_per_iteration": per_iter,
+        "setup_seconds": setup,
+        "trials_per_iteration": TYPICAL_TRIALS,
+        "driver_seconds_per_iteration": cal["grad_driver_seconds"] + cal["step_seconds"]
+        + TYPICAL_TRIALS * cal["judge_seconds"],
+        "scheduler_seconds_per_pass": t_sched,
+        "passes": passes,
+        "iterations": iters,
+        "seconds_per_fit": total,
+        "calibrated": True,
+        "assumptions": (
+            f"{cal['source']}; {TYPICAL_TRIALS:g} line-search trials per iteration (the first "
+            f"trial accepted in most iterations; each further trial costs {trial:.3g} s), "
+            f"{iters} iterations (max_iter: tol may stop the fit earlier, which no estimate "
+            "can know; seconds_per_iteration is the cost of each); disk "
+            f"{bw / 1e6:.0f} MB/s per worker, reading and compute overlap; the machine's "
+            "GFLOP/s per core rates are not used (flops_per_pass: for reference)"
         ),
     }

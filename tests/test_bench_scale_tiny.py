@@ -52,6 +52,37 @@ def test_bench_scale_disk_mvm_estimate_only_tiny(tmp_path):
     assert not list((tmp_path / "w").glob("*.zarr"))
 
 
+@pytest.mark.slow  # spawned generator processes and the machine's calibration: ~40 s here
+def test_bench_scale_delicious_tiny(tmp_path):
+    """``delicious`` at tiny size: the estimate times the fit's passes on the store's rows and
+    is compared with the fit for the measured iterations and passes (and max_iter);
+    ``--estimate-only --compare`` scales it to a recorded run's rows, no fit."""
+    import os
+
+    from benchmarks import bench_scale
+
+    small = ["--features", "400", "--nnz-per-row", "8", "--labels", "30", "--labels-per-row",
+             "3", "--topics", "5", "--m", "8", "--iters", "2", "--workdir", str(tmp_path / "w")]
+    out = tmp_path / "d.json"
+    bench_scale.main(["delicious", "--rows", "600", "--test-rows", "100", *small,
+                      "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert r["estimate"]["time_calibration"]["rows"] > 0
+    vs = r["estimate_vs_measured"]
+    assert vs["seconds_fit_measured_iterations"]["measured"] == r["total_seconds"]
+    assert vs["passes_measured_iterations"]["measured"] == r["n_passes"]
+    assert vs["seconds_fit_max_iter"]["estimate"] > 0
+    rec = os.path.join(os.path.dirname(bench_scale.__file__), "results", "scale_delicious.json")
+    est = tmp_path / "e.json"
+    bench_scale.main(["delicious", "--rows", "600", "--test-rows", "100", *small,
+                      "--estimate-only", "--compare", rec, "--out", str(est)])
+    c = json.loads(est.read_text())["compare"]
+    recorded = json.load(open(rec))
+    assert c["seconds_fit_measured_iterations"]["measured"] == recorded["total_seconds"]
+    assert c["time_model"]["iterations"] == 2 and c["recorded_rows"] == recorded["args"]["rows"]
+    assert not list((tmp_path / "w").glob("*.zarr"))
+
+
 def test_bench_scale_refuses_a_store_that_does_not_fit(tmp_path):
     from benchmarks import bench_scale
 

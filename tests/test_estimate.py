@@ -526,3 +526,108 @@ def test_local_scheduler_memory_counts_one_task_per_core(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 3)
     three = GIMC(n_features_map=16).estimate(X, Y)
     assert three["worker_bytes"] - one["worker_bytes"] == 2 * one["task_bytes"]
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_gimc_estimate_calibrates_passes_on_the_stores_own_rows(tmp_path, monkeypatch, big):
+    """A GIMC estimate on a store times the fit's own block functions (the gradient and the
+    statistics pass, as the fit picks them for its state mode) on rows read from the store at
+    windows spread over it, bounded by ``calibration_rows``, with ``U`` of the fit's full
+    size; the time model then scales those block times (no timing asserted: only where the
+    numbers come from and how they combine).  In-memory input: no calibration."""
+    from ooc_lowrank import _estimate, storage
+    from ooc_lowrank._estimate import calibration_rows, gimc_pass_seconds, rough_time
+    from ooc_lowrank.gimc import core
+
+    if big:  # the large-state mode (Delicious-large) at a test's size
+        monkeypatch.setattr(core, "LARGE_STATE_BYTES", 1)
+    monkeypatch.setattr(_estimate, "CALIBRATION_MIN_BYTES", 0)
+    monkeypatch.setattr(_estimate, "CALIBRATION_FRACTION", 0.2)
+    rng = np.random.default_rng(0)
+    n, d, L = 2000, 300, 40
+    X = sp.random(n, d, density=0.05, format="csr", random_state=1, dtype=np.float32)
+    Y = sp.csr_matrix((rng.random((n, L)) < 0.1).astype(np.float32))
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"X": X, "Y": Y}, block_rows=500)
+    reads, calls = [], []
+    orig = storage.ArrayHandle.read
+
+    def read(handle, start=0, stop=None):
+        reads.append((handle.name, int(start), int(stop)))
+        return orig(handle, start, stop)
+
+    def spy(name):
+        fn = getattr(_blocks, name)
+
+        @functools.wraps(fn)
+        def f(*a, **k):
+            acc = fn.accumulates if hasattr(fn, "accumulates") else False
+            Xb, U = (a[2], a[4]) if acc else (a[1], a[3])
+            calls.append((name, Xb.shape[0], Xb.nnz, U.shape[-2:]))
+            return fn(*a, **k)
+
+        monkeypatch.setattr(_blocks, name, f)
+
+    for name in ("grad_block_into", "grad_block_into32", "stats_block_into32", "stats_block_at"):
+        spy(name)
+    monkeypatch.setattr(storage.ArrayHandle, "read", read)
+    est = GIMC(n_features_map=8, features="both", max_iter=4)
+    e = est.estimate(ds)
+    cal = e["time_calibration"]
+    M = e["n_params"]
+    rows = calibration_rows(e["store_bytes"], n)
+    assert 0 < cal["rows"] == cal["rows_read"] <= rows < n  # a slice, bounded by the budget
+    assert cal["bytes"] <= _estimate.CALIBRATION_MAX_BYTES
+    w = cal["windows"]["rows"]
+    starts = cal["windows"]["starts"]
+    assert len(starts) > 1 and starts[-1] == n - w  # spread to the last rows
+    assert {(a, b) for k, a, b in reads if k == "X"} == {(s, s + w) for s in starts}
+    nnz = sum(X[s : s + w].nnz for s in starts)
+    grad = "grad_block_into32" if big else "grad_block_into"
+    stats = "stats_block_into32" if big else "stats_block_at"
+    # the fit's block functions, on the slice (twice: a first and a steady block), U full size
+    assert [c for c in calls if c[0] == grad] == [(grad, cal["rows"], nnz, (d, M))] * 2
+    assert [c for c in calls if c[0] == stats] == [(stats, cal["rows"], nnz, (d, M))] * 2
+    assert cal["big"] is big and len(cal["block_seconds"]["grad"]) == 2
+    assert cal["grad_block_seconds"] == min(cal["block_seconds"]["grad"])
+    t = rough_time(e, machine=MACHINE, cores=2)
+    assert t["calibrated"] and "rows of the input" in t["assumptions"]
+    g, s = gimc_pass_seconds(e, cal, 2)
+    assert t["grad_pass_seconds"] == pytest.approx(g + t["scheduler_seconds_per_pass"])
+    per_iter = g + t["scheduler_seconds_per_pass"] + _estimate.TYPICAL_TRIALS * (
+        s + t["scheduler_seconds_per_pass"] + cal["judge_seconds"]) + cal["step_seconds"]
+    assert t["seconds_per_iteration"] == pytest.approx(per_iter)
+    assert t["seconds_per_fit"] == pytest.approx(t["setup_seconds"] + 4 * per_iter)
+    calls.clear()
+    mem = est.estimate(X, Y)  # in memory: no slice timed
+    assert "time_calibration" not in mem and not calls
+    assert not rough_time(mem, machine=MACHINE, cores=2).get("calibrated")
+
+
+@pytest.mark.parametrize("n_trials", [1, 3])
+def test_gimc_passes_model_matches_the_fits_pass_counter(monkeypatch, n_trials):
+    """``gimc_passes(iterations, trials per iteration, n_trials)`` is the fit's own pass count:
+    the trials judged per iteration are counted on a tiny fit (its line search judges trials
+    until one is accepted)."""
+    from ooc_lowrank._estimate import gimc_passes
+    from ooc_lowrank.gimc import core
+
+    judged, per_iter = [0], []
+    orig = core.reduced_objective
+
+    def counting(*a, **k):
+        judged[0] += 1
+        return orig(*a, **k)
+
+    def callback(it, elapsed, f):
+        if it:
+            per_iter.append(judged[0])
+            judged[0] = 0
+
+    monkeypatch.setattr(core, "reduced_objective", counting)
+    rng = np.random.default_rng(0)
+    X, Y = _data(rng, 300, 6, 5)
+    est = GIMC(n_features_map=6, max_iter=6, tol=0.0, n_trials=n_trials, random_state=0,
+               callback=callback).fit(X, Y)  # fmt: skip
+    assert len(per_iter) == est.n_iter_ == 6
+    assert est.n_passes_ == gimc_passes(est.n_iter_, per_iter, n_trials)
+    assert est.n_passes_ <= est.estimate(X, Y)["max_passes"]

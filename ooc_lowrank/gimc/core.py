@@ -27,12 +27,14 @@ over 20 iterations (2.9-3.1 with "fixed W, twice the last step") and reaches a l
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 from scipy.linalg import cho_factor, cho_solve
 
 from ooc_lowrank import engine
@@ -316,6 +318,197 @@ def _unpack_stats(res, n_trials):
     return out
 
 
+def _timed(fn, wrap):
+    return fn if wrap is None else wrap(fn)
+
+
+def grad_reduction(X, A, U, W, spec, n_labels, codes, *, big, phi_key=None, z_key=None,
+                   wrap=None):
+    """The lazy gradient pass of :func:`fit_gimc` at ``U``, ``W`` (``big``: the large-state
+    mode, ``W`` the transpose of a C-ordered (L, D) array): ``X^T Xi`` and the LNYS column
+    sums added into one accumulator per engine chain.  ``phi_key``: block features kept by
+    the last single-trial statistics pass; ``z_key``: keep each block's ``X U`` under it for
+    the line search.  ``wrap(fn)``: the block function as the engine should call it (a
+    calibration's timer; None in a fit)."""
+    dt = np.dtype(X.dtype)
+    WWt = None if 2 * W.shape[1] < W.shape[0] else (W @ W.T).astype(dt)
+    if big:  # W is the transpose of a C-ordered (L, D) array: no copy
+        Wt, Ud = W.T, U
+        grad_fn = _blocks.grad_block_into32 if dt == np.float32 else _blocks.grad_block_into
+    else:
+        Wt, Ud = np.ascontiguousarray(W.T).astype(dt), U.astype(dt)
+        grad_fn = _blocks.grad_block_into
+    return engine.reduce_blocks(
+        _timed(grad_fn, wrap),
+        X,
+        A,
+        args=(Ud, spec, WWt, Wt, n_labels, codes, phi_key, z_key),
+        offset=True,
+        shapes=_blocks.grad_shapes(spec, X.shape[1]),
+    )
+
+
+def stats_reduction(X, A, U, direction, etas, spec, n_labels, codes, with_a2, *, big, key=None,
+                    wrap=None):
+    """The lazy statistics pass of :func:`fit_gimc` for the trials ``U - eta direction``
+    (``direction`` None: at ``U``).  ``big``: the large-state mode (``X U - eta X direction``
+    per block, accumulated in the data's dtype; ``key``: the projections kept by the gradient
+    pass); else one GEMM ``X U_t`` per trial from the trial matrices (``key``: keep a single
+    trial's block features for the next gradient pass).  ``wrap``: as in
+    :func:`grad_reduction`."""
+    dt = np.dtype(X.dtype)
+    shapes = _blocks.stats_shapes(spec, n_labels, len(etas), with_a2)
+    if big:
+        nys = any(p.kind == "nystrom" for p in spec.parts)
+        usqs = _trial_usq(U, direction, etas, dt) if nys else None
+        fn = _blocks.stats_block_into32 if dt == np.float32 else _blocks.stats_block_into
+        args = (U, direction, tuple(float(e) for e in etas), usqs, spec, n_labels, codes,
+                with_a2, key)  # fmt: skip
+        return engine.reduce_blocks(_timed(fn, wrap), X, A, args=args, offset=True,
+                                    shapes=shapes)  # fmt: skip
+    if direction is not None:
+        # one GEMM X U_t per trial and block, U_t rounded to dt as the next gradient pass
+        # will see it: the default single trial costs one n d m product instead of two
+        # (X U and X direction: 13 % of a steady iteration's flops at the NUS-WIDE shape,
+        # d = 1134, m = 500, L = 1000; issue 25), the same bits whatever the grouping
+        U = _trial_matrices(U, direction, etas, dt)
+        direction = None
+    args = (
+        U.astype(dt, copy=False),
+        None if direction is None else direction.astype(dt),
+        tuple(float(e) for e in etas),
+        spec,
+        n_labels,
+        codes,
+        with_a2,
+        key,
+    )
+    return engine.reduce_blocks(_timed(_blocks.stats_block_at, wrap), X, A, args=args,
+                                offset=True, shapes=shapes)  # fmt: skip
+
+
+#: Labels whose W-step :func:`pass_calibration` times (scaled to all labels).
+CALIBRATION_LABELS = 4 * OBJECTIVE_COLS
+
+
+def pass_calibration(Xs, As, U, spec, *, n_labels, codes, alpha, n_trials=1, seed=0):
+    """Time :func:`fit_gimc`'s own passes on a slice of its input, with the fit's state.
+
+    ``Xs``, ``As``: rows of the input and their labels (ndarray or CSR, one block's worth),
+    run as two identical row blocks of one pass (:func:`grad_reduction`,
+    :func:`stats_reduction` with the block functions the fit uses): the first block pays the
+    one-time costs (the pass accumulator's first touch of the pages it writes, loading the
+    kernels), the second is the steady cost of a block of these rows.  ``U`` (d, m_total) is
+    the fit's parameter array at full size, in the state's dtype (:func:`large_state`), and is
+    modified (a step is taken); ``W`` (and ``W^T``) are allocated at full size here, filled
+    with small values: gathers and scatter-adds against arrays of the fit's size are
+    memory-bound, so only the real sizes time them right.  The large-state mode runs the
+    gradient pass first (it keeps ``X U`` for the line search), the other mode the statistics
+    pass first (it keeps ``Phi`` for the gradient pass), as the fit does.
+
+    Returns a dict: ``rows`` (of one block), ``grad_block_seconds`` and
+    ``stats_block_seconds`` (the steady block: the faster of the two), ``block_seconds`` (all
+    block calls; ``block_cpu_seconds`` their threads' CPU time), ``grad_driver_seconds``
+    (this process's work around a gradient pass: ``W W^T``, the gradient's finalization and
+    norm), ``stats_driver_seconds`` (before a statistics pass: the trial matrices or the
+    trials' column norms), ``judge_seconds`` (one trial's W-step and objective, timed on at
+    most :data:`CALIBRATION_LABELS` labels and scaled; ``judge_cpu_seconds``),
+    ``step_seconds`` (the accepted step), ``big``, ``n_trials`` and ``seconds`` (the
+    calibration's own wall time)."""
+    t_all = time.perf_counter()
+    dt = np.dtype(Xs.dtype)
+    d, L, D = int(U.shape[0]), int(n_labels), spec.n_features
+    big = large_state(d, spec.n_params)
+    R = int(Xs.shape[0])
+
+    def twice(a):
+        return sp.vstack([a, a], format="csr") if sp.issparse(a) else np.concatenate([a, a])
+
+    X = engine.as_blocked(twice(Xs)).rechunk([0, R, 2 * R])
+    A = engine.as_blocked(twice(As)).rechunk([0, R, 2 * R])
+    rng = np.random.default_rng(seed)
+    times = {"grad": [], "stats": []}
+    cpu = {"grad": [], "stats": []}  # the block threads' CPU seconds (below wall when busy)
+
+    def timer(kind):
+        def wrap(fn):
+            @functools.wraps(fn)  # keeps fn.accumulates / accumulator_dtype
+            def timed(*a, **k):
+                t, c = time.perf_counter(), time.thread_time()
+                out = fn(*a, **k)
+                times[kind].append(time.perf_counter() - t)
+                cpu[kind].append(time.thread_time() - c)
+                return out
+
+            return timed
+
+        return wrap
+
+    sdt = dt if big else np.dtype(np.float64)
+    tile = (0.01 * rng.standard_normal((min(L, 4096), D))).astype(sdt)
+    WT = np.empty((L, D), dtype=sdt)  # the fit's W^T (large state) / W (D, L) as its transpose
+    for s_ in range(0, L, tile.shape[0]):
+        WT[s_ : s_ + tile.shape[0]] = tile[: L - s_]
+    W = WT.T if big else np.ascontiguousarray(WT.T)
+    del WT
+    etas = trial_steps(1e-3, 0, n_trials)
+    out = {"rows": R, "big": bool(big), "n_trials": int(n_trials)}
+    key = ("calibration", os.urandom(8).hex())
+    with engine.one_blas_thread():
+        try:
+            if not big:  # the statistics pass keeps Phi for the gradient pass
+                t = time.perf_counter()
+                red = stats_reduction(X, A, U, np.zeros_like(U), etas[:1], spec, L, codes, False,
+                                      big=False, key=key, wrap=timer("stats"))  # fmt: skip
+                out["stats_driver_seconds"] = time.perf_counter() - t
+                (res,) = engine.compute(red)
+                del red
+            t = time.perf_counter()
+            red = grad_reduction(X, A, U, W, spec, L, codes, big=big,
+                                 phi_key=None if big else key, z_key=key if big else None,
+                                 wrap=timer("grad"))  # fmt: skip
+            t_wwt = time.perf_counter() - t
+            (gres,) = engine.compute(red)
+            del red, W
+            t = time.perf_counter()
+            g = _blocks.finalize_grad(gres[0], gres[1], U, spec, inplace=True)
+            del gres
+            gnorm2 = _sq_norm(g)
+            out["grad_driver_seconds"] = t_wwt + time.perf_counter() - t
+            g *= 1e-3 / max(np.sqrt(gnorm2), 1e-30)  # a small direction: finite features
+            if big:
+                t = time.perf_counter()
+                red = stats_reduction(X, A, U, g, etas, spec, L, codes, False, big=True,
+                                      key=key, wrap=timer("stats"))  # fmt: skip
+                out["stats_driver_seconds"] = time.perf_counter() - t
+                (res,) = engine.compute(red)
+                del red
+            spp, sap = _unpack_stats(res, 1)[0]
+            del res
+            # the W-step solves label slices one after the other: timed on at most
+            # CALIBRATION_LABELS labels, scaled to all
+            sub = min(L, CALIBRATION_LABELS)
+            t, c = time.perf_counter(), time.thread_time()
+            if big:
+                reduced_objective_t(spp, sap[:sub], 1.0, alpha)
+            else:
+                reduced_objective(spp, sap[:sub], 1.0, alpha)
+            out["judge_seconds"] = (time.perf_counter() - t) * L / sub
+            out["judge_cpu_seconds"] = (time.thread_time() - c) * L / sub
+            del spp, sap
+            t = time.perf_counter()
+            U = _step_inplace(U, 1.0, g) if big else _step(U, 1.0, g)
+            out["step_seconds"] = time.perf_counter() - t
+        finally:
+            _blocks.clear_phi_cache()
+    out["block_seconds"] = times
+    out["block_cpu_seconds"] = cpu
+    out["grad_block_seconds"] = min(times["grad"])
+    out["stats_block_seconds"] = min(times["stats"])
+    out["seconds"] = time.perf_counter() - t_all
+    return out
+
+
 def fit_gimc(
     X,
     A,
@@ -436,22 +629,12 @@ def _fit_gimc(
     )
     fit_token = os.urandom(8).hex()
     z_key = None
-    nys = any(p.kind == "nystrom" for p in spec.parts)
 
     def stats_pass_big(U, direction, etas, with_a2):
-        """:func:`stats_pass` of the large-state mode: ``X U - eta X direction`` per block,
-        accumulated in the state's dtype; the statistics are views of the accumulator."""
+        """:func:`stats_pass` of the large-state mode (:func:`stats_reduction`)."""
         nonlocal n_passes
-        usqs = _trial_usq(U, direction, etas, dt) if nys else None
-        fn = _blocks.stats_block_into32 if dt == np.float32 else _blocks.stats_block_into
-        args = (U, direction, tuple(float(e) for e in etas), usqs, spec, n_labels, codes,
-                with_a2, z_key)
-        (res,) = engine.compute(
-            engine.reduce_blocks(
-                fn, X, A, args=args, offset=True,
-                shapes=_blocks.stats_shapes(spec, n_labels, len(etas), with_a2),
-            )
-        )
+        (res,) = engine.compute(stats_reduction(X, A, U, direction, etas, spec, n_labels,
+                                                codes, with_a2, big=True, key=z_key))  # fmt: skip
         n_passes += 1
         return res, None
 
@@ -462,33 +645,8 @@ def _fit_gimc(
         if big:
             return stats_pass_big(U, direction, etas, with_a2)
         key = (fit_token, n_passes) if keep_phi and len(etas) == 1 else None
-        if direction is not None:
-            # one GEMM X U_t per trial and block, U_t rounded to dt as the next gradient pass
-            # will see it: the default single trial costs one n d m product instead of two
-            # (X U and X direction: 13 % of a steady iteration's flops at the NUS-WIDE shape,
-            # d = 1134, m = 500, L = 1000; issue 25), the same bits whatever the grouping
-            U = _trial_matrices(U, direction, etas, dt)
-            direction = None
-        args = (
-            U.astype(dt, copy=False),
-            None if direction is None else direction.astype(dt),
-            tuple(float(e) for e in etas),
-            spec,
-            n_labels,
-            codes,
-            with_a2,
-            key,
-        )
-        (res,) = engine.compute(
-            engine.reduce_blocks(
-                _blocks.stats_block_at,
-                X,
-                A,
-                args=args,
-                offset=True,
-                shapes=_blocks.stats_shapes(spec, n_labels, len(etas), with_a2),
-            )
-        )
+        (res,) = engine.compute(stats_reduction(X, A, U, direction, etas, spec, n_labels, codes,
+                                                with_a2, big=False, key=key))  # fmt: skip
         n_passes += 1
         return res, key
 
@@ -558,25 +716,9 @@ def _fit_gimc(
         )
 
     for it in range(result.n_iter + 1, max_iter + 1):
-        WWt = None if 2 * W.shape[1] < W.shape[0] else (W @ W.T).astype(dt)
-        if big:  # W is the transpose of a C-ordered (L, D) array: no copy
-            Wt, Ud = W.T, U
-            z_key = (fit_token, "z", it) if keep_z else None
-            grad_fn = _blocks.grad_block_into32 if dt == np.float32 else _blocks.grad_block_into
-        else:
-            Wt, Ud = np.ascontiguousarray(W.T).astype(dt), U.astype(dt)
-            grad_fn = _blocks.grad_block_into
-        (gres,) = engine.compute(
-            engine.reduce_blocks(
-                grad_fn,
-                X,
-                A,
-                args=(Ud, spec, WWt, Wt, n_labels, codes, phi_key, z_key),
-                offset=True,
-                shapes=_blocks.grad_shapes(spec, X.shape[1]),
-            )
-        )
-        del Wt, Ud
+        z_key = (fit_token, "z", it) if big and keep_z else None
+        (gres,) = engine.compute(grad_reduction(X, A, U, W, spec, n_labels, codes, big=big,
+                                                phi_key=phi_key, z_key=z_key))  # fmt: skip
         n_passes += 1
         g = _blocks.finalize_grad(gres[0], gres[1], U, spec, inplace=True)
         del gres  # g is the pass's accumulator itself (d x m_total float64, issue 25)

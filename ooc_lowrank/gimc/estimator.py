@@ -687,10 +687,15 @@ class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator):
         self.classes_ = classes if classes is not None else np.arange(n_labels)
         return self
 
-    def estimate(self, X, Y=None, *, client=None):
+    def estimate(self, X, Y=None, *, client=None, calibrate=None):
         """Passes, per-worker memory and store size of ``fit(X, Y)``, before fitting.
 
-        Reads no data block (labels stored as class ids are read once to count the classes).
+        Reads no data block (labels stored as class ids are read once to count the classes),
+        except that with ``calibrate`` (default: when ``X`` is a store or Dask array) it times
+        the fit's own gradient and statistics passes on a slice of ``X`` (at most one row block
+        and 64 MiB, windows spread over the rows) with the fit's state at full size
+        (``time_calibration``: the block seconds, the driver's work, its own cost), which the
+        time model (``ooc-lowrank estimate``, ``_estimate.rough_time``) uses.
 
         Returns
         -------
@@ -707,9 +712,12 @@ class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator):
         probe = copy.copy(self)  # _prepare_X(reset=True) sets n_features_in_
         X, Y = _dataset_arrays(X, Y)
         XB, _ = probe._prepare_X(X, reset=True)
-        A, n_labels, _, _, _ = probe._prepare_Y(Y, XB.shape[0])
+        A, n_labels, codes, _, _ = probe._prepare_Y(Y, XB.shape[0])
         AB = engine.align(XB, engine.as_blocked(A, name="Y"), names=("X", "Y"))
-        return _estimate.gimc_estimate(self, XB, AB, n_labels, client=client)
+        if calibrate is None:
+            calibrate = not XB.in_memory
+        return _estimate.gimc_estimate(self, XB, AB, n_labels, client=client, codes=codes,
+                                       calibrate=bool(calibrate))  # fmt: skip
 
     # ------------------------------------------------------------------ prediction
 

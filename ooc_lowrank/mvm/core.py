@@ -35,7 +35,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-import scipy.sparse as sp
 
 from ooc_lowrank import engine
 from ooc_lowrank._progress import progress_log
@@ -422,22 +421,8 @@ def _window_reader(views, y, task, n_models):
     the signed target; in-memory inputs are sliced, store arrays read just those rows, Dask
     arrays compute the blocks that overlap the rows (and slice them)."""
 
-    def rows(b, s, e):
-        if b.in_memory:
-            return b.source[s:e]
-        if b.reads is not None:
-            return b.reads.read(s, e)
-        j0 = int(np.searchsorted(b.bounds, s, side="right") - 1)
-        j1 = int(np.searchsorted(b.bounds, e, side="left"))
-        got = engine.compute(*[b.dask.blocks[j] for j in range(j0, j1)])
-        pieces = [g[max(s, a) - a:min(e, a + g.shape[0]) - a]
-                  for g, a in zip(got, b.bounds[j0:j1], strict=True)]
-        if len(pieces) == 1:
-            return pieces[0]
-        return sp.vstack(pieces, format="csr") if sp.issparse(pieces[0]) else np.vstack(pieces)
-
     def read(s, e):
-        got = [rows(v, s, e) for v in (*views, y)]
+        got = [engine.read_rows(v, s, e) for v in (*views, y)]
         return _blocks.joined_csr(got[:-1]), _blocks.signed_target(got[-1], task, n_models)
 
     return read
