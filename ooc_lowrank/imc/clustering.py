@@ -333,8 +333,13 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         RBF width; None: the median heuristic.
     max_iter : int, default=20
         Outer iterations of the IMC fit.
-    cg_iter : int, default=20
-        CG iterations per W- or H-step.
+    cg_iter : int, default=5
+        CG iterations per W- or H-step.  The CG is preconditioned
+        (:class:`ooc_lowrank.imc.core.Preconditioner`: ``Phi^T diag(c) Phi (x) C + alpha I``,
+        two extra passes and two eigendecompositions per fit, for feature maps of at most
+        2048 features and in-memory constraints), so 5 iterations reach what plain CG reached
+        in 20: Segment (10n, m = 500, alpha = 1) error 0.0196 in 558 passes against 0.0194 in
+        1,162 with plain CG and 20; Mushroom 0 in both (574 against 1,170 passes).
     cg_tol : float, default=1e-3
         CG stops at residual cg_tol * ||r_0||.
     tol : float, default=1e-6
@@ -393,7 +398,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
         n_features_map=500,
         gamma=None,
         max_iter=20,
-        cg_iter=20,
+        cg_iter=5,
         cg_tol=1e-3,
         tol=1e-6,
         readout="exact",
@@ -503,7 +508,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
 
     def _fit_imc(self, X, cons, lam, seed, max_iter, prepared):
         """The IMC fit on ``prepared`` constraints (``_prepare``'s validated, blocked output)."""
-        return self._imc(lam, seed, max_iter)._fit_prepared(*prepared)
+        return self._imc(lam, seed, max_iter)._fit_prepared(*prepared, precondition=True)
 
     def _read_out(self, imc, n_init, seed):
         T = leading_subspace(imc.row_factors_, imc.col_factors_, self.n_clusters, self.readout)
