@@ -687,8 +687,30 @@ def test_clustering_default_fit_spends_half_the_passes_of_plain_cg(monkeypatch):
     new = GIMCClustering(**kw).fit(X, constraints=cons)
     assert new.cg_iter == 5 and new.imc_.cg_iterations_.max() <= 5
     assert core.fit_imc.__kwdefaults__["precondition"] is False  # IMC keeps plain CG
-    monkeypatch.setattr(core.Problem, "preconditioners", lambda self: (None, None))
+    monkeypatch.setattr(core.Problem, "preconditioners", lambda self, cache=None: (None, None))
     old = GIMCClustering(**kw, cg_iter=20).fit(X, constraints=cons)  # the former default
     assert old.imc_.cg_iterations_.max() > 5
     assert new.imc_.n_passes_ <= 0.6 * old.imc_.n_passes_
     assert clustering_error(new.labels_, y) <= clustering_error(old.labels_, y) + 0.01
+
+
+def test_lam_selection_computes_the_preconditioner_once(monkeypatch):
+    """The candidates of ``alpha="auto"`` share the maps, the initialization and the training
+    constraints: one eigendecomposition per side for all of them (and one for the refit on
+    all constraints), with the same scores as fits that compute their own."""
+    from ooc_lowrank.imc.clustering import GIMCClustering
+
+    X, y, cons, kw = _auto_problem()
+    built = []
+    init = core.Preconditioner.__init__
+
+    def spy(self, *a, **k):
+        built.append(1)
+        init(self, *a, **k)
+
+    monkeypatch.setattr(core.Preconditioner, "__init__", spy)
+    auto = GIMCClustering(alpha=GRID, random_state=0, **kw).fit(X, constraints=cons)
+    assert len(built) == 4  # 2 sides x (the selection's candidates, the refit)
+    # each score equals a fit that computed its own (the lam_auto test above does this per
+    # candidate): the cache changes no bits
+    assert auto.alpha_scores_ == {0.01: 7 / 60, 1.0: 3 / 60, 100.0: 9 / 60}

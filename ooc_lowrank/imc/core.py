@@ -24,6 +24,7 @@ non-increasing.  All small algebra is float64.
 
 from __future__ import annotations
 
+import copy
 import logging
 from dataclasses import dataclass, field
 
@@ -136,17 +137,23 @@ class Problem:
         self._held[id(side)] = (side.U, held)
         return held
 
-    def preconditioners(self):
+    def preconditioners(self, cache=None):
         """``(for the W-step, for the H-step)``: a :class:`Preconditioner` per side; ``(None,
         None)`` (no pass spent) when a side has more than :data:`PRECOND_MAX_FEATURES` features
         (its eigendecomposition would cost more than it saves) or no observations aligned with
         its rows (the column side without ``obs_t``), and for ``lam = 0`` (no shift: ``M`` may
-        be singular).  Two passes, one per side (``Phi^T diag(c) Phi`` and the counts ``c``)."""
+        be singular).  Two passes, one per side (``Phi^T diag(c) Phi`` and the counts ``c``).
+
+        ``cache``: a dict shared by fits of the same sides, feature parameters and observations
+        at other ``lam`` (the candidates of a ``lam`` selection): the first computes and stores
+        the eigendecompositions, the others reuse them (no pass)."""
         sides = ((self.rows, self.obs), (self.cols, self.obs_t))
         if self.lam <= 0 or any(
             obs is None or side.n_features > PRECOND_MAX_FEATURES for side, obs in sides
         ):
             return None, None
+        if cache is not None and "pre" in cache:
+            return tuple(p.with_lam(self.lam) for p in cache["pre"])
         grams, counts = [], []
         for side, obs in sides:
             D = side.n_features
@@ -161,10 +168,13 @@ class Problem:
             )
             grams.append(G)
             counts.append(c)
-        return (
+        pre = (
             Preconditioner(grams[0], self.lam, counts[1]),
             Preconditioner(grams[1], self.lam, counts[0]),
         )
+        if cache is not None:
+            cache["pre"] = pre
+        return pre
 
     def fused(self, side: Side, obs, Delta, other, residual):
         """``(Phi^T (E other), sum E^2 / 2)`` in one pass over ``side.X`` and ``obs`` (row-aligned):
@@ -361,6 +371,12 @@ class Preconditioner:
         self.lam = float(lam)
         self.w = np.asarray(other_counts, dtype=np.float64) / max(float(np.sum(other_counts)), 1.0)
 
+    def with_lam(self, lam):
+        """The same preconditioner for another ``lam`` (no new eigendecomposition)."""
+        out = copy.copy(self)
+        out.lam = float(lam)
+        return out
+
     def at(self, F):
         """``r -> M^{-1} r`` for the other side's factor ``F`` (n_other, k)."""
         # C-ordered, aligned copies: the products' bits depend on the layout (a factor or
@@ -464,9 +480,10 @@ def fit_imc(
     callback : callable(iteration, elapsed, objective) or None
     verbose : bool
         Progress lines at INFO (DEBUG otherwise) on the ``ooc_lowrank`` logger.
-    precondition : bool
+    precondition : bool or dict
         Preconditioned CG (:meth:`Problem.preconditioners`, two passes after the
-        initialization); sides it does not apply to keep plain CG.
+        initialization); sides it does not apply to keep plain CG.  A dict: preconditioned,
+        with that dict as the preconditioners' cache (fits that differ only in ``lam``).
 
     Returns
     -------
@@ -484,8 +501,8 @@ def fit_imc(
     res = FitResult(W=W, H=H, U=prob.rows.U, V=prob.cols.U, P=P, Q=Q, objective=[f])
     progress(0, f, "IMC init: objective %.6g", f)
     pre_w = pre_h = None
-    if precondition and max_iter > 0:
-        pre_w, pre_h = prob.preconditioners()
+    if (precondition or isinstance(precondition, dict)) and max_iter > 0:
+        pre_w, pre_h = prob.preconditioners(precondition if isinstance(precondition, dict) else None)
     eta_u = eta_v = None
     for it in range(1, max_iter + 1):
         # W-step: r = b - H_W(W) = -grad_W
