@@ -156,7 +156,6 @@ def omega_loss_block(Ob, Pb, Q):
     return np.array([0.5 * r @ r, b @ s, b @ b, s @ s, float(s.size)])
 
 
-
 def weighted_gram_block(Xb, Ob, U, spec):
     """``Phi_b^T diag(c_b) Phi_b`` (D, D) and ``c_b`` (n_b,), the number of observed entries in
     each row of the row-aligned Omega-block: the pieces of the CG preconditioner

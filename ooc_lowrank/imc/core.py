@@ -502,7 +502,8 @@ def fit_imc(
     progress(0, f, "IMC init: objective %.6g", f)
     pre_w = pre_h = None
     if (precondition or isinstance(precondition, dict)) and max_iter > 0:
-        pre_w, pre_h = prob.preconditioners(precondition if isinstance(precondition, dict) else None)
+        cache = precondition if isinstance(precondition, dict) else None
+        pre_w, pre_h = prob.preconditioners(cache)
     eta_u = eta_v = None
     for it in range(1, max_iter + 1):
         # W-step: r = b - H_W(W) = -grad_W
