@@ -86,10 +86,19 @@ def backprop_block(Xb, Zb, U, spec, Wt):
     (d, m_total) and the LNYS column sums, summed by the engine and finished by
     :func:`ooc_lowrank.gimc._blocks.finalize_grad`.
     """
-    Xp = _gb._prep(Xb, spec)
-    Phi = _gb.features_block(Xb, U, spec)
+    return _backprop(Xb, _gb.features_block(Xb, U, spec), Zb, spec, Wt)
+
+
+def backprop_held_block(Xb, Phib, Zb, U, spec, Wt):
+    """:func:`backprop_block` with the block's features ``Phib`` at ``U`` given (held by
+    :meth:`ooc_lowrank.imc.core.Problem.features`; read only): the same bits without the
+    feature map's ``X U`` and ``cos``/``sin``."""
+    return _backprop(Xb, Phib, Zb, spec, Wt)
+
+
+def _backprop(Xb, Phi, Zb, spec, Wt):
     G = np.asarray(Zb, dtype=Phi.dtype) @ Wt.astype(Phi.dtype, copy=False)
-    return _gb.backprop_block(Xp, Phi, G, spec)
+    return _gb.backprop_block(_gb._prep(Xb, spec), Phi, G, spec)
 
 
 # ----------------------------------------------------------------------------------------
@@ -146,6 +155,22 @@ def omega_loss_block(Ob, Pb, Q):
     r = b - s
     return np.array([0.5 * r @ r, b @ s, b @ b, s @ s, float(s.size)])
 
+
+def weighted_gram_block(Xb, Ob, U, spec):
+    """``Phi_b^T diag(c_b) Phi_b`` (D, D) and ``c_b`` (n_b,), the number of observed entries in
+    each row of the row-aligned Omega-block: the pieces of the CG preconditioner
+    (:func:`ooc_lowrank.imc.core.Preconditioner`)."""
+    Phi = phi_block(Xb, U, spec)
+    c = np.diff(_parts(Ob)[0]).astype(np.float64)
+    if sp.issparse(Phi):
+        G = (Phi.T @ Phi.multiply(c[:, None]).tocsr()).toarray()
+    else:
+        G = np.asarray(Phi, dtype=np.float64)
+        G = G.T @ (G * c[:, None])
+    return np.asarray(G, dtype=np.float64), c
+
+
+weighted_gram_block.row_outputs = (1,)
 
 
 # ----------------------------------------------------------------------------------------

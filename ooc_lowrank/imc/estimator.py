@@ -329,7 +329,7 @@ class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
         obs, shape, Br, Bc = self._prepare(X, X_row, X_col, shape)
         return self._fit_prepared(obs, shape, Br, Bc)
 
-    def _fit_prepared(self, obs, shape, Br, Bc):
+    def _fit_prepared(self, obs, shape, Br, Bc, precondition=False):
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
         rows = self._side(self.row_map, Br, rng)
@@ -346,6 +346,7 @@ class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
             rng=rng,
             callback=self.callback,
             verbose=self.verbose,
+            precondition=precondition,
         )
         self.W_, self.H_ = res.W, res.H
         self.row_params_, self.col_params_ = res.U, res.V
