@@ -1017,6 +1017,47 @@ def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density,
         np.testing.assert_allclose(dense, got, rtol=1e-12, atol=1e-12 * np.abs(got).max())
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rbf_sparse_rows_kernel_vs_twin(rng, dtype):
+    """``rbf_sparse_rows`` (issue 24): the kernel block from each row's nonzeros equals the NumPy
+    twin for dense and CSR rows (empty rows, 1..9 nonzeros around the unroll by four, unsorted
+    CSR indices), read-only inputs, every row the same bits alone as in the block."""
+    from ooc_lowrank.kernels.kernelmaxide import rbf_sparse_rows
+
+    n, d, r, gamma = 23, 30, 17, 0.07
+    X = np.zeros((n, d))
+    for i in range(1, n):  # row 0 empty; rows with 1 .. 9 nonzeros and some fuller rows
+        cols = rng.choice(d, size=min(d, i if i < 10 else 3 * i // 2), replace=False)
+        X[i, cols] = rng.standard_normal(cols.size)
+    X = X.astype(dtype)
+    U = (rng.standard_normal((d, r)) * (rng.random((d, r)) < 0.5)).astype(dtype)
+    want = naive.rbf(X.astype(np.float64), U.T.astype(np.float64), gamma)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    C = sp.csr_matrix(X)
+    perm = [rng.permutation(np.arange(a, b)) for a, b in zip(C.indptr[:-1], C.indptr[1:])]
+    perm = np.concatenate(perm).astype(np.int64)
+    shuffled = sp.csr_matrix((C.data[perm], C.indices[perm], C.indptr), shape=C.shape)
+    X.flags.writeable = U.flags.writeable = False
+    for Xin in (X, C, shuffled):
+        K, xsq = rbf_sparse_rows(Xin, U, gamma)
+        assert K.dtype == dtype and K.shape == (n, r)
+        np.testing.assert_allclose(K, want, rtol=tol, atol=tol)
+        np.testing.assert_allclose(xsq, (X.astype(np.float64) ** 2).sum(1), rtol=tol)
+        rows = np.vstack([rbf_sparse_rows(Xin[i : i + 1], U, gamma)[0] for i in range(n)])
+        np.testing.assert_array_equal(rows, K)
+
+
+def test_features_overflowing_row_norm_names_the_row():
+    """A row whose squared norm overflows is refused by the sparse-row kernel path too."""
+    X = np.zeros((4, 20))
+    X[2, 3] = 1e200
+    U = np.ones((20, 3))
+    from ooc_lowrank._validation import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match="row 2"):
+        _blocks.features(X, "kernel", U, None, 0.1)
+
+
 def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):
     """``Maxide(alpha="auto")`` (issue 28): each weight ``a`` is scored by separate fits
     ``Maxide(alpha=a * share)`` on the rows hold-outs of split_observed (``share`` = the fit's
