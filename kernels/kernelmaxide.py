@@ -259,23 +259,9 @@ def _rbf_arg_dense(Xb, U, usq, gamma, out, xsq, idx, val):
         _neg_scaled_d2(out[i], xs, usq, g)
 
 
-def rbf_sparse_rows(Xb, U, gamma):
-    """RBF kernel block ``K[i, c] = exp(-gamma ||x_i - u_c||^2)`` of rows with few nonzeros.
-
-    Parameters
-    ----------
-    Xb : ndarray or scipy.sparse CSR matrix of shape (n_samples, n_features), float32 or float64
-        Read only; dense rows are scanned for their nonzeros.
-    U : ndarray of shape (n_features, r), the dtype of ``Xb``
-        Landmarks as columns.
-    gamma : float
-
-    Returns
-    -------
-    K : ndarray of shape (n_samples, r), the dtype of ``Xb``
-    xsq : ndarray of shape (n_samples,)
-        Squared row norms ``||x_i||^2`` (the caller checks them for overflow).
-    """
+def _neg_scaled_sq_dists(Xb, U, gamma):
+    """``(-gamma max(||x_i - u_c||^2, 0), ||x_i||^2)`` of rows with few nonzeros (see
+    :func:`rbf_sparse_rows`)."""
     dt = Xb.dtype
     U = np.ascontiguousarray(U, dtype=dt)
     usq = np.einsum("ij,ij->j", U, U)
@@ -293,5 +279,33 @@ def rbf_sparse_rows(Xb, U, gamma):
         d = Xb.shape[1]
         _rbf_arg_dense(np.ascontiguousarray(Xb), U, usq, float(gamma), out, xsq,
                        np.empty(d, dtype=np.int64), np.empty(d, dtype=dt))  # fmt: skip
+    return out, xsq
+
+
+def rbf_sparse_rows(Xb, U, gamma):
+    """RBF kernel block ``K[i, c] = exp(-gamma ||x_i - u_c||^2)`` of rows with few nonzeros.
+
+    Parameters
+    ----------
+    Xb : ndarray or scipy.sparse CSR matrix of shape (n_samples, n_features), float32 or float64
+        Read only; dense rows are scanned for their nonzeros.
+    U : ndarray of shape (n_features, r), the dtype of ``Xb``
+        Landmarks as columns.
+    gamma : float
+
+    Returns
+    -------
+    K : ndarray of shape (n_samples, r), the dtype of ``Xb``
+    xsq : ndarray of shape (n_samples,)
+        Squared row norms ``||x_i||^2`` (the caller checks them for overflow).
+    """
+    out, xsq = _neg_scaled_sq_dists(Xb, U, gamma)
     np.exp(out, out=out)
     return out, xsq
+
+
+def sq_dists_sparse_rows(Xb, U):
+    """Squared distances ``max(||x_i - u_c||^2, 0)`` (n_samples, r) of rows with few nonzeros
+    to the columns of ``U``, the same arithmetic as :func:`rbf_sparse_rows` without the
+    ``exp`` (the median heuristic of the kernel width)."""
+    return _neg_scaled_sq_dists(Xb, U, -1.0)[0]

