@@ -967,6 +967,28 @@ def test_randomized_orthonormal_root_is_the_top_eigenspace():
     np.testing.assert_allclose(np.abs(R @ G @ exact.T), np.eye(k), atol=1e-4)
 
 
+def test_randomized_orthonormal_root_float32_sketch():
+    """``sketch_dtype=np.float32`` (issue 24): the subspace products get float32 blocks, the
+    Rayleigh-Ritz product float64; ``R G R^T = I`` still to float64 rounding, and the same
+    directions as the float64 sketch to float32 accuracy."""
+    r = np.random.default_rng(6)
+    n, k = 200, 10
+    V = np.linalg.qr(r.standard_normal((n, n)))[0]
+    G = (V * (100.0 * 0.8 ** np.arange(n))) @ V.T
+    G32, dtypes = G.astype(np.float32), []
+
+    def gram_times(B):
+        dtypes.append(B.dtype)
+        return (G32 if B.dtype == np.float32 else G) @ B
+
+    R = core.randomized_orthonormal_root(gram_times, n, k, n_iter=3, sketch_dtype=np.float32)
+    assert dtypes == [np.float32, np.float32, np.float64]
+    np.testing.assert_allclose(R @ G @ R.T, np.eye(k), atol=1e-10)
+    R64 = core.randomized_orthonormal_root(lambda B: G @ B, n, k, n_iter=3)
+    cos = np.linalg.svd(np.linalg.qr(R64.T)[0].T @ np.linalg.qr(R.T)[0], compute_uv=False)
+    np.testing.assert_allclose(cos, 1.0, atol=1e-5)
+
+
 def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     """n_landmarks > RANDOMIZED_RATIO (k + oversample): the basis from subspace iteration on
     the UT Gram (no extra pass), cached and streamed F alike, with the exact basis's scores."""
@@ -1045,6 +1067,25 @@ def test_rbf_sparse_rows_kernel_vs_twin(rng, dtype):
         np.testing.assert_allclose(xsq, (X.astype(np.float64) ** 2).sum(1), rtol=tol)
         rows = np.vstack([rbf_sparse_rows(Xin[i : i + 1], U, gamma)[0] for i in range(n)])
         np.testing.assert_array_equal(rows, K)
+
+
+def test_median_heuristic_and_landmark_kernel_from_nonzeros_equal_the_dense_ones(rng):
+    """Mostly-zero rows (issue 24): the median heuristic's pair distances and the landmarks'
+    kernel ``K_rr`` come from the rows' nonzeros; the same gamma and ``K_rr`` (symmetric) as
+    the dense products of ``gimc.features.median_gamma`` and the twin."""
+    from ooc_lowrank.gimc.features import median_gamma, sample_rows
+    from ooc_lowrank.kernelmaxide.estimator import rbf_gram
+
+    X = rng.standard_normal((300, 40)) * (rng.random((300, 40)) < 0.06)
+    assert _blocks.mostly_zero(X)
+    est = KernelMaxide(random_state=0)
+    got = est._gamma(X, np.random.default_rng(7))
+    want = median_gamma(sample_rows(X, 1000, np.random.default_rng(7)))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    L = X[:50]
+    K = rbf_gram(np.ascontiguousarray(L.T), got)
+    np.testing.assert_array_equal(K, K.T)
+    np.testing.assert_allclose(K, naive.rbf(L, L, got), rtol=1e-12, atol=1e-14)
 
 
 def test_features_overflowing_row_norm_names_the_row():

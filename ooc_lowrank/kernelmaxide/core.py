@@ -130,7 +130,9 @@ def orthonormal_root(G, k, rtol=1e-13):
     return V[:, :kk].T / np.sqrt(ev[:kk])[:, None]
 
 
-def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, seed=0, rtol=1e-13):
+def randomized_orthonormal_root(
+    gram_times, r, k, *, oversample=20, n_iter=4, seed=0, rtol=1e-13, sketch_dtype=np.float64
+):
     """:func:`orthonormal_root` by subspace iteration: ``n_iter`` products ``gram_times(B) = G
     B`` (``B`` of shape r x l, ``l = k + oversample``) from a fixed Gaussian start (``seed``),
     each orthonormalized, then Rayleigh-Ritz on the last block.  ``R G R^T = I`` holds exactly
@@ -138,7 +140,13 @@ def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, se
     diag(t) V^T``); they span the top ``k`` eigenvectors of ``G`` up to the subspace error,
     which shrinks like ``(g_{l+1} / g_k)^(n_iter - 1)`` (Halko, Martinsson & Tropp 2011,
     sections 4.5 and 5.5).  Cost: ``n_iter`` r x r x l products in place of the r x r
-    eigendecomposition (and, for ``G = M^T H M``, of forming ``G``)."""
+    eigendecomposition (and, for ``G = M^T H M``, of forming ``G``).
+
+    ``sketch_dtype=np.float32``: the first ``n_iter - 1`` products and their LU / QR run in
+    float32 (``gram_times`` is called with float32 blocks; half the cost); only the subspace
+    comes from them.  The Rayleigh-Ritz product and eigendecomposition stay float64, so ``R G
+    R^T = I`` holds to float64 rounding whatever the basis ``Q`` (``Q^T G Q`` is formed from
+    the ``Q`` used)."""
     kk = min(int(k), r)
     if kk <= 0:
         return np.zeros((0, r))
@@ -147,13 +155,14 @@ def randomized_orthonormal_root(gram_times, r, k, *, oversample=20, n_iter=4, se
     # between products only the span matters, kept well conditioned by a pivoted LU (``P L``,
     # as scikit-learn's randomized_range_finder; a quarter of a QR's cost at r x l = 1000 x
     # 220), and the last block gets a QR for the Rayleigh-Ritz
-    Q = np.random.default_rng(seed).standard_normal((r, l))
+    Q = np.random.default_rng(seed).standard_normal((r, l)).astype(sketch_dtype, copy=False)
     for i in range(int(n_iter) - 1):
         B = gram_times(Q)
         last = i == int(n_iter) - 2
         Q = np.linalg.qr(B)[0] if last else scipy.linalg.lu(B, permute_l=True, check_finite=False)[0]
     if int(n_iter) <= 1:
         Q = np.linalg.qr(Q)[0]
+    Q = Q.astype(np.float64, copy=False)
     T = Q.T @ gram_times(Q)
     ev, V = np.linalg.eigh(0.5 * (T + T.T))
     ev, V = ev[::-1], V[:, ::-1]

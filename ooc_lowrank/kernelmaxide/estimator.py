@@ -114,8 +114,14 @@ def nystrom_map(U, gamma, k):
     K = rbf_gram(U, gamma)
     r = K.shape[0]
     if r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
+        K32 = K.astype(np.float32)  # the subspace's products in float32 (the Ritz one float64)
         R = core.randomized_orthonormal_root(
-            lambda B: K @ B, r, k, oversample=RANDOMIZED_OVERSAMPLE, n_iter=RANDOMIZED_ITER
+            lambda B: (K32 if B.dtype == np.float32 else K) @ B,
+            r,
+            k,
+            oversample=RANDOMIZED_OVERSAMPLE,
+            n_iter=RANDOMIZED_ITER,
+            sketch_dtype=np.float32,
         )
     else:
         R = core.orthonormal_root(K, k)
