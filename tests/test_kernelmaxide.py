@@ -1018,9 +1018,9 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
 
 @pytest.mark.parametrize("density", [0.05, 0.5])
 def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density, monkeypatch):
-    """``features`` (issue 24): dense rows with <= 10 % nonzeros take the CSR x dense dot
-    products, the rank-k Nystrom map (r x k ``M``) one product ``K M``; both equal the NumPy
-    twin, the dense BLAS path, and themselves over any row split."""
+    """``features`` (issue 24): dense rows with few nonzeros (``SPARSE_DENSITY``) take the
+    kernel from their nonzeros, the rank-k Nystrom map (r x k ``M``) one product ``K M``; equal
+    to the NumPy twin, the dense BLAS path, and themselves over any row split."""
     X = rng.standard_normal((40, 30)) * (rng.random((40, 30)) < density)
     L = rng.standard_normal((12, 30)) * (rng.random((12, 30)) < 0.3)
     U, gamma = np.ascontiguousarray(L.T), 0.05

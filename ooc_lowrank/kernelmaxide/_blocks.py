@@ -2,12 +2,13 @@
 small numpy out (SPEC 4.3-4.5; derivation in docs/kernelmaxide.md).
 
 The feature map ``F`` (n x r) is either the Nystrom factor ``F = K(X, landmarks) M`` with
-``M = (K_rr^+)^(1/2)`` or the rank-k Nystrom map ``M`` (r x k; the kernel block by the GIMC
-Nystrom block, ``gimc._blocks.features_block``), or Maxide's linear basis ``A = X P`` with
-``P = V_k Sigma_k^-1``.  Only rows with at least one
-observed label (the set UT) enter training, so every training block function computes ``F``
-for those rows only.  When ``kind is None`` (:data:`CACHED`) the first input already *is* ``F``
-(cached, zero rows outside UT).
+``M = (K_rr^+)^(1/2)`` or the rank-k Nystrom map ``M`` (r x k; the kernel block from each
+row's nonzeros for CSR and mostly-zero dense rows, ``kernels.kernelmaxide.rbf_sparse_rows``,
+else by the GIMC Nystrom block, ``gimc._blocks.features_block``), or Maxide's linear basis
+``A = X P`` with ``P = V_k Sigma_k^-1``.  Only rows with at least one observed label (the set
+UT) enter training, so every training block function computes ``F`` for those rows only.  When
+``kind is None`` (:data:`CACHED`) the first input already *is* ``F`` (cached, zero rows outside
+UT).
 
 All functions are pure: inputs (read-only store / Dask chunks) are never modified.
 """
@@ -61,9 +62,10 @@ class FeatureMap:
 
 #: dense blocks with at most this fraction of nonzero entries (and every CSR block) compute the
 #: kernel block from each row's nonzeros (``kernels.kernelmaxide.rbf_sparse_rows``: ``nnz r``
-#: multiply-adds against ``n d r`` for BLAS; Arts at 7.5 %: 30 ms against 85 for 4,486 rows,
-#: float64, one thread)
-SPARSE_DENSITY = 0.1
+#: multiply-adds against ``n d r`` for BLAS).  4,000 x 462 rows against 1,000 landmarks,
+#: float64, one thread (busy machine): 21 / 32 / 57 / 81 / 136 ms at 5 / 10 / 20 / 30 / 50 %
+#: nonzeros against 92 for BLAS + exp at any density (issue 24; was 0.1 with scipy's CSR x dense)
+SPARSE_DENSITY = 0.25
 
 #: ``args`` of a cached F (the first input already holds F).
 CACHED = (None, None, None, 0.0)

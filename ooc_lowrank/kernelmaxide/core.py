@@ -158,8 +158,10 @@ def randomized_orthonormal_root(
     Q = np.random.default_rng(seed).standard_normal((r, l)).astype(sketch_dtype, copy=False)
     for i in range(int(n_iter) - 1):
         B = gram_times(Q)
-        last = i == int(n_iter) - 2
-        Q = np.linalg.qr(B)[0] if last else scipy.linalg.lu(B, permute_l=True, check_finite=False)[0]
+        if i == int(n_iter) - 2:  # the last block: orthonormal
+            Q = np.linalg.qr(B)[0]
+        else:
+            Q = scipy.linalg.lu(B, permute_l=True, check_finite=False)[0]
     if int(n_iter) <= 1:
         Q = np.linalg.qr(Q)[0]
     Q = Q.astype(np.float64, copy=False)
