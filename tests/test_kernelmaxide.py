@@ -1088,6 +1088,21 @@ def test_median_heuristic_and_landmark_kernel_from_nonzeros_equal_the_dense_ones
     np.testing.assert_allclose(K, naive.rbf(L, L, got), rtol=1e-12, atol=1e-14)
 
 
+def test_features_of_csr_rows_with_duplicate_entries(rng):
+    """A CSR block with duplicate stored entries (non-canonical) is the sum of its entries: the
+    same features as its dense form (the kernel's row norm would add the duplicates' squares
+    apart)."""
+    X = rng.standard_normal((6, 10)) * (rng.random((6, 10)) < 0.3)
+    C = sp.csr_matrix(X)
+    # every entry stored twice as two halves (built from its arrays: scipy keeps them)
+    dup = sp.csr_matrix((np.repeat(C.data / 2, 2), np.repeat(C.indices, 2), 2 * C.indptr),
+                        shape=X.shape)  # fmt: skip
+    assert dup.nnz == 2 * C.nnz and not dup.has_canonical_format
+    U = rng.standard_normal((10, 4))
+    np.testing.assert_allclose(_blocks.features(dup, "kernel", U, None, 0.2),
+                               naive.rbf(X, U.T, 0.2), rtol=1e-12)  # fmt: skip
+
+
 def test_features_overflowing_row_norm_names_the_row():
     """A row whose squared norm overflows is refused by the sparse-row kernel path too."""
     X = np.zeros((4, 20))

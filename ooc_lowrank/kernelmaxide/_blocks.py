@@ -89,7 +89,12 @@ def features(Xb, kind, U, M, gamma):
     if mostly_zero(Xb):
         # mostly zero rows (bag-of-words data such as the yahoo sets, 7 % nonzero): the dot
         # products from each row's nonzeros, fused with the kernel (issue 24)
-        K, xsq = kernels.rbf_sparse_rows(sp.csr_matrix(Xb) if sp.issparse(Xb) else Xb, U, gamma)
+        if sp.issparse(Xb):
+            Xb = sp.csr_matrix(Xb)
+            if not Xb.has_canonical_format:  # duplicates would add their squares apart
+                Xb = Xb.copy()
+                Xb.sum_duplicates()
+        K, xsq = kernels.rbf_sparse_rows(Xb, U, gamma)
         if not np.isfinite(xsq).all():
             gimc_blocks._row_sq(Xb, dt)  # raises the overflow error naming the row
     else:
