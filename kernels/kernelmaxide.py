@@ -17,6 +17,17 @@ without a negative get ``-1`` (excluded by the caller).
 
 Inputs are read only.  The NumPy twin (brute force over all pairs) is
 ``tests/naive_kernelmaxide.py::ranking_loss_rows``.
+
+:func:`rbf_sparse_rows` is the RBF kernel block ``K(X_b, landmarks)`` of rows with few nonzeros
+(the yahoo sets: 7.5 % of 462 columns), issue 24: each row's dot products with the ``r``
+landmarks are ``sum_j x_ij U[j, :]`` over its nonzeros only (``nnz r`` multiply-adds in place of
+``d r``; four nonzeros per sweep of the row, so the output row is loaded and stored once per four
+``U`` rows), fused with the squared norm and ``-gamma max(||x||^2 + ||u||^2 - 2 x.u, 0)``; NumPy's
+vectorized ``exp`` then runs in place on the block (2-3x Numba's scalar ``exp`` in float64).  Dense
+rows are scanned for their nonzeros inside the kernel (no CSR conversion).  Arts, 4,486 x 462
+rows against 1,000 landmarks, float64, one thread: 30 ms in place of 72 (scipy CSR conversion,
+CSR x dense, fused Numba exp).  Every row is computed alone in a fixed order, so a row's kernel
+values do not depend on the block it came in.  NumPy twin: ``tests/naive_kernelmaxide.py::rbf``.
 """
 
 from __future__ import annotations
@@ -185,3 +196,116 @@ def observed_ranking_loss_rows(S, indptr, indices, y):
     out = np.empty(ip.shape[0] - 1, dtype=np.float64)
     _observed_ranking_loss_rows(S, ip, ix, np.ascontiguousarray(y, dtype=np.float64), out)
     return out
+
+
+@njit
+def _acc_row(o, U, idx, val, start, stop):
+    """``o += sum_p val[p] U[idx[p]]`` for ``p`` in ``[start, stop)``, four rows of ``U`` per
+    sweep of ``o``; returns ``sum_p val[p]^2``."""
+    r = o.shape[0]
+    xs = o.dtype.type(0)
+    for c in range(r):
+        o[c] = 0.0
+    p = start
+    while p + 4 <= stop:
+        v0, v1, v2, v3 = val[p], val[p + 1], val[p + 2], val[p + 3]
+        u0, u1, u2, u3 = U[idx[p]], U[idx[p + 1]], U[idx[p + 2]], U[idx[p + 3]]
+        for c in range(r):
+            o[c] += v0 * u0[c] + v1 * u1[c] + v2 * u2[c] + v3 * u3[c]
+        xs += v0 * v0 + v1 * v1 + v2 * v2 + v3 * v3
+        p += 4
+    while p < stop:
+        v = val[p]
+        u = U[idx[p]]
+        for c in range(r):
+            o[c] += v * u[c]
+        xs += v * v
+        p += 1
+    return xs
+
+
+@njit
+def _neg_scaled_d2(o, xs, usq, gamma):
+    """``o <- -gamma max(xs + usq - 2 o, 0)`` (``o`` holds the dot products), in ``o``'s
+    dtype."""
+    two, zero = o.dtype.type(2), o.dtype.type(0)
+    for c in range(o.shape[0]):
+        o[c] = -gamma * max(xs + usq[c] - two * o[c], zero)
+
+
+@njit
+def _rbf_arg_csr(indptr, indices, data, U, usq, gamma, out, xsq):
+    g = out.dtype.type(gamma)
+    for i in range(indptr.shape[0] - 1):
+        xs = _acc_row(out[i], U, indices, data, indptr[i], indptr[i + 1])
+        xsq[i] = xs
+        _neg_scaled_d2(out[i], xs, usq, g)
+
+
+@njit
+def _rbf_arg_dense(Xb, U, usq, gamma, out, xsq, idx, val):
+    n, d = Xb.shape
+    g = out.dtype.type(gamma)
+    for i in range(n):
+        k = 0
+        for j in range(d):
+            v = Xb[i, j]
+            if v != 0:
+                idx[k] = j
+                val[k] = v
+                k += 1
+        xs = _acc_row(out[i], U, idx, val, 0, k)
+        xsq[i] = xs
+        _neg_scaled_d2(out[i], xs, usq, g)
+
+
+def _neg_scaled_sq_dists(Xb, U, gamma):
+    """``(-gamma max(||x_i - u_c||^2, 0), ||x_i||^2)`` of rows with few nonzeros (see
+    :func:`rbf_sparse_rows`)."""
+    dt = Xb.dtype
+    U = np.ascontiguousarray(U, dtype=dt)
+    usq = np.einsum("ij,ij->j", U, U)
+    n = Xb.shape[0]
+    out = np.empty((n, U.shape[1]), dtype=dt)
+    xsq = np.empty(n, dtype=dt)
+    if hasattr(Xb, "indptr"):
+        _rbf_arg_csr(
+            np.ascontiguousarray(Xb.indptr, dtype=np.int64),
+            np.ascontiguousarray(Xb.indices, dtype=np.int64),
+            np.ascontiguousarray(Xb.data),
+            U, usq, float(gamma), out, xsq,
+        )  # fmt: skip
+    else:
+        d = Xb.shape[1]
+        _rbf_arg_dense(np.ascontiguousarray(Xb), U, usq, float(gamma), out, xsq,
+                       np.empty(d, dtype=np.int64), np.empty(d, dtype=dt))  # fmt: skip
+    return out, xsq
+
+
+def rbf_sparse_rows(Xb, U, gamma):
+    """RBF kernel block ``K[i, c] = exp(-gamma ||x_i - u_c||^2)`` of rows with few nonzeros.
+
+    Parameters
+    ----------
+    Xb : ndarray or scipy.sparse CSR matrix of shape (n_samples, n_features), float32 or float64
+        Read only; dense rows are scanned for their nonzeros.
+    U : ndarray of shape (n_features, r), the dtype of ``Xb``
+        Landmarks as columns.
+    gamma : float
+
+    Returns
+    -------
+    K : ndarray of shape (n_samples, r), the dtype of ``Xb``
+    xsq : ndarray of shape (n_samples,)
+        Squared row norms ``||x_i||^2`` (the caller checks them for overflow).
+    """
+    out, xsq = _neg_scaled_sq_dists(Xb, U, gamma)
+    np.exp(out, out=out)
+    return out, xsq
+
+
+def sq_dists_sparse_rows(Xb, U):
+    """Squared distances ``max(||x_i - u_c||^2, 0)`` (n_samples, r) of rows with few nonzeros
+    to the columns of ``U``, the same arithmetic as :func:`rbf_sparse_rows` without the
+    ``exp`` (the median heuristic of the kernel width)."""
+    return _neg_scaled_sq_dists(Xb, U, -1.0)[0]

@@ -967,6 +967,28 @@ def test_randomized_orthonormal_root_is_the_top_eigenspace():
     np.testing.assert_allclose(np.abs(R @ G @ exact.T), np.eye(k), atol=1e-4)
 
 
+def test_randomized_orthonormal_root_float32_sketch():
+    """``sketch_dtype=np.float32`` (issue 24): the subspace products get float32 blocks, the
+    Rayleigh-Ritz product float64; ``R G R^T = I`` still to float64 rounding, and the same
+    directions as the float64 sketch to float32 accuracy."""
+    r = np.random.default_rng(6)
+    n, k = 200, 10
+    V = np.linalg.qr(r.standard_normal((n, n)))[0]
+    G = (V * (100.0 * 0.8 ** np.arange(n))) @ V.T
+    G32, dtypes = G.astype(np.float32), []
+
+    def gram_times(B):
+        dtypes.append(B.dtype)
+        return (G32 if B.dtype == np.float32 else G) @ B
+
+    R = core.randomized_orthonormal_root(gram_times, n, k, n_iter=3, sketch_dtype=np.float32)
+    assert dtypes == [np.float32, np.float32, np.float64]
+    np.testing.assert_allclose(R @ G @ R.T, np.eye(k), atol=1e-10)
+    R64 = core.randomized_orthonormal_root(lambda B: G @ B, n, k, n_iter=3)
+    cos = np.linalg.svd(np.linalg.qr(R64.T)[0].T @ np.linalg.qr(R.T)[0], compute_uv=False)
+    np.testing.assert_allclose(cos, 1.0, atol=1e-5)
+
+
 def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     """n_landmarks > RANDOMIZED_RATIO (k + oversample): the basis from subspace iteration on
     the UT Gram (no extra pass), cached and streamed F alike, with the exact basis's scores."""
@@ -996,9 +1018,9 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
 
 @pytest.mark.parametrize("density", [0.05, 0.5])
 def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density, monkeypatch):
-    """``features`` (issue 24): dense rows with <= 10 % nonzeros take the CSR x dense dot
-    products, the rank-k Nystrom map (r x k ``M``) one product ``K M``; both equal the NumPy
-    twin, the dense BLAS path, and themselves over any row split."""
+    """``features`` (issue 24): dense rows with few nonzeros (``SPARSE_DENSITY``) take the
+    kernel from their nonzeros, the rank-k Nystrom map (r x k ``M``) one product ``K M``; equal
+    to the NumPy twin, the dense BLAS path, and themselves over any row split."""
     X = rng.standard_normal((40, 30)) * (rng.random((40, 30)) < density)
     L = rng.standard_normal((12, 30)) * (rng.random((12, 30)) < 0.3)
     U, gamma = np.ascontiguousarray(L.T), 0.05
@@ -1015,6 +1037,81 @@ def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density,
         dense = _blocks.features(X, kind, U, M, gamma)
         monkeypatch.undo()
         np.testing.assert_allclose(dense, got, rtol=1e-12, atol=1e-12 * np.abs(got).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_rbf_sparse_rows_kernel_vs_twin(rng, dtype):
+    """``rbf_sparse_rows`` (issue 24): the kernel block from each row's nonzeros equals the NumPy
+    twin for dense and CSR rows (empty rows, 1..9 nonzeros around the unroll by four, unsorted
+    CSR indices), read-only inputs, every row the same bits alone as in the block."""
+    from ooc_lowrank.kernels.kernelmaxide import rbf_sparse_rows
+
+    n, d, r, gamma = 23, 30, 17, 0.07
+    X = np.zeros((n, d))
+    for i in range(1, n):  # row 0 empty; rows with 1 .. 9 nonzeros and some fuller rows
+        cols = rng.choice(d, size=min(d, i if i < 10 else 3 * i // 2), replace=False)
+        X[i, cols] = rng.standard_normal(cols.size)
+    X = X.astype(dtype)
+    U = (rng.standard_normal((d, r)) * (rng.random((d, r)) < 0.5)).astype(dtype)
+    want = naive.rbf(X.astype(np.float64), U.T.astype(np.float64), gamma)
+    tol = 1e-12 if dtype == np.float64 else 2e-5
+    C = sp.csr_matrix(X)
+    perm = [rng.permutation(np.arange(a, b)) for a, b in zip(C.indptr[:-1], C.indptr[1:])]
+    perm = np.concatenate(perm).astype(np.int64)
+    shuffled = sp.csr_matrix((C.data[perm], C.indices[perm], C.indptr), shape=C.shape)
+    X.flags.writeable = U.flags.writeable = False
+    for Xin in (X, C, shuffled):
+        K, xsq = rbf_sparse_rows(Xin, U, gamma)
+        assert K.dtype == dtype and K.shape == (n, r)
+        np.testing.assert_allclose(K, want, rtol=tol, atol=tol)
+        np.testing.assert_allclose(xsq, (X.astype(np.float64) ** 2).sum(1), rtol=tol)
+        rows = np.vstack([rbf_sparse_rows(Xin[i : i + 1], U, gamma)[0] for i in range(n)])
+        np.testing.assert_array_equal(rows, K)
+
+
+def test_median_heuristic_and_landmark_kernel_from_nonzeros_equal_the_dense_ones(rng):
+    """Mostly-zero rows (issue 24): the median heuristic's pair distances and the landmarks'
+    kernel ``K_rr`` come from the rows' nonzeros; the same gamma and ``K_rr`` (symmetric) as
+    the dense products of ``gimc.features.median_gamma`` and the twin."""
+    from ooc_lowrank.gimc.features import median_gamma, sample_rows
+    from ooc_lowrank.kernelmaxide.estimator import rbf_gram
+
+    X = rng.standard_normal((300, 40)) * (rng.random((300, 40)) < 0.06)
+    assert _blocks.mostly_zero(X)
+    est = KernelMaxide(random_state=0)
+    got = est._gamma(X, np.random.default_rng(7))
+    want = median_gamma(sample_rows(X, 1000, np.random.default_rng(7)))
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    L = X[:50]
+    K = rbf_gram(np.ascontiguousarray(L.T), got)
+    np.testing.assert_array_equal(K, K.T)
+    np.testing.assert_allclose(K, naive.rbf(L, L, got), rtol=1e-12, atol=1e-14)
+
+
+def test_features_of_csr_rows_with_duplicate_entries(rng):
+    """A CSR block with duplicate stored entries (non-canonical) is the sum of its entries: the
+    same features as its dense form (the kernel's row norm would add the duplicates' squares
+    apart)."""
+    X = rng.standard_normal((6, 10)) * (rng.random((6, 10)) < 0.3)
+    C = sp.csr_matrix(X)
+    # every entry stored twice as two halves (built from its arrays: scipy keeps them)
+    dup = sp.csr_matrix((np.repeat(C.data / 2, 2), np.repeat(C.indices, 2), 2 * C.indptr),
+                        shape=X.shape)  # fmt: skip
+    assert dup.nnz == 2 * C.nnz and not dup.has_canonical_format
+    U = rng.standard_normal((10, 4))
+    np.testing.assert_allclose(_blocks.features(dup, "kernel", U, None, 0.2),
+                               naive.rbf(X, U.T, 0.2), rtol=1e-12)  # fmt: skip
+
+
+def test_features_overflowing_row_norm_names_the_row():
+    """A row whose squared norm overflows is refused by the sparse-row kernel path too."""
+    X = np.zeros((4, 20))
+    X[2, 3] = 1e200
+    U = np.ones((20, 3))
+    from ooc_lowrank._validation import NonFiniteError
+
+    with pytest.raises(NonFiniteError, match="row 2"):
+        _blocks.features(X, "kernel", U, None, 0.1)
 
 
 def test_maxide_auto_alpha_is_the_held_out_selection_and_saves(tmp_path):

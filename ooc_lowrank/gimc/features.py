@@ -66,11 +66,17 @@ def median_gamma(S):
         S = np.asarray(S, dtype=np.float64)
         sq = np.einsum("ij,ij->i", S, S)
         G = S @ S.T
-    D2 = np.maximum(sq[:, None] + sq[None, :] - 2 * G, 0.0)
-    iu = np.triu_indices(S.shape[0], 1)
-    med = float(np.median(D2[iu])) if iu[0].size else 0.0
+    return gamma_from_sq_dists(np.maximum(sq[:, None] + sq[None, :] - 2 * G, 0.0))
+
+
+def gamma_from_sq_dists(D2):
+    """``1 / median_{i<j} D2[i, j]`` (the median of the positive ones if that is 0; 1 if none
+    is) from the squared distances ``D2`` (n x n) of a row sample."""
+    n = D2.shape[0]
+    pairs = np.concatenate([D2[i, i + 1 :] for i in range(n - 1)]) if n > 1 else np.zeros(0)
+    med = float(np.median(pairs)) if pairs.size else 0.0
     if med <= 0:
-        pos = D2[iu][D2[iu] > 0]
+        pos = pairs[pairs > 0]
         med = float(np.median(pos)) if pos.size else 1.0
     return 1.0 / med
 

@@ -2,12 +2,13 @@
 small numpy out (SPEC 4.3-4.5; derivation in docs/kernelmaxide.md).
 
 The feature map ``F`` (n x r) is either the Nystrom factor ``F = K(X, landmarks) M`` with
-``M = (K_rr^+)^(1/2)`` or the rank-k Nystrom map ``M`` (r x k; the kernel block by the GIMC
-Nystrom block, ``gimc._blocks.features_block``), or Maxide's linear basis ``A = X P`` with
-``P = V_k Sigma_k^-1``.  Only rows with at least one
-observed label (the set UT) enter training, so every training block function computes ``F``
-for those rows only.  When ``kind is None`` (:data:`CACHED`) the first input already *is* ``F``
-(cached, zero rows outside UT).
+``M = (K_rr^+)^(1/2)`` or the rank-k Nystrom map ``M`` (r x k; the kernel block from each
+row's nonzeros for CSR and mostly-zero dense rows, ``kernels.kernelmaxide.rbf_sparse_rows``,
+else by the GIMC Nystrom block, ``gimc._blocks.features_block``), or Maxide's linear basis
+``A = X P`` with ``P = V_k Sigma_k^-1``.  Only rows with at least one observed label (the set
+UT) enter training, so every training block function computes ``F`` for those rows only.  When
+``kind is None`` (:data:`CACHED`) the first input already *is* ``F`` (cached, zero rows outside
+UT).
 
 All functions are pure: inputs (read-only store / Dask chunks) are never modified.
 """
@@ -59,13 +60,21 @@ class FeatureMap:
         return (self.kind, self.U, self.M, self.gamma)
 
 
-#: dense blocks with at most this fraction of nonzero entries compute the kernel's dot products
-#: ``X U`` as CSR x dense: ``2 nnz r`` flops at ~7 GFLOP/s against ``2 n d r`` at ~50 (one
-#: thread, float64; Arts at 7.5 %: 0.058 s with the conversion, 0.088 s dense)
-SPARSE_DENSITY = 0.1
+#: dense blocks with at most this fraction of nonzero entries (and every CSR block) compute the
+#: kernel block from each row's nonzeros (``kernels.kernelmaxide.rbf_sparse_rows``: ``nnz r``
+#: multiply-adds against ``n d r`` for BLAS).  4,000 x 462 rows against 1,000 landmarks,
+#: float64, one thread (busy machine): 21 / 32 / 57 / 81 / 136 ms at 5 / 10 / 20 / 30 / 50 %
+#: nonzeros against 92 for BLAS + exp at any density (issue 24; was 0.1 with scipy's CSR x dense)
+SPARSE_DENSITY = 0.25
 
 #: ``args`` of a cached F (the first input already holds F).
 CACHED = (None, None, None, 0.0)
+
+
+def mostly_zero(Xb):
+    """Whether the kernel of the rows of ``Xb`` is computed from their nonzeros: CSR input, or
+    at most ``SPARSE_DENSITY`` of the dense block's entries nonzero."""
+    return sp.issparse(Xb) or np.count_nonzero(Xb) <= SPARSE_DENSITY * Xb.size
 
 
 def features(Xb, kind, U, M, gamma):
@@ -76,16 +85,25 @@ def features(Xb, kind, U, M, gamma):
     U = U.astype(dt, copy=False)
     if kind == "linear":
         return np.ascontiguousarray(Xb @ U)
-    if not sp.issparse(Xb) and np.count_nonzero(Xb) <= SPARSE_DENSITY * Xb.size:
-        # mostly zero dense rows (bag-of-words data such as the yahoo sets, 7 % nonzero): the
-        # kernel's dot products as CSR x dense, per row in a fixed order (issue 24)
-        Xb = sp.csr_matrix(Xb)
     square = M is not None and M.shape[0] == M.shape[1]
-    part = ("nystrom", U.shape[1], gamma, M if square else None, False)
-    spec = gimc_blocks.FeatureSpec.build([part])
-    K = gimc_blocks.features_block(Xb, U, spec)
-    # the rank-k Nystrom map (r x k, KernelMaxide's orthonormal basis): one product K M
-    return K if M is None or square else K @ M.astype(dt, copy=False)
+    if mostly_zero(Xb):
+        # mostly zero rows (bag-of-words data such as the yahoo sets, 7 % nonzero): the dot
+        # products from each row's nonzeros, fused with the kernel (issue 24)
+        if sp.issparse(Xb):
+            Xb = sp.csr_matrix(Xb)
+            if not Xb.has_canonical_format:  # duplicates would add their squares apart
+                Xb = Xb.copy()
+                Xb.sum_duplicates()
+        K, xsq = kernels.rbf_sparse_rows(Xb, U, gamma)
+        if not np.isfinite(xsq).all():
+            gimc_blocks._row_sq(Xb, dt)  # raises the overflow error naming the row
+    else:
+        part = ("nystrom", U.shape[1], gamma, M if square else None, False)
+        K = gimc_blocks.features_block(Xb, U, gimc_blocks.FeatureSpec.build([part]))
+        if square:
+            return K
+    # the rank-k Nystrom map (r x k, KernelMaxide's orthonormal basis) or KM-6's (r x r)
+    return K if M is None else K @ M.astype(dt, copy=False)
 
 
 def _ut(Xb, Yb, kind, U, M, gamma):
