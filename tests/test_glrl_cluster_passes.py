@@ -72,3 +72,52 @@ def test_glrl_streamed_pass_structure_on_a_cluster(store, cluster_client, monkey
     # and the same model as on the local threads, bit for bit
     np.testing.assert_array_equal(est.objective_path_, local.objective_path_)
     np.testing.assert_array_equal(est.theta_, local.theta_)
+
+
+def _worker_csr_bytes(dask_worker):
+    import scipy.sparse as sp
+
+    return sum(v.data.nbytes for v in dask_worker.data.values() if sp.issparse(v))
+
+
+def test_imc_in_memory_observations_held_once_per_fit(cluster_client, monkeypatch):
+    """In-memory constraints (what ``GIMCClustering(alpha="auto")`` fits on) are placed on the
+    workers once per fit, block by block (issue 27: they were scattered whole, through the LRU
+    cache that the fit's factors evict, in pass after pass), and freed with the fit."""
+    import scipy.sparse as sp
+
+    from ooc_lowrank.imc import InductiveMatrixCompletion
+
+    rng = np.random.default_rng(1)
+    n, d = 3_000, 6
+    X = rng.standard_normal((n, d))
+    obs = sp.random(n, n, density=12 / n, format="coo", random_state=rng)
+    trip = (obs.row, obs.col, np.round(obs.data))
+    kw = dict(n_components=2, row_map="fourier", col_map="fourier", n_features_map=8,
+              max_iter=2, cg_iter=3, tol=0.0, block_rows=500, random_state=0)  # fmt: skip
+    big = []  # sizes of the scatter calls that ship a sparse matrix (the observations)
+    real_scatter = cluster_client.scatter
+
+    def scatter(data, *a, **k):
+        items = data if isinstance(data, list) else [data]
+        big.extend(len(items) for x in items[:1] if sp.issparse(x))
+        return real_scatter(data, *a, **k)
+
+    monkeypatch.setattr(cluster_client, "scatter", scatter)
+    monkeypatch.setattr(engine, "SCATTER_BYTES", 1024)  # a small problem shipped as a big one
+    engine._SCATTER_CACHE.clear()
+    local = InductiveMatrixCompletion(**kw).fit(trip, X_row=X, X_col=X, shape=(n, n))
+    with dask.config.set(scheduler=cluster_client):
+        est = InductiveMatrixCompletion(**kw).fit(trip, X_row=X, X_col=X, shape=(n, n))
+    engine._SCATTER_CACHE.clear()
+    import gc
+
+    gc.collect()
+    # the validation pass ships the matrix once (whole); the fit places it and its transposed
+    # copy block by block, once each (6 blocks): not once per pass (est.n_passes_ passes)
+    assert est.n_passes_ > 20
+    assert sorted(big) == [1, 6, 6], big
+    # nothing of them is left on the workers once the fit is over
+    assert sum(cluster_client.run(_worker_csr_bytes).values()) == 0
+    np.testing.assert_allclose(est.objective_, local.objective_, rtol=1e-10)
+    np.testing.assert_allclose(est.row_factors_, local.row_factors_, rtol=1e-8, atol=1e-10)
