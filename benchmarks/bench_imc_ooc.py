@@ -10,12 +10,19 @@ Store (``--rows`` n, default 1M; written here with the ``DatasetWriter``, seeded
 ``GIMCClustering`` (GIMC-LFF, ``m = --m``, rank = clusters, ``--iters`` outer iterations of
 ``--cg-iter`` CG steps) is fitted on the store inside one spawned Dask worker whose memory limit
 is a quarter of the store's logical size (``_worker_rss``; the driver keeps the n x k factors
-P and Q, the worker streams the feature and constraint blocks).  Recorded: seconds per outer
-iteration, passes (total and per iteration), the worker's peak RSS and the clustering error, and
+P and Q, the worker streams the feature and constraint blocks).  With ``--alpha auto`` (the
+default) the fit is several IMC fits: one per selection candidate on 80 % of the constraints
+(held in memory, placed on the worker once per fit), then the refit.  Recorded: per fit phase
+(``fit_phases``: each candidate, then the refit) its start-up seconds, its iterations' seconds
+and the worker's RSS peak during it; ``iterations`` is the refit's; passes, the worker's peak
+RSS and the clustering error, and
 the serialized bytes of every graph sent to the cluster (one per pass; a graph above Dask's
 large-graph threshold of 10 MB is an error, issue 27).
 
     nice -n 10 python benchmarks/bench_imc_ooc.py      # 1M rows x 500 features, 20n constraints (4 GB)
+    # results/imc_ooc_1m.json: 1M rows x 10 features, a 1 GiB worker
+    nice -n 10 python benchmarks/bench_imc_ooc.py --rows 1000000 --d 10 --m 50 --iters 2 \
+        --block-rows 100000 --min-limit-mib 1024 --out benchmarks/results/imc_ooc_1m.json
     python benchmarks/bench_imc_ooc.py --rows 20000 --iters 1 --quiet --out /tmp/x.json
 """
 
