@@ -16,7 +16,8 @@ import time
 
 @contextlib.contextmanager
 def limited_worker(limit_bytes, threads=1, poll_seconds=0.05):
-    """Yield ``(client, peak)``; ``peak["worker"]`` is the largest worker RSS seen (bytes).
+    """Yield ``(client, peak)``; ``peak["worker"]`` is the largest worker RSS seen (bytes);
+    ``peak["phase"]`` the largest since the caller last set it to 0 (RSS per phase of a run).
 
     Inside the block, ``dask.config.set(scheduler=client.get)`` is in force, so engine passes
     run on the worker.  ``peak["baseline"]`` is the worker's RSS once it has imported the
@@ -53,7 +54,10 @@ def limited_worker(limit_bytes, threads=1, poll_seconds=0.05):
                 while not stop.is_set():
                     for p in procs:
                         try:
-                            peak["worker"] = max(peak["worker"], p.memory_info().rss)
+                            now = p.memory_info().rss
+                            peak["worker"] = max(peak["worker"], now)
+                            # a caller's phase peak: it resets peak["phase"] at a phase start
+                            peak["phase"] = max(peak.get("phase", 0), now)
                         except psutil.Error:
                             peak["died"] = True
                             stop.set()

@@ -206,7 +206,9 @@ def run(method, path, probe, n_workers, a, log):
             cpu0 = client.run(_cpu_seconds)
             with graph_bytes() as sizes, cold(path, a.drop_every), \
                     distributed.get_task_stream(client) as ts:  # fmt: skip
+                drv0 = time.process_time()
                 seconds, passes = fit(method, path, a)
+                driver_cpu = time.process_time() - drv0
             cpu1 = client.run(_cpu_seconds)
     finally:
         client.close()
@@ -217,11 +219,16 @@ def run(method, path, probe, n_workers, a, log):
                 if w in cpu0 and cpu1[w][1] is not None}  # fmt: skip
     tasks = task_summary(ts.data)
     log(f"{method}: {n_workers} worker(s): {seconds:.1f} s, {passes} passes, "
-        f"{seconds / max(passes, 1):.2f} s per pass, workers' CPU {sum(cpu.values()):.1f} s "
+        f"{seconds / max(passes, 1):.2f} s per pass, driver CPU {driver_cpu / max(passes, 1):.3f} s "
+        f"per pass, workers' CPU {sum(cpu.values()):.1f} s "
         f"(task threads {sum(task_cpu.values()):.1f} s), "
         f"task compute {tasks.get('compute_seconds', 0):.1f} s")  # fmt: skip
     return {"seconds": seconds, "passes": passes, "seconds_per_pass": seconds / max(passes, 1),
             "worker_cpu_seconds": sum(cpu.values()),
+            # the driver's own CPU per pass (graph building, scatters, gathers, the method's
+            # arithmetic between passes): the per-pass fixed cost that does not shrink with workers
+            "driver_cpu_seconds": driver_cpu,
+            "driver_cpu_seconds_per_pass": driver_cpu / max(passes, 1),
             "task_cpu_seconds": sum(task_cpu.values()) if task_cpu else None,
             "task_cpu_seconds_each": sorted(task_cpu.values()),
             # the workers' time not spent in tasks: per-pass latency, stragglers, I/O waits

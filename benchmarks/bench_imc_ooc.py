@@ -10,12 +10,19 @@ Store (``--rows`` n, default 1M; written here with the ``DatasetWriter``, seeded
 ``GIMCClustering`` (GIMC-LFF, ``m = --m``, rank = clusters, ``--iters`` outer iterations of
 ``--cg-iter`` CG steps) is fitted on the store inside one spawned Dask worker whose memory limit
 is a quarter of the store's logical size (``_worker_rss``; the driver keeps the n x k factors
-P and Q, the worker streams the feature and constraint blocks).  Recorded: seconds per outer
-iteration, passes (total and per iteration), the worker's peak RSS and the clustering error, and
+P and Q, the worker streams the feature and constraint blocks).  With ``--alpha auto`` (the
+default) the fit is several IMC fits: one per selection candidate on 80 % of the constraints
+(held in memory, placed on the worker once per fit), then the refit.  Recorded: per fit phase
+(``fit_phases``: each candidate, then the refit) its start-up seconds, its iterations' seconds
+and the worker's RSS peak during it; ``iterations`` is the refit's; passes, the worker's peak
+RSS and the clustering error, and
 the serialized bytes of every graph sent to the cluster (one per pass; a graph above Dask's
 large-graph threshold of 10 MB is an error, issue 27).
 
     nice -n 10 python benchmarks/bench_imc_ooc.py      # 1M rows x 500 features, 20n constraints (4 GB)
+    # results/imc_ooc_1m.json: 1M rows x 10 features, a 1 GiB worker
+    nice -n 10 python benchmarks/bench_imc_ooc.py --rows 1000000 --d 10 --m 50 --iters 2 \
+        --block-rows 100000 --min-limit-mib 1024 --out benchmarks/results/imc_ooc_1m.json
     python benchmarks/bench_imc_ooc.py --rows 20000 --iters 1 --quiet --out /tmp/x.json
 """
 
@@ -63,6 +70,25 @@ def make_store(url, n, d, k, pairs, block_rows, seed=0):
             w.append(X=Xb, y=yb[:, None].astype(np.float64), obs=obs)
 
 
+def fit_phases(ticks, est):
+    """The callback's ticks ``(phase, iteration, elapsed, objective, worker RSS peak)`` as one
+    record per IMC fit: the selection fits (``alpha="auto"``: one per candidate, in the grid's
+    order) and the final fit, each with its start-up seconds (feature maps, initialization: up
+    to its first iteration), its iterations' seconds and the worker's RSS peak during it."""
+    names = [f"selection alpha={lam:g}" for lam in (est.alpha_scores_ or {})] + ["fit"]
+    out = []
+    for ph in sorted({t[0] for t in ticks}):
+        mine = [t for t in ticks if t[0] == ph]
+        out.append({
+            "phase": names[ph] if ph < len(names) - 1 else f"fit alpha={est.alpha_:g}",
+            "init_seconds": mine[0][2],
+            "iterations": [{"iteration": b[1], "seconds": b[2] - p[2], "objective": b[3]}
+                           for p, b in zip(mine[:-1], mine[1:], strict=True)],
+            "peak_worker_rss": max(t[4] for t in mine),
+        })  # fmt: skip
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -71,6 +97,9 @@ def main(argv=None):
     p.add_argument("--pairs", type=int, default=20, help="constraints per row (|Omega| / n)")
     p.add_argument("--m", type=int, default=50)
     p.add_argument("--iters", type=int, default=2)
+    p.add_argument("--alpha", default="auto",
+                   help='GIMCClustering alpha: "auto" (the default: selection fits, then the '
+                   "refit) or a number")
     p.add_argument("--cg-iter", type=int, default=5)
     p.add_argument("--block-rows", type=int, default=25_000)
     p.add_argument("--limit-fraction", type=float, default=0.25)
@@ -82,6 +111,7 @@ def main(argv=None):
     p.add_argument("--out", default=DEFAULT_OUT)
     p.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
+    a.alpha = a.alpha if a.alpha == "auto" else float(a.alpha)
     log = (lambda *x: None) if a.quiet else (lambda *x: print(*x, flush=True))
     from ooc_lowrank.imc import GIMCClustering, clustering_error
     from ooc_lowrank.storage import open_dataset
@@ -95,18 +125,29 @@ def main(argv=None):
     logical = rss.logical_bytes(ds)
     log(f"generated {url} ({logical / 2**20:.0f} MiB logical) in {time.perf_counter() - t:.1f}s")
     limit = int(max(a.limit_fraction * logical, a.min_limit_mib * 2**20))
-    ticks = []
+    ticks = []  # (fit phase, iteration, elapsed in the phase's fit, objective, worker RSS peak)
+    peak = {}
+
+    def tick(it, el, f):
+        # each IMC fit (alpha="auto": one per candidate, then the refit) counts its iterations
+        # from 1: a counter that does not grow starts the next fit phase
+        phase = ticks[-1][0] + (it <= ticks[-1][1]) if ticks else 0
+        ticks.append((phase, it, el, f, peak.get("phase", 0)))
+        peak["phase"] = 0
+
     est = GIMCClustering(n_clusters=a.clusters, n_features_map=a.m, max_iter=a.iters,
-                         cg_iter=a.cg_iter, tol=0.0, n_init=3, random_state=0,
-                         callback=lambda it, el, f: ticks.append((it, el, f)))
+                         cg_iter=a.cg_iter, tol=0.0, n_init=3, random_state=0, alpha=a.alpha,
+                         callback=tick)  # fmt: skip
     load_before = os.getloadavg()
     t0 = time.perf_counter()
-    with rss.limited_worker(limit, threads=a.threads) as (_client, peak), graph_bytes() as graphs:
+    with rss.limited_worker(limit, threads=a.threads) as (_client, peak_), \
+            graph_bytes() as graphs:  # fmt: skip
+        peak = peak_
         est.fit(ds, constraints=ds)
     total = time.perf_counter() - t0
     y = ds["y"].read()[:, 0]
-    its = [{"iteration": it, "seconds": el - prev[1], "objective": f}
-           for prev, (it, el, f) in zip(ticks[:-1], ticks[1:], strict=True)]
+    phases = fit_phases(ticks, est)
+    its = phases[-1]["iterations"] if phases else []
     res = {
         "benchmark": "imc_ooc",
         "settings": vars(a) | {"block_rows": block_rows},
@@ -115,14 +156,22 @@ def main(argv=None):
         "quarter_of_store_bytes": logical // 4,
         "peak_worker_rss": peak["worker"], "worker_baseline_rss": peak.get("baseline"),
         "driver_maxrss": rss.driver_maxrss(),
-        "init_seconds": ticks[0][1] if ticks else None,
-        "iterations": its, "n_passes": int(est.imc_.n_passes_),
+        "init_seconds": phases[-1]["init_seconds"] if phases else None,
+        # the final fit's iterations (alpha="auto": the refit); every fit in "fit_phases"
+        "iterations": its, "fit_phases": phases, "alpha": float(est.alpha_),
+        "selection_seconds": est.selection_time_, "selection_passes": est.selection_passes_,
+        "n_passes": int(est.imc_.n_passes_),
         "graph_bytes_per_pass": graph_summary(graphs),
         "fit_seconds_total": total,
         "clustering_error": float(clustering_error(est.labels_, y)),
         "loadavg_before": load_before,
     }
-    log(f"{a.rows} rows, {a.rows * a.pairs} constraints: "
+    for ph in phases:
+        log(f"{ph['phase']}: init {ph['init_seconds']:.1f}s, "
+            + ", ".join(f"iteration {i['iteration']} {i['seconds']:.1f}s" for i in ph["iterations"])
+            + f"; worker peak {ph['peak_worker_rss'] / 2**20:.0f} MiB")  # fmt: skip
+    log(f"{a.rows} rows, {a.rows * a.pairs} constraints: alpha {est.alpha_} "
+        f"(selection {est.selection_time_:.0f}s); refit "
         + ", ".join(f"iteration {i['iteration']} {i['seconds']:.1f}s" for i in its)
         + f"; {res['n_passes']} passes, graphs {res['graph_bytes_per_pass']}; worker peak {peak['worker'] / 2**20:.0f} MiB of "
         f"{limit / 2**20:.0f} MiB limit (baseline {peak.get('baseline', 0) / 2**20:.0f} MiB); error {res['clustering_error']:.4f}; "

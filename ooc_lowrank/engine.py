@@ -500,35 +500,58 @@ def _scattered(a, client):
     """A future of ``a`` replicated on every worker, shared by every graph that passes the same
     content: the factors of a greedy step or of a GIMC iteration are shipped once, not once per
     pass (the graph of a 50M-entry GLRL pass carried 55 MiB of factors every time)."""
-    key = (id(client), dask.base.tokenize(a))
-    hit = _SCATTER_CACHE.pop(key, None)
-    if hit is None:
-        nbytes = a.nbytes if isinstance(a, np.ndarray) else a.data.nbytes + a.indices.nbytes
-        hit = (client.scatter(a, broadcast=True, hash=False), int(nbytes))
-    _SCATTER_CACHE[key] = hit  # most recently used last
+    return _scattered_many([a], client)[0]
+
+
+def _nbytes(a):
+    return a.nbytes if isinstance(a, np.ndarray) else a.data.nbytes + a.indices.nbytes
+
+
+def _scattered_many(arrays, client):
+    """Futures of ``arrays`` (as :func:`_scattered`), the ones not cached yet shipped in **one**
+    ``client.scatter``: a round trip to the scheduler and the workers per graph, not one per
+    changed argument (a GLRL power pass changes two vectors, ``u`` and ``[V, v]``; each
+    blocking scatter left the workers idle between passes)."""
+    keys = [(id(client), dask.base.tokenize(a)) for a in arrays]
+    hits = {k: _SCATTER_CACHE.pop(k) for k in keys if k in _SCATTER_CACHE}
+    todo = {}  # key -> array, first occurrence (the same content twice is shipped once)
+    for k, a in zip(keys, arrays, strict=True):
+        if k not in hits:
+            todo.setdefault(k, a)
+    if todo:
+        futs = client.scatter(list(todo.values()), broadcast=True, hash=False)
+        for (k, a), f in zip(todo.items(), futs, strict=True):
+            hits[k] = (f, int(_nbytes(a)))
+    for k in keys:  # most recently used last
+        _SCATTER_CACHE.pop(k, None)
+        _SCATTER_CACHE[k] = hits[k]
     mine = [k for k in _SCATTER_CACHE if k[0] == id(client)]
     total = sum(_SCATTER_CACHE[k][1] for k in mine)
-    for k in mine[:-1]:  # oldest first; graphs in flight keep their own reference
+    keep = len(set(keys))  # this graph's own arguments are never dropped
+    for k in mine[: max(len(mine) - keep, 0)]:  # oldest first; graphs in flight keep their own
         if total <= SCATTER_CACHE_BYTES and len(mine) <= SCATTER_CACHE_ENTRIES:
             break
         total -= _SCATTER_CACHE.pop(k)[1]
         mine.remove(k)
-    return hit[0]
+    return [hits[k][0] for k in keys]
 
 
 def _unwrap_args(args, client=None):
     """Graph arguments: numpy state larger than 64 kB travels once per graph as a delayed
     object; with a distributed ``client``, arrays of :data:`SCATTER_BYTES` or more are
-    scattered once and reused across graphs (:func:`_scattered`)."""
-    out = []
-    for a in args:
+    scattered once and reused across graphs, all of a graph's new ones in one scatter
+    (:func:`_scattered_many`)."""
+    out = list(args)
+    big = []
+    for i, a in enumerate(args):
         if isinstance(a, np.ndarray) and a.nbytes > 65536:
             if client is not None and a.nbytes >= SCATTER_BYTES:
-                out.append(_scattered(a, client))
+                big.append(i)
             else:
-                out.append(dask.delayed(a, pure=False))
-        else:
-            out.append(a)
+                out[i] = dask.delayed(a, pure=False)
+    if big:
+        for i, f in zip(big, _scattered_many([args[i] for i in big], client), strict=True):
+            out[i] = f
     return tuple(out)
 
 
@@ -1633,4 +1656,36 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     return list(inputs)
 
 
-__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES"]
+
+def hold_on_cluster(*inputs: Blocked, client=None):
+    """In-memory inputs (NumPy / scipy.sparse held by this process) placed on the distributed
+    cluster's workers block by block, once (one scatter; the blocks spread over the workers,
+    not replicated), for a fit whose every pass reads them; other inputs, and every input
+    without an active distributed client, are returned unchanged.
+
+    The blocks live as long as the returned :class:`Blocked` (the fit's problem): then the
+    workers free them.  Without this an in-memory input of :data:`SCATTER_BYTES` or more is
+    scattered whole, replicated on every worker, through the LRU cache of :func:`_scattered`,
+    where a fit's factors can evict it: IMC's constraints and their transposed copy (hundreds
+    of MB at 1M items) were shipped again in pass after pass, and the copies of earlier fits
+    (``alpha="auto"``'s selection) stayed on the workers while the refit's were sent.
+    """
+    client = active_client(client)
+    if client is None:
+        return list(inputs)
+    out = []
+    for b in inputs:
+        if b is None or not b.in_memory or not b.n_blocks:
+            out.append(b)
+            continue
+        blocks = [b.source[int(s) : int(e)] for s, e in zip(b.bounds[:-1], b.bounds[1:])]
+        futs = client.scatter(blocks, hash=False)
+        meta = b.dask._meta
+        parts = [da.from_delayed(f, shape=blk.shape, dtype=b.dtype, meta=meta)
+                 for f, blk in zip(futs, blocks, strict=True)]  # fmt: skip
+        arr = parts[0] if len(parts) == 1 else da.concatenate(parts, axis=0)
+        out.append(Blocked(arr, b.kind, None, b.nnz))
+    return out
+
+
+__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES", "hold_on_cluster"]

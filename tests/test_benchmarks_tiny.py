@@ -102,6 +102,13 @@ def test_bench_imc_ooc_small(tmp_path):
                               "--out", str(out)])  # fmt: skip
     assert json.loads(out.read_text())["benchmark"] == "imc_ooc"
     assert [i["iteration"] for i in res["iterations"]] == [1, 2]
+    # alpha="auto": one record per fit (each selection candidate, then the refit), whose
+    # iteration counters restart (they once made negative seconds in one flat list)
+    phases = res["fit_phases"]
+    assert [p["phase"].split("=")[0] for p in phases] == ["selection alpha"] * (len(phases) - 1) + ["fit alpha"]
+    assert len(phases) >= 3 and phases[-1]["iterations"] == res["iterations"]
+    assert all(i["seconds"] > 0 for p in phases for i in p["iterations"])
+    assert all(0 < p["peak_worker_rss"] <= res["peak_worker_rss"] for p in phases)
     assert res["constraints"] == 15000 and res["n_passes"] >= 2 * (2 * 2 + 2)
     assert 0 < res["peak_worker_rss"] <= res["worker_limit_bytes"]
     assert 0 <= res["clustering_error"] < 0.5
