@@ -13,6 +13,29 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("OOC_LOWRANK_DATA", REPO.parent / "shared" / "data"))
 
 
+def pytest_sessionstart(session):
+    """Start ``tests/_prewarm.py`` (the slowest kernels compiled into the cache in the
+    background; see its docstring) unless ``OOC_TEST_PREWARM=0`` or in a pytest-xdist worker."""
+    import subprocess
+    import sys
+
+    if os.environ.get("OOC_TEST_PREWARM", "1") == "0" or hasattr(session.config, "workerinput"):
+        return
+    session.config._ooc_prewarm = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_prewarm.py"))],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def pytest_sessionfinish(session):
+    proc = getattr(session.config, "_ooc_prewarm", None)
+    if proc is not None and proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def data_file(*parts) -> Path:
     """Path of a real dataset file; skips the test (saying which file) when it is missing."""
     p = DATA_DIR.joinpath(*parts)
