@@ -1656,36 +1656,4 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     return list(inputs)
 
 
-
-def hold_on_cluster(*inputs: Blocked, client=None):
-    """In-memory inputs (NumPy / scipy.sparse held by this process) placed on the distributed
-    cluster's workers block by block, once (one scatter; the blocks spread over the workers,
-    not replicated), for a fit whose every pass reads them; other inputs, and every input
-    without an active distributed client, are returned unchanged.
-
-    The blocks live as long as the returned :class:`Blocked` (the fit's problem): then the
-    workers free them.  Without this an in-memory input of :data:`SCATTER_BYTES` or more is
-    scattered whole, replicated on every worker, through the LRU cache of :func:`_scattered`,
-    where a fit's factors can evict it: IMC's constraints and their transposed copy (hundreds
-    of MB at 1M items) were shipped again in pass after pass, and the copies of earlier fits
-    (``alpha="auto"``'s selection) stayed on the workers while the refit's were sent.
-    """
-    client = active_client(client)
-    if client is None:
-        return list(inputs)
-    out = []
-    for b in inputs:
-        if b is None or not b.in_memory or not b.n_blocks:
-            out.append(b)
-            continue
-        blocks = [b.source[int(s) : int(e)] for s, e in zip(b.bounds[:-1], b.bounds[1:])]
-        futs = client.scatter(blocks, hash=False)
-        meta = b.dask._meta
-        parts = [da.from_delayed(f, shape=blk.shape, dtype=b.dtype, meta=meta)
-                 for f, blk in zip(futs, blocks, strict=True)]  # fmt: skip
-        arr = parts[0] if len(parts) == 1 else da.concatenate(parts, axis=0)
-        out.append(Blocked(arr, b.kind, None, b.nnz))
-    return out
-
-
-__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES", "hold_on_cluster"]
+__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES"]

@@ -94,34 +94,11 @@ class Problem:
     """The data of one fit (observations and both sides) and its passes, counted."""
 
     def __init__(self, obs, rows: Side, cols: Side, lam: float, obs_t=None, cache_bytes=None):
-        self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
-        obs, obs_t = self._on_cluster(obs, obs_t)
         self.obs, self.rows, self.cols, self.lam = obs, rows, cols, float(lam)
         self.obs_t = obs_t  # the observations sorted by column (n2, n1), when available
         self.n_passes = 0
+        self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         self._held = {}  # id(side) -> (the U its Phi was computed at, Side over the held Phi)
-
-    @staticmethod
-    def _on_cluster(obs, obs_t):
-        """In-memory observations (and their transposed copy) on a distributed cluster: placed
-        on the workers once for the fit (:func:`ooc_lowrank.engine.hold_on_cluster`), not
-        shipped pass after pass.  The transposed copy is dropped (the column side then takes
-        three passes per product, as for a store) when both would take more than half of the
-        cluster's cache budget (a quarter of the workers' memory; the rest is for the held
-        feature matrices and the passes): at 1M items and 20M constraints the two copies are
-        about 480 MB, most of the benchmark's 1 GiB worker."""
-        cap = engine._cluster_cache_cap(None)
-        if cap is None or not obs.in_memory:
-            return obs, obs_t
-        if obs_t is not None and obs.nbytes + obs_t.nbytes > cap // 2:
-            logger.info(
-                "IMC: no transposed copy of the observations on the cluster (%.0f MiB for both "
-                "> a quarter of the workers' memory, %.0f MiB): column-side products take "
-                "three passes", (obs.nbytes + obs_t.nbytes) / 2**20, cap / 2**21,
-            )  # fmt: skip
-            obs_t = None
-        obs, obs_t = engine.hold_on_cluster(obs, obs_t)
-        return obs, obs_t
 
     def features(self, side: Side) -> Side:
         """``side`` with its feature matrix ``Phi`` computed once and held (the identity map over
