@@ -1563,7 +1563,14 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that writers discard their temporaries."""
 
 
+#: Set when SIGTERM arrived in this command: an error raised while the interrupted work unwinds
+#: (a write cut short, e.g. ``[Errno 21] Is a directory`` on the temporary store once in a
+#: cold-cache CI run) is then still a termination (143, temporaries removed), not an error (2).
+_SIGTERM_SEEN = [False]
+
+
 def _on_sigterm(signum, frame):
+    _SIGTERM_SEEN[0] = True
     raise _Terminated
 
 
@@ -1578,6 +1585,7 @@ def main(argv=None) -> int:
         # (after removing temporaries); the heavy imports all happen inside _main
         signal.signal(signal.SIGINT, signal.default_int_handler)
     rc = None
+    _SIGTERM_SEEN[0] = False
     try:
         rc = _main(argv, debug)
         return rc
@@ -1661,19 +1669,19 @@ def _main(argv, debug) -> int:
         extra = _extra_options(rest)
         with _cluster(args):
             args.func(args, extra)
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (_Terminated)
+    except (KeyboardInterrupt, Exception) as e:  # Ctrl-C, or SIGTERM (_Terminated)
+        term = isinstance(e, _Terminated) or _SIGTERM_SEEN[0]
+        if not (term or isinstance(e, KeyboardInterrupt)):
+            if debug:
+                raise
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            if isinstance(e, KeyError) and msg.startswith(("'", '"')):
+                msg = msg[1:-1]
+            return _fail(f"error: {msg}", 2, as_json)
         with _SignalsIgnored():
             _remove_temporaries()
-        term = isinstance(e, _Terminated)
         what = "terminated (SIGTERM)" if term else "interrupted"
         return _fail(f"{what}; temporary files removed", 143 if term else 130, as_json)
-    except Exception as e:  # one line, no traceback, unless --debug
-        if debug:
-            raise
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, KeyError) and msg.startswith(("'", '"')):
-            msg = msg[1:-1]
-        return _fail(f"error: {msg}", 2, as_json)
     return 0
 
 

@@ -500,3 +500,33 @@ def test_import_of_the_command_is_light():
     )
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.strip() == "[]", (p.stdout, p.stderr)
+
+
+def test_an_error_while_sigterm_unwinds_a_write_is_still_a_termination(
+    tmp_path, monkeypatch, capsys
+):
+    """SIGTERM during a write can surface as another error from the interrupted IO (once in a
+    cold-cache CI run: ``[Errno 21] Is a directory`` on the temporary store, reported as
+    ``error:`` with exit 2); it is a termination all the same: 143, temporaries removed."""
+    from ooc_lowrank import cli, generators
+
+    def interrupted_write(*a, **k):
+        try:
+            cli._on_sigterm(signal.SIGTERM, None)  # what the signal handler does mid-write
+        except cli._Terminated:
+            raise OSError(21, "Is a directory", str(tmp_path / ".g.zarr.tmp-1")) from None
+
+    monkeypatch.setattr(generators, "generate", interrupted_write)
+    before = signal.getsignal(signal.SIGTERM)
+    rc = cli.main(["generate", "multilabel", str(tmp_path / "g.zarr"), "--rows", "10", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 143, err
+    assert err.startswith("ooc-lowrank: terminated") and "Errno" not in err, err
+    assert signal.getsignal(signal.SIGTERM) is before
+    # and an error without a SIGTERM stays an error (exit 2, one line)
+    def failing_write(*a, **k):
+        raise OSError(5, "boom")
+
+    monkeypatch.setattr(generators, "generate", failing_write)
+    assert cli.main(["generate", "multilabel", str(tmp_path / "h.zarr"), "--rows", "10", "-q"]) == 2
+    assert "error: [Errno 5] boom" in capsys.readouterr().err
