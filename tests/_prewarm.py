@@ -8,6 +8,12 @@ serial Python).  Compiled here, they are written to the same cache (same install
 ``OOC_LOWRANK_NUMBA_CACHE_DIR`` / user cache folder), and the first test that needs one loads it
 instead of compiling; a test that gets there first compiles it itself, as without this, so the
 results of the tests cannot depend on it.  Set ``OOC_TEST_PREWARM=0`` to switch it off.
+
+After the fused GLRL kernels it runs tiny fits through the public API (GLRL, KernelMaxide on
+dense and sparse rows of both dtypes, MVM L-BFGS and SGD, GIMC, a table conversion with string
+keys): each compiles the library signatures of the next slowest kernels (1-8 s each on a cold
+cache; measured per function with a Numba compile-event recorder).  Each step stands alone: one
+that fails (an API that moved) only leaves its kernels to the tests, as without this file.
 """
 
 from __future__ import annotations
@@ -20,6 +26,14 @@ def main():
         os.nice(10)  # the tests come first
     except OSError:
         pass
+    for step in (_glrl_fused, _glrl_fit, _kernelmaxide, _mvm, _gimc, _tables):
+        try:
+            step()
+        except Exception:  # noqa: BLE001 - a moved API leaves its kernels to the tests
+            pass
+
+
+def _glrl_fused():
     import numpy as np
     import scipy.sparse as sp
 
@@ -43,6 +57,82 @@ def main():
             _blocks.refit_full_block(0, csr, U, V, theta, K.SQUARE, 1.0)
         else:
             _blocks.refit_econ_block(0, csr, U, V, theta, 0.8, -0.3, K.SQUARE, 1.0)
+
+
+
+def _glrl_fit():
+    import numpy as np
+
+    from ooc_lowrank import GreedyLowRank
+
+    rng = np.random.default_rng(0)
+    cells = rng.choice(600, 200, replace=False)
+    rows, cols = cells // 20, cells % 20
+    for vals in (rng.standard_normal(200), rng.standard_normal(200).astype(np.float32)):
+        g = GreedyLowRank(n_components=2, max_iter=2).fit((rows, cols, vals), shape=(30, 20))
+        g.top_k(np.arange(3), k=2)
+        g.predict(rows[:5], cols[:5])
+
+
+def _kernelmaxide():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from ooc_lowrank import KernelMaxide
+    from ooc_lowrank.kernelmaxide import mask_labels
+    from ooc_lowrank.metrics import ranking_loss
+
+    rng = np.random.default_rng(0)
+    Y = sp.csr_matrix((rng.random((80, 6)) < 0.3).astype(float))
+    Yo = mask_labels(Y, omega=50, random_state=0)
+    for dtype in (np.float64, np.float32):
+        Xs = sp.random(80, 40, density=0.1, format="csr", random_state=0, dtype=dtype)
+        for X in (Xs, Xs.toarray()):  # CSR rows and mostly-zero dense rows
+            m = KernelMaxide(n_features_map=10, max_iter=3, random_state=0).fit(X, Yo)
+            ranking_loss(Y, m.decision_function(X))
+
+
+def _mvm():
+    import numpy as np
+
+    from ooc_lowrank import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((60, 7))
+    MultiViewMachineClassifier(view_sizes=[3, 4], max_iter=3, random_state=0).fit(
+        X, rng.integers(0, 3, 60))
+    V = [rng.standard_normal((60, 4)), rng.standard_normal((60, 3))]
+    MultiViewMachineRegressor(n_components=2, n_epochs=1, solver="sgd", random_state=0).fit(
+        V, rng.standard_normal(60))
+
+
+def _gimc():
+    import numpy as np
+    import scipy.sparse as sp
+
+    from ooc_lowrank import GIMC
+
+    rng = np.random.default_rng(0)
+    Y = sp.csr_matrix((rng.random((60, 5)) < 0.3).astype(np.float32))
+    for dtype in (np.float64, np.float32):
+        X = rng.standard_normal((60, 6)).astype(dtype)
+        GIMC(n_features_map=8, max_iter=2, random_state=0).fit(X, Y)
+
+
+def _tables():
+    import tempfile
+
+    import numpy as np
+    import pandas as pd
+
+    from ooc_lowrank.io.tables import convert_table
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"u": [f"u{i}" for i in rng.integers(0, 40, 300)],
+                       "i": rng.integers(0, 30, 300), "r": rng.random(300)})  # fmt: skip
+    with tempfile.TemporaryDirectory() as d:
+        convert_table(df, f"{d}/t.zarr", kind="interactions", row_key="u", col_key="i",
+                      value="r", duplicates="last")  # fmt: skip
 
 
 if __name__ == "__main__":
