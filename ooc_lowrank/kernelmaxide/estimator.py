@@ -91,13 +91,47 @@ RANDOMIZED_ITER = 3
 RITZ_EXTRA = 100
 
 
+#: the driver's setup products and kernel blocks (``K_rr``, ``K_rr B``, the median heuristic's
+#: distances) run as this many row parts on the engine's local pool (``engine.local_map``): no
+#: pass runs then, so both cores are the driver's (issue 24).  A fixed count, so the parts --
+#: and the products' rounding -- do not depend on the machine; rows of the sparse-row kernel are
+#: computed alone, so its parts are bitwise the whole
+ROW_PARTS = 2
+#: fewer rows than this run as one part (thread hand-off costs more than it saves)
+MIN_PART_ROWS = 128
+
+
+def _by_row_parts(n, part):
+    """``part(lo, hi)`` on ``ROW_PARTS`` consecutive row ranges covering ``range(n)``, in parallel
+    on the engine's local pool; each call writes only its own rows of the caller's output."""
+    k = ROW_PARTS if n >= ROW_PARTS * MIN_PART_ROWS else 1
+    b = np.linspace(0, n, k + 1).astype(np.int64)
+    engine.local_map(lambda i: part(int(b[i]), int(b[i + 1])), k)
+
+
+def _matmul_rows(A, B):
+    """``A @ B`` (A C-contiguous) by row parts of ``A`` on the local pool."""
+    out = np.empty((A.shape[0], B.shape[1]), dtype=np.result_type(A, B))
+    _by_row_parts(A.shape[0], lambda lo, hi: np.matmul(A[lo:hi], B, out=out[lo:hi]))
+    return out
+
+
+def _sparse_row_kernel(L, U, fn):
+    """``fn(L[rows], U, out=K[rows])`` by row parts: the sparse-row kernel of the rows of ``L``
+    against the columns of ``U`` (float64, n x r)."""
+    K = np.empty((L.shape[0], U.shape[1]), dtype=np.float64)
+    _by_row_parts(L.shape[0], lambda lo, hi: fn(L[lo:hi], U, out=K[lo:hi]))
+    return K
+
+
 def rbf_gram(U, gamma):
     """The RBF kernel ``K_rr`` (r x r, float64, symmetric) of the landmarks (columns of
-    ``U``); from each landmark's nonzeros when they are mostly zero (``_blocks.mostly_zero``)."""
+    ``U``); from each landmark's nonzeros when they are mostly zero (``_blocks.mostly_zero``),
+    two row halves in parallel."""
     U = np.asarray(U, dtype=np.float64)
     L = np.ascontiguousarray(U.T)
     if _blocks.mostly_zero(L):
-        K = rbf_sparse_rows(L, U, gamma)[0]
+        K = _sparse_row_kernel(L, U, lambda Lp, U, out: rbf_sparse_rows(Lp, U, gamma, out=out))
         return 0.5 * (K + K.T)
     sq = np.einsum("ij,ij->j", U, U)
     G = np.ascontiguousarray(U.T @ U)
@@ -116,7 +150,7 @@ def nystrom_map(U, gamma, k):
     if r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
         K32 = K.astype(np.float32)  # the subspace's products in float32 (the Ritz one float64)
         R = core.randomized_orthonormal_root(
-            lambda B: (K32 if B.dtype == np.float32 else K) @ B,
+            lambda B: _matmul_rows(K32 if B.dtype == np.float32 else K, B),
             r,
             k,
             oversample=RANDOMIZED_OVERSAMPLE,
@@ -934,7 +968,9 @@ class KernelMaxide(_MaxideBase):
             # dense mostly-zero rows (the yahoo sets): the pairs' distances from each row's
             # nonzeros (issue 24: 4 ms against 20 for the 1000 x 1000 BLAS product)
             S = np.asarray(S, dtype=np.float64)
-            gamma = gamma_from_sq_dists(sq_dists_sparse_rows(S, np.ascontiguousarray(S.T)))
+            gamma = gamma_from_sq_dists(
+                _sparse_row_kernel(S, np.ascontiguousarray(S.T), sq_dists_sparse_rows)
+            )
         else:
             gamma = median_gamma(S)
         if not (np.isfinite(gamma) and gamma > 0):
