@@ -3,6 +3,8 @@ against the direct one (tests/naive_kernelmaxide.py), estimators, chunk invarian
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -1117,6 +1119,28 @@ def test_setup_kernels_by_row_parts_are_bitwise_the_whole(rng, monkeypatch):
     np.testing.assert_array_equal(parts[0], one[0])
     assert parts[1] == one[1]
     np.testing.assert_array_equal(parts[0], 0.5 * (whole_k[:270] + whole_k[:270].T))
+
+
+def test_exact_median_is_numpy_median_bitwise(rng):
+    """The median heuristic's median by selection between sample quantiles (issue 24) is
+    ``np.median``'s value and type, odd and even sizes, ties, sorted / reversed input, a zero
+    majority, non-finite values (the full ``np.median``) and small arrays."""
+    from ooc_lowrank.gimc.features import exact_median
+
+    r = rng
+    cases = [
+        r.random(499_500), r.random(100_001), r.integers(0, 5, 200_000).astype(float),
+        np.ones(60_000), np.sort(r.random(70_000)), np.sort(r.random(70_001))[::-1].copy(),
+        r.standard_normal(40_000) ** 3, np.r_[np.zeros(50_000), r.random(50_000)],
+        np.r_[np.zeros(52_000), r.random(48_000)], np.r_[r.random(50_000), np.inf, np.nan],
+        r.random(7), np.zeros(0),
+    ]  # fmt: skip
+    for v in cases:
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the empty array's mean
+            want, got = np.median(v), exact_median(v)
+        assert type(got) is type(want)
+        np.testing.assert_array_equal(got, want)
 
 
 def test_randomized_orthonormal_root_qr_fallback(monkeypatch):
