@@ -1113,8 +1113,11 @@ def test_setup_kernels_by_row_parts_are_bitwise_the_whole(rng, monkeypatch):
     with pytest.raises(ValueError, match="out: must be"):
         rbf_sparse_rows(X, U, 0.3, out=np.empty((270, 300)).T)
     assert engine.local_map(lambda i: i * i, 5) == [0, 1, 4, 9, 16]
+    for A in (U.T, np.ascontiguousarray(U.T)):  # a transposed (F-ordered) operand; C-ordered
+        np.testing.assert_allclose(core.matmul_rows(A, X.T[:, :9]), A @ X.T[:, :9], rtol=1e-13,
+                                   atol=1e-13)  # fmt: skip
     parts = [est_mod.rbf_gram(U, 0.3), est_mod.KernelMaxide()._gamma(X, np.random.default_rng(1))]
-    monkeypatch.setattr(est_mod, "ROW_PARTS", 1)
+    monkeypatch.setattr(core, "ROW_PARTS", 1)
     one = [est_mod.rbf_gram(U, 0.3), est_mod.KernelMaxide()._gamma(X, np.random.default_rng(1))]
     np.testing.assert_array_equal(parts[0], one[0])
     assert parts[1] == one[1]

@@ -99,6 +99,33 @@ class Identity:
         return A
 
 
+#: the driver's setup products and kernel blocks (``K_rr``, ``K_rr B``, the median heuristic's
+#: distances, the Rayleigh-Ritz products) run as this many row parts on the engine's local pool
+#: (``engine.local_map``): no pass runs then, so both cores are the driver's (issue 24).  A fixed
+#: count, so the parts -- and the products' rounding -- do not depend on the machine; rows of
+#: the sparse-row kernel are computed alone, so its parts are bitwise the whole
+ROW_PARTS = 2
+#: parts of fewer rows than this are not made (thread hand-off costs more than they save)
+MIN_PART_ROWS = 128
+
+
+def by_row_parts(n, part, min_rows=MIN_PART_ROWS):
+    """``part(lo, hi)`` on ``ROW_PARTS`` consecutive row ranges covering ``range(n)`` (one range
+    when a part would have fewer than ``min_rows`` rows), in parallel on the engine's local pool;
+    each call writes only its own rows of the caller's output."""
+    k = ROW_PARTS if n >= ROW_PARTS * min_rows else 1
+    b = np.linspace(0, n, k + 1).astype(np.int64)
+    engine.local_map(lambda i: part(int(b[i]), int(b[i + 1])), k)
+
+
+def matmul_rows(A, B):
+    """``A @ B`` by row parts of ``A`` on the local pool (:func:`by_row_parts`; parts of at
+    least 32 rows: the setup's products have inner dimensions of hundreds)."""
+    out = np.empty((A.shape[0], B.shape[1]), dtype=np.result_type(A, B))
+    by_row_parts(A.shape[0], lambda lo, hi: np.matmul(A[lo:hi], B, out=out[lo:hi]), 32)
+    return out
+
+
 def span_root(G, rtol=1e-13):
     """``R`` (r' x r) with ``R^T R = G`` up to the eigenvalues ``<= rtol * max`` dropped."""
     G = 0.5 * (G + G.T)
@@ -165,7 +192,7 @@ def randomized_orthonormal_root(
     if int(n_iter) <= 1:
         Q = np.linalg.qr(Q)[0]
     Q = Q.astype(np.float64, copy=False)
-    T = Q.T @ gram_times(Q)
+    T = matmul_rows(Q.T, gram_times(Q))
     try:
         ev, V = scipy.linalg.eigh(0.5 * (T + T.T), Q.T @ Q, check_finite=False)
     except np.linalg.LinAlgError:  # a (numerically) rank-deficient block: orthonormal basis
@@ -175,7 +202,7 @@ def randomized_orthonormal_root(
     ev, V = ev[::-1], V[:, ::-1]
     top = max(float(ev[0]), 0.0)
     kk = min(kk, int(np.count_nonzero(ev > rtol * top))) if top > 0 else 0
-    return (Q @ V[:, :kk]).T / np.sqrt(ev[:kk])[:, None]
+    return matmul_rows(Q, V[:, :kk]).T / np.sqrt(ev[:kk])[:, None]
 
 
 def svt(B, tau):

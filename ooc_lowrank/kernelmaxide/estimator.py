@@ -91,36 +91,11 @@ RANDOMIZED_ITER = 3
 RITZ_EXTRA = 100
 
 
-#: the driver's setup products and kernel blocks (``K_rr``, ``K_rr B``, the median heuristic's
-#: distances) run as this many row parts on the engine's local pool (``engine.local_map``): no
-#: pass runs then, so both cores are the driver's (issue 24).  A fixed count, so the parts --
-#: and the products' rounding -- do not depend on the machine; rows of the sparse-row kernel are
-#: computed alone, so its parts are bitwise the whole
-ROW_PARTS = 2
-#: fewer rows than this run as one part (thread hand-off costs more than it saves)
-MIN_PART_ROWS = 128
-
-
-def _by_row_parts(n, part):
-    """``part(lo, hi)`` on ``ROW_PARTS`` consecutive row ranges covering ``range(n)``, in parallel
-    on the engine's local pool; each call writes only its own rows of the caller's output."""
-    k = ROW_PARTS if n >= ROW_PARTS * MIN_PART_ROWS else 1
-    b = np.linspace(0, n, k + 1).astype(np.int64)
-    engine.local_map(lambda i: part(int(b[i]), int(b[i + 1])), k)
-
-
-def _matmul_rows(A, B):
-    """``A @ B`` (A C-contiguous) by row parts of ``A`` on the local pool."""
-    out = np.empty((A.shape[0], B.shape[1]), dtype=np.result_type(A, B))
-    _by_row_parts(A.shape[0], lambda lo, hi: np.matmul(A[lo:hi], B, out=out[lo:hi]))
-    return out
-
-
 def _sparse_row_kernel(L, U, fn):
     """``fn(L[rows], U, out=K[rows])`` by row parts: the sparse-row kernel of the rows of ``L``
     against the columns of ``U`` (float64, n x r)."""
     K = np.empty((L.shape[0], U.shape[1]), dtype=np.float64)
-    _by_row_parts(L.shape[0], lambda lo, hi: fn(L[lo:hi], U, out=K[lo:hi]))
+    core.by_row_parts(L.shape[0], lambda lo, hi: fn(L[lo:hi], U, out=K[lo:hi]))
     return K
 
 
@@ -132,7 +107,10 @@ def rbf_gram(U, gamma):
     L = np.ascontiguousarray(U.T)
     if _blocks.mostly_zero(L):
         K = _sparse_row_kernel(L, U, lambda Lp, U, out: rbf_sparse_rows(Lp, U, gamma, out=out))
-        return 0.5 * (K + K.T)
+        S = np.empty_like(K)
+        core.by_row_parts(K.shape[0], lambda lo, hi: np.multiply(
+            K[lo:hi] + K[:, lo:hi].T, 0.5, out=S[lo:hi]))  # 0.5 (K + K^T) by row parts
+        return S
     sq = np.einsum("ij,ij->j", U, U)
     G = np.ascontiguousarray(U.T @ U)
     return rbf_from_dot(G, sq, sq, gamma, G)  # one fused pass, in place
@@ -150,7 +128,7 @@ def nystrom_map(U, gamma, k):
     if r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
         K32 = K.astype(np.float32)  # the subspace's products in float32 (the Ritz one float64)
         R = core.randomized_orthonormal_root(
-            lambda B: _matmul_rows(K32 if B.dtype == np.float32 else K, B),
+            lambda B: core.matmul_rows(K32 if B.dtype == np.float32 else K, B),
             r,
             k,
             oversample=RANDOMIZED_OVERSAMPLE,
