@@ -259,14 +259,14 @@ def _rbf_arg_dense(Xb, U, usq, gamma, out, xsq, idx, val):
         _neg_scaled_d2(out[i], xs, usq, g)
 
 
-def _neg_scaled_sq_dists(Xb, U, gamma):
+def _neg_scaled_sq_dists(Xb, U, gamma, out=None):
     """``(-gamma max(||x_i - u_c||^2, 0), ||x_i||^2)`` of rows with few nonzeros (see
-    :func:`rbf_sparse_rows`)."""
+    :func:`rbf_sparse_rows`), written into ``out`` when given."""
     dt = Xb.dtype
     U = np.ascontiguousarray(U, dtype=dt)
     usq = np.einsum("ij,ij->j", U, U)
     n = Xb.shape[0]
-    out = np.empty((n, U.shape[1]), dtype=dt)
+    out = _out(out, (n, U.shape[1]), dt)
     xsq = np.empty(n, dtype=dt)
     if hasattr(Xb, "indptr"):
         _rbf_arg_csr(
@@ -282,7 +282,20 @@ def _neg_scaled_sq_dists(Xb, U, gamma):
     return out, xsq
 
 
-def rbf_sparse_rows(Xb, U, gamma):
+def _out(out, shape, dtype):
+    """``out`` (C-contiguous, of ``shape`` and ``dtype``: refused otherwise) or a new array."""
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if out.shape != shape or out.dtype != dtype or not out.flags.c_contiguous:
+        raise ValueError(
+            f"out: must be a C-contiguous {np.dtype(dtype).name} array of shape {shape}; got "
+            f"{out.dtype.name} {out.shape} (C-contiguous: {out.flags.c_contiguous}). Pass a row "
+            "slice of a C-contiguous array of that dtype, or out=None"
+        )
+    return out
+
+
+def rbf_sparse_rows(Xb, U, gamma, out=None):
     """RBF kernel block ``K[i, c] = exp(-gamma ||x_i - u_c||^2)`` of rows with few nonzeros.
 
     Parameters
@@ -292,6 +305,10 @@ def rbf_sparse_rows(Xb, U, gamma):
     U : ndarray of shape (n_features, r), the dtype of ``Xb``
         Landmarks as columns.
     gamma : float
+    out : ndarray of shape (n_samples, r), the dtype of ``Xb``, C-contiguous, optional
+        Written in place and returned as ``K`` (e.g. a row slice of a larger kernel matrix, so
+        that row parts computed on separate threads need no copy).  Each row's values do not
+        depend on the rows computed with it.
 
     Returns
     -------
@@ -299,13 +316,13 @@ def rbf_sparse_rows(Xb, U, gamma):
     xsq : ndarray of shape (n_samples,)
         Squared row norms ``||x_i||^2`` (the caller checks them for overflow).
     """
-    out, xsq = _neg_scaled_sq_dists(Xb, U, gamma)
+    out, xsq = _neg_scaled_sq_dists(Xb, U, gamma, out)
     np.exp(out, out=out)
     return out, xsq
 
 
-def sq_dists_sparse_rows(Xb, U):
+def sq_dists_sparse_rows(Xb, U, out=None):
     """Squared distances ``max(||x_i - u_c||^2, 0)`` (n_samples, r) of rows with few nonzeros
     to the columns of ``U``, the same arithmetic as :func:`rbf_sparse_rows` without the
-    ``exp`` (the median heuristic of the kernel width)."""
-    return _neg_scaled_sq_dists(Xb, U, -1.0)[0]
+    ``exp`` (the median heuristic of the kernel width); into ``out`` when given."""
+    return _neg_scaled_sq_dists(Xb, U, -1.0, out)[0]

@@ -80,6 +80,7 @@ __all__ = [
     "align",
     "as_blocked",
     "compute",
+    "local_map",
     "map_reduce",
     "map_rows",
     "map_rows_persisted",
@@ -1350,6 +1351,15 @@ def one_blas_thread():
     block runs on one core: two OpenBLAS threads on the skinny products of small problems ran
     3-7x slower than one on this 2-core machine)."""
     return _OneBlasThread()
+
+
+def local_map(fn: Callable, n: int) -> list:
+    """``[fn(i) for i in range(n)]`` on this process's pool of one thread per core (the direct
+    path's), one BLAS thread each, in order.  For driver-side work between passes that splits
+    into independent parts (row halves of a kernel block or of a product): no pass runs then, so
+    the driver owns the cores.  Each part must write only its own output (e.g. its rows)."""
+    with one_blas_thread():
+        return list(_run_blocks(fn, int(n)))
 
 
 def _tree_sum(parts, nb, split_every):

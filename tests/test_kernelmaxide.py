@@ -3,6 +3,8 @@ against the direct one (tests/naive_kernelmaxide.py), estimators, chunk invarian
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -1086,6 +1088,87 @@ def test_median_heuristic_and_landmark_kernel_from_nonzeros_equal_the_dense_ones
     K = rbf_gram(np.ascontiguousarray(L.T), got)
     np.testing.assert_array_equal(K, K.T)
     np.testing.assert_allclose(K, naive.rbf(L, L, got), rtol=1e-12, atol=1e-14)
+
+
+def test_setup_kernels_by_row_parts_are_bitwise_the_whole(rng, monkeypatch):
+    """The driver's setup runs in row parts on the engine's pool (issue 24): ``rbf_sparse_rows``
+    / ``sq_dists_sparse_rows`` into row slices of one ``out`` give the bits of one call, so
+    ``rbf_gram`` and the median heuristic do not depend on the part count; a wrong ``out`` is
+    refused naming it."""
+    from ooc_lowrank import engine
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+    from ooc_lowrank.kernels.kernelmaxide import rbf_sparse_rows, sq_dists_sparse_rows
+
+    X = rng.standard_normal((300, 40)) * (rng.random((300, 40)) < 0.06)
+    U = np.ascontiguousarray(X[:270].T)
+    whole_k, whole_d = rbf_sparse_rows(X, U, 0.3)[0], sq_dists_sparse_rows(X, U)
+    K, D = np.empty_like(whole_k), np.empty_like(whole_d)
+    for lo, hi in [(0, 1), (1, 130), (130, 300)]:
+        rbf_sparse_rows(X[lo:hi], U, 0.3, out=K[lo:hi])
+        sq_dists_sparse_rows(X[lo:hi], U, out=D[lo:hi])
+    np.testing.assert_array_equal(K, whole_k)
+    np.testing.assert_array_equal(D, whole_d)
+    with pytest.raises(ValueError, match="out: must be a C-contiguous float64"):
+        rbf_sparse_rows(X, U, 0.3, out=np.empty((300, 270), dtype=np.float32))
+    with pytest.raises(ValueError, match="out: must be"):
+        rbf_sparse_rows(X, U, 0.3, out=np.empty((270, 300)).T)
+    assert engine.local_map(lambda i: i * i, 5) == [0, 1, 4, 9, 16]
+    for A in (U.T, np.ascontiguousarray(U.T)):  # a transposed (F-ordered) operand; C-ordered
+        np.testing.assert_allclose(core.matmul_rows(A, X.T[:, :9]), A @ X.T[:, :9], rtol=1e-13,
+                                   atol=1e-13)  # fmt: skip
+    parts = [est_mod.rbf_gram(U, 0.3), est_mod.KernelMaxide()._gamma(X, np.random.default_rng(1))]
+    monkeypatch.setattr(core, "ROW_PARTS", 1)
+    one = [est_mod.rbf_gram(U, 0.3), est_mod.KernelMaxide()._gamma(X, np.random.default_rng(1))]
+    np.testing.assert_array_equal(parts[0], one[0])
+    assert parts[1] == one[1]
+    np.testing.assert_array_equal(parts[0], 0.5 * (whole_k[:270] + whole_k[:270].T))
+
+
+def test_exact_median_is_numpy_median_bitwise(rng):
+    """The median heuristic's median by selection between sample quantiles (issue 24) is
+    ``np.median``'s value and type, odd and even sizes, ties, sorted / reversed input, a zero
+    majority, non-finite values (the full ``np.median``) and small arrays."""
+    from ooc_lowrank.gimc.features import exact_median
+
+    r = rng
+    cases = [
+        r.random(499_500), r.random(100_001), r.integers(0, 5, 200_000).astype(float),
+        np.ones(60_000), np.sort(r.random(70_000)), np.sort(r.random(70_001))[::-1].copy(),
+        r.standard_normal(40_000) ** 3, np.r_[np.zeros(50_000), r.random(50_000)],
+        np.r_[np.zeros(52_000), r.random(48_000)], np.r_[r.random(50_000), np.inf, np.nan],
+        r.random(7), np.zeros(0),
+    ]  # fmt: skip
+    for v in cases:
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the empty array's mean
+            want, got = np.median(v), exact_median(v)
+        assert type(got) is type(want)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_randomized_orthonormal_root_qr_fallback(monkeypatch):
+    """The Rayleigh-Ritz on the LU basis is the generalized eigenproblem ``(Q^T G Q, Q^T Q)``;
+    when that fails (``Q^T Q`` not numerically positive definite) an orthonormal basis and the
+    standard problem give the same directions, ``R G R^T = I`` still."""
+    import scipy.linalg
+
+    r = np.random.default_rng(8)
+    n, k = 120, 6
+    V = np.linalg.qr(r.standard_normal((n, n)))[0]
+    G = (V * (50.0 * 0.7 ** np.arange(n))) @ V.T
+    want = core.randomized_orthonormal_root(lambda B: G @ B, n, k, n_iter=3)
+
+    calls = []
+
+    def refuse(a, b=None, **kw):
+        calls.append(b is not None)
+        raise np.linalg.LinAlgError("not positive definite")
+
+    monkeypatch.setattr(scipy.linalg, "eigh", refuse)
+    R = core.randomized_orthonormal_root(lambda B: G @ B, n, k, n_iter=3)
+    assert calls == [True]  # the generalized problem was tried first
+    np.testing.assert_allclose(R @ G @ R.T, np.eye(k), atol=1e-10)
+    np.testing.assert_allclose(np.abs(R @ G @ want.T), np.eye(k), atol=1e-8)
 
 
 def test_features_of_csr_rows_with_duplicate_entries(rng):

@@ -69,12 +69,40 @@ def median_gamma(S):
     return gamma_from_sq_dists(np.maximum(sq[:, None] + sq[None, :] - 2 * G, 0.0))
 
 
+#: :func:`exact_median` selects among the values between two quantiles of a strided sample of
+#: this many values (+- ``_MEDIAN_BAND`` around the half), when the array is larger than 4x it
+_MEDIAN_SAMPLE = 8192
+_MEDIAN_BAND = 0.02
+
+
+def exact_median(v):
+    """``np.median(v)`` of a 1-d float array, bitwise, by selecting only among the values
+    between two quantiles of a strided sample (which hold the middle ranks with near
+    certainty: checked by counting, else the full ``np.median``).  The median heuristic's
+    499,500 pair distances: about 2 ms in place of 6 (issue 24)."""
+    v = np.asarray(v)
+    n = v.size
+    if n <= 4 * _MEDIAN_SAMPLE or v.ndim != 1 or not np.isfinite(v).all():
+        return np.median(v)
+    sample = np.sort(v[:: n // _MEDIAN_SAMPLE])
+    m = sample.size
+    lo = sample[max(int((0.5 - _MEDIAN_BAND) * m), 0)]
+    hi = sample[min(int((0.5 + _MEDIAN_BAND) * m), m - 1)]
+    below = int(np.count_nonzero(v < lo))
+    cand = v[(v >= lo) & (v <= hi)]
+    k1, k2 = (n - 1) // 2, n // 2  # the middle ranks (equal for odd n)
+    if not (below <= k1 and below + cand.size > k2):
+        return np.median(v)
+    part = np.partition(cand, [k1 - below, k2 - below])
+    return np.mean(part[[k1 - below, k2 - below]]) if k1 != k2 else part[k1 - below]
+
+
 def gamma_from_sq_dists(D2):
     """``1 / median_{i<j} D2[i, j]`` (the median of the positive ones if that is 0; 1 if none
     is) from the squared distances ``D2`` (n x n) of a row sample."""
     n = D2.shape[0]
     pairs = np.concatenate([D2[i, i + 1 :] for i in range(n - 1)]) if n > 1 else np.zeros(0)
-    med = float(np.median(pairs)) if pairs.size else 0.0
+    med = float(exact_median(pairs)) if pairs.size else 0.0
     if med <= 0:
         pos = pairs[pairs > 0]
         med = float(np.median(pos)) if pos.size else 1.0

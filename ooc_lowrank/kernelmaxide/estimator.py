@@ -91,14 +91,26 @@ RANDOMIZED_ITER = 3
 RITZ_EXTRA = 100
 
 
+def _sparse_row_kernel(L, U, fn):
+    """``fn(L[rows], U, out=K[rows])`` by row parts: the sparse-row kernel of the rows of ``L``
+    against the columns of ``U`` (float64, n x r)."""
+    K = np.empty((L.shape[0], U.shape[1]), dtype=np.float64)
+    core.by_row_parts(L.shape[0], lambda lo, hi: fn(L[lo:hi], U, out=K[lo:hi]))
+    return K
+
+
 def rbf_gram(U, gamma):
     """The RBF kernel ``K_rr`` (r x r, float64, symmetric) of the landmarks (columns of
-    ``U``); from each landmark's nonzeros when they are mostly zero (``_blocks.mostly_zero``)."""
+    ``U``); from each landmark's nonzeros when they are mostly zero (``_blocks.mostly_zero``),
+    two row halves in parallel."""
     U = np.asarray(U, dtype=np.float64)
     L = np.ascontiguousarray(U.T)
     if _blocks.mostly_zero(L):
-        K = rbf_sparse_rows(L, U, gamma)[0]
-        return 0.5 * (K + K.T)
+        K = _sparse_row_kernel(L, U, lambda Lp, U, out: rbf_sparse_rows(Lp, U, gamma, out=out))
+        S = np.empty_like(K)
+        core.by_row_parts(K.shape[0], lambda lo, hi: np.multiply(
+            K[lo:hi] + K[:, lo:hi].T, 0.5, out=S[lo:hi]))  # 0.5 (K + K^T) by row parts
+        return S
     sq = np.einsum("ij,ij->j", U, U)
     G = np.ascontiguousarray(U.T @ U)
     return rbf_from_dot(G, sq, sq, gamma, G)  # one fused pass, in place
@@ -116,7 +128,7 @@ def nystrom_map(U, gamma, k):
     if r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
         K32 = K.astype(np.float32)  # the subspace's products in float32 (the Ritz one float64)
         R = core.randomized_orthonormal_root(
-            lambda B: (K32 if B.dtype == np.float32 else K) @ B,
+            lambda B: core.matmul_rows(K32 if B.dtype == np.float32 else K, B),
             r,
             k,
             oversample=RANDOMIZED_OVERSAMPLE,
@@ -934,7 +946,9 @@ class KernelMaxide(_MaxideBase):
             # dense mostly-zero rows (the yahoo sets): the pairs' distances from each row's
             # nonzeros (issue 24: 4 ms against 20 for the 1000 x 1000 BLAS product)
             S = np.asarray(S, dtype=np.float64)
-            gamma = gamma_from_sq_dists(sq_dists_sparse_rows(S, np.ascontiguousarray(S.T)))
+            gamma = gamma_from_sq_dists(
+                _sparse_row_kernel(S, np.ascontiguousarray(S.T), sq_dists_sparse_rows)
+            )
         else:
             gamma = median_gamma(S)
         if not (np.isfinite(gamma) and gamma > 0):
