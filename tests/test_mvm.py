@@ -601,7 +601,7 @@ def test_float32_pass_inputs_do_not_depend_on_the_chunking(rng, monkeypatch):
 
     V, y = _three_classes(rng, n=130)
     layout = core._Layout((3, 2))
-    monkeypatch.setattr(core, "FLOAT32_BLOCK_ROWS", 50)
+    monkeypatch.setattr(core, "FLOAT32_BLOCK_BYTES", 50 * 4 * (5 + 2 * 4))  # 50 rows
     want = [0, 44, 88, 130]  # ceil(130 / 50) = 3 blocks of ceil(130 / 3) rows
     for views in ([ooc_engine.as_blocked(np.hstack(V))],
                   [ooc_engine.as_blocked(v, block_rows=20) for v in V],

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from ooc_lowrank import engine
+from ooc_lowrank._blocksize import TARGET_BLOCK_BYTES
 from ooc_lowrank._progress import progress_log
 from ooc_lowrank._validation import NonFiniteError
 from ooc_lowrank.kernels import mvm as _k
@@ -154,9 +155,10 @@ PASS_BLOCKS = 2
 #: relative of a mean loss of 3e-4..7e-4, max gradient error 2e-8 against tol 1e-3); the
 #: regressor's default 1e-6 asks for 1e-9 and keeps float64.
 FLOAT32_MIN_TOL = 1e-3
-#: Rows per block of the float32 copies (their blocks depend on ``n`` only, see
-#: :func:`_pass_inputs`); bounds a block's float32 temporaries to ``m x rows x K k`` floats.
-FLOAT32_BLOCK_ROWS = 65536
+#: Bytes of one row block of a float32 pass (its float32 view rows and view sums, ``4 (I + m
+#: K k)`` per row): the blocks of the float32 copies hold at most this much (see
+#: :func:`_pass_inputs`; the engine's block target).
+FLOAT32_BLOCK_BYTES = TARGET_BLOCK_BYTES
 
 
 def _pass_inputs(views, y, layout, width, float32=False):
@@ -174,9 +176,9 @@ def _pass_inputs(views, y, layout, width, float32=False):
       kernels, the loss and the sums over blocks stay float64).  Measured on mfeat (1,000 x
       649, 10 one-vs-rest models, one BLAS thread): a pass's GEMMs 7.7 ms -> 2.8 ms; fits
       with the same iterations and test accuracy.  The copies' row blocks are cut from ``n``
-      alone (``nb`` blocks of ``ceil(n / nb)`` rows, the last one shorter: at most
-      :data:`FLOAT32_BLOCK_ROWS` rows, at least :data:`PASS_BLOCKS` blocks when the pass is
-      large enough, below), never from the input's
+      and the model alone (``nb`` blocks of ``ceil(n / nb)`` rows, the last one shorter:
+      at most :data:`FLOAT32_BLOCK_BYTES` of float32 rows and view sums each, at least
+      :data:`PASS_BLOCKS` blocks when the pass is large enough, below), never from the input's
       chunking: a block's gradient is a float32 sum over its rows, so the model is then the
       same, bitwise, for any chunking of the same in-memory data.
     * In-memory inputs of a single row block whose pass costs at least :data:`PARALLEL_WORK`
@@ -195,7 +197,8 @@ def _pass_inputs(views, y, layout, width, float32=False):
     small = sum(v.nbytes for v in views) <= SPLIT_VIEWS_BYTES
     in_memory = all(b.in_memory for b in (*views, y))
     if float32 and small and in_memory and all(v.kind == "dense" for v in views):
-        nb = max(-(-n // FLOAT32_BLOCK_ROWS), PASS_BLOCKS if parallel else 1)
+        cap = max(1, FLOAT32_BLOCK_BYTES // (4 * (layout.n_feat + layout.n_views * int(width))))
+        nb = max(-(-n // cap), PASS_BLOCKS if parallel else 1)
         rows = max(1, -(-n // nb))  # blocked once (about 1 ms per Dask collection built)
         views = [engine.as_blocked(np.ascontiguousarray(part, dtype=np.float32), block_rows=rows)
                  for part in _blocks._view_parts([v.source for v in views], layout.view_sizes)]
