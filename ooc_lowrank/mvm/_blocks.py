@@ -149,8 +149,9 @@ def dense_loss_grad(parts, y, theta, b0, loss, n_feat, products=np.float64):
     gradient is returned in float64 (a float32 GEMM per view block, :func:`dense_sums`)."""
     S = dense_sums(parts, theta, n_feat, products)
     val, dl = loss_and_slope(dense_outputs(S, b0), y, loss)
-    _k.dense_weighted_loo(S, theta.shape[1] // b0.shape[0], dl)  # S[p] <- dl * prod_{q!=p}
     grad = np.empty_like(theta)
+    # S[p] <- dl * prod_{q != p} S[q]; the bias rows' gradient (its column sums) in the sweep
+    _k.dense_weighted_loo(S, theta.shape[1] // b0.shape[0], dl, grad[n_feat:])
     off = 0
     for p, X in enumerate(parts):
         w = X.shape[1]
@@ -158,7 +159,6 @@ def dense_loss_grad(parts, y, theta, b0, loss, n_feat, products=np.float64):
             np.matmul(X.T, S[p], out=grad[off:off + w])
         else:
             grad[off:off + w] = X.astype(S.dtype, copy=False).T @ S[p]
-        grad[n_feat + p] = S[p].sum(axis=0, dtype=np.float64)
         off += w
     return val.sum(axis=0), grad, dl.sum(axis=0)
 
