@@ -622,7 +622,7 @@ def test_float32_pass_inputs_do_not_depend_on_the_chunking(rng, monkeypatch):
 def test_float32_products_gradient_matches_float64(rng):
     """The dense path with float32 GEMMs: the loss sums and gradient of a float64 evaluation
     to float32 rounding, returned as float64."""
-    V = [rng.standard_normal((300, 7)), rng.standard_normal((300, 4)), rng.standard_normal((300, 3))]
+    V = [rng.standard_normal((300, w)) for w in (7, 4, 3)]
     I, K, k = 14, 3, 4
     theta = rng.normal(0, 0.3, (I + 3, K * k))
     theta[I:] += 1.0
