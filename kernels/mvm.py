@@ -220,14 +220,17 @@ def dense_outputs(S, k, b0, out):
 
 
 @njit
-def dense_weighted_loo(S, k, dl):
+def dense_weighted_loo(S, k, dl, colsum):
     """Overwrite ``S[p, i, j]`` with ``dl[i, j // k] * prod_{q != p} S[q, i, j]`` (the factor
     of ``z^(p)`` in the gradient, MVM-16 times the loss slope), by prefix and suffix products
-    (no division, SPEC 3.4).  ``S`` is the solver's own temporary; ``dl`` is ``(rows, K)``.
-    Per row, the columns are innermost (contiguous, vectorized)."""
+    (no division, SPEC 3.4), and write ``colsum[p, j] = sum_i`` of the new ``S[p, i, j]``
+    (float64 ``(m, K k)``, rows in order: the gradient of the bias rows, as
+    ``S[p].sum(axis=0, dtype=np.float64)`` sums them).  ``S`` is the solver's own temporary;
+    ``dl`` is ``(rows, K)``.  Per row, the columns are innermost (contiguous, vectorized)."""
     m, n, width = S.shape
     s = np.empty((m, width))
     acc = np.empty(width)
+    colsum[:] = 0.0
     for i in range(n):
         for p in range(m):
             for j in range(width):
@@ -243,6 +246,7 @@ def dense_weighted_loo(S, k, dl):
         for p in range(m - 1, -1, -1):
             for j in range(width):
                 S[p, i, j] *= acc[j]
+                colsum[p, j] += S[p, i, j]
                 acc[j] *= s[p, j]
 
 

@@ -565,30 +565,98 @@ def test_lbfgs_pass_inputs_split_views_and_rows(rng, monkeypatch):
     """An in-memory matrix of several views side by side is split once per L-BFGS fit into
     contiguous per-view arrays over the same row blocks, and a single in-memory block of a
     large enough pass is cut into row blocks; a fit from it equals a fit from the list of
-    views in one block (to rounding); sparse data and small passes are kept."""
+    views in one block (to rounding); sparse data and small passes are kept.  Products stay
+    float64 unless asked (the fit's tol) and possible (below)."""
     V, y = _three_classes(rng, n=120)
     X = np.hstack(V)
     layout = core._Layout((3, 2))
     yb = ooc_engine.as_blocked(y.astype(float)[:, None])
     views = [ooc_engine.as_blocked(X)]
-    parts, y2 = core._pass_inputs(views, yb, layout, 4)
-    assert len(parts) == 2 and y2 is yb
+    parts, y2, products = core._pass_inputs(views, yb, layout, 4)
+    assert len(parts) == 2 and y2 is yb and products == np.float64
     for p, (a, b) in enumerate([(0, 3), (3, 5)]):
         assert parts[p].source.flags.c_contiguous
         np.testing.assert_array_equal(parts[p].source, X[:, a:b])
         np.testing.assert_array_equal(parts[p].bounds, [0, 120])
     single = [ooc_engine.as_blocked(sp.csr_matrix(X))]
     assert core._pass_inputs(single, yb, layout, 4)[0] is single
+    assert core._pass_inputs(single, yb, layout, 4, float32=True)[2] == np.float64  # sparse
     monkeypatch.setattr(core, "PARALLEL_WORK", 120 * 5 * 4)
-    parts, y2 = core._pass_inputs(views, yb, layout, 4)
+    parts, y2, _ = core._pass_inputs(views, yb, layout, 4)
     for b in (*parts, y2):
         np.testing.assert_array_equal(b.bounds, [0, 60, 120])
     assert core._pass_inputs(views, yb, layout, 3)[1] is yb  # below the threshold
-    kw = dict(n_components=2, random_state=0, solver="lbfgs", max_iter=15)
+    kw = dict(n_components=2, random_state=0, solver="lbfgs", max_iter=15, tol=1e-6)
     cut = MultiViewMachineClassifier(view_sizes=(3, 2), **kw).fit(X, y)
     monkeypatch.setattr(core, "PARALLEL_WORK", np.inf)
     whole = MultiViewMachineClassifier(**kw).fit(V, y)
     np.testing.assert_allclose(cut.coef_, whole.coef_, rtol=1e-6, atol=1e-9)
+
+
+def test_float32_pass_inputs_do_not_depend_on_the_chunking(rng, monkeypatch):
+    """With float32 products the per-view float32 copies are cut into row blocks from ``n``
+    alone: the same blocks for one matrix or a list of views in any chunking; a Dask view
+    keeps float64 products and its own blocks."""
+    import dask.array as da
+
+    V, y = _three_classes(rng, n=130)
+    layout = core._Layout((3, 2))
+    monkeypatch.setattr(core, "FLOAT32_BLOCK_BYTES", 50 * 4 * (5 + 2 * 4))  # 50 rows
+    want = [0, 44, 88, 130]  # ceil(130 / 50) = 3 blocks of ceil(130 / 3) rows
+    for views in ([ooc_engine.as_blocked(np.hstack(V))],
+                  [ooc_engine.as_blocked(v, block_rows=20) for v in V],
+                  [ooc_engine.as_blocked(v, block_rows=97) for v in V]):
+        yb = ooc_engine.as_blocked(y.astype(float)[:, None]).rechunk(views[0].bounds)
+        parts, y2, products = core._pass_inputs(views, yb, layout, 4, float32=True)
+        assert products == np.float32 and len(parts) == 2
+        for b, v in zip(parts, V, strict=True):
+            assert b.source.dtype == np.float32 and b.source.flags.c_contiguous
+            np.testing.assert_array_equal(b.source, v.astype(np.float32))
+        for b in (*parts, y2):
+            np.testing.assert_array_equal(b.bounds, want)
+    lazy = [ooc_engine.as_blocked(da.from_array(V[0], chunks=40)), ooc_engine.as_blocked(V[1])]
+    yb = ooc_engine.as_blocked(y.astype(float)[:, None])
+    assert core._pass_inputs(lazy, yb, layout, 4, float32=True)[2] == np.float64
+
+
+def test_float32_products_gradient_matches_float64(rng):
+    """The dense path with float32 GEMMs: the loss sums and gradient of a float64 evaluation
+    to float32 rounding, returned as float64."""
+    V = [rng.standard_normal((300, w)) for w in (7, 4, 3)]
+    I, K, k = 14, 3, 4
+    theta = rng.normal(0, 0.3, (I + 3, K * k))
+    theta[I:] += 1.0
+    y = np.where(rng.random((300, K)) < 0.5, 1.0, -1.0)
+    b0 = rng.normal(size=K)
+    ref = _blocks.dense_loss_grad(V, y, theta, b0, _k.LOGISTIC, I)
+    for parts in (V, [v.astype(np.float32) for v in V]):
+        got = _blocks.dense_loss_grad(parts, y, theta, b0, _k.LOGISTIC, I, np.float32)
+        for g, r in zip(got, ref, strict=True):
+            assert g.dtype == np.float64
+            np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max())
+        assert not np.array_equal(got[1], ref[1])  # really float32 products
+
+
+@pytest.mark.parametrize("block_rows", [None, 37, 101])
+def test_classifier_float32_fit_is_the_same_for_any_chunking(rng, block_rows):
+    """The classifier's default tol (>= core.FLOAT32_MIN_TOL) multiplies in float32 on
+    in-memory views: the model is bitwise the same for any block_rows and for one matrix or
+    a list of views, and close to the float64 fit (tol below the threshold: same
+    iterations here, the same predictions)."""
+    V, y = _three_classes(rng, n=300)
+    kw = dict(n_components=2, random_state=0, solver="lbfgs", max_iter=40)
+    ref = MultiViewMachineClassifier(**kw, block_rows=300).fit(V, y)
+    got = MultiViewMachineClassifier(**kw, block_rows=block_rows).fit(V, y)
+    one = MultiViewMachineClassifier(**kw, view_sizes=(3, 2), block_rows=block_rows).fit(
+        np.hstack(V), y)
+    np.testing.assert_array_equal(got.coef_, ref.coef_)
+    np.testing.assert_array_equal(one.coef_, ref.coef_)
+    assert ref.tol >= core.FLOAT32_MIN_TOL
+    f64 = MultiViewMachineClassifier(**kw, block_rows=block_rows,
+                                     tol=0.999 * core.FLOAT32_MIN_TOL).fit(V, y)
+    assert not np.array_equal(f64.coef_, ref.coef_)
+    assert abs(f64.n_iter_ - ref.n_iter_) <= 2
+    assert np.mean(f64.predict(V) == ref.predict(V)) >= 0.99
 
 
 def test_two_loop_of_all_models_equals_one_model_at_a_time(rng):
@@ -664,10 +732,13 @@ def test_lbfgs_pass_calls_the_block_function_once_per_block(rng, monkeypatch):
         return real(*items, **kw)
 
     monkeypatch.setattr(_blocks, "loss_grad", counted)
-    m = MultiViewMachineClassifier(n_components=2, random_state=0, solver="lbfgs", max_iter=5,
-                                   block_rows=40).fit(V, y)
+    kw = dict(n_components=2, random_state=0, solver="lbfgs", max_iter=5, block_rows=40)
+    m = MultiViewMachineClassifier(**kw, tol=1e-6).fit(V, y)  # float64: the input's blocks
     # n_passes_ also counts the target's validation pass
     assert m.n_passes_ >= 6 and calls.count(40) == len(calls) == 3 * (m.n_passes_ - 1)
+    calls.clear()  # float32 products (the default tol): blocks cut from n alone, here one
+    m = MultiViewMachineClassifier(**kw).fit(V, y)
+    assert m.n_passes_ >= 6 and calls.count(120) == len(calls) == m.n_passes_ - 1
 
 
 def test_mvm_lbfgs_defaults_benchmark_runs_at_tiny_size(tmp_path):

@@ -113,18 +113,21 @@ def loss_and_slope(yhat, y, loss):
     return np.where(hit, 1.0 - t, 0.0), np.where(hit, -y, 0.0)
 
 
-def dense_sums(parts, theta, n_feat):
+def dense_sums(parts, theta, n_feat, products=np.float64):
     """``S[p] = X_p @ Theta_p + bias row p`` for every view, one ``(m, rows, K k)`` array
-    (MVM-9); float64 whatever the views' dtype."""
-    S = np.empty((len(parts), parts[0].shape[0], theta.shape[1]))
+    (MVM-9).  ``products``: the dtype of the GEMMs and of ``S`` (float64 whatever the views'
+    dtype; float32: ``theta`` rounded to float32, views of another dtype converted per call)."""
+    products = np.dtype(products)
+    S = np.empty((len(parts), parts[0].shape[0], theta.shape[1]), products)
+    theta_p = theta.astype(products, copy=False)
     off = 0
     for p, X in enumerate(parts):
         w = X.shape[1]
-        if X.dtype == np.float64:
-            np.matmul(X, theta[off:off + w], out=S[p])
+        if X.dtype == products:
+            np.matmul(X, theta_p[off:off + w], out=S[p])
         else:
-            S[p] = X @ theta[off:off + w]
-        S[p] += theta[n_feat + p]
+            S[p] = X.astype(products) @ theta_p[off:off + w]
+        S[p] += theta_p[n_feat + p]
         off += w
     return S
 
@@ -136,22 +139,26 @@ def dense_outputs(S, b0):
     return out
 
 
-def dense_loss_grad(parts, y, theta, b0, loss, n_feat):
+def dense_loss_grad(parts, y, theta, b0, loss, n_feat, products=np.float64):
     """``(loss sums (K,), grad (I + m, K k), grad_b0 (K,))`` of dense views (the twin of
     ``kernels.mvm.loss_grad_block``, one model per ``k`` columns); ``y`` ``(rows, K)``
-    signed."""
-    S = dense_sums(parts, theta, n_feat)
+    signed.
+
+    ``products`` (float64 or float32): the dtype of the per-view GEMMs and of the view sums
+    ``S``; the kernels form products, outputs and slopes in float64 either way, and the
+    gradient is returned in float64 (a float32 GEMM per view block, :func:`dense_sums`)."""
+    S = dense_sums(parts, theta, n_feat, products)
     val, dl = loss_and_slope(dense_outputs(S, b0), y, loss)
-    _k.dense_weighted_loo(S, theta.shape[1] // b0.shape[0], dl)  # S[p] <- dl * prod_{q!=p}
     grad = np.empty_like(theta)
+    # S[p] <- dl * prod_{q != p} S[q]; the bias rows' gradient (its column sums) in the sweep
+    _k.dense_weighted_loo(S, theta.shape[1] // b0.shape[0], dl, grad[n_feat:])
     off = 0
     for p, X in enumerate(parts):
         w = X.shape[1]
-        if X.dtype == np.float64:
+        if X.dtype == S.dtype == np.float64:
             np.matmul(X.T, S[p], out=grad[off:off + w])
         else:
-            grad[off:off + w] = X.T @ S[p]
-        grad[n_feat + p] = S[p].sum(axis=0)
+            grad[off:off + w] = X.astype(S.dtype, copy=False).T @ S[p]
         off += w
     return val.sum(axis=0), grad, dl.sum(axis=0)
 
@@ -180,10 +187,13 @@ def outputs(blocks, theta, b0, view_sizes):
     return out
 
 
-def loss_grad(*items, n_views_in, view_sizes, loss, task, n_models=1, models=None):
+def loss_grad(*items, n_views_in, view_sizes, loss, task, n_models=1, models=None,
+              products="float64"):
     """``(loss_sums, grad_theta, grad_b0)`` of a block: the summed loss of each of the
     ``n_models`` models ``(K,)``, the gradient ``(I + m, K k)`` and the intercepts' ``(K,)``;
-    ``models``: the classes of one-vs-rest models when not ``0 .. K-1`` (a subset).
+    ``models``: the classes of one-vs-rest models when not ``0 .. K-1`` (a subset);
+    ``products``: the dense path's GEMM dtype (:func:`dense_loss_grad`; the CSR path is
+    float64).
 
     ``items`` = view blocks, target block, theta ``(I + m, K k)``, b0 ``(K,)``."""
     blocks, yb = items[:n_views_in], items[n_views_in]
@@ -192,7 +202,7 @@ def loss_grad(*items, n_views_in, view_sizes, loss, task, n_models=1, models=Non
     y = signed_target(yb, task, n_models, models)
     if _all_dense(blocks):
         return dense_loss_grad(_view_parts(blocks, view_sizes), y.reshape(len(y), -1), theta,
-                               b0, loss, n_feat)
+                               b0, loss, n_feat, np.dtype(products))
     M = joined_csr(blocks)
     cv = col_view(view_sizes)
     y = y.reshape(len(y), -1)
