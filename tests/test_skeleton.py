@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import ooc_lowrank as ool
-from ooc_lowrank._base import check_common_params, saved_params, store_params
+from ooc_lowrank._base import check_common_params, params, saved_params
 from ooc_lowrank.gimc import GIMCCV
 from ooc_lowrank.glrl import GreedyLowRank, GreedyLowRankCV
 from ooc_lowrank.imc import InductiveMatrixCompletion
@@ -167,9 +167,13 @@ def test_a_callback_that_is_not_callable_is_refused_by_name(est):
             est.fit(X, mask_labels(Y, 50, random_state=0))
 
 
+@params
 class _Toy:
-    def __init__(self, *, max_iter=1, tol=0.0, block_rows=None, cache_bytes=None, callback=None):
-        store_params(self, locals())
+    max_iter: int = 1
+    tol: float = 0.0
+    block_rows: int | None = None
+    cache_bytes: int | None = None
+    callback: object = None
 
     def get_params(self, deep=True):
         return dict(vars(self))
