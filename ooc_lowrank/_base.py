@@ -86,30 +86,6 @@ class RunControl:
     callback: object = None
 
 
-def store_params(est, params):
-    """Set every ``__init__`` argument of ``params`` (the ``locals()`` of ``__init__``) on
-    ``est`` under its own name; nothing else."""
-    for name, value in params.items():
-        if name not in ("self", "__class__"):
-            setattr(est, name, value)
-
-
-def with_defaults(init, **defaults):
-    """A copy of the keyword-only ``__init__`` ``init`` with other ``defaults``: what
-    ``inspect.signature`` (so ``get_params``, ``clone``, ``repr`` and the CLI flags) reads."""
-    import types
-
-    unknown = sorted(set(defaults) - set(init.__kwdefaults__ or ()))
-    if unknown:
-        raise TypeError(f"{init.__qualname__} has no keyword-only parameters {unknown}")
-    f = types.FunctionType(
-        init.__code__, init.__globals__, init.__name__, init.__defaults__, init.__closure__
-    )
-    f.__kwdefaults__ = {**init.__kwdefaults__, **defaults}
-    f.__doc__, f.__module__, f.__qualname__ = init.__doc__, init.__module__, init.__qualname__
-    return f
-
-
 def saved_params(est, not_saved=NOT_SAVED):
     """``est.get_params()`` without the ones a model file does not keep."""
     return {k: v for k, v in est.get_params().items() if k not in not_saved}
