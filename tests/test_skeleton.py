@@ -457,11 +457,15 @@ def test_estimators_declare_their_parameters_as_keyword_only_fields():
             assert defaults.get(name, default) is default
 
 
-@pytest.mark.parametrize("command,first,shared", [("gimc-lff", "--n-features-map", "--block-rows"),
-                                                  ("glrl", "--loss", "--cache-bytes"),
-                                                  ("kernelmaxide", "--n-features-map", "--verbose")])  # fmt: skip
-def test_cli_help_lists_the_methods_own_parameters_before_the_shared_groups(command, first, shared,
-                                                                            capsys):  # fmt: skip
+@pytest.mark.parametrize(
+    "command,first,shared",
+    [
+        ("gimc-lff", "--n-features-map", "--block-rows"),
+        ("glrl", "--loss", "--cache-bytes"),
+        ("kernelmaxide", "--n-features-map", "--verbose"),
+    ],
+)
+def test_cli_help_lists_the_methods_own_parameters_first(command, first, shared, capsys):
     """The estimators' signatures start with the ``_base`` groups; ``fit METHOD --help`` keeps
     the docstring's order (the method's own parameters first)."""
     from ooc_lowrank import cli

@@ -496,7 +496,13 @@ def greedy_pursuit(
 
         if lossobj.smooth:
             u, s, v, info = top_triplet(
-                matvec, m, n, lowrank=base, n_iter=o.power_iter, tol=o.power_tol, rng=rng,
+                matvec,
+                m,
+                n,
+                lowrank=base,
+                n_iter=o.power_iter,
+                tol=o.power_tol,
+                rng=rng,
                 first=first,
             )
             if s <= 1e-300:
@@ -542,7 +548,13 @@ def greedy_pursuit(
                 i += 1
                 lr = base + [(Uc, -sc, Vc)]
                 u, s, v, info = top_triplet(
-                    matvec, m, n, lowrank=lr, n_iter=o.power_iter, tol=o.power_tol, rng=rng,
+                    matvec,
+                    m,
+                    n,
+                    lowrank=lr,
+                    n_iter=o.power_iter,
+                    tol=o.power_tol,
+                    rng=rng,
                     first=first,
                 )
                 guv = info["sparse_uv"]

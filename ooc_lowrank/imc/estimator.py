@@ -157,7 +157,6 @@ def check_map_fits(n_features_map, B, what):
         )
 
 
-
 @_base.params
 class _SharedParams(_base.RunControl, _base.Streaming):
     """The parameters :class:`InductiveMatrixCompletion` and

@@ -37,8 +37,8 @@ from ooc_lowrank.kernelmaxide.estimator import (
     KernelMaxide,
     Maxide,
     _check_label_dtype,
-    _SharedParams,
     _is_lazy,
+    _SharedParams,
     fit_inputs,
     no_negative_error,
 )
