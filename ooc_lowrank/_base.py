@@ -3,15 +3,17 @@
 Each method's ``estimator.py`` / ``cv.py`` keeps what is its own (its parameters, their
 method-specific checks, its fit and its model file); what they all do alike lives here:
 
-- :func:`store_params`: ``__init__`` stores its keyword-only hyperparameters and nothing else
-  (scikit-learn's contract), in one line instead of one line per parameter;
+- :data:`params`: every estimator is a keyword-only dataclass of its hyperparameters, so its
+  generated ``__init__`` stores them and nothing else (scikit-learn's contract), and
+  :class:`Streaming` / :class:`RunControl` declare the parameter groups most estimators share
+  once; a subclass that changes only defaults redeclares those fields (dataclass fields keep
+  their place in the signature);
 - :func:`check_common_params`: the checks of the parameters every streaming / iterative
   estimator shares (``block_rows``, ``cache_bytes``, ``max_iter``, ``tol``, ``callback``), with
   the same error text everywhere;
 - :func:`saved_params`: the hyperparameters a model file keeps (never a callable);
 - :func:`shared_params`: the parameters a search or a composite hands on, by name, to the
   estimator it runs;
-- :func:`with_defaults`: a subclass that changes only defaults keeps its parent's ``__init__``;
 - :class:`Loadable`: ``save(path)`` / ``Estimator.load(path)`` for every estimator with a model
   file (each gives its ``_state`` and ``_from_saved``); :func:`search_state`,
   :func:`restore_search`, :func:`restore_best`: a search's CV table and refitted model in
@@ -26,10 +28,10 @@ Progress lines and the ``callback`` are :mod:`ooc_lowrank._progress`; input reso
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import numbers
 import os
-import types
 
 from sklearn.utils.validation import check_is_fitted
 
@@ -54,26 +56,34 @@ def open_if_path(X):
     return X
 
 
-def store_params(est, params):
-    """Set every ``__init__`` argument of ``params`` (the ``locals()`` of ``__init__``) on
-    ``est`` under its own name; nothing else."""
-    for name, value in params.items():
-        if name not in ("self", "__class__"):
-            setattr(est, name, value)
+#: The class decorator of every estimator: its hyperparameters are keyword-only dataclass fields
+#: (``name: type = default``), from which Python writes an ``__init__`` that stores each one
+#: under its own name and does nothing else, with the signature ``get_params`` / ``clone`` and
+#: the CLI flags read.  ``eq=False`` keeps identity equality and hashing, ``repr=False``
+#: scikit-learn's ``BaseEstimator`` repr; the parameters of base classes (such as the groups
+#: below) come first in the signature, in reverse method-resolution order.
+params = dataclasses.dataclass(kw_only=True, eq=False, repr=False)
 
 
-def with_defaults(init, **defaults):
-    """A copy of the keyword-only ``__init__`` ``init`` with other ``defaults``: what
-    ``inspect.signature`` (so ``get_params``, ``clone``, ``repr`` and the CLI flags) reads."""
-    unknown = sorted(set(defaults) - set(init.__kwdefaults__ or ()))
-    if unknown:
-        raise TypeError(f"{init.__qualname__} has no keyword-only parameters {unknown}")
-    f = types.FunctionType(
-        init.__code__, init.__globals__, init.__name__, init.__defaults__, init.__closure__
-    )
-    f.__kwdefaults__ = {**init.__kwdefaults__, **defaults}
-    f.__doc__, f.__module__, f.__qualname__ = init.__doc__, init.__module__, init.__qualname__
-    return f
+@params
+class Streaming:
+    """Parameters of the estimators that stream row blocks: ``block_rows`` (rows per block of
+    in-memory input, ``None``: from a memory budget) and ``cache_bytes`` (store inputs up to
+    this size kept in memory across passes, ``None``: the engine's budget); each estimator's
+    docstring says what they mean for it."""
+
+    block_rows: int | None = None
+    cache_bytes: int | None = None
+
+
+@params
+class RunControl:
+    """Parameters of every iterative estimator's run: ``random_state``, ``verbose`` (progress
+    lines on the ``ooc_lowrank`` logger) and ``callback(iteration, elapsed, objective)``."""
+
+    random_state: object = None
+    verbose: bool = False
+    callback: object = None
 
 
 def saved_params(est, not_saved=NOT_SAVED):

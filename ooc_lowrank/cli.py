@@ -269,10 +269,16 @@ def _cli_text(value):
 
 def _options_from(func, doc, defaults, fixed, *, only=None) -> list:
     """Options for the keyword parameters of ``func`` (an ``__init__`` or a ``fit``), with
-    help from ``doc``'s docstring (the class for ``__init__``, as numpydoc puts it)."""
+    help from ``doc``'s docstring (the class for ``__init__``, as numpydoc puts it), in the
+    docstring's order (an estimator's signature starts with the shared parameter groups of
+    ``_base``; its docstring with the method's own), the undocumented ones last."""
     docs = _doc_params(doc)
+    order = {name: i for i, name in enumerate(docs)}
+    params = sorted(
+        inspect.signature(func).parameters.items(), key=lambda kv: order.get(kv[0], len(order))
+    )
     opts = []
-    for name, p in inspect.signature(func).parameters.items():
+    for name, p in params:
         if p.kind not in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) or name == "self":
             continue
         if only is not None and name not in only:

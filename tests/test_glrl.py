@@ -909,3 +909,34 @@ def test_glrl_fidelity_benchmark_pieces_tiny():
     pred = bench.robust_mf((rr, cc, R[rr, cc]), (m, n), 2, 0.1, maxiter=200)
     err = np.abs(pred(rr, cc) - R[rr, cc]).mean()
     assert err < 0.3 * np.abs(R[rr, cc] - np.median(R[rr, cc])).mean()
+
+
+def test_pursuit_options_object_and_keywords_agree(rng):
+    """``greedy_pursuit``'s settings are one ``PursuitOptions`` (issue 29): an options object,
+    keywords, or an object with keyword overrides give the same fit; an unknown setting is a
+    TypeError naming it."""
+    M, rows, cols, vals = _lowrank(rng, m=20, n=15)
+    red = _reduce(rows, cols, vals, M.shape)
+    opts = glrl_core.PursuitOptions(loss="l1", rank=3, max_inner=2, random_state=0)
+    a = greedy_pursuit(red, M.shape, opts)
+    b = greedy_pursuit(red, M.shape, loss="l1", rank=3, max_inner=2, random_state=0)
+    c = greedy_pursuit(red, M.shape, glrl_core.PursuitOptions(loss="l1"), rank=3, max_inner=2,
+                       random_state=0)  # fmt: skip
+    for other in (b, c):
+        np.testing.assert_array_equal(a.theta, other.theta)
+        assert a.objective == other.objective
+    with pytest.raises(TypeError, match="ranks"):
+        greedy_pursuit(red, M.shape, ranks=3)
+
+
+def test_estimator_hands_its_parameters_to_the_pursuit_options():
+    """Every ``PursuitOptions`` field is a ``GreedyLowRank`` parameter of the same name but
+    ``rank`` (``n_components``) and ``l2`` (``alpha``), which the estimator passes itself."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(glrl_core.PursuitOptions)}
+    assert names - set(GreedyLowRank().get_params()) == {"rank", "l2"}
+    est = GreedyLowRank(nu=0.5, max_inner=3, power_tol=0.01, random_state=7, max_iter=4)
+    o = glrl_core.PursuitOptions.from_params(est.get_params(), rank=4, refit="none")
+    assert (o.nu, o.max_inner, o.power_tol, o.random_state, o.max_iter) == (0.5, 3, 0.01, 7, 4)
+    assert (o.rank, o.refit, o.l2, o.loss) == (4, "none", 0.0, "square")

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import ooc_lowrank as ool
-from ooc_lowrank._base import check_common_params, saved_params, store_params
+from ooc_lowrank._base import check_common_params, params, saved_params
 from ooc_lowrank.gimc import GIMCCV
 from ooc_lowrank.glrl import GreedyLowRank, GreedyLowRankCV
 from ooc_lowrank.imc import InductiveMatrixCompletion
@@ -167,15 +167,19 @@ def test_a_callback_that_is_not_callable_is_refused_by_name(est):
             est.fit(X, mask_labels(Y, 50, random_state=0))
 
 
+@params
 class _Toy:
-    def __init__(self, *, max_iter=1, tol=0.0, block_rows=None, cache_bytes=None, callback=None):
-        store_params(self, locals())
+    max_iter: int = 1
+    tol: float = 0.0
+    block_rows: int | None = None
+    cache_bytes: int | None = None
+    callback: object = None
 
     def get_params(self, deep=True):
         return dict(vars(self))
 
 
-def test_store_params_and_common_checks():
+def test_params_dataclass_and_common_checks():
     t = _Toy(max_iter=3, callback=print)
     assert t.get_params() == dict(max_iter=3, tol=0.0, block_rows=None, cache_bytes=None,
                                   callback=print)  # fmt: skip
@@ -424,3 +428,49 @@ def test_with_signature_binds_the_public_signature():
         f("a", other=1)
     req = keyword_options({"n_rows": inspect.Parameter.empty})
     assert req[0].default is inspect.Parameter.empty and req[0].kind is req[0].KEYWORD_ONLY
+
+
+def test_estimators_declare_their_parameters_as_keyword_only_fields():
+    """Every estimator is a ``_base.params`` dataclass (issue 29): ``__init__`` takes its fields,
+    keyword-only and each with a default, stores exactly them (nothing else), keeps identity
+    equality and hashing and scikit-learn's repr; the shared groups keep one default."""
+    import dataclasses
+    import inspect
+
+    from ooc_lowrank.gimc import GIMC, FourierFeatures, NystromFeatures
+    from ooc_lowrank.mvm import MultiViewMachineClassifier, MultiViewMachineRegressor
+
+    classes = (GIMC, GIMCCV, FourierFeatures, NystromFeatures, GreedyLowRank, GreedyLowRankCV,
+               InductiveMatrixCompletion, GIMCClustering, KernelMaxide, Maxide, KernelMaxideCV,
+               MaxideCV, MultiViewMachineRegressor, MultiViewMachineClassifier)  # fmt: skip
+    for cls in classes:
+        assert dataclasses.is_dataclass(cls), cls
+        sig = [p for n, p in inspect.signature(cls.__init__).parameters.items() if n != "self"]
+        assert [p.name for p in sig] == [f.name for f in dataclasses.fields(cls)]
+        assert all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty for p in sig), cls
+        est = cls()
+        assert vars(est) == est.get_params(deep=False)
+        assert est != cls() and hash(est) != hash(cls())
+        assert repr(cls(random_state=3)) == f"{cls.__name__}(random_state=3)"
+        defaults = est.get_params()
+        for name, default in [("block_rows", None), ("cache_bytes", None), ("callback", None)]:
+            assert defaults.get(name, default) is default
+
+
+@pytest.mark.parametrize(
+    "command,first,shared",
+    [
+        ("gimc-lff", "--n-features-map", "--block-rows"),
+        ("glrl", "--loss", "--cache-bytes"),
+        ("kernelmaxide", "--n-features-map", "--verbose"),
+    ],
+)
+def test_cli_help_lists_the_methods_own_parameters_first(command, first, shared, capsys):
+    """The estimators' signatures start with the ``_base`` groups; ``fit METHOD --help`` keeps
+    the docstring's order (the method's own parameters first)."""
+    from ooc_lowrank import cli
+
+    with pytest.raises(SystemExit):
+        cli.main(["fit", command, "--help"])
+    out = capsys.readouterr().out
+    assert out.index(first + " ") < out.index(shared + " ")

@@ -52,7 +52,7 @@ from ooc_lowrank import _base, engine, metrics
 from ooc_lowrank._validation import check_random_state, check_scalar, format_table, param_error
 from ooc_lowrank.gimc import _blocks, _cv_blocks, core
 from ooc_lowrank.gimc._cv_blocks import req_shapes
-from ooc_lowrank.gimc.estimator import GIMC, _is_lazy, gimc_tags
+from ooc_lowrank.gimc.estimator import GIMC, _is_lazy, _SharedParams, gimc_tags
 from ooc_lowrank.gimc.features import median_gamma, sample_rows
 
 logger = logging.getLogger("ooc_lowrank")
@@ -111,7 +111,8 @@ class _Batch:
         self.handlers.append(handler)
 
 
-class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
+@_base.params
+class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator, _SharedParams):
     """GIMC with built-in K-fold cross-validation of gamma, alpha and the iteration count.
 
     All ``n_gammas x n_alphas x cv`` fits advance together: one pass over the data serves all
@@ -180,31 +181,15 @@ class GIMCCV(_base.Loadable, ClassifierMixin, BaseEstimator):
         Seconds.
     """
 
-    def __init__(
-        self,
-        *,
-        features="fourier",
-        n_features_map=500,
-        gamma_scales=(0.0625, 0.125, 0.25),
-        gammas=None,
-        alphas=(0.3, 1.0, 3.0, 10.0),
-        learn_features=True,
-        max_iter=40,
-        cv=5,
-        scoring="p@1",
-        refit=True,
-        tol=0.0,
-        landmarks="random",
-        normalize_rows=False,
-        n_trials=None,
-        block_rows=None,
-        cache_bytes=None,
-        batch_bytes=None,
-        random_state=None,
-        verbose=0,
-        callback=None,
-    ):
-        _base.store_params(self, locals())
+    gamma_scales: tuple | None = (0.0625, 0.125, 0.25)
+    gammas: tuple | None = None
+    alphas: tuple = (0.3, 1.0, 3.0, 10.0)
+    max_iter: int = 40
+    cv: object = 5
+    scoring: str = "p@1"
+    refit: bool = True
+    tol: float = 0.0
+    batch_bytes: int | None = None
 
     # ------------------------------------------------------------------ validation
 

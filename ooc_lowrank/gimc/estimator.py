@@ -188,7 +188,22 @@ def _split_eval_set(eval_set):
     )
 
 
-class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator):
+@_base.params
+class _SharedParams(_base.RunControl, _base.Streaming):
+    """The parameters :class:`GIMC` and :class:`~ooc_lowrank.GIMCCV` share (same names, same
+    meaning, same defaults; documented in :class:`GIMC`)."""
+
+    features: str = "fourier"
+    n_features_map: int = 500
+    learn_features: bool = True
+    landmarks: str = "random"
+    normalize_rows: bool | str = False
+    n_trials: int | None = None
+    verbose: int = 0
+
+
+@_base.params
+class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator, _SharedParams):
     """Goal-directed inductive matrix completion for multi-label / multi-class learning.
 
     Model: ``scores(x) = phi_U(x)^T W`` with ``min_{W,U} alpha/2 ||W||^2 + 1/2 ||A - Phi W||^2``
@@ -284,27 +299,11 @@ class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator):
     n_features_in_ : int
     """
 
-    def __init__(
-        self,
-        *,
-        features="fourier",
-        n_features_map=500,
-        gamma=None,
-        gamma_scale=DEFAULT_GAMMA_SCALE,
-        alpha=DEFAULT_ALPHA,
-        learn_features=True,
-        max_iter=DEFAULT_MAX_ITER,
-        tol=1e-4,
-        landmarks="random",
-        normalize_rows=False,
-        n_trials=None,
-        block_rows=None,
-        cache_bytes=None,
-        random_state=None,
-        verbose=0,
-        callback=None,
-    ):
-        _base.store_params(self, locals())
+    gamma: float | None = None
+    gamma_scale: float = DEFAULT_GAMMA_SCALE
+    alpha: float = DEFAULT_ALPHA
+    max_iter: int = DEFAULT_MAX_ITER
+    tol: float = 1e-4
 
     # ------------------------------------------------------------------ validation
 

@@ -153,6 +153,7 @@ def _transform(X, U, spec, n_features_in, owner):
     return out
 
 
+@_base.params
 class _FeatureMap(_base.SparseInput, TransformerMixin, BaseEstimator):
     """What the two feature maps share: the ``n_components`` / ``gamma`` checks, the input
     conversion and seed at the start of ``fit``, the feature spec and ``transform``.
@@ -160,6 +161,10 @@ class _FeatureMap(_base.SparseInput, TransformerMixin, BaseEstimator):
     for the error text) and, with ``_normalization``, its spec's normalization matrix."""
 
     _kind = _unit = None
+
+    n_components: int = 500
+    gamma: float | None = None
+    random_state: object = None
 
     def _check_map_params(self):
         check_scalar(
@@ -194,6 +199,7 @@ class _FeatureMap(_base.SparseInput, TransformerMixin, BaseEstimator):
         )
 
 
+@_base.params
 class FourierFeatures(_FeatureMap):
     """Random Fourier features ``phi(x) = [cos(U^T x), sin(U^T x)] / sqrt(m)`` (SPEC 1.2).
 
@@ -217,9 +223,6 @@ class FourierFeatures(_FeatureMap):
 
     _kind, _unit = "fourier", "random feature"
 
-    def __init__(self, *, n_components=500, gamma=None, random_state=None):
-        _base.store_params(self, locals())
-
     def fit(self, X, y=None):
         """Draw ``U`` (uses only the shape of X, plus a row sample for the median heuristic)."""
         self._check_map_params()
@@ -234,6 +237,7 @@ class FourierFeatures(_FeatureMap):
         return self
 
 
+@_base.params
 class NystromFeatures(_FeatureMap):
     """Nystrom features on RBF landmarks, ``phi(x) = [k(x, u_1), ..., k(x, u_m)] M`` (SPEC 1.2).
 
@@ -261,10 +265,8 @@ class NystromFeatures(_FeatureMap):
 
     _kind, _unit = "nystrom", "landmark"
 
-    def __init__(
-        self, *, n_components=500, gamma=None, landmarks="random", normalize=True, random_state=None
-    ):
-        _base.store_params(self, locals())
+    landmarks: str = "random"
+    normalize: bool = True
 
     def fit(self, X, y=None):
         """Pick landmarks from a row sample (and the normalization)."""

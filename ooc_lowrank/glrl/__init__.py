@@ -3,7 +3,8 @@
 
 * :mod:`.losses`  - the loss family (value, (sub)gradient, Lipschitz constant)
 * :mod:`._blocks` - block functions (one block of observed entries -> small sums)
-* :mod:`.core`    - the functional algorithm (:func:`greedy_pursuit`, :func:`top_triplet`)
+* :mod:`.core`    - the functional algorithm (:func:`greedy_pursuit` and its
+  :class:`PursuitOptions`, :func:`top_triplet`)
 * :mod:`.estimator` - :class:`GreedyLowRank` (sklearn style, save/load, evaluate)
 * :mod:`.cv` - :class:`GreedyLowRankCV` (K-fold CV over the observed entries)
 
@@ -18,6 +19,7 @@ __all__ = [
     "GreedyLowRank",
     "GreedyLowRankCV",
     "GreedyResult",
+    "PursuitOptions",
     "get_loss",
     "greedy_pursuit",
     "resolve_greedy_l2",
@@ -28,6 +30,7 @@ __all__ = [
 _WHERE = {
     "GreedyResult": "core",
     "greedy_pursuit": "core",
+    "PursuitOptions": "core",
     "top_triplet": "core",
     "resolve_init": "core",
     "resolve_greedy_l2": "core",

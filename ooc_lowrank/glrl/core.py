@@ -39,7 +39,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from scipy.optimize import minimize
@@ -222,52 +222,23 @@ def _one_blas_thread(fn):
     return driver
 
 
-@_one_blas_thread
-def greedy_pursuit(
-    reduce,
-    shape,
-    *,
-    loss="square",
-    rank=10,
-    refit="auto",
-    power_iter=20,
-    power_tol=1e-3,
-    lbfgs_iter=5,
-    refit_solver="auto",
-    l2=0.0,
-    greedy_l2=0.0,
-    greedy_l1=0.0,
-    huber_delta=1.0,
-    nu=0.95,
-    max_inner=5,
-    step_size=2.0,
-    step_schedule="auto",
-    validation=None,
-    n_iter_no_change=5,
-    callback=None,
-    random_state=None,
-    verbose=False,
-    init_offset=None,
-    max_iter=None,
-    tol=0.0,
-    init_factors=None,
-    grad_cache=None,
-    checkpoint=None,
-):
-    """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
+@dataclass(frozen=True, kw_only=True)
+class PursuitOptions:
+    """The settings of :func:`greedy_pursuit`, built once by the caller (the estimator with
+    :meth:`from_params` from its own parameters) and handed on unchanged.
 
     Parameters
     ----------
-    reduce : callable
-        ``reduce(fn, args)`` runs one pass (see module docstring).
-    shape : (int, int)
-        ``(n_rows, n_cols)`` of the matrix.
     loss : str
         One of :data:`ooc_lowrank.glrl.losses.LOSSES`.
     rank : int
         Number of rank-one terms (the rank budget for nonsmooth losses).
     refit : {"auto", "full", "economic", "none"}
         ``"auto"`` is ``"full"`` for smooth losses and ``"none"`` for nonsmooth ones.
+    power_iter, power_tol : int, float
+        Power-method passes per singular pair and early-stop tolerance.
+    lbfgs_iter : int
+        L-BFGS-B iterations per refit; 0 turns the refit off.
     refit_solver : {"auto", "exact", "lbfgs"}
         How a refit is solved.  ``"lbfgs"``: at most ``lbfgs_iter`` L-BFGS-B iterations (SPEC
         GLRL-6/7), one pass per evaluation.  ``"exact"`` (square loss, ``greedy_l1 = 0``
@@ -295,6 +266,83 @@ def greedy_pursuit(
         bounds; the greedy step is ``max(s - greedy_l1, 0) / L >= 0``), where the penalty is
         linear, ``greedy_l1 * sum theta_g``.  Nonsmooth losses: soft-thresholding of the
         greedy coefficients by ``eta_t greedy_l1`` each step.
+    huber_delta : float
+        Threshold of the Huber loss.
+    nu, max_inner : float, int
+        Nonsmooth losses: a step adds rank-one terms until ``||G - Ghat||_F <= nu ||G||_F``
+        or ``max_inner`` terms.
+    step_size, step_schedule : float, str
+        Nonsmooth losses: step ``eta_t`` from the schedule (one of :data:`SCHEDULES`).
+    n_iter_no_change : int
+        With a ``validation``: stop after this many steps without improvement.
+    random_state : int, Generator or None
+        Seeds the power method.
+    verbose : bool or int
+        Progress lines on the ``ooc_lowrank`` logger.
+    max_iter : int, optional
+        Stop after this many greedy (outer) steps even if the rank budget is not used up.
+    tol : float
+        Stop after a greedy step that lowers the objective by less than ``tol`` times the
+        previous objective's magnitude (an increase, possible for nonsmooth losses, stops it
+        too).  ``0`` (default): no such stop, every step of the rank budget is taken.
+    """
+
+    loss: str = "square"
+    rank: int = 10
+    refit: str = "auto"
+    power_iter: int = 20
+    power_tol: float = 1e-3
+    lbfgs_iter: int = 5
+    refit_solver: str = "auto"
+    l2: float = 0.0
+    greedy_l2: float = 0.0
+    greedy_l1: float = 0.0
+    huber_delta: float = 1.0
+    nu: float = 0.95
+    max_inner: int = 5
+    step_size: float = 2.0
+    step_schedule: str = "auto"
+    n_iter_no_change: int = 5
+    random_state: object = None
+    verbose: bool = False
+    max_iter: int | None = None
+    tol: float = 0.0
+
+    @classmethod
+    def from_params(cls, params, **overrides):
+        """The options named like a key of ``params`` (an estimator's ``get_params()``) with
+        its values, then ``overrides`` (the options an estimator names otherwise or resolves
+        first); the others keep their defaults."""
+        names = [f.name for f in fields(cls)]
+        return cls(**({k: params[k] for k in names if k in params} | overrides))
+
+
+@_one_blas_thread
+def greedy_pursuit(
+    reduce,
+    shape,
+    options=None,
+    *,
+    validation=None,
+    callback=None,
+    init_offset=None,
+    init_factors=None,
+    grad_cache=None,
+    checkpoint=None,
+    **settings,
+):
+    """Greedy low-rank pursuit on observed entries (GLRL / EGLRL / R1MP / nonsmooth GLRL).
+
+    Parameters
+    ----------
+    reduce : callable
+        ``reduce(fn, args)`` runs one pass (see module docstring).
+    shape : (int, int)
+        ``(n_rows, n_cols)`` of the matrix.
+    options : PursuitOptions, optional
+        The algorithm's settings (default: ``PursuitOptions()``).
+    **settings
+        Fields of :class:`PursuitOptions` that replace those of ``options`` (``rank=3``).
     validation : callable, optional
         ``validation(U, V, theta) -> float`` (lower is better), evaluated after each step;
         the best-scoring iterate is returned and the fit stops after ``n_iter_no_change``
@@ -303,12 +351,6 @@ def greedy_pursuit(
         ``callback(iteration, elapsed, objective)`` after each greedy step.
     init_offset : float, optional
         Start from ``X_0 = init_offset * 1 1^T`` (one rank-one term of the budget).
-    max_iter : int, optional
-        Stop after this many greedy (outer) steps even if the rank budget is not used up.
-    tol : float
-        Stop after a greedy step that lowers the objective by less than ``tol`` times the
-        previous objective's magnitude (an increase, possible for nonsmooth losses, stops it
-        too).  ``0`` (default): no such stop, every step of the rank budget is taken.
     init_factors : (U0, V0, theta0), optional
         Start from ``X_0 = U0 diag(theta0) V0^T`` (e.g. :func:`bias_init`); its ``k0`` terms
         count in the rank budget.  Overrides ``init_offset``.
@@ -335,15 +377,16 @@ def greedy_pursuit(
     270,000-vector 20 ms instead of 0.3 ms, time during which a cluster's workers wait for the
     next pass (1.5 s of driver time per 22-pass fit; issue 27).
     """
-    lossobj = get_loss(loss)
+    o = replace(PursuitOptions() if options is None else options, **settings)
+    lossobj = get_loss(o.loss)
     m, n = int(shape[0]), int(shape[1])
-    refit = ("full" if lossobj.smooth else "none") if refit == "auto" else refit
-    exact = resolve_refit_solver(refit_solver, lossobj.name, greedy_l1)
+    refit = ("full" if lossobj.smooth else "none") if o.refit == "auto" else o.refit
+    exact = resolve_refit_solver(o.refit_solver, lossobj.name, o.greedy_l1)
     run = _Counter(reduce)
-    rng = np.random.default_rng(random_state)
-    log = progress_log(verbose)
-    code, delta, l2 = lossobj.code, float(huber_delta), float(l2)
-    gl2, gl1 = float(greedy_l2), float(greedy_l1)
+    rng = np.random.default_rng(o.random_state)
+    log = progress_log(o.verbose)
+    code, delta, l2 = lossobj.code, float(o.huber_delta), float(o.l2)
+    gl2, gl1 = float(o.greedy_l2), float(o.greedy_l1)
 
     def power_pass(U, V, theta, u, v):
         return run(_blocks.power_block, (U, _blocks.pack_columns(V, v), theta, code, delta, u))
@@ -352,7 +395,7 @@ def greedy_pursuit(
         """The power method's ``matvec`` for this step: from the gradient cache if one is
         offered and pays off (more than two power passes), else a fused pass over the data."""
         cached = None
-        if grad_cache is not None and power_iter > 2:
+        if grad_cache is not None and o.power_iter > 2:
             cached = grad_cache(U, V, theta, code, delta)
         if cached is None:
             return lambda u, v: power_pass(U, V, theta, u, v)
@@ -443,7 +486,7 @@ def greedy_pursuit(
             arrays["refit_gram"], arrays["refit_rhs"] = normal
         checkpoint.save(t, state, arrays)
 
-    while not stopped and used < rank and (max_iter is None or t < max_iter):
+    while not stopped and used < o.rank and (o.max_iter is None or t < o.max_iter):
         t_step = time.perf_counter()
         t += 1
         K = _gram(U, V)
@@ -453,7 +496,14 @@ def greedy_pursuit(
 
         if lossobj.smooth:
             u, s, v, info = top_triplet(
-                matvec, m, n, lowrank=base, n_iter=power_iter, tol=power_tol, rng=rng, first=first
+                matvec,
+                m,
+                n,
+                lowrank=base,
+                n_iter=o.power_iter,
+                tol=o.power_tol,
+                rng=rng,
+                first=first,
             )
             if s <= 1e-300:
                 log("GLRL step %d: gradient vanished on the observed entries; stopping", t)
@@ -470,17 +520,17 @@ def greedy_pursuit(
                 theta = np.append(theta, step0)
             elif refit == "full" and exact:
                 theta, normal = _refit_full_exact(
-                    run, U, V, np.append(theta, step0), l2, lbfgs_iter,
+                    run, U, V, np.append(theta, step0), l2, o.lbfgs_iter,
                     greedy_l2=gl2, n_fixed=n_start, normal=normal,
                 )
             elif refit == "full":
                 theta = _refit_full(
-                    run, U, V, np.append(theta, step0), code, delta, l2, lbfgs_iter,
+                    run, U, V, np.append(theta, step0), code, delta, l2, o.lbfgs_iter,
                     greedy_l2=gl2, greedy_l1=gl1, n_fixed=n_start,
                 )
             else:
                 theta = _refit_econ(
-                    run, U, V, theta, step0, code, delta, l2, lbfgs_iter, n_fixed=n_start,
+                    run, U, V, theta, step0, code, delta, l2, o.lbfgs_iter, n_fixed=n_start,
                     greedy_l2=gl2, greedy_l1=gl1, exact=exact,
                 )
             res.inner_counts.append(1)
@@ -498,7 +548,14 @@ def greedy_pursuit(
                 i += 1
                 lr = base + [(Uc, -sc, Vc)]
                 u, s, v, info = top_triplet(
-                    matvec, m, n, lowrank=lr, n_iter=power_iter, tol=power_tol, rng=rng, first=first
+                    matvec,
+                    m,
+                    n,
+                    lowrank=lr,
+                    n_iter=o.power_iter,
+                    tol=o.power_tol,
+                    rng=rng,
+                    first=first,
                 )
                 guv = info["sparse_uv"]
                 if l2 > 0 and theta.size:
@@ -508,9 +565,10 @@ def greedy_pursuit(
                 sc = np.append(sc, s)
                 cross += s * guv
                 resid2 = gnorm2 - 2 * cross + sc @ _gram(Uc, Vc) @ sc
-                if resid2 <= nu * nu * gnorm2 or i >= max_inner or used + i >= rank or s <= 1e-300:
+                spent = i >= o.max_inner or used + i >= o.rank
+                if resid2 <= o.nu * o.nu * gnorm2 or spent or s <= 1e-300:
                     break
-            eta = _step(step_schedule, step_size, t, l2)
+            eta = _step(o.step_schedule, o.step_size, t, l2)
             if gl2 > 0:  # gradient step of greedy_l2 / 2 |theta_g|^2 on the greedy terms
                 theta = theta.copy()
                 theta[n_start:] *= max(0.0, 1.0 - eta * gl2)
@@ -521,7 +579,7 @@ def greedy_pursuit(
             # X <- X - eta * Ghat = X + sum (eta s_i) u_i (-v_i)^T
             U = np.column_stack([U, Uc])
             V = np.column_stack([V, -Vc])
-            if step_schedule == "search":
+            if o.step_schedule == "search":
                 eta = _search_step(run, U, V, theta, sc, eta, code, delta, l2)
             theta = np.append(theta, eta * sc)
             res.inner_counts.append(i)
@@ -556,13 +614,13 @@ def greedy_pursuit(
         )
         if callback is not None:
             callback(t, elapsed, obj)
-        if validation is not None and n_iter_no_change and since_best >= n_iter_no_change:
+        if validation is not None and o.n_iter_no_change and since_best >= o.n_iter_no_change:
             log("GLRL: validation score did not improve for %d steps; stopping", since_best)
             stopped = True
             break
         prev = res.objective[-2]
-        if tol > 0 and prev - obj < tol * max(abs(prev), 1e-300):
-            log("GLRL step %d: relative objective decrease below tol=%g; stopping", t, tol)
+        if o.tol > 0 and prev - obj < o.tol * max(abs(prev), 1e-300):
+            log("GLRL step %d: relative objective decrease below tol=%g; stopping", t, o.tol)
             stopped = True
             break
         if checkpoint is not None and checkpoint.due(t):

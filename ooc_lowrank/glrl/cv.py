@@ -37,7 +37,7 @@ from ooc_lowrank import _base
 from ooc_lowrank._persist import ModelFileError
 from ooc_lowrank._validation import check_scalar, format_table, param_error
 from ooc_lowrank.glrl.core import SCHEDULES
-from ooc_lowrank.glrl.estimator import GreedyLowRank, _obs_handle, _pairs_to_csr
+from ooc_lowrank.glrl.estimator import GreedyLowRank, _obs_handle, _pairs_to_csr, _SharedParams
 from ooc_lowrank.glrl.losses import get_loss
 
 logger = logging.getLogger("ooc_lowrank")
@@ -124,7 +124,8 @@ class _FoldView:
         return sp.csr_matrix((S.data[keep], S.indices[keep], indptr), shape=S.shape)
 
 
-class GreedyLowRankCV(_base.Loadable, BaseEstimator):
+@_base.params
+class GreedyLowRankCV(_base.Loadable, BaseEstimator, _SharedParams):
     """GreedyLowRank with built-in K-fold cross-validation over the observed entries.
 
     The grid holds the parameters that matter for the loss (nonsmooth ``l1`` / ``hinge``:
@@ -228,38 +229,17 @@ class GreedyLowRankCV(_base.Loadable, BaseEstimator):
     only its parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
-    def __init__(
-        self,
-        *,
-        loss="square",
-        n_components=10,
-        step_sizes=None,
-        step_schedules=None,
-        max_inners=None,
-        alphas=None,
-        greedy_l2s=None,
-        bias_regs=None,
-        cv=5,
-        scoring=None,
-        refit=True,
-        select_iter=False,
-        coef_refit="auto",
-        init="auto",
-        power_iter=20,
-        power_tol=1e-3,
-        lbfgs_iter=5,
-        huber_delta=1.0,
-        nu=0.95,
-        bias_sweeps=5,
-        duplicates="error",
-        n_iter_no_change=5,
-        block_rows=None,
-        cache_bytes=None,
-        random_state=None,
-        verbose=False,
-        callback=None,
-    ):
-        _base.store_params(self, locals())
+    step_sizes: tuple | None = None
+    step_schedules: tuple | None = None
+    max_inners: tuple | None = None
+    alphas: tuple | None = None
+    greedy_l2s: tuple | None = None
+    bias_regs: tuple | None = None
+    cv: object = 5
+    scoring: str | None = None
+    refit: bool = True
+    select_iter: bool = False
+    coef_refit: str = "auto"
 
     # ------------------------------------------------------------------ validation
     def base_params(self):

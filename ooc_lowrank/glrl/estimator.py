@@ -30,6 +30,7 @@ from ooc_lowrank.glrl import _blocks
 from ooc_lowrank.glrl.core import (
     REFITS,
     SCHEDULES,
+    PursuitOptions,
     bias_init,
     greedy_pursuit,
     resolve_greedy_l2,
@@ -202,7 +203,26 @@ def _make_reduce(B, budget=None):
     return reduce
 
 
-class GreedyLowRank(_base.Loadable, BaseEstimator):
+@_base.params
+class _SharedParams(_base.RunControl, _base.Streaming):
+    """The parameters :class:`GreedyLowRank` and :class:`~ooc_lowrank.GreedyLowRankCV` share
+    (same names, same meaning, same defaults; documented in :class:`GreedyLowRank`)."""
+
+    loss: str = "square"
+    n_components: int = 10
+    init: str = "auto"
+    power_iter: int = 20
+    power_tol: float = 1e-3
+    lbfgs_iter: int = 5
+    huber_delta: float = 1.0
+    nu: float = 0.95
+    bias_sweeps: int = 5
+    duplicates: str = "error"
+    n_iter_no_change: int = 5
+
+
+@_base.params
+class GreedyLowRank(_base.Loadable, BaseEstimator, _SharedParams):
     """Greedy low-rank pursuit on observed entries (Yao & Kwok; SPEC section 2).
 
     Parameters
@@ -326,39 +346,18 @@ class GreedyLowRank(_base.Loadable, BaseEstimator):
     run in ``tests/test_sklearn_api.py``.
     """
 
-    def __init__(
-        self,
-        *,
-        loss="square",
-        n_components=10,
-        refit="auto",
-        power_iter=20,
-        power_tol=1e-3,
-        lbfgs_iter=5,
-        refit_solver="auto",
-        alpha=0.0,
-        greedy_l2=None,
-        greedy_l1=0.0,
-        huber_delta=1.0,
-        nu=0.95,
-        max_inner=2,
-        step_size=2.0,
-        step_schedule="auto",
-        init="auto",
-        bias_reg=5.0,
-        bias_sweeps=5,
-        duplicates="error",
-        validation=None,
-        n_iter_no_change=5,
-        max_iter=None,
-        block_rows=None,
-        cache_bytes=None,
-        random_state=None,
-        verbose=False,
-        callback=None,
-        tol=0.0,
-    ):
-        _base.store_params(self, locals())
+    refit: str | None = "auto"
+    refit_solver: str = "auto"
+    alpha: float = 0.0
+    greedy_l2: float | None = None
+    greedy_l1: float = 0.0
+    max_inner: int = 2
+    step_size: float = 2.0
+    step_schedule: str = "auto"
+    bias_reg: float = 5.0
+    validation: object = None
+    max_iter: int | None = None
+    tol: float = 0.0
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -563,32 +562,21 @@ class GreedyLowRank(_base.Loadable, BaseEstimator):
         if ckpt is not None:
             ckpt.extra["init_passes"] = init_passes
 
+        options = PursuitOptions.from_params(  # GreedyLowRank's parameters of the same name
+            self.get_params(),
+            rank=self.n_components,
+            refit=refit,
+            l2=self.alpha,
+            greedy_l2=greedy_l2,
+            tol=float(self.tol),
+        )
         res = greedy_pursuit(
             reduce,
             shp,
-            loss=self.loss,
-            rank=self.n_components,
-            refit=refit,
-            power_iter=self.power_iter,
-            power_tol=self.power_tol,
-            lbfgs_iter=self.lbfgs_iter,
-            refit_solver=self.refit_solver,
-            l2=self.alpha,
-            greedy_l2=greedy_l2,
-            greedy_l1=self.greedy_l1,
-            huber_delta=self.huber_delta,
-            nu=self.nu,
-            max_inner=self.max_inner,
-            step_size=self.step_size,
-            step_schedule=self.step_schedule,
+            options,
             validation=scorer,
-            n_iter_no_change=self.n_iter_no_change,
             callback=self.callback,
-            random_state=self.random_state,
-            verbose=self.verbose,
             init_offset=mean if init == "mean" else None,
-            max_iter=self.max_iter,
-            tol=float(self.tol),
             init_factors=init_factors,
             grad_cache=reduce.gradient_cache,
             checkpoint=ckpt,

@@ -21,7 +21,12 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from ooc_lowrank import _base
 from ooc_lowrank._validation import check_auto, check_random_state, check_scalar, param_error
 from ooc_lowrank.glrl.estimator import _obs_handle
-from ooc_lowrank.imc.estimator import InductiveMatrixCompletion, _side_features, features_of
+from ooc_lowrank.imc.estimator import (
+    InductiveMatrixCompletion,
+    _SharedParams,
+    _side_features,
+    features_of,
+)
 
 READOUTS = ("exact", "svds")
 #: The paper's lam grid for clustering (SPEC 1.7).
@@ -296,7 +301,8 @@ def _constraints_in_memory(store, lam):
     return coo.row.astype(np.int64), coo.col.astype(np.int64), coo.data.astype(np.float64)
 
 
-class GIMCClustering(ClusterMixin, BaseEstimator):
+@_base.params
+class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
     """Semi-supervised clustering with GIMC (Algorithm 2, SPEC 1.5.5).
 
     Parameters
@@ -390,29 +396,14 @@ class GIMCClustering(ClusterMixin, BaseEstimator):
     run in ``tests/test_sklearn_api.py``.
     """
 
-    def __init__(
-        self,
-        *,
-        n_clusters=2,
-        alpha="auto",
-        features="fourier",
-        learn_features=True,
-        n_features_map=500,
-        gamma=None,
-        max_iter=20,
-        cg_iter=5,
-        cg_tol=1e-3,
-        tol=1e-6,
-        readout="exact",
-        n_init=10,
-        symmetrize=False,
-        block_rows=None,
-        cache_bytes=None,
-        random_state=None,
-        callback=None,
-        verbose=False,
-    ):
-        _base.store_params(self, locals())
+    n_clusters: int = 2
+    alpha: float | str = "auto"
+    features: str = "fourier"
+    learn_features: bool = True
+    cg_iter: int = 5
+    readout: str = "exact"
+    n_init: int = 10
+    symmetrize: bool = False
 
     def fit(self, X, y=None, *, constraints):
         """Cluster the rows of ``X`` (n, d; an array, CSR, or a feature store's ``X``) under

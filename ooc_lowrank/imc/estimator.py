@@ -157,8 +157,21 @@ def check_map_fits(n_features_map, B, what):
         )
 
 
+@_base.params
+class _SharedParams(_base.RunControl, _base.Streaming):
+    """The parameters :class:`InductiveMatrixCompletion` and
+    :class:`~ooc_lowrank.GIMCClustering` share (same names, same meaning, same defaults; the
+    clustering hands them on to the completion it runs)."""
 
-class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
+    n_features_map: int = 500
+    gamma: float | None = None
+    max_iter: int = 20
+    cg_tol: float = 1e-3
+    tol: float = 1e-6
+
+
+@_base.params
+class InductiveMatrixCompletion(_base.Loadable, BaseEstimator, _SharedParams):
     """Two-sided inductive matrix completion with ALS + CG (LEML-style), optionally with learned
     Fourier / Nystrom features on both sides (GIMC-LFF / GIMC-LNYS, SPEC 1.5).
 
@@ -228,27 +241,12 @@ class InductiveMatrixCompletion(_base.Loadable, BaseEstimator):
     its parameters, tags) do apply and run in ``tests/test_sklearn_api.py``.
     """
 
-    def __init__(
-        self,
-        *,
-        n_components=10,
-        alpha=1.0,
-        row_map="identity",
-        col_map="identity",
-        n_features_map=500,
-        gamma=None,
-        learn_features=False,
-        max_iter=20,
-        cg_iter=20,
-        cg_tol=1e-3,
-        tol=1e-6,
-        block_rows=None,
-        cache_bytes=None,
-        random_state=None,
-        callback=None,
-        verbose=False,
-    ):
-        _base.store_params(self, locals())
+    n_components: int = 10
+    alpha: float = 1.0
+    row_map: str = "identity"
+    col_map: str = "identity"
+    learn_features: bool = False
+    cg_iter: int = 20
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):

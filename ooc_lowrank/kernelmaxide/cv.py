@@ -38,6 +38,7 @@ from ooc_lowrank.kernelmaxide.estimator import (
     Maxide,
     _check_label_dtype,
     _is_lazy,
+    _SharedParams,
     fit_inputs,
     no_negative_error,
 )
@@ -100,10 +101,17 @@ def _fmt(v):
     return "all" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-class _ObservedSearch(BaseEstimator):
+@_base.params
+class _ObservedSearch(BaseEstimator, _SharedParams):
     """Shared hold-out search; subclasses define ``_estimator``, ``_base`` and ``_settings``."""
 
     _estimator = None
+
+    validation_fraction: float = 0.25
+    holdout: str = "rows"
+    scoring: str = "ranking_loss"
+    n_splits: int = 3
+    refit: bool = True
 
     def _base(self, seed):
         """The estimator parameters shared by every fit of the grid (the search logs and calls
@@ -276,6 +284,7 @@ class _ObservedSearch(BaseEstimator):
         self._best().save(path, overwrite=overwrite)
 
 
+@_base.params
 class KernelMaxideCV(_ObservedSearch):
     """:class:`KernelMaxide` with ``gamma`` and ``alpha`` chosen on held-out observed labels.
 
@@ -350,29 +359,11 @@ class KernelMaxideCV(_ObservedSearch):
 
     _estimator = KernelMaxide
 
-    def __init__(
-        self,
-        *,
-        n_features_map=1000,
-        n_components="auto",
-        gamma_scales=(1.0, 2.0, 4.0),
-        gammas=None,
-        alphas=(0.5, 2.0, 8.0, 32.0),
-        validation_fraction=0.25,
-        holdout="rows",
-        scoring="ranking_loss",
-        n_splits=3,
-        refit=True,
-        max_iter=100,
-        tol=1e-5,
-        n_trials=None,
-        cache_bytes=None,
-        block_rows=None,
-        random_state=None,
-        verbose=False,
-        callback=None,
-    ):
-        _base.store_params(self, locals())
+    n_features_map: int = 1000
+    n_components: int | str | None = "auto"
+    gamma_scales: tuple | None = (1.0, 2.0, 4.0)
+    gammas: tuple | None = None
+    alphas: tuple = (0.5, 2.0, 8.0, 32.0)
 
     def _settings(self, X, seed, validate_only=False):
         scales, gammas = GIMCCV._gamma_grid(self, "[1, 2, 4]", "[0.5, 1]")
@@ -390,6 +381,7 @@ class KernelMaxideCV(_ObservedSearch):
         return [{"gamma": g, "alpha": lam} for g in gammas for lam in lams]
 
 
+@_base.params
 class MaxideCV(_ObservedSearch):
     """:class:`Maxide` with ``n_components`` and ``alpha`` chosen on held-out observed labels.
 
@@ -420,26 +412,8 @@ class MaxideCV(_ObservedSearch):
 
     _estimator = Maxide
 
-    def __init__(
-        self,
-        *,
-        n_components_grid=(100, None),
-        alphas=(0.25, 1.0, 4.0, 16.0),
-        validation_fraction=0.25,
-        holdout="rows",
-        scoring="ranking_loss",
-        n_splits=3,
-        refit=True,
-        max_iter=100,
-        tol=1e-5,
-        n_trials=None,
-        cache_bytes=None,
-        block_rows=None,
-        random_state=None,
-        verbose=False,
-        callback=None,
-    ):
-        _base.store_params(self, locals())
+    n_components_grid: tuple = (100, None)
+    alphas: tuple = (0.25, 1.0, 4.0, 16.0)
 
 
     def _settings(self, X, seed, validate_only=False):

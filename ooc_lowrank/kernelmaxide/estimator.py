@@ -258,7 +258,18 @@ def _float_dtype(B):
     return B.dtype if B.dtype in (np.float32, np.float64) else np.dtype(np.float64)
 
 
-class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator):
+@_base.params
+class _SharedParams(_base.RunControl, _base.Streaming):
+    """The parameters :class:`KernelMaxide`, :class:`Maxide` and their searches share (same
+    names, same meaning, same defaults; a search hands them on to the fits it runs)."""
+
+    max_iter: int = 100
+    tol: float = 1e-5
+    n_trials: int | None = None
+
+
+@_base.params
+class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator, _SharedParams):
     """Shared fit / predict / evaluate / save of KernelMaxide and Maxide."""
 
     #: passes over X that make the feature map (not through ``core.Passes``)
@@ -736,6 +747,7 @@ class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator):
         return est
 
 
+@_base.params
 class KernelMaxide(_MaxideBase):
     """KernelMaxide (Xu & Zhou 2018; SPEC 4): multi-label learning with missing labels by a
     trace-norm regularized kernel model, Nystrom-approximated and out of core.
@@ -843,23 +855,10 @@ class KernelMaxide(_MaxideBase):
 
     _saved_kinds = ("nystrom", "kernel")  # the feature maps its model files may hold
 
-    def __init__(
-        self,
-        *,
-        n_features_map=1000,
-        gamma=None,
-        alpha=2.0,
-        n_components="auto",
-        max_iter=100,
-        tol=1e-5,
-        n_trials=None,
-        cache_bytes=None,
-        block_rows=None,
-        random_state=None,
-        callback=None,
-        verbose=False,
-    ):
-        _base.store_params(self, locals())
+    n_features_map: int = 1000
+    gamma: float | None = None
+    alpha: float = 2.0
+    n_components: int | str | None = "auto"
 
     _feature_attrs = ("gamma_", "landmarks_", "normalization_")
 
@@ -989,6 +988,7 @@ class KernelMaxide(_MaxideBase):
         return fmap, coef
 
 
+@_base.params
 class Maxide(_MaxideBase):
     """Maxide (SPEC 4.2, the linear baseline): ``min_W alpha ||W||_* + 1/2 ||R_Omega(A W - Y)||^2``
     with ``A`` the top left singular vectors of ``X`` (computed out of core from the d x d
@@ -1050,21 +1050,8 @@ class Maxide(_MaxideBase):
 
     _saved_kinds = ("linear",)  # the feature maps its model files may hold
 
-    def __init__(
-        self,
-        *,
-        n_components=100,
-        alpha=3.0,
-        max_iter=100,
-        tol=1e-5,
-        n_trials=None,
-        cache_bytes=None,
-        block_rows=None,
-        random_state=None,
-        callback=None,
-        verbose=False,
-    ):
-        _base.store_params(self, locals())
+    n_components: int | None = 100
+    alpha: float = 3.0
 
     _feature_passes = 1  # X^T X
     _feature_attrs = ("singular_values_", "projection_")

@@ -110,31 +110,24 @@ def _numeric_view(v, name):
     return v
 
 
-class _BaseMVM(_base.SparseInput, _base.Loadable, BaseEstimator):  # views: scipy.sparse native
+@_base.params  # views: scipy.sparse native
+class _BaseMVM(_base.SparseInput, _base.Loadable, BaseEstimator, _base.RunControl):
     _task = "regression"
-    _losses: tuple = ()
+    _losses = ()
 
-    def __init__(
-        self,
-        *,
-        n_components=10,
-        view_sizes=None,
-        loss=None,
-        reg="l2",
-        alpha=1e-3,
-        init_std=0.1,
-        solver="auto",
-        max_iter=200,
-        n_epochs=10,
-        learning_rate=0.05,
-        tol=1e-6,
-        n_iter_no_change=None,
-        block_rows=None,
-        random_state=None,
-        verbose=False,
-        callback=None,
-    ):
-        _base.store_params(self, locals())
+    n_components: int = 10
+    view_sizes: object = None
+    loss: str | None = None
+    reg: str = "l2"
+    alpha: float = 1e-3
+    init_std: float = 0.1
+    solver: str = "auto"
+    max_iter: int = 200
+    n_epochs: int = 10
+    learning_rate: float = 0.05
+    tol: float = 1e-6
+    n_iter_no_change: int | None = None
+    block_rows: int | None = None
 
     # ------------------------------------------------------------------ validation
     def _resolved_loss(self):
@@ -732,6 +725,7 @@ def _returns_lazy(X):
 
 
 
+@_base.params
 class MultiViewMachineRegressor(RegressorMixin, _BaseMVM):
     """Multi-view machine regressor (Cao et al. 2016; SPEC section 3).
 
@@ -840,6 +834,7 @@ _TOL_DOC = (
 )
 
 
+@_base.params
 class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
     __doc__ = (
         """Multi-view machine classifier (logistic or hinge loss; SPEC section 3).
@@ -874,7 +869,8 @@ class MultiViewMachineClassifier(ClassifierMixin, _BaseMVM):
     _default_metrics = ("accuracy", "auc")
 
     # the regressor's parameters with the classifier's alpha and tol defaults
-    __init__ = _base.with_defaults(_BaseMVM.__init__, alpha=1e-2, tol=1e-3)
+    alpha: float = 1e-2
+    tol: float = 1e-3
 
     def fit_intercept_enabled(self):
         return False
