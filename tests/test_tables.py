@@ -237,6 +237,42 @@ def test_int_keys_past_the_entry_budget_read_twice_same_store(tmp_path, monkeypa
     assert _chunk_bytes(tmp_path / "csv.zarr") == once
 
 
+@pytest.mark.parametrize("vtype", ["float32", "int16", "float64"])
+def test_kept_entries_narrow_values_only_when_exact(tmp_path, monkeypatch, vtype):
+    """The one-read path keeps values of float32 / 16-bit integer columns in 4 bytes, wider
+    ones in 8; the store is byte-identical to the two-read path's either way (sums of values
+    that float32 cannot hold exactly, too)."""
+    from ooc_lowrank.io import tables
+
+    rng = np.random.default_rng(8)
+    n = 3000
+    v = rng.integers(-300, 300, n) + (0.1 if vtype == "float64" else 0.0)
+    t = pa.table(
+        {
+            "u": [f"u{x}" for x in rng.integers(0, 80, n)],
+            "i": [f"i{x}" for x in rng.integers(0, 30, n)],
+            "v": pa.array(v).cast(vtype, safe=False),
+            "w": pa.array(rng.integers(0, 100, n)).cast("int8"),
+        }
+    )
+    dtypes = []
+    real = tables._Replay.__init__
+    def spy(self, path, dt, limit):
+        dtypes.append(dt)
+        real(self, path, dt, limit)
+
+    monkeypatch.setattr(tables._Replay, "__init__", spy)
+    kw = dict(kind="interactions", row_key="u", col_key="i", value="v", weight="w")
+    kw.update(duplicates="sum", batch_rows=700, bucket_nnz=400, dtype="float64")
+    convert_table(t, str(tmp_path / "one.zarr"), **kw)
+    assert dtypes[0]["w"] == np.float32
+    assert dtypes[0]["val"] == (np.float64 if vtype == "float64" else np.float32)
+    convert_table(t, str(tmp_path / "two.zarr"), vocabulary_from=str(tmp_path / "one.zarr"), **kw)
+    for a in ("obs", "weight"):
+        one = _chunk_bytes(tmp_path / "one.zarr", a)
+        assert one == _chunk_bytes(tmp_path / "two.zarr", a) and len(one) > 4
+
+
 def test_spill_write_error_in_the_writer_thread_raised_nothing_left(tmp_path, monkeypatch):
     """A spill file write that fails in the background writer (disk full) is raised by the
     conversion, the scratch folder is removed and no store appears."""
