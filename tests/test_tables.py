@@ -1447,3 +1447,28 @@ def test_bench_tables_scale_one_key_type_without_criteo(tmp_path):
     )
     assert [r["keys"] for r in res["interactions"]] == ["string"] and "criteo" not in res
     assert res["interactions"][0]["store_bytes"] > 0
+
+
+def test_bench_tables_scale_partial_runs_merge_into_one_results_file(tmp_path):
+    """A run of one part (one key type, or the Criteo part alone) replaces only that part of
+    the results file; the others stay, stamped with the time they were measured."""
+    from benchmarks.bench_tables_scale import merge_results
+
+    path = tmp_path / "r.json"
+    old = {"benchmark": "tables_scale", "time": "T0", "criteo": {"rows": 5}}
+    old["interactions"] = [{"keys": "int64", "rows": 1}, {"keys": "string", "rows": 1}]
+    path.write_text(json.dumps(old))
+    res = {"benchmark": "tables_scale", "time": "T1"}
+    res["interactions"] = [{"keys": "string", "rows": 2}]
+    got = merge_results(str(path), res)
+    assert got["time"] == "T1" and got["criteo"] == {"rows": 5, "time": "T0"}
+    assert got["interactions"] == [
+        {"keys": "int64", "rows": 1, "time": "T0"},
+        {"keys": "string", "rows": 2, "time": "T1"},
+    ]
+    res = {"benchmark": "tables_scale", "time": "T2", "criteo": {"rows": 7}}
+    path.write_text(json.dumps(got))
+    got = merge_results(str(path), res)
+    assert got["criteo"] == {"rows": 7, "time": "T2"} and len(got["interactions"]) == 2
+    fresh = merge_results(str(tmp_path / "none.json"), res)
+    assert fresh == dict(res, criteo={"rows": 7, "time": "T2"})
