@@ -1256,6 +1256,7 @@ def _convert_pairs(
     else:
         rv, counts = builders[0].finish() if 0 in builders else (known[0], counts)
         cv = builders[1].finish()[0] if 1 in builders else known[1]
+    builders.clear()  # their count arrays (up to 8 bytes per key in the span) freed
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
     starts = bucket_starts(counts, bucket_nnz)
