@@ -625,12 +625,15 @@ class Vocabulary:
         self._last_dictionary = None  # (dictionary, its indices) of the last batch
         if self._int:
             k = self.keys.to_numpy()
-            self._order = np.argsort(k, kind="stable")
-            self._sorted = k[self._order]
             if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
+                # (4 bytes per slot: 200M-row interactions hold it while Parquet is read)
                 self._lo = int(k.min())
-                self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
+                dt = np.int32 if k.size < 2**31 else np.int64
+                self._lut = np.full(int(k.max()) - self._lo + 1, -1, dt)
                 self._lut[k - self._lo] = np.arange(k.size)
+            else:  # binary search (built only then)
+                self._order = np.argsort(k, kind="stable")
+                self._sorted = k[self._order]
         self._table = None  # strings: (bytes, offsets, hashes, hash table), built once
         if not self._int:
             from ooc_lowrank.kernels.hashing import build_key_table
