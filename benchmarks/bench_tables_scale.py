@@ -26,6 +26,12 @@ deleted as soon as they are measured (``--keep`` keeps them).
         --keys string                   # the 200M string-key interactions alone (issue 26)
     python -m benchmarks.bench_tables_scale --rows 20000000 --files 8 --criteo-rows 0 \\
         --keys int64 --out /tmp/t.json  # the 20M check (1-2 min busy); --out: keep the results
+    python -m benchmarks.bench_tables_scale --rows 0 --criteo-rows 20000000 --criteo-files 20
+                                        # the 20M-row Criteo-shaped part alone (issue 26)
+
+The results file keeps one entry per part: a run that skips a part (``--rows 0``,
+``--criteo-rows 0``, one ``--keys``) leaves the file's earlier entry for it in place (each
+entry carries the ``time`` of the run that measured it).
 """
 
 from __future__ import annotations
@@ -362,9 +368,35 @@ def main(argv=None):
     res["load_average_at_end"] = os.getloadavg()
     if a.out:
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+        merged = merge_results(a.out, res)
         with open(a.out, "w") as f:
-            json.dump(res, f, indent=1)
+            json.dump(merged, f, indent=1)
     return res
+
+
+def merge_results(path, res):
+    """``res`` with the parts a partial run skipped (``--criteo-rows 0``, ``--rows 0``, one
+    ``--keys``) carried over from the results already at ``path``, each part stamped with the
+    time of the run that measured it: one current file for the benchmark."""
+    try:
+        with open(path) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = {}
+    if old.get("benchmark") != res["benchmark"]:
+        old = {}
+    out = dict(res)
+    new_inter = [dict(r, time=r.get("time", res["time"])) for r in res.get("interactions", [])]
+    tags = {r["keys"] for r in new_inter}
+    kept = [dict(r, time=r.get("time", old.get("time"))) for r in old.get("interactions", [])]
+    inter = [r for r in kept if r["keys"] not in tags] + new_inter
+    if inter:
+        out["interactions"] = sorted(inter, key=lambda r: r["keys"])
+    if "criteo" in res:
+        out["criteo"] = dict(res["criteo"], time=res["time"])
+    elif "criteo" in old:
+        out["criteo"] = dict(old["criteo"], time=old["criteo"].get("time", old.get("time")))
+    return out
 
 
 if __name__ == "__main__":

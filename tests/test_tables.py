@@ -199,6 +199,107 @@ def test_one_read_store_equals_two_reads_and_the_numpy_twin(tmp_path, keys, poli
     np.testing.assert_array_equal(got.data, vals[:, 0].astype(np.float32))
 
 
+@pytest.mark.parametrize("policy", ["last", "mean"])
+def test_int_keys_past_the_entry_budget_read_twice_same_store(tmp_path, monkeypatch, policy):
+    """Integer keys whose kept entries would outgrow _KEEP_ENTRIES_BYTES (row count from the
+    Parquet footers) are read twice instead of replayed: the same chunk files as the one-read
+    path; a CSV source (row count unknown without a read) keeps the one read."""
+    from ooc_lowrank.io import tables
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    t = pa.table(
+        {
+            "u": rng.integers(0, 70, n) * 7919 - 10**12,
+            "i": rng.integers(0, 50, n) * 3,
+            "v": rng.integers(1, 9, n).astype(np.float32),
+        }
+    )
+    os.makedirs(tmp_path / "pq")
+    for k in range(3):
+        pq.write_table(t.slice(k * 1500, 1500), str(tmp_path / "pq" / f"p{k}.parquet"))
+    kw = dict(kind="interactions", row_key="u", col_key="i", value="v", duplicates=policy)
+    kw.update(batch_rows=600, bucket_nnz=500, dtype="float32")
+    convert_table(str(tmp_path / "pq"), str(tmp_path / "once.zarr"), **kw)
+    monkeypatch.setattr(tables, "_KEEP_ENTRIES_BYTES", n * 24 - 1)
+    replays = []
+    real = tables._PairsOnce.__init__
+    monkeypatch.setattr(
+        tables._PairsOnce, "__init__", lambda self, *a: replays.append(1) or real(self, *a)
+    )
+    convert_table(str(tmp_path / "pq"), str(tmp_path / "twice.zarr"), **kw)
+    assert replays == []
+    once = _chunk_bytes(tmp_path / "once.zarr")
+    assert once == _chunk_bytes(tmp_path / "twice.zarr") and len(once) > 4
+    pcsv.write_csv(t, str(tmp_path / "t.csv"))
+    convert_table(str(tmp_path / "t.csv"), str(tmp_path / "csv.zarr"), **kw)
+    assert replays == [1]
+    assert _chunk_bytes(tmp_path / "csv.zarr") == once
+
+
+@pytest.mark.parametrize("vtype", ["float32", "int16", "float64"])
+def test_kept_entries_narrow_values_only_when_exact(tmp_path, monkeypatch, vtype):
+    """The one-read path keeps values of float32 / 16-bit integer columns in 4 bytes, wider
+    ones in 8; the store is byte-identical to the two-read path's either way (sums of values
+    that float32 cannot hold exactly, too)."""
+    from ooc_lowrank.io import tables
+
+    rng = np.random.default_rng(8)
+    n = 3000
+    v = rng.integers(-300, 300, n) + (0.1 if vtype == "float64" else 0.0)
+    t = pa.table(
+        {
+            "u": [f"u{x}" for x in rng.integers(0, 80, n)],
+            "i": [f"i{x}" for x in rng.integers(0, 30, n)],
+            "v": pa.array(v).cast(vtype, safe=False),
+            "w": pa.array(rng.integers(0, 100, n)).cast("int8"),
+        }
+    )
+    dtypes = []
+    real = tables._Replay.__init__
+    def spy(self, path, dt, limit):
+        dtypes.append(dt)
+        real(self, path, dt, limit)
+
+    monkeypatch.setattr(tables._Replay, "__init__", spy)
+    kw = dict(kind="interactions", row_key="u", col_key="i", value="v", weight="w")
+    kw.update(duplicates="sum", batch_rows=700, bucket_nnz=400, dtype="float64")
+    convert_table(t, str(tmp_path / "one.zarr"), **kw)
+    assert dtypes[0]["w"] == np.float32
+    assert dtypes[0]["val"] == (np.float64 if vtype == "float64" else np.float32)
+    convert_table(t, str(tmp_path / "two.zarr"), vocabulary_from=str(tmp_path / "one.zarr"), **kw)
+    for a in ("obs", "weight"):
+        one = _chunk_bytes(tmp_path / "one.zarr", a)
+        assert one == _chunk_bytes(tmp_path / "two.zarr", a) and len(one) > 4
+
+
+def test_spill_write_error_in_the_writer_thread_raised_nothing_left(tmp_path, monkeypatch):
+    """A spill file write that fails in the background writer (disk full) is raised by the
+    conversion, the scratch folder is removed and no store appears."""
+    from ooc_lowrank.io import _common, tables
+
+    calls = []
+    monkeypatch.setattr(tables, "_KEEP_ENTRIES_BYTES", 0)  # read twice: a spill per batch
+
+    def full(self, rec, counts):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(_common.RowBuckets, "append_parts", full)
+    rng = np.random.default_rng(2)
+    t = pa.table({"u": rng.integers(0, 300, 5000), "i": rng.integers(0, 90, 5000)})
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(OSError, match="No space left"):
+        convert_table(
+            t, str(tmp_path / "s.zarr"), kind="interactions", row_key="u", col_key="i",
+            duplicates="sum", batch_rows=1000, bucket_nnz=800, tmpdir=str(scratch),
+        )  # fmt: skip
+    assert len(calls) >= 2 and not os.path.exists(tmp_path / "s.zarr")
+    assert os.listdir(scratch) == []
+
+
 @pytest.mark.parametrize("policy", ["error", "last", "sum", "mean"])
 def test_one_bucket_in_memory_equals_spilled_buckets(tmp_path, policy):
     """One bucket (records kept in memory, no spill file) and one bucket per row or two
@@ -1346,3 +1447,28 @@ def test_bench_tables_scale_one_key_type_without_criteo(tmp_path):
     )
     assert [r["keys"] for r in res["interactions"]] == ["string"] and "criteo" not in res
     assert res["interactions"][0]["store_bytes"] > 0
+
+
+def test_bench_tables_scale_partial_runs_merge_into_one_results_file(tmp_path):
+    """A run of one part (one key type, or the Criteo part alone) replaces only that part of
+    the results file; the others stay, stamped with the time they were measured."""
+    from benchmarks.bench_tables_scale import merge_results
+
+    path = tmp_path / "r.json"
+    old = {"benchmark": "tables_scale", "time": "T0", "criteo": {"rows": 5}}
+    old["interactions"] = [{"keys": "int64", "rows": 1}, {"keys": "string", "rows": 1}]
+    path.write_text(json.dumps(old))
+    res = {"benchmark": "tables_scale", "time": "T1"}
+    res["interactions"] = [{"keys": "string", "rows": 2}]
+    got = merge_results(str(path), res)
+    assert got["time"] == "T1" and got["criteo"] == {"rows": 5, "time": "T0"}
+    assert got["interactions"] == [
+        {"keys": "int64", "rows": 1, "time": "T0"},
+        {"keys": "string", "rows": 2, "time": "T1"},
+    ]
+    res = {"benchmark": "tables_scale", "time": "T2", "criteo": {"rows": 7}}
+    path.write_text(json.dumps(got))
+    got = merge_results(str(path), res)
+    assert got["criteo"] == {"rows": 7, "time": "T2"} and len(got["interactions"]) == 2
+    fresh = merge_results(str(tmp_path / "none.json"), res)
+    assert fresh == dict(res, criteo={"rows": 7, "time": "T2"})

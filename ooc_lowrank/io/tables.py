@@ -32,14 +32,17 @@ Four targets (``kind``):
     sorted by column).  Without ``vocabulary_from``: one read of the table, string keys
     numbered in first-seen order by a hash table (kernel ``kernels.hashing.intern_strings``),
     integer keys counted (both key columns side by side), the values validated and the
-    entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.
+    entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.  (Integer
+    keys on both sides and more entries than fit ``_KEEP_ENTRIES_BYTES``, the row count read
+    from the Parquet footers: two reads, as below.)
     With ``vocabulary_from``: two reads: pass 1 reads the key columns only,
     validates them and builds the vocabularies (dense integer keys counted in an array, Parquet
     string keys read dictionary-encoded and counted per dictionary), pass 2 validates the
     values, maps keys to indices (integers: array lookup or binary search; strings: one hash
     table of the vocabulary, probed once per distinct key of a row group).  Pass 2 then
     spills the records (8-24 bytes each: row and column packed in one int64) with a counting
-    sort (kernels ``kernels.buckets``); then every bucket is read once, sorted by a counting
+    sort (kernels ``kernels.buckets``; a thread writes a batch's records while the next is
+    built); then every bucket is read once, sorted by a counting
     sort by row and a short sort per row (the next bucket in a thread while one is written),
     and written.  Duplicate
     ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
@@ -383,6 +386,17 @@ class TableSource:
                 schema = schema.set(schema.get_field_index(c), pa.field(c, pa.float64()))
             self._dataset = self._make(schema)
 
+    def known_rows(self) -> int | None:
+        """The number of rows when it costs no read (an Arrow table, Parquet metadata), or
+        None (CSV, DataFrames, a filtered source)."""
+        if self._filter is not None:
+            return None
+        if self._table is not None:
+            return self._table.num_rows
+        if self._dataset is not None and self.format == "parquet":
+            return int(self._dataset.count_rows())  # Parquet footers only
+        return None
+
     # -- reading ----------------------------------------------------------------------------
     def filtered(self, columns: Sequence[str], keep) -> TableSource:
         """This source reduced to the rows where ``keep(batch, offset)`` (a bool ndarray per
@@ -611,12 +625,15 @@ class Vocabulary:
         self._last_dictionary = None  # (dictionary, its indices) of the last batch
         if self._int:
             k = self.keys.to_numpy()
-            self._order = np.argsort(k, kind="stable")
-            self._sorted = k[self._order]
             if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
+                # (4 bytes per slot: 200M-row interactions hold it while Parquet is read)
                 self._lo = int(k.min())
-                self._lut = np.full(int(k.max()) - self._lo + 1, -1, np.int64)
+                dt = np.int32 if k.size < 2**31 else np.int64
+                self._lut = np.full(int(k.max()) - self._lo + 1, -1, dt)
                 self._lut[k - self._lo] = np.arange(k.size)
+            else:  # binary search (built only then)
+                self._order = np.argsort(k, kind="stable")
+                self._sorted = k[self._order]
         self._table = None  # strings: (bytes, offsets, hashes, hash table), built once
         if not self._int:
             from ooc_lowrank.kernels.hashing import build_key_table
@@ -859,6 +876,47 @@ class _StringInterner:
         return Vocabulary(keys.take(pa.array(order))), self.counts[order], where
 
 
+def _exact_in_float32(t: pa.DataType) -> bool:
+    """Whether every value of type ``t`` is a float32 exactly."""
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_integer(t):
+        return t.bit_width <= 16
+    return pa.types.is_float16(t) or pa.types.is_float32(t) or pa.types.is_boolean(t)
+
+
+class _Behind:
+    """Calls run in one background thread, one at a time, at most one waiting: :meth:`put`
+    first waits for the previous call (raising its exception), so that a writer of batches
+    holds two at most while the caller builds the next (file writes release the GIL)."""
+
+    def __init__(self, name: str):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._pending = None
+
+    def put(self, fn, *args) -> None:
+        self.wait()
+        self._pending = self._pool.submit(fn, *args)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.wait()
+        finally:
+            self._pool.shutdown(wait=True)
+        return False
+
+
 class _Replay:
     """Records of a pass, replayed in order after it: kept in memory up to ``limit`` records,
     beyond that (all of them) appended to the file ``path``; read back in chunks."""
@@ -913,8 +971,14 @@ class _PairsOnce:
             (f, "<i4" if _type_class(src.schema.field(c).type) == "string" else "<i8")
             for f, c in zip(("r", "c"), key_cols, strict=True)
         ]
-        fields += [("val", "<f8")] if value is not None else []
-        fields += [("w", "<f8")] if weight is not None else []
+        # values kept in 4 bytes when every batch's type holds only float32 values (a dataset
+        # or Arrow table hands every batch over in its one schema; DataFrame partitions may
+        # differ): 200M entries of string keys, 3.2 -> 2.4 GB written and read back
+        narrow = src._dataset is not None or src._table is not None
+        for f, c in (("val", value), ("w", weight)):
+            if c is not None:
+                exact = narrow and _exact_in_float32(src.schema.field(c).type)
+                fields.append((f, "<f4" if exact else "<f8"))
         self._scratch = scratch_dir("ooc_lowrank_table_", tmpdir)
         tmp = self._scratch.__enter__()
         try:
@@ -936,8 +1000,12 @@ class _PairsOnce:
         from concurrent.futures import ThreadPoolExecutor
 
         sides, offset = [None, None], 0
-        # the two key columns side by side (the kernels release the GIL): two cores
-        with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
+        # the two key columns side by side (the kernels release the GIL): two cores; a batch's
+        # entries written while the next is read
+        with (
+            ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool,
+            _Behind("ooc_lowrank_replay") as behind,
+        ):
             for batch in src.batches(cols):
                 keys = keys_of(batch, offset, large=False)  # the interner reads 32-bit offsets
                 rec = np.empty(batch.num_rows, self._replay.dtype)
@@ -951,7 +1019,7 @@ class _PairsOnce:
                 if weight is not None:
                     rec["w"] = _values(batch, weight, "weight", offset, src)
                 rec["r"], rec["c"] = ids[0].result(), ids[1].result()
-                self._replay.add(rec)
+                behind.put(self._replay.add, rec)
                 offset += batch.num_rows
         self.vocabularies, self._where, self.counts = [], [], None
         for side in sides if offset else ():
@@ -1069,6 +1137,24 @@ def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles
     return rows[starts], cols[starts], out
 
 
+#: Interactions with integer keys on both sides and no training vocabularies keep their
+#: entries for pass 2 (24-40 bytes each) only up to this many bytes; a larger table whose row
+#: count is known (Parquet, Arrow) is read twice instead: past the page cache's dirty limit
+#: the kept entries go to disk and back, which costs more than a second read of the integer
+#: columns (200M rows: 4.8 GB written and read, against one scan of 2.2 GB of Parquet).
+_KEEP_ENTRIES_BYTES = 1 << 30
+
+
+def _read_twice(src: TableSource, key_cols, n_fields: int) -> bool:
+    """Whether interactions without training vocabularies read ``src`` twice (see
+    :data:`_KEEP_ENTRIES_BYTES`); ``n_fields``: value and weight columns read."""
+    schema = src.schema
+    if any(_type_class(schema.field(c).type) != "integer" for c in key_cols):
+        return False
+    n = src.known_rows()
+    return n is not None and n * (16 + 8 * n_fields) > _KEEP_ENTRIES_BYTES
+
+
 #: Pass 2 of interactions reads a key column dictionary-encoded only up to this many keys.
 _PLAIN_KEYS_ABOVE = 1 << 16
 #: ``duplicates`` as the code of kernel ``bucket_csr``.
@@ -1127,36 +1213,41 @@ def _convert_pairs(
     offset = dropped = 0
     # without training vocabularies: the table read once, pass 2 replays its entries (with
     # the replay in cache-sized chunks and one spill kernel, keeping the entries of int64 keys
-    # costs no more than a second read: 20M rows, busy machine, 4.1-4.5 vs 4.3-5.8 CPU-s)
+    # costs no more than a second read: 20M rows, busy machine, 4.1-4.5 vs 4.3-5.8 CPU-s),
+    # unless both keys are integers and the kept entries would outgrow _KEEP_ENTRIES_BYTES
     once = None
-    if not known:
+    if not known and not _read_twice(src, (row, col), len(cols) - 2):
         once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir, (row, col))
-    for batch in () if once else src.batches([row, col], dictionary=(row, col)):
-        keys = keys_of(batch, offset)
-        idx = {k: voc.index(keys[k]) for k, voc in known.items()}
-        ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
-        if ok is not None and not ok.all():
-            if unseen == "error":
-                side = min(k for k in idx if (idx[k] < 0).any())
-                k = int(np.flatnonzero(idx[side] < 0)[0])
-                bad = keys[side][k].as_py()
-                raise _err(
-                    f"{roles[side]} key {bad!r} (row {offset + k} of the table) is not in the "
-                    f"vocabulary of {vocabulary_from}",
-                    bad,
-                    "pass unseen='drop' (CLI --unseen drop), drop rows with keys unseen in "
-                    "training, or convert without vocabulary_from",
-                    src.name,
-                )
-            dropped += int((~ok).sum())
-            mask = pa.array(ok)
-            keys = [k.filter(mask) for k in keys]
-            idx = {k: i[ok] for k, i in idx.items()}
-        for k, b in builders.items():
-            b.add(keys[k])
-        if counts is not None:
-            count_into(idx[0], 0, counts)
-        offset += batch.num_rows
+    from concurrent.futures import ThreadPoolExecutor
+
+    # the two key columns counted or looked up side by side (the kernels release the GIL)
+    with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
+        for batch in () if once else src.batches([row, col], dictionary=(row, col)):
+            keys = keys_of(batch, offset)
+            idx = {k: voc.index(keys[k]) for k, voc in known.items()}
+            ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
+            if ok is not None and not ok.all():
+                if unseen == "error":
+                    side = min(k for k in idx if (idx[k] < 0).any())
+                    k = int(np.flatnonzero(idx[side] < 0)[0])
+                    bad = keys[side][k].as_py()
+                    raise _err(
+                        f"{roles[side]} key {bad!r} (row {offset + k} of the table) is not in the "
+                        f"vocabulary of {vocabulary_from}",
+                        bad,
+                        "pass unseen='drop' (CLI --unseen drop), drop rows with keys unseen in "
+                        "training, or convert without vocabulary_from",
+                        src.name,
+                    )
+                dropped += int((~ok).sum())
+                mask = pa.array(ok)
+                keys = [k.filter(mask) for k in keys]
+                idx = {k: i[ok] for k, i in idx.items()}
+            for f in [pool.submit(b.add, keys[k]) for k, b in builders.items()]:
+                f.result()
+            if counts is not None:
+                count_into(idx[0], 0, counts)
+            offset += batch.num_rows
     if once is not None:
         offset, counts = once.offset, once.counts
     if offset == 0:
@@ -1168,6 +1259,7 @@ def _convert_pairs(
     else:
         rv, counts = builders[0].finish() if 0 in builders else (known[0], counts)
         cv = builders[1].finish()[0] if 1 in builders else known[1]
+    builders.clear()  # their count arrays (up to 8 bytes per key in the span) freed
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
     starts = bucket_starts(counts, bucket_nnz)
@@ -1202,50 +1294,55 @@ def _convert_pairs(
                 yield from once.entries()
                 return
             offset = 0
-            for batch in src.batches(cols, dictionary=dict_cols):
-                r, c = keys_of(batch, offset)
-                yield (
-                    rv.index(r),
-                    cv.index(c),
-                    _values(batch, value, "value", offset, src) if value else None,
-                    _values(batch, weight, "weight", offset, src) if weight is not None else None,
-                )
-                offset += batch.num_rows
+            from concurrent.futures import ThreadPoolExecutor
+
+            # the two key columns looked up side by side (the kernels release the GIL)
+            with ThreadPoolExecutor(1, thread_name_prefix="ooc_lowrank_keys") as pool:
+                for batch in src.batches(cols, dictionary=dict_cols):
+                    r, c = keys_of(batch, offset)
+                    ci = pool.submit(cv.index, c)
+                    ri = rv.index(r)
+                    val = _values(batch, value, "value", offset, src) if value else None
+                    w = None if weight is None else _values(batch, weight, "weight", offset, src)
+                    yield ri, ci.result(), val, w
+                    offset += batch.num_rows
 
         from ooc_lowrank.kernels.buckets import bucket_of_rows, spill_pairs
 
         row_bucket = np.empty(n_rows, np.int32 if len(buckets) < 2**31 else np.int64)
         bucket_of_rows(starts, n_rows, row_bucket)
         n_words = rec_dtype.itemsize // 8
-        part_counts = np.empty(len(buckets), np.int64)
         try:
-            for ri, ci, val, w in entries():
-                if dropped:  # unseen="drop": entries of keys unseen in training
-                    keep = (ri >= 0) & (ci >= 0)
-                    ri, ci = ri[keep], ci[keep]
-                    val = None if val is None else val[keep]
-                    w = None if w is None else w[keep]
-                # records built and partitioned by bucket in one kernel (kernel spill_pairs)
-                vbits = np.empty((len(vfields), ri.size), np.float64)
-                if "val" in vfields:
-                    vbits[0] = 1.0 if val is None else val
-                if weight is not None:
-                    vbits[-1] = w
-                out = np.empty((ri.size, n_words), np.int64)
-                spill_pairs(
-                    np.ascontiguousarray(ri, np.int64),
-                    np.ascontiguousarray(ci, np.int64),
-                    packed,
-                    vbits.view(np.int64),
-                    row_bucket,
-                    out,
-                    part_counts,
-                )
-                rec = out.view(rec_dtype).reshape(ri.size)
-                if kept is not None:
-                    kept.append(rec)
-                else:
-                    buckets.append_parts(rec, part_counts)
+            # the records of a batch written to their buckets' files while the next is built
+            with _Behind("ooc_lowrank_spill") as behind:
+                for ri, ci, val, w in entries():
+                    if dropped:  # unseen="drop": entries of keys unseen in training
+                        keep = (ri >= 0) & (ci >= 0)
+                        ri, ci = ri[keep], ci[keep]
+                        val = None if val is None else val[keep]
+                        w = None if w is None else w[keep]
+                    # records built and partitioned by bucket in one kernel (kernel spill_pairs)
+                    vbits = np.empty((len(vfields), ri.size), np.float64)
+                    if "val" in vfields:
+                        vbits[0] = 1.0 if val is None else val
+                    if weight is not None:
+                        vbits[-1] = w
+                    out = np.empty((ri.size, n_words), np.int64)
+                    part_counts = np.empty(len(buckets), np.int64)
+                    spill_pairs(
+                        np.ascontiguousarray(ri, np.int64),
+                        np.ascontiguousarray(ci, np.int64),
+                        packed,
+                        vbits.view(np.int64),
+                        row_bucket,
+                        out,
+                        part_counts,
+                    )
+                    rec = out.view(rec_dtype).reshape(ri.size)
+                    if kept is not None:
+                        kept.append(rec)
+                    else:
+                        behind.put(buckets.append_parts, rec, part_counts)
         except BaseException:  # the spill files kept open closed before the folder goes
             buckets.close_files()
             raise
