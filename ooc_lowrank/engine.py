@@ -1071,8 +1071,24 @@ def reduce_blocks(
         )
 
     def build():
-        shipped = _shipped(blocked, client)
-        return _tree_graph(fn, shipped, ref, args, offset, size, split_every, client)
+        if all(_block_reader(b, ref) is not None for b in blocked):  # store inputs only
+            return _tree_graph(fn, blocked, ref, args, offset, size, split_every, client)
+        # in-memory and Dask inputs: dask.array fuses each block's slice or chunk into the
+        # block function's task (one task + one alias per block); the delayed graph would not
+        packed = da.map_blocks(
+            _packed_block,
+            *[b.dask for b in _shipped(blocked, client)],
+            *_unwrap_args(args, active_client(client)),
+            fn=fn,
+            n_inputs=len(blocked),
+            offset=offset,
+            bounds=ref.bounds,
+            size=size,
+            chunks=((1,) * nb, (size,)),
+            dtype=np.float64,
+            meta=np.empty((0, 0), np.float64),
+        )
+        return packed.sum(axis=0, split_every=split_every or _fan_in(size))
 
     return Reduction(None, shapes, single, build=build, direct=direct, inputs=blocked)
 
