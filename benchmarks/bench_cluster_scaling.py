@@ -26,6 +26,12 @@ Stores (kept in ``--workdir`` for reruns; sizes from the generators' bytes per r
     # the quiet full run (about 15-20 min): stores 4x a 0.75 GiB worker, streamed, cold reads
     nice -n 10 python benchmarks/bench_cluster_scaling.py --gb 3 --memory-limit 0.75 \
         --cache-bytes 0 --workdir /tmp/cluster_scaling
+    # warm (the page cache keeps the 4x-memory stores: each worker reads at memory speed, the
+    # stand-in for a cluster's per-worker storage); run twice, keep the second (the first
+    # run's 1-worker fits still read part of a fresh store from disk); about 6 min each
+    nice -n 10 python benchmarks/bench_cluster_scaling.py --methods glrl,mvm --gb 3 \
+        --memory-limit 0.75 --cache-bytes 0 --drop-every 0 --workdir /tmp/cluster_scaling \
+        --out benchmarks/results/cluster_scaling_warm.json
     python benchmarks/bench_cluster_scaling.py --gb 0.02 --iters 1 --out /tmp/s.json   # seconds
 """
 

@@ -1054,10 +1054,12 @@ DEFAULT_DISK_BYTES_PER_S = 600e6
 #: here (83 GFLOP/s per core); sparse and Numba passes are slower per flop.
 DEFAULT_GFLOPS_PER_CORE = 20.0
 #: Scheduler time per task: threaded scheduler (assumed), distributed (measured here: 5 ms per
-#: block of an empty pass, about 4 tasks per block, on a 2-process LocalCluster).
-SECONDS_PER_TASK = {"threads": 1e-4, "distributed": 1.25e-3}
-#: Tasks per row block in one pass (read, block function, its share of the reduction tree).
-TASKS_PER_BLOCK = 4
+#: block of an empty in-memory pass on a 2-process LocalCluster, whose graph had 2.17 tasks per
+#: block: the block's task, dask.array's alias of it, the tree's share; ``bench_scheduler.py``).
+SECONDS_PER_TASK = {"threads": 1e-4, "distributed": 2.3e-3}
+#: Tasks per row block in one pass over a store (issue 27): one task reads the block and runs
+#: the block function; a tree adds one step per 7-8 blocks, chains one task per pass.
+TASKS_PER_BLOCK = 1.15
 
 
 def _flops_per_pass(e):

@@ -292,7 +292,9 @@ def test_fan_in_bounded_by_output_size():
     red = engine.reduce_blocks(
         lambda b: np.zeros((1024, 1024)), np.ones((64, 2)), shapes=None, chains=False
     )
-    assert red.packed.shape == (1024 * 1024,)
+    # the tree's graph (a Delayed since issue 27) sums to the flat output
+    (flat,) = dask.compute(red.packed, scheduler="sync")
+    assert flat.shape == (1024 * 1024,) and not flat.any()
     # a chained reduction ends in one Delayed total (no one-chunk array to copy at finalize)
     red = engine.reduce_blocks(lambda b: np.ones((1024, 1024)), np.ones((64, 2)), chains=True)
     (total,) = engine.compute(red)
@@ -648,3 +650,30 @@ def test_in_memory_dense_input_is_not_copied():
     tracemalloc.stop()
     assert peak < X.nbytes / 4
     np.testing.assert_array_equal(B.dask.compute(scheduler="sync"), X)
+
+
+def _noisy_sums(Xb, Yb):
+    """Outputs whose float64 sums depend on the order of the additions."""
+    z = np.exp(Xb.astype(np.float64) * 7.0)
+    return z.sum(axis=0) * 1e8, (z[:, :1] * Yb).sum(axis=0) + 1e-9
+
+
+@pytest.mark.parametrize("split_every", [None, 3])
+def test_store_tree_pass_is_one_task_per_block_and_bitwise_dasks_sum(tmp_path, split_every):
+    """A tree pass over store inputs: one task per block (it reads its blocks of every input)
+    plus the tree's steps, and the same bits as dask.array's ``sum(split_every=...)`` of the
+    same blocks (the in-memory graph path), at one and several tree levels (issue 27)."""
+    rng = np.random.default_rng(3)
+    X, Y = rng.standard_normal((190, 5)), rng.standard_normal((190, 2))
+    ds = write_arrays(str(tmp_path / "t.zarr"), {"X": X, "Y": Y}, block_rows=10)
+    kw = dict(split_every=split_every, chains=False)
+    red = engine.reduce_blocks(_noisy_sums, ds["X"], ds["Y"], **kw)
+    graph = dict(red.packed.__dask_graph__())
+    n_tree = 3 + 1 if split_every is None else 7 + 3 + 1  # 19 blocks: 8 + 8 + 3 -> 1; 7 -> 3 -> 1
+    assert len(graph) == 19 + n_tree
+    with dask.config.set(scheduler="sync"):
+        got = engine.compute(red)[0]
+        mem = [engine.as_blocked(A, block_rows=10) for A in (X, Y)]  # dask.array's sum
+        ref = engine.compute(engine.reduce_blocks(_noisy_sums, *mem, **kw))[0]
+    for a, b in zip(got, ref, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -377,7 +377,9 @@ def test_rough_time_terms():
     assert t["seconds_per_fit"] == pytest.approx(9 * (6.0 + sched))
     t = rough_time({**e, "read_bytes_per_pass": 0, "n_workers": 2, "threads_per_worker": 1},
                    gflops_per_core=10)  # fmt: skip
-    assert t["seconds_per_pass"] == pytest.approx(4.0 + 40 * SECONDS_PER_TASK["distributed"])
+    assert t["seconds_per_pass"] == pytest.approx(
+        4.0 + TASKS_PER_BLOCK * 10 * SECONDS_PER_TASK["distributed"]
+    )
     assert "2 workers" in t["assumptions"] and "10 GFLOP/s per core x 2 cores" in t["assumptions"]
 
 
