@@ -133,35 +133,26 @@ PROBLEMS = {
 def fit_one(X, Y, Xv, Yv, kw, metric, rule, max_iter):
     from ooc_lowrank.gimc import GIMC, core
 
-    got = {}
-    orig = core.fit_gimc
+    from benchmarks.bench_scale import gimc_fit_result, search_record
 
-    def capture(*args, **kwargs):
-        res = orig(*args, **kwargs)
-        got["res"] = res
-        return res
-
-    old_rule = core.STEP_RULE
-    core.STEP_RULE, core.fit_gimc = rule, capture
+    old_rule, core.STEP_RULE = core.STEP_RULE, rule
     try:
         kw = dict(kw)
         if max_iter is not None:
             kw["max_iter"] = max_iter
         g = GIMC(random_state=0, **kw)
         t, c = time.perf_counter(), time.process_time()
-        g.fit(X, Y)
+        with gimc_fit_result() as got:
+            g.fit(X, Y)
         wall, cpu = time.perf_counter() - t, time.process_time() - c
     finally:
-        core.STEP_RULE, core.fit_gimc = old_rule, orig
-    res = got["res"]
+        core.STEP_RULE = old_rule
+    res = got["result"]
     score = g.evaluate(Xv, [metric], Y=Yv)[metric]
-    trials = list(res.trials)
     return {
         "n_iter": res.n_iter,
         "n_passes": res.n_passes,
-        "trials": trials,
-        "trials_per_iteration": float(np.mean(trials)) if trials else 0.0,
-        "step_sizes": [float(s) for s in res.step_sizes],
+        **search_record(res),
         "objective": [float(f) for f in res.objective],
         "objective_final": float(res.objective[-1]),
         metric: float(score),
