@@ -751,10 +751,16 @@ def run_delicious(a):
         warm_up_gimc()
         ticks = []
         est.set_params(callback=lambda it, el, obj: ticks.append((it, el)))
+        from ooc_lowrank.gimc import core
+
         fit_rss = FitPeakRSS().start()
         t = time.perf_counter()
-        with gimc_fit_result() as got:
-            est.fit(ds)
+        rule, core.STEP_RULE = core.STEP_RULE, a.step_rule or core.STEP_RULE
+        try:
+            with gimc_fit_result() as got:
+                est.fit(ds)
+        finally:
+            core.STEP_RULE = rule
         total = time.perf_counter() - t
         rss_fit = fit_rss.stop()
         Xt, Yt = dt["X"].read(), dt["Y"].read()
@@ -1127,6 +1133,8 @@ def main(argv=None):
     s.add_argument("--topics", type=int, default=2000)
     s.add_argument("--m", type=int, default=500)
     s.add_argument("--iters", type=int, default=20)
+    s.add_argument("--step-rule", default=None,
+                   help="GIMC line-search rule (gimc.core.STEP_RULES; default: the library's)")
     s.add_argument("--estimate-only", action="store_true",
                    help="generate the stores, print estimate() and its time model, no fit "
                         "(results/scale_delicious_estimate.json)")

@@ -23,6 +23,11 @@ the following W-step turns into progress; and the first trial of an iteration is
 minimizer of the quadratic fitted to the previous accepted step (at most twice that step), so it
 is rarely rejected.  On generated problems and Bibtex this takes 2.10-2.15 passes per iteration
 over 20 iterations (2.9-3.1 with "fixed W, twice the last step") and reaches a lower objective.
+Over 10 iterations it takes 1.0-1.1 trials per iteration on Bibtex, the demo shape, yahoo Arts
+and Business, mfeat, segment and a Delicious-shaped store at a tenth of the full size; the
+full Delicious-large shape took 4.6 (5, 5, 2, 1, 10; not understood yet).  Interpolating after a
+rejected trial (``STEP_RULE = "interp"``, :func:`backtrack`) saved no pass on those problems and
+ended 0.5 % higher on Bibtex, so the default halves (benchmarks/results/gimc_step_rule.json).
 """
 
 from __future__ import annotations
