@@ -152,3 +152,25 @@ def test_time_model_gives_the_fit_at_typical_and_slow_search_trials():
     assert t["seconds_per_fit"] == pytest.approx(t["setup_seconds"]
                                                  + 10 * t["seconds_per_iteration"])
     assert f"{_estimate.SLOW_SEARCH_TRIALS:g} trials per iteration" in t["assumptions"]
+
+
+def test_step_rule_and_grad_precision_benchmarks_tiny(tmp_path):
+    """``benchmarks/gimc_step_rule.py`` and ``gimc_grad_precision.py`` at tiny size (they
+    cannot rot); the float32 gradient of a tiny problem agrees with the float64 one."""
+    import json
+
+    from benchmarks import gimc_grad_precision, gimc_step_rule
+
+    out = tmp_path / "s.json"
+    small = ["--del-rows", "300", "--del-features", "2000", "--del-labels", "200",
+             "--del-topics", "5", "--del-m", "8", "--max-iter", "2"]  # fmt: skip
+    r = gimc_step_rule.main(["--only", "delicious", *small, "--out", str(out)])
+    rec = json.loads(out.read_text())["results"]["delicious"]
+    assert set(core.STEP_RULES) <= set(rec) and rec == r["results"]["delicious"]
+    for rule in core.STEP_RULES:
+        assert rec[rule]["n_passes"] == 1 + rec[rule]["n_iter"] + sum(rec[rule]["trials"])
+    g = gimc_grad_precision.main(["--rows", "300", "--features", "2000", "--labels", "200",
+                                  "--topics", "5", "--m", "8", "--iters", "1",
+                                  "--out", str(tmp_path / "g.json")])  # fmt: skip
+    assert g["relative_error"] < 1e-3 and g["cosine"] > 0.999
+    assert set(g["parts"]) == {"fourier", "nystrom"}
