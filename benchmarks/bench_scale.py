@@ -55,6 +55,7 @@ Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import mmap
@@ -208,6 +209,33 @@ def gimc_time_vs_measured(e, mc, total, n_iter, n_passes):
     out["seconds_fit_synthetic_rate"] = versus(t0["seconds_per_fit"], total)  # n_iter iters
     out["time_model"] = t
     return out
+
+
+@contextlib.contextmanager
+def gimc_fit_result():
+    """Keep the ``gimc.core.FitResult`` of the GIMC fits run inside (a dict, ``"result"`` the
+    last): its Armijo trials per iteration (``trials``) and accepted steps, which the estimator
+    does not keep."""
+    from ooc_lowrank.gimc import core
+
+    got, orig = {}, core.fit_gimc
+
+    def fit(*args, **kwargs):
+        got["result"] = orig(*args, **kwargs)
+        return got["result"]
+
+    core.fit_gimc = fit
+    try:
+        yield got
+    finally:
+        core.fit_gimc = orig
+
+
+def search_record(res):
+    """The line search of a fit: trials per iteration, their mean and the accepted steps."""
+    return {"trials": list(res.trials),
+            "trials_per_iteration": sum(res.trials) / max(len(res.trials), 1),
+            "step_sizes": [float(s) for s in res.step_sizes]}
 
 
 def _fit_memory_estimate(e):
@@ -636,7 +664,8 @@ def run_nuswide(a):
     est.set_params(callback=lambda it, el, obj: ticks.append((it, el)))
     fit_rss = FitPeakRSS().start()
     t = time.perf_counter()
-    est.fit(X, Y)
+    with gimc_fit_result() as got:
+        est.fit(X, Y)
     total = time.perf_counter() - t
     rss_fit = fit_rss.stop()
     el = np.array([e_ for _, e_ in ticks])
@@ -650,7 +679,7 @@ def run_nuswide(a):
         "n_iter": est.n_iter_, "n_passes": est.n_passes_,
         "passes_per_iteration": (est.n_passes_ - 1) / max(est.n_iter_, 1),
         "seconds_per_steady_iteration_median": per_iter,
-        "iteration_seconds": np.diff(el).tolist(),
+        "iteration_seconds": np.diff(el).tolist(), "line_search": search_record(got["result"]),
         "roofline": roof, "roofline_ratio": roof["seconds"] / per_iter,
         "predict_topk_seconds": t_pred, "test": precision_at(Yt, top),
         "peak_rss_bytes": peak_rss_bytes(), "peak_rss_bytes_fit": rss_fit,
@@ -722,9 +751,16 @@ def run_delicious(a):
         warm_up_gimc()
         ticks = []
         est.set_params(callback=lambda it, el, obj: ticks.append((it, el)))
+        from ooc_lowrank.gimc import core
+
         fit_rss = FitPeakRSS().start()
         t = time.perf_counter()
-        est.fit(ds)
+        rule, core.STEP_RULE = core.STEP_RULE, a.step_rule or core.STEP_RULE
+        try:
+            with gimc_fit_result() as got:
+                est.fit(ds)
+        finally:
+            core.STEP_RULE = rule
         total = time.perf_counter() - t
         rss_fit = fit_rss.stop()
         Xt, Yt = dt["X"].read(), dt["Y"].read()
@@ -739,7 +775,7 @@ def run_delicious(a):
     out = {
         "args": vars(a), "total_seconds": total, "init_seconds": float(el[0]),
         "n_iter": est.n_iter_, "n_passes": est.n_passes_,
-        "iteration_seconds": np.diff(el).tolist(),
+        "iteration_seconds": np.diff(el).tolist(), "line_search": search_record(got["result"]),
         "peak_rss_bytes_fit": rss_fit, "rss_bytes_fit_start": fit_rss.rss_start,
         "peak_rss_bytes": peak_rss_bytes(),
         "predict_topk_seconds": t_pred, "test": precision_at(Yt, top),
@@ -1097,6 +1133,8 @@ def main(argv=None):
     s.add_argument("--topics", type=int, default=2000)
     s.add_argument("--m", type=int, default=500)
     s.add_argument("--iters", type=int, default=20)
+    s.add_argument("--step-rule", default=None,
+                   help="GIMC line-search rule (gimc.core.STEP_RULES; default: the library's)")
     s.add_argument("--estimate-only", action="store_true",
                    help="generate the stores, print estimate() and its time model, no fit "
                         "(results/scale_delicious_estimate.json)")

@@ -370,12 +370,18 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None, codes=False, calibrate=
 
 
 #: Trials per GIMC iteration assumed by the time model: the first trial of an iteration (3/4 of
-#: the quadratic model's minimizer) is accepted in 85-95 % of iterations; measured 2.10-2.20
-#: passes per iteration with one trial per pass (docs/performance.md, NUS-WIDE shape 2.1 over
-#: 100 iterations).  Data where the step's curvature changes fast need more (the
-#: Delicious-large shape: 23 trials in 5 iterations): the estimate also gives the cost of
-#: one more trial (``seconds_per_trial``).
+#: the quadratic model's minimizer, at most twice the last accepted step) is accepted in most
+#: iterations: 1.0-1.1 trials per iteration on Bibtex, the demo shape, yahoo Arts and
+#: Business, mfeat, segment and a Delicious-shaped store at a tenth of the full size
+#: (``benchmarks/gimc_step_rule.py``, 10 iterations each; NUS-WIDE shape 1.1 over 100).
 TYPICAL_TRIALS = 1.1
+
+#: The most trials per iteration a recorded fit needed: the Delicious-large shape at full size,
+#: 23 trials in 5 iterations (5, 5, 2, 1, 10; ``results/scale_delicious.json``), not seen at a
+#: tenth of its size.  The time model also gives the fit's time at this many
+#: (``seconds_per_fit_slow_search``): the line search's cost is known per trial, its count
+#: only once the fit runs.
+SLOW_SEARCH_TRIALS = 4.6
 
 
 def gimc_passes(iterations, trials, n_trials=1):
@@ -1388,6 +1394,7 @@ def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, bw):
     iters = int(e.get("max_iter", 0) if iters is None else iters)
     passes = 1 + iters * (1 + TYPICAL_TRIALS / T)
     total = setup + iters * per_iter
+    slow = total + iters * (SLOW_SEARCH_TRIALS - TYPICAL_TRIALS) * trial
     return {
         "seconds_per_pass": total / max(passes, 1),
         "read_seconds_per_pass": t_read,
@@ -1398,6 +1405,8 @@ def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, bw):
         "seconds_per_iteration": per_iter,
         "setup_seconds": setup,
         "trials_per_iteration": TYPICAL_TRIALS,
+        "trials_per_iteration_slow_search": SLOW_SEARCH_TRIALS,
+        "seconds_per_fit_slow_search": slow,
         "driver_seconds_per_iteration": cal["grad_driver_seconds"] + cal["step_seconds"]
         + TYPICAL_TRIALS * cal["judge_seconds"],
         "scheduler_seconds_per_pass": t_sched,
@@ -1407,7 +1416,9 @@ def _gimc_calibrated_time(e, cal, t_read, t_sched, cores, bw):
         "calibrated": True,
         "assumptions": (
             f"{cal['source']}; {TYPICAL_TRIALS:g} line-search trials per iteration (the first "
-            f"trial accepted in most iterations; each further trial costs {trial:.3g} s), "
+            f"trial accepted in most iterations; each further trial costs {trial:.3g} s; "
+            f"{slow:.3g} s at {SLOW_SEARCH_TRIALS:g} trials per iteration, the most a recorded "
+            "fit needed), "
             f"{iters} iterations (max_iter: tol may stop the fit earlier, which no estimate "
             "can know; seconds_per_iteration is the cost of each); disk "
             f"{bw / 1e6:.0f} MB/s per worker, reading and compute overlap; the machine's "

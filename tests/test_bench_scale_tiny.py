@@ -72,6 +72,9 @@ def test_bench_scale_delicious_tiny(tmp_path):
     assert vs["seconds_fit_measured_iterations"]["measured"] == r["total_seconds"]
     assert vs["passes_measured_iterations"]["measured"] == r["n_passes"]
     assert vs["seconds_fit_max_iter"]["estimate"] > 0
+    ls = r["line_search"]  # the fit's own trial counts give its passes
+    assert len(ls["trials"]) == r["n_iter"] == len(ls["step_sizes"])
+    assert r["n_passes"] == 1 + r["n_iter"] + sum(ls["trials"])
     rec = os.path.join(os.path.dirname(bench_scale.__file__), "results", "scale_delicious.json")
     est = tmp_path / "e.json"
     bench_scale.main(["delicious", "--rows", "600", "--test-rows", "100", *small,

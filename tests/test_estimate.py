@@ -603,33 +603,3 @@ def test_gimc_estimate_calibrates_passes_on_the_stores_own_rows(tmp_path, monkey
     mem = est.estimate(X, Y)  # in memory: no slice timed
     assert "time_calibration" not in mem and not calls
     assert not rough_time(mem, machine=MACHINE, cores=2).get("calibrated")
-
-
-@pytest.mark.parametrize("n_trials", [1, 3])
-def test_gimc_passes_model_matches_the_fits_pass_counter(monkeypatch, n_trials):
-    """``gimc_passes(iterations, trials per iteration, n_trials)`` is the fit's own pass count:
-    the trials judged per iteration are counted on a tiny fit (its line search judges trials
-    until one is accepted)."""
-    from ooc_lowrank._estimate import gimc_passes
-    from ooc_lowrank.gimc import core
-
-    judged, per_iter = [0], []
-    orig = core.reduced_objective
-
-    def counting(*a, **k):
-        judged[0] += 1
-        return orig(*a, **k)
-
-    def callback(it, elapsed, f):
-        if it:
-            per_iter.append(judged[0])
-            judged[0] = 0
-
-    monkeypatch.setattr(core, "reduced_objective", counting)
-    rng = np.random.default_rng(0)
-    X, Y = _data(rng, 300, 6, 5)
-    est = GIMC(n_features_map=6, max_iter=6, tol=0.0, n_trials=n_trials, random_state=0,
-               callback=callback).fit(X, Y)  # fmt: skip
-    assert len(per_iter) == est.n_iter_ == 6
-    assert est.n_passes_ == gimc_passes(est.n_iter_, per_iter, n_trials)
-    assert est.n_passes_ <= est.estimate(X, Y)["max_passes"]

@@ -23,6 +23,11 @@ the following W-step turns into progress; and the first trial of an iteration is
 minimizer of the quadratic fitted to the previous accepted step (at most twice that step), so it
 is rarely rejected.  On generated problems and Bibtex this takes 2.10-2.15 passes per iteration
 over 20 iterations (2.9-3.1 with "fixed W, twice the last step") and reaches a lower objective.
+Over 10 iterations it takes 1.0-1.1 trials per iteration on Bibtex, the demo shape, yahoo Arts
+and Business, mfeat, segment and a Delicious-shaped store at a tenth of the full size; the
+full Delicious-large shape took 4.6 (5, 5, 2, 1, 10; not understood yet).  Interpolating after a
+rejected trial (``STEP_RULE = "interp"``, :func:`backtrack`) saved no pass on those problems and
+ended 0.5 % higher on Bibtex, so the default halves (benchmarks/results/gimc_step_rule.json).
 """
 
 from __future__ import annotations
@@ -59,6 +64,16 @@ MAX_GROWTH = 2.0
 #: after 20 iterations changed by < 0.1 %; benchmarks/results/gimc_line_search.json).
 STEP_SAFETY = 0.75
 
+#: The step rules :func:`fit_gimc` knows (``benchmarks/gimc_step_rule.py`` compares them).
+STEP_RULES = {
+    "quadratic": "first trial 3/4 of the quadratic model's minimizer from the last accepted "
+    "step (at most 2x it); the first iteration 0.1 ||U|| / ||g||; a rejected trial halved",
+    "interp": "as quadratic, but a rejected trial is followed by the minimizer of the "
+    "quadratic through f, its slope and the rejected trial's objective, clipped to "
+    "[0.1, 0.5] x the rejected step",
+}
+STEP_RULE = "quadratic"
+
 
 def first_trial(U, gnorm2, eta_next):
     """The first Armijo trial step of an iteration (SPEC 5.3, with a model-based start).
@@ -94,6 +109,29 @@ def next_trial(eta, f, f1, gnorm2):
     return min(STEP_SAFETY * eta * eta * gnorm2 / (2.0 * excess), MAX_GROWTH * eta)
 
 
+#: Smallest fraction of a rejected trial that :func:`backtrack` tries next.
+SHRINK_MIN = 0.1
+
+
+def backtrack(eta, f, f1, gnorm2):
+    """The next trial after the trial ``eta`` (objective ``f1``) was rejected, ``f`` the
+    objective before the step and ``-gnorm2`` its slope (SPEC 5.3 halves the step).
+
+    ``STEP_RULE == "interp"``: the minimizer of the quadratic through ``f``, the slope and
+    ``f1`` (safeguarded quadratic interpolation, Nocedal and Wright, 2006, section 3.5),
+    clipped to ``[SHRINK_MIN eta, eta / 2]``: a first trial far too long (the first iteration's
+    ``0.1 ||U|| / ||g||`` on sparse inputs with many rarely used features) is cut by up to 10x
+    per trial instead of 2x; a non-finite ``f1`` gives ``SHRINK_MIN eta``.  Otherwise
+    ``eta / 2``: the trials are ``eta0 / 2^k`` whatever the grouping into passes.
+    """
+    if STEP_RULE != "interp":
+        return 0.5 * eta
+    if not np.isfinite(f1):
+        return SHRINK_MIN * eta
+    excess = f1 - f + eta * gnorm2  # > (1 - C1) eta gnorm2 > 0 for a rejected trial
+    return min(max(eta * eta * gnorm2 / (2.0 * excess), SHRINK_MIN * eta), 0.5 * eta)
+
+
 @dataclass
 class FitResult:
     """What :func:`fit_gimc` returns."""
@@ -105,6 +143,7 @@ class FitResult:
     n_passes: int = 0
     converged: bool = False
     step_sizes: list = field(default_factory=list)
+    trials: list = field(default_factory=list)  # Armijo trials evaluated per iteration
 
 
 def w_step(S_PP, S_AP, alpha):
@@ -668,6 +707,7 @@ def _fit_gimc(
             n_iter=int(st["n_iter"]),
             converged=bool(st["converged"]),
             step_sizes=[float(v) for v in st["step_sizes"]],
+            trials=[int(v) for v in st.get("trials", [])],
         )
         if result.converged:
             result.n_passes = n_passes
@@ -709,6 +749,7 @@ def _fit_gimc(
                 "n_passes": n_passes,
                 "objective": result.objective,
                 "step_sizes": result.step_sizes,
+                "trials": result.trials,
                 "n_iter": result.n_iter,
                 "converged": result.converged,
             },
@@ -729,11 +770,12 @@ def _fit_gimc(
             result.converged = True
             break
         eta0 = first_trial(U, gnorm2, eta_next)
-        accepted = None
-        for b in range(0, MAX_TRIALS, n_trials):
-            etas = trial_steps(eta0, b, n_trials)
+        accepted, n_tried, start = None, 0, eta0
+        while accepted is None and n_tried < MAX_TRIALS:
+            etas = trial_steps(start, 0, min(n_trials, MAX_TRIALS - n_tried))
             res, phi_key = stats_pass(U, g, etas, False)
             for eta, (spp, sap) in zip(etas, _unpack_stats(res, len(etas)), strict=True):
+                n_tried += 1
                 if big:
                     W1, f1 = reduced_objective_t(spp, sap, a2, alpha)
                     W1 = None if W1 is None else W1.T
@@ -744,8 +786,8 @@ def _fit_gimc(
                     break
                 W1 = None
             del res, spp, sap
-            if accepted is not None:
-                break
+            if accepted is None:  # the next pass's first trial, below the last rejected one
+                start = backtrack(eta, f, f1, gnorm2)
         if accepted is None:
             logger.info("GIMC iteration %d: line search found no descent step; stopping", it)
             result.converged = True
@@ -759,6 +801,7 @@ def _fit_gimc(
         _check_finite("the objective, U or W", f"after iteration {it}", f_new, U, W)
         result.objective.append(f_new)
         result.step_sizes.append(eta)
+        result.trials.append(n_tried)
         result.n_iter = it
         elapsed = time.perf_counter() - t0
         logger.info("GIMC iteration %d: objective %.6g step %.3g (%.1fs)", it, f_new, eta, elapsed)
