@@ -12,10 +12,11 @@ Store (``--rows`` n, default 1M; written here with the ``DatasetWriter``, seeded
 is a quarter of the store's logical size (``_worker_rss``; the driver keeps the n x k factors
 P and Q, the worker streams the feature and constraint blocks).  With ``--alpha auto`` (the
 default) the fit is several IMC fits: one per selection candidate on 80 % of the constraints
-(held in memory, placed on the worker once per fit), then the refit.  Recorded: per fit phase
-(``fit_phases``: each candidate, then the refit) its start-up seconds, its iterations' seconds
-and the worker's RSS peak during it; ``iterations`` is the refit's; passes, the worker's peak
-RSS and the clustering error, and
+(held in memory, scattered to the worker block by block and kept there within the engine's
+scatter budget, ``scatter_budget_bytes``: a quarter of the worker limit), then the refit.
+Recorded: per fit phase (``fit_phases``: each candidate, then the refit) its start-up seconds,
+its iterations' seconds and the worker's RSS peak during it; ``iterations`` is the refit's;
+passes, the worker's peak RSS and the clustering error, and
 the serialized bytes of every graph sent to the cluster (one per pass; a graph above Dask's
 large-graph threshold of 10 MB is an error, issue 27).
 
@@ -143,6 +144,9 @@ def main(argv=None):
     with rss.limited_worker(limit, threads=a.threads) as (_client, peak_), \
             graph_bytes() as graphs:  # fmt: skip
         peak = peak_
+        from ooc_lowrank import engine
+
+        budget = engine.scatter_budget()  # what the engine may keep scattered per worker
         est.fit(ds, constraints=ds)
     total = time.perf_counter() - t0
     y = ds["y"].read()[:, 0]
@@ -153,7 +157,7 @@ def main(argv=None):
         "settings": vars(a) | {"block_rows": block_rows},
         "rows": a.rows, "constraints": a.rows * a.pairs,
         "store_logical_bytes": logical, "worker_limit_bytes": limit,
-        "quarter_of_store_bytes": logical // 4,
+        "quarter_of_store_bytes": logical // 4, "scatter_budget_bytes": budget,
         "peak_worker_rss": peak["worker"], "worker_baseline_rss": peak.get("baseline"),
         "driver_maxrss": rss.driver_maxrss(),
         "init_seconds": phases[-1]["init_seconds"] if phases else None,

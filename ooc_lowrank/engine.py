@@ -55,12 +55,14 @@ Lost workers
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import dask
@@ -461,17 +463,27 @@ class Reduction:
 
 
 #: On a distributed cluster, numpy arguments and in-memory row-aligned inputs (IMC's row factor
-#: ``P``, a NumPy ``X``) of at least this many bytes are scattered to the workers once
-#: (content-addressed, :func:`_scattered`) instead of travelling in every graph: a pass's graph
-#: then carries only keys, a few kB per task (``tests/test_graph_size.py``).
+#: ``P``, a NumPy ``X``, in-memory observations) of at least this many bytes are scattered to
+#: the workers once (content-addressed, :func:`_scattered_many`, :func:`_scattered_blocks`)
+#: instead of travelling in every graph: a pass's graph then carries only keys, a few kB per
+#: task (``tests/test_graph_size.py``).
 SCATTER_BYTES = 64 * 2**10
-#: Scattered arguments kept alive per client, least recently used dropped first: at most this
-#: many (the factors and row-aligned state of one iteration are a handful of arrays) ...
+#: Scattered arguments and input blocks kept alive per client, least recently used dropped
+#: first: at most this many entries (the factors and row-aligned state of one iteration are a
+#: handful of arrays) ...
 SCATTER_CACHE_ENTRIES = 8
-#: ... and at most this many bytes (every worker holds a replica; the newest is always kept).
+#: ... and at most this many bytes per worker (an argument is replicated on every worker; an
+#: input's row blocks are spread over them) ...
 SCATTER_CACHE_BYTES = 256 * 2**20
+#: ... nor more than this share of the smallest worker's ``memory_limit`` (the rest is the
+#: worker's own footprint, a pass's block work and held feature blocks).  The entries of the
+#: pass being built are never dropped; the others are released *before* a new scatter, so a
+#: replaced input is never on a worker twice (issue 27: IMC's in-memory observations, their
+#: transposed copy and the stale factors filled a 1 GiB worker).
+SCATTER_CACHE_FRACTION = 0.25
 
-_SCATTER_CACHE: dict = {}  # (id(client), token) -> (future, nbytes); insertion = LRU order
+_SCATTER_CACHE: dict = {}  # key -> (future(s), bytes per worker); insertion = LRU order
+_PASS = threading.local()  # .pinned: the cache keys of the pass being built (inside compute)
 
 
 def active_client(client=None):
@@ -508,33 +520,109 @@ def _nbytes(a):
     return a.nbytes if isinstance(a, np.ndarray) else a.data.nbytes + a.indices.nbytes
 
 
+_WORKERS_SEEN: dict = {}  # id(client) -> (time.monotonic(), _workers(client))
+
+
+def _workers(client):
+    """``(worker count, smallest memory_limit or None)`` of ``client``'s cluster (asked of the
+    scheduler at most once a second: ``scheduler_info()`` is a round trip, and every scatter
+    of a pass consults it)."""
+    now = time.monotonic()
+    seen = _WORKERS_SEEN.get(id(client))
+    if seen is not None and now - seen[0] < 1.0:
+        return seen[1]
+    try:
+        workers = client.scheduler_info().get("workers", {})
+    except Exception:  # an unreachable scheduler: the pass will report the real error
+        return 1, None
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    out = max(len(limits), 1), (min(limits) if limits and min(limits) > 0 else None)
+    _WORKERS_SEEN[id(client)] = (now, out)
+    return out
+
+
+def scatter_budget(client=None):
+    """Bytes per worker the scatter cache may hold on ``client``'s cluster (the active one by
+    default): :data:`SCATTER_CACHE_BYTES`, at most :data:`SCATTER_CACHE_FRACTION` of the
+    smallest worker's memory limit; None without a distributed client."""
+    client = active_client(client)
+    if client is None:
+        return None
+    _, limit = _workers(client)
+    cap = SCATTER_CACHE_BYTES
+    return cap if limit is None else min(cap, int(SCATTER_CACHE_FRACTION * limit))
+
+
+def _make_room(client, incoming, pinned):
+    """Drop least recently used entries of ``client`` (never those in ``pinned``) until
+    ``incoming`` more bytes per worker fit :func:`scatter_budget` and one more entry fits
+    :data:`SCATTER_CACHE_ENTRIES`; dropping the last reference releases them on the workers."""
+    budget = scatter_budget(client)
+    # a snapshot: an input freed meanwhile drops its own entry (weakref.finalize)
+    mine = [(k, v[1]) for k, v in tuple(_SCATTER_CACHE.items()) if k[0] == id(client)]
+    total = sum(nb for _, nb in mine) + incoming
+    count = len(mine) + (incoming > 0)
+    for k, nb in mine:  # oldest first
+        if total <= budget and count <= SCATTER_CACHE_ENTRIES:
+            break
+        if k in pinned:
+            continue
+        _SCATTER_CACHE.pop(k, None)
+        total -= nb
+        count -= 1
+
+
+def _pin(keys):
+    """``keys`` and those of the pass being built (inside :func:`compute`): never dropped."""
+    pinned = getattr(_PASS, "pinned", None)
+    if pinned is None:
+        return set(keys)
+    pinned.update(keys)
+    return pinned
+
+
 def _scattered_many(arrays, client):
     """Futures of ``arrays`` (as :func:`_scattered`), the ones not cached yet shipped in **one**
     ``client.scatter``: a round trip to the scheduler and the workers per graph, not one per
     changed argument (a GLRL power pass changes two vectors, ``u`` and ``[V, v]``; each
     blocking scatter left the workers idle between passes)."""
     keys = [(id(client), dask.base.tokenize(a)) for a in arrays]
-    hits = {k: _SCATTER_CACHE.pop(k) for k in keys if k in _SCATTER_CACHE}
+    pinned = _pin(keys)
     todo = {}  # key -> array, first occurrence (the same content twice is shipped once)
     for k, a in zip(keys, arrays, strict=True):
-        if k not in hits:
+        if k not in _SCATTER_CACHE:
             todo.setdefault(k, a)
     if todo:
+        _make_room(client, sum(int(_nbytes(a)) for a in todo.values()), pinned)
         futs = client.scatter(list(todo.values()), broadcast=True, hash=False)
         for (k, a), f in zip(todo.items(), futs, strict=True):
-            hits[k] = (f, int(_nbytes(a)))
+            _SCATTER_CACHE[k] = (f, int(_nbytes(a)))
     for k in keys:  # most recently used last
-        _SCATTER_CACHE.pop(k, None)
-        _SCATTER_CACHE[k] = hits[k]
-    mine = [k for k in _SCATTER_CACHE if k[0] == id(client)]
-    total = sum(_SCATTER_CACHE[k][1] for k in mine)
-    keep = len(set(keys))  # this graph's own arguments are never dropped
-    for k in mine[: max(len(mine) - keep, 0)]:  # oldest first; graphs in flight keep their own
-        if total <= SCATTER_CACHE_BYTES and len(mine) <= SCATTER_CACHE_ENTRIES:
-            break
-        total -= _SCATTER_CACHE.pop(k)[1]
-        mine.remove(k)
-    return [hits[k][0] for k in keys]
+        _SCATTER_CACHE[k] = _SCATTER_CACHE.pop(k)
+    _make_room(client, 0, pinned)
+    return [_SCATTER_CACHE[k][0] for k in keys]
+
+
+def _scattered_blocks(b, client):
+    """Futures of the row blocks of the in-memory ``b`` (at ``b.bounds``), spread over the
+    workers (not replicated) and cached like :func:`_scattered` (same content and bounds: no
+    new scatter) until evicted or until ``b.source`` is freed (a fit's observations leave the
+    workers with the fit, e.g. the selection's training share before the refit).  A pass
+    then reads each block where it lies, and no worker holds the whole input next to the
+    slices cut from it (IMC's observations were shipped whole, replicated, and sliced into
+    copies on the workers in every pass)."""
+    key = (id(client), dask.base.tokenize(b.source, b.bounds))
+    pinned = _pin([key])
+    if key not in _SCATTER_CACHE:
+        n_workers, _ = _workers(client)
+        _make_room(client, -(-b.nbytes // n_workers), pinned)
+        blocks = [b.source[int(s) : int(e)] for s, e in zip(b.bounds[:-1], b.bounds[1:])]
+        _SCATTER_CACHE[key] = (client.scatter(blocks, hash=False), -(-b.nbytes // n_workers))
+        with contextlib.suppress(TypeError):  # released with the input's data, not later
+            weakref.finalize(b.source, _SCATTER_CACHE.pop, key, None)
+    _SCATTER_CACHE[key] = _SCATTER_CACHE.pop(key)
+    _make_room(client, 0, pinned)
+    return _SCATTER_CACHE[key][0]
 
 
 def _unwrap_args(args, client=None):
@@ -724,16 +812,11 @@ def _prepare(inputs):
     return blocked, ref
 
 
-def _slice_scattered(_, X, bounds=None, block_id=None):
-    i = block_id[0]
-    return X[int(bounds[i]) : int(bounds[i + 1])]
-
-
 def _shipped(blocked, client, once=False):
     """``blocked`` for a graph on ``client``: in-memory inputs of :data:`SCATTER_BYTES` or more
-    are scattered (content-addressed and replicated, reused by every graph until they change;
-    with ``once``, to one worker and not kept: for a single persist) and sliced on the
-    workers, instead of travelling block by block inside every pass's graph."""
+    are scattered block by block (spread over the workers; cached and reused by every graph
+    until they change or are freed, :func:`_scattered_blocks`; with ``once``, not kept: for a
+    single persist), instead of travelling block by block inside every pass's graph."""
     client = active_client(client)
     if client is None:
         return blocked
@@ -743,20 +826,16 @@ def _shipped(blocked, client, once=False):
             out.append(b)
             continue
         if once:
-            fut = client.scatter(b.source, hash=False)
+            blocks = [b.source[int(s) : int(e)] for s, e in zip(b.bounds[:-1], b.bounds[1:])]
+            futs = client.scatter(blocks, hash=False)
         else:
-            fut = _scattered(b.source, client)
-        arr = da.map_blocks(
-            _slice_scattered,
-            da.arange(b.n_blocks, chunks=1),
-            fut,
-            bounds=b.bounds,
-            new_axis=1,
-            chunks=(b.dask.chunks[0], (b.shape[1],)),
-            dtype=b.dtype,
-            meta=b.dask._meta,
-            name="scattered-rows-" + dask.base.tokenize(fut.key, b.bounds),
-        )
+            futs = _scattered_blocks(b, client)
+        meta = b.dask._meta
+        parts = [
+            da.from_delayed(f, shape=(int(e - s), b.shape[1]), dtype=b.dtype, meta=meta)
+            for f, s, e in zip(futs, b.bounds[:-1], b.bounds[1:], strict=True)
+        ]
+        arr = parts[0] if len(parts) == 1 else da.concatenate(parts, axis=0)
         out.append(Blocked(arr, b.kind, b.source, b.nnz))
     return out
 
@@ -1293,7 +1372,11 @@ def compute(*lazy, client=None):
         if all(x is not None for x in lists):  # the direct path: no graph
             return tuple(x.unpack(x.direct(blocks)) for x, blocks in zip(lazy, lists, strict=True))
     kw = _scheduler_kwargs(client)
-    targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
+    _PASS.pinned = set()  # the scatters of this pass's graphs never drop one another
+    try:
+        targets = [x.packed if isinstance(x, Reduction) else x for x in lazy]
+    finally:
+        _PASS.pinned = None
     sched = kw.get("scheduler", None) if kw else active_client()
     if kw.get("scheduler") == "threads":
         with one_blas_thread():
@@ -1730,4 +1813,4 @@ def maybe_persist(*inputs: Blocked, budget: int | None = None, client=None):
     return list(inputs)
 
 
-__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES"]
+__all__ += ["DEFAULT_CACHE_BYTES", "TARGET_BLOCK_BYTES", "scatter_budget"]

@@ -95,10 +95,32 @@ class Problem:
 
     def __init__(self, obs, rows: Side, cols: Side, lam: float, obs_t=None, cache_bytes=None):
         self.obs, self.rows, self.cols, self.lam = obs, rows, cols, float(lam)
-        self.obs_t = obs_t  # the observations sorted by column (n2, n1), when available
+        # the observations sorted by column (n2, n1), when available
+        self.obs_t = self._transposed_fits(obs, obs_t)
         self.n_passes = 0
         self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         self._held = {}  # id(side) -> (the U its Phi was computed at, Side over the held Phi)
+
+    @staticmethod
+    def _transposed_fits(obs, obs_t):
+        """``obs_t``, or None on a distributed cluster where the in-memory observations and
+        their transposed copy together would take more than half of what the workers keep
+        scattered (:func:`ooc_lowrank.engine.scatter_budget`; the rest is for the factors
+        ``P``, ``Q``): the two would evict each other and be shipped again pass after pass
+        (issue 27: 2 x 200 MB per pass at 1M items).  Without it the column side takes three
+        passes per product over the held observations."""
+        budget = engine.scatter_budget()
+        if budget is None or obs_t is None or not obs.in_memory:
+            return obs_t
+        n_workers, _ = engine._workers(engine.active_client())
+        if (obs.nbytes + obs_t.nbytes) / n_workers <= budget / 2:
+            return obs_t
+        logger.info(
+            "IMC: no transposed copy of the observations on the cluster (%.0f MiB for both "
+            "per worker > half the scatter budget, %.0f MiB): column-side products take "
+            "three passes", (obs.nbytes + obs_t.nbytes) / n_workers / 2**20, budget / 2**21,
+        )  # fmt: skip
+        return None
 
     def features(self, side: Side) -> Side:
         """``side`` with its feature matrix ``Phi`` computed once and held (the identity map over
@@ -122,7 +144,11 @@ class Problem:
             for k, h in self._held.items()
             if k != id(side)
         )
-        cap = engine._cluster_cache_cap(None)  # half the workers' memory on a cluster
+        # on a cluster: half the workers' memory, less what the scatter cache may keep there
+        # (the observations, P, Q); held feature blocks and those both filled a worker
+        cap = engine._cluster_cache_cap(None)
+        if cap is not None:
+            cap -= engine._workers(engine.active_client())[0] * engine.scatter_budget()
         if nbytes + others > (self.cache_bytes if cap is None else min(cap, self.cache_bytes)):
             return side
         self.n_passes += 1
