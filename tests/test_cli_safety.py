@@ -471,6 +471,9 @@ def test_ctrl_c_while_the_command_imports_is_one_line_and_130(tmp_path, module):
     script = tmp_path / "ooc-lowrank"  # the console script's name
     script.write_text(
         "import os, signal, sys\n"
+        "# as from a terminal, even when this test runs in the background (a shell's '&' starts\n"
+        "# its children with SIGINT ignored, and Python then installs no Ctrl-C handler)\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"MODULE = {module!r}\n"
         "class Interrupt:  # Ctrl-C exactly when MODULE is first imported\n"
         "    def find_spec(self, name, path=None, target=None):\n"
