@@ -759,7 +759,9 @@ def maxide_estimate(est, XB, YB, *, client=None):
         task = inp + t["features"] + max(t["grad"], t["loss"])
         reduce_b = _reduce_per_worker(XB.n_blocks, max(r_ * L, r_ * r_) + 1, n_workers)
         state = 8 * (d * r_ + (r_ * r_ if nystrom else 0) + n_trials * r_ * L)
-        cache = (0 if streamed else n_rows * r_ * s) + _input_bytes(YB)
+        # held on the workers: a cached F, and Y when it is in memory (scattered block by block);
+        # a store or Dask Y is read by every pass, not held (measured at 2M x 500: issue 27)
+        cache = (0 if streamed else n_rows * r_ * s) + (_input_bytes(YB) if YB.in_memory else 0)
         cached = cache / max(n_workers or 1, 1) if n_workers else 0
         total = _worker_total(n_workers, threads, task, reduce_b, state, cached)
         return total, t, task, reduce_b, state, cached, streamed, n_trials
