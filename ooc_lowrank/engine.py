@@ -520,13 +520,13 @@ def _nbytes(a):
     return a.nbytes if isinstance(a, np.ndarray) else a.data.nbytes + a.indices.nbytes
 
 
-_WORKERS_SEEN: dict = {}  # id(client) -> (time.monotonic(), _workers(client))
+_WORKERS_SEEN: dict = {}  # id(client) -> (time.monotonic(), _worker_limits(client))
 
 
-def _workers(client):
-    """``(worker count, smallest memory_limit or None)`` of ``client``'s cluster (asked of the
-    scheduler at most once a second: ``scheduler_info()`` is a round trip, and every scatter
-    of a pass consults it)."""
+def _worker_limits(client):
+    """The workers' ``memory_limit`` values (0: none) on ``client``'s cluster, or None when the
+    scheduler cannot be reached; asked of the scheduler at most once a second
+    (``scheduler_info()`` is a round trip, and every scatter of a pass consults it)."""
     now = time.monotonic()
     seen = _WORKERS_SEEN.get(id(client))
     if seen is not None and now - seen[0] < 1.0:
@@ -534,11 +534,18 @@ def _workers(client):
     try:
         workers = client.scheduler_info().get("workers", {})
     except Exception:  # an unreachable scheduler: the pass will report the real error
-        return 1, None
-    limits = [w.get("memory_limit") or 0 for w in workers.values()]
-    out = max(len(limits), 1), (min(limits) if limits and min(limits) > 0 else None)
+        return None
+    out = tuple(w.get("memory_limit") or 0 for w in workers.values())
     _WORKERS_SEEN[id(client)] = (now, out)
     return out
+
+
+def _workers(client):
+    """``(worker count, smallest memory_limit or None)`` of ``client``'s cluster."""
+    limits = _worker_limits(client)
+    if limits is None:
+        return 1, None
+    return max(len(limits), 1), (min(limits) if limits and min(limits) > 0 else None)
 
 
 def scatter_budget(client=None):
@@ -1683,11 +1690,7 @@ def _cluster_cache_cap(client):
     sched = active_client(client)
     if sched is None or not hasattr(sched, "scheduler_info"):
         return None
-    try:
-        workers = sched.scheduler_info().get("workers", {})
-        limits = [w.get("memory_limit") or 0 for w in workers.values()]
-    except Exception:  # an unreachable scheduler: no cap, the fit will report the real error
-        return None
+    limits = _worker_limits(sched)  # None: an unreachable scheduler, the fit reports the error
     if not limits or min(limits) <= 0:
         return None
     return int(0.5 * sum(limits))
