@@ -1246,3 +1246,43 @@ def test_maxide_auto_alpha_falls_back_without_a_scorable_hold_out():
 def test_maxide_bad_alpha_fails_before_work(toy, alpha, msg):
     with pytest.raises(ValueError, match=msg):
         Maxide(alpha=alpha).fit(toy["X"], toy["Yobs"])
+
+
+def test_median_heuristic_on_the_landmarks_reuses_their_distances(rng, monkeypatch):
+    """``gamma=None`` with at least 1000 landmarks (issue 24): the median heuristic runs on the
+    first 1000 landmarks' own pairs and their distances give ``K_rr`` too, so the setup computes
+    one r x r set of distances and no separate kernel of the landmarks (``rbf_gram`` is not
+    called).  ``gamma_`` is ``1 / median`` of the landmarks' pair distances (the twin's); the
+    landmarks are still the second row sample of the seed (the rows of earlier fits)."""
+    from ooc_lowrank.gimc.features import sample_rows
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+
+    n, d = 1100, 40
+    X = rng.standard_normal((n, d)) * (rng.random((n, d)) < 0.1)
+    X[:, 0] += 1.0  # no empty row
+    Y = np.where(X[:, :3] > 0, 1.0, -1.0) * (rng.random((n, 3)) < 0.5)
+    calls = {"rbf_gram": 0, "sq_dists": 0}
+    rbf_gram, sq_dists = est_mod.rbf_gram, est_mod.sq_dists_sparse_rows
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapper
+
+    monkeypatch.setattr(est_mod, "rbf_gram", counted("rbf_gram", rbf_gram))
+    monkeypatch.setattr(est_mod, "sq_dists_sparse_rows", counted("sq_dists", sq_dists))
+    est = KernelMaxide(n_features_map=1000, max_iter=3, random_state=0).fit(X, sp.csr_matrix(Y))
+    assert calls["rbf_gram"] == 0
+    assert calls["sq_dists"] == core.ROW_PARTS  # the landmarks' distances, once (by row parts)
+    L = est.landmarks_
+    sq = (L * L).sum(1)
+    D2 = np.maximum(sq[:, None] + sq[None, :] - 2 * L @ L.T, 0.0)
+    want = 1.0 / np.median(D2[np.triu_indices(1000, 1)])
+    np.testing.assert_allclose(est.gamma_, want, rtol=1e-12)
+    seeded = np.random.default_rng(np.random.RandomState(0).randint(2**31 - 1))
+    sample_rows(X, 1000, seeded)
+    np.testing.assert_array_equal(L, sample_rows(X, 1000, seeded))
+    # fewer landmarks than the heuristic's sample: its own sample, and K_rr by rbf_gram
+    KernelMaxide(n_features_map=300, max_iter=2, random_state=0).fit(X, sp.csr_matrix(Y))
+    assert calls["rbf_gram"] == 1

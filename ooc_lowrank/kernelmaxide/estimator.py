@@ -99,6 +99,14 @@ def _sparse_row_kernel(L, U, fn):
     return K
 
 
+def _symmetrized(K):
+    """``0.5 (K + K^T)`` of a square matrix, by row parts on the local pool."""
+    S = np.empty_like(K)
+    core.by_row_parts(K.shape[0], lambda lo, hi: np.multiply(
+        K[lo:hi] + K[:, lo:hi].T, 0.5, out=S[lo:hi]))  # fmt: skip
+    return S
+
+
 def rbf_gram(U, gamma):
     """The RBF kernel ``K_rr`` (r x r, float64, symmetric) of the landmarks (columns of
     ``U``); from each landmark's nonzeros when they are mostly zero (``_blocks.mostly_zero``),
@@ -106,24 +114,34 @@ def rbf_gram(U, gamma):
     U = np.asarray(U, dtype=np.float64)
     L = np.ascontiguousarray(U.T)
     if _blocks.mostly_zero(L):
-        K = _sparse_row_kernel(L, U, lambda Lp, U, out: rbf_sparse_rows(Lp, U, gamma, out=out))
-        S = np.empty_like(K)
-        core.by_row_parts(K.shape[0], lambda lo, hi: np.multiply(
-            K[lo:hi] + K[:, lo:hi].T, 0.5, out=S[lo:hi]))  # 0.5 (K + K^T) by row parts
-        return S
+        return _symmetrized(
+            _sparse_row_kernel(L, U, lambda Lp, U, out: rbf_sparse_rows(Lp, U, gamma, out=out))
+        )
     sq = np.einsum("ij,ij->j", U, U)
     G = np.ascontiguousarray(U.T @ U)
     return rbf_from_dot(G, sq, sq, gamma, G)  # one fused pass, in place
 
 
-def nystrom_map(U, gamma, k):
+def landmark_sq_dists(U):
+    """Squared distances ``max(||u_i - u_j||^2, 0)`` between the landmarks (columns of ``U``):
+    r x r, float64, symmetric; from each landmark's nonzeros when they are mostly zero."""
+    U = np.asarray(U, dtype=np.float64)
+    L = np.ascontiguousarray(U.T)
+    if _blocks.mostly_zero(L):
+        return _symmetrized(_sparse_row_kernel(L, U, sq_dists_sparse_rows))
+    sq = np.einsum("ij,ij->j", U, U)
+    return _symmetrized(np.maximum(sq[:, None] + sq[None, :] - 2.0 * (U.T @ U), 0.0))
+
+
+def nystrom_map(U, gamma, k, K=None):
     """The rank-``k`` Nystrom map ``M = V_k diag(l_k)^-1/2`` (r x k', ``k' <= k``) of the top
     ``k`` eigenpairs ``(l, V)`` of the landmarks' kernel ``K_rr`` (those ``<= 1e-13 l_max``
     dropped): ``F = K(X, landmarks) M`` has ``F F^T = K_{n,r} V_k diag(l_k)^-1 V_k^T K_{r,n}``,
     the rank-k Nystrom kernel (Williams & Seeger 2001).  Above ``RANDOMIZED_RATIO (k +
     RANDOMIZED_OVERSAMPLE)`` landmarks the eigenpairs come from subspace iteration with a fixed
-    seed (``M^T K_rr M = I`` exactly on the returned directions)."""
-    K = rbf_gram(U, gamma)
+    seed (``M^T K_rr M = I`` exactly on the returned directions).  ``K``: ``K_rr`` when the
+    caller has it (computed here otherwise)."""
+    K = rbf_gram(U, gamma) if K is None else K
     r = K.shape[0]
     if r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
         K32 = K.astype(np.float32)  # the subspace's products in float32 (the Ritz one float64)
@@ -138,6 +156,17 @@ def nystrom_map(U, gamma, k):
     else:
         R = core.orthonormal_root(K, k)
     return np.ascontiguousarray(R.T)
+
+
+def _checked_median_gamma(gamma):
+    """The median heuristic's ``gamma``, refused unless finite and positive."""
+    if not (np.isfinite(gamma) and gamma > 0):
+        raise NonFiniteError(
+            f"gamma=None: the median heuristic gave the kernel width {gamma!r} on a sample "
+            "of X (its squared distances overflow float64). Scale or standardize X before "
+            "fitting (e.g. sklearn.preprocessing.StandardScaler), or pass gamma= explicitly"
+        )
+    return gamma
 
 
 def _ut_mask(YB):
@@ -919,18 +948,31 @@ class KernelMaxide(_MaxideBase):
                     r,
                     f"Use n_features_map <= {n}, or None for every row",
                 )
-        self.gamma_ = self._gamma(src, rng)
+        # gamma=None with at least _SAMPLE landmarks: the median heuristic on the pairs of the
+        # first _SAMPLE landmarks (a uniform row sample, as GIMC's Nystrom map does), whose
+        # distances give K_rr as well -- no second row sample, no second distance computation
+        # (issue 24); fewer landmarks: the heuristic on its own sample of _SAMPLE rows
+        on_landmarks = self.gamma is None and r >= _SAMPLE
+        if not on_landmarks:
+            self.gamma_ = self._gamma(src, rng)
+        else:  # the heuristic's former row sample, drawn and unused: the landmarks stay the
+            sample_rows(src, _SAMPLE, rng)  # rows of earlier versions' fits for a given seed
         L = sample_rows(src, r, rng)
         L = L.toarray() if sp.issparse(L) else np.asarray(L)
         _check_sample(L, "a landmark row")
         self.landmarks_ = np.ascontiguousarray(L, dtype=np.float64)
         U = np.ascontiguousarray(self.landmarks_.T)
+        K = None
+        if on_landmarks:
+            K = landmark_sq_dists(U)
+            self.gamma_ = _checked_median_gamma(gamma_from_sq_dists(K[:_SAMPLE, :_SAMPLE]))
+            np.exp(np.multiply(K, -self.gamma_, out=K), out=K)  # K_rr, in place
         k = self._components()
         if k is not None:
             # the orthonormal basis starts from the Nystrom map of the top k + RITZ_EXTRA
             # eigenpairs of K_rr (no pass); the fit keeps the top k directions of its Gram on
             # the UT rows, orthonormal there (one pass, a (k + RITZ_EXTRA)^2 Gram)
-            self.normalization_ = nystrom_map(U, self.gamma_, k + RITZ_EXTRA)
+            self.normalization_ = nystrom_map(U, self.gamma_, k + RITZ_EXTRA, K)
         else:
             self.normalization_ = nystrom_normalization(U, self.gamma_)
         return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
@@ -950,13 +992,7 @@ class KernelMaxide(_MaxideBase):
             )
         else:
             gamma = median_gamma(S)
-        if not (np.isfinite(gamma) and gamma > 0):
-            raise NonFiniteError(
-                f"gamma=None: the median heuristic gave the kernel width {gamma!r} on a sample "
-                "of X (its squared distances overflow float64). Scale or standardize X before "
-                "fitting (e.g. sklearn.preprocessing.StandardScaler), or pass gamma= explicitly"
-            )
-        return gamma
+        return _checked_median_gamma(gamma)
 
     def _components(self):
         """The ``k`` of the orthonormal kernel basis, or None for SPEC KM-6 (the span form):
