@@ -801,7 +801,9 @@ class KernelMaxide(_MaxideBase):
         block, fixed seed) instead of an r x r eigendecomposition.
     gamma : float or None, default=None
         RBF width, ``k(x, x') = exp(-gamma ||x - x'||^2)`` (the paper's ``sigma``:
-        ``gamma = 1 / (2 sigma^2)``).  ``None``: median heuristic on a row sample.
+        ``gamma = 1 / (2 sigma^2)``).  ``None``: median heuristic, ``1 / median`` of the squared
+        pair distances of a sample of 1000 rows: the first 1000 landmarks when there are that
+        many (their distances then give the landmarks' kernel as well), else a row sample.
     alpha : float, default=2.0
         Trace-norm weight ``lambda``.  The default 2.0 (with ``n_components="auto"``) is the
         setting of lowest validation loss on held-out observed labels of the training rows on
