@@ -968,12 +968,13 @@ class KernelMaxide(_MaxideBase):
         if on_landmarks:
             K = landmark_sq_dists(U)
             self.gamma_ = _checked_median_gamma(gamma_from_sq_dists(K[:_SAMPLE, :_SAMPLE]))
-            np.exp(np.multiply(K, -self.gamma_, out=K), out=K)  # K_rr, in place
         k = self._components()
         if k is not None:
             # the orthonormal basis starts from the Nystrom map of the top k + RITZ_EXTRA
             # eigenpairs of K_rr (no pass); the fit keeps the top k directions of its Gram on
             # the UT rows, orthonormal there (one pass, a (k + RITZ_EXTRA)^2 Gram)
+            if K is not None:
+                np.exp(np.multiply(K, -self.gamma_, out=K), out=K)  # K_rr, in place
             self.normalization_ = nystrom_map(U, self.gamma_, k + RITZ_EXTRA, K)
         else:
             self.normalization_ = nystrom_normalization(U, self.gamma_)
