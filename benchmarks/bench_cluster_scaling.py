@@ -33,6 +33,10 @@ Stores (kept in ``--workdir`` for reruns; sizes from the generators' bytes per r
         --memory-limit 0.75 --cache-bytes 0 --drop-every 0 --workdir /tmp/cluster_scaling \
         --out benchmarks/results/cluster_scaling_warm.json
     python benchmarks/bench_cluster_scaling.py --gb 0.02 --iters 1 --out /tmp/s.json   # seconds
+
+Per pass it also records the scheduler's CPU seconds (on a LocalCluster the scheduler is a
+thread of this process, so they are part of the driver's), the bytes the engine scattered to
+the workers (a replicated argument counted once per worker) and the scatter calls.
 """
 
 from __future__ import annotations
@@ -197,6 +201,8 @@ def run(method, path, probe, n_workers, a, log):
     import dask
     import distributed
 
+    from ooc_lowrank import engine
+
     cluster = distributed.LocalCluster(
         n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
         memory_limit=int(a.memory_limit * 2**30),
@@ -210,11 +216,16 @@ def run(method, path, probe, n_workers, a, log):
                 fit(method, probe, a)  # the driver, and one worker (the probe is one block)
                 client.run(_warm_here, method, probe, a)  # every worker's own JIT
             cpu0 = client.run(_cpu_seconds)
+            sched0 = client.run_on_scheduler(_process_cpu)
+            sent0 = dict(engine.SCATTER_STATS)
             with graph_bytes() as sizes, cold(path, a.drop_every), \
                     distributed.get_task_stream(client) as ts:  # fmt: skip
                 drv0 = time.process_time()
                 seconds, passes = fit(method, path, a)
                 driver_cpu = time.process_time() - drv0
+            sched_cpu = client.run_on_scheduler(_process_cpu) - sched0
+            sched_pid = client.run_on_scheduler(os.getpid)
+            sent = {k: engine.SCATTER_STATS[k] - sent0[k] for k in sent0}
             cpu1 = client.run(_cpu_seconds)
     finally:
         client.close()
@@ -226,7 +237,8 @@ def run(method, path, probe, n_workers, a, log):
     tasks = task_summary(ts.data)
     log(f"{method}: {n_workers} worker(s): {seconds:.1f} s, {passes} passes, "
         f"{seconds / max(passes, 1):.2f} s per pass, driver CPU {driver_cpu / max(passes, 1):.3f} s "
-        f"per pass, workers' CPU {sum(cpu.values()):.1f} s "
+        f"per pass, scheduler CPU {sched_cpu / max(passes, 1):.3f} s per pass, scattered "
+        f"{sent['bytes'] / max(passes, 1) / 2**20:.1f} MiB per pass, workers' CPU {sum(cpu.values()):.1f} s "
         f"(task threads {sum(task_cpu.values()):.1f} s), "
         f"task compute {tasks.get('compute_seconds', 0):.1f} s")  # fmt: skip
     return {"seconds": seconds, "passes": passes, "seconds_per_pass": seconds / max(passes, 1),
@@ -235,11 +247,25 @@ def run(method, path, probe, n_workers, a, log):
             # arithmetic between passes): the per-pass fixed cost that does not shrink with workers
             "driver_cpu_seconds": driver_cpu,
             "driver_cpu_seconds_per_pass": driver_cpu / max(passes, 1),
+            # the scheduler's CPU (task bookkeeping, transfers it relays) and the engine's
+            # scatters (arguments replicated on every worker, counted once per worker).  A
+            # LocalCluster's scheduler runs in this process (its IO loop thread): its CPU is
+            # then part of driver_cpu_seconds, not in addition to it
+            "scheduler_cpu_seconds_per_pass": sched_cpu / max(passes, 1),
+            "scheduler_in_driver": sched_pid == os.getpid(),
+            "scattered_bytes_per_pass": sent["bytes"] / max(passes, 1),
+            "scatters_per_pass": sent["scatters"] / max(passes, 1),
             "task_cpu_seconds": sum(task_cpu.values()) if task_cpu else None,
             "task_cpu_seconds_each": sorted(task_cpu.values()),
             # the workers' time not spent in tasks: per-pass latency, stragglers, I/O waits
             "idle_fraction": 1 - tasks.get("compute_seconds", 0) / (n_workers * seconds),
             "graph": graph_summary(sizes), "tasks": tasks}  # fmt: skip
+
+
+def _process_cpu():
+    """This process's CPU seconds (user + system; run on the scheduler)."""
+    t = os.times()
+    return t.user + t.system
 
 
 def _cpu_seconds():

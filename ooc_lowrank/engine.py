@@ -483,6 +483,10 @@ SCATTER_CACHE_BYTES = 256 * 2**20
 SCATTER_CACHE_FRACTION = 0.25
 
 _SCATTER_CACHE: dict = {}  # key -> (future(s), bytes per worker); insertion = LRU order
+#: What the scatter cache has shipped to the workers since the process started (``scatters``:
+#: ``client.scatter`` calls; ``bytes``: bytes sent, a replicated argument counted once per
+#: worker): the per-pass transfer cost a benchmark or a test reads as a difference.
+SCATTER_STATS = {"scatters": 0, "bytes": 0}
 _PASS = threading.local()  # .pinned: the cache keys of the pass being built (inside compute)
 
 
@@ -602,6 +606,8 @@ def _scattered_many(arrays, client):
     if todo:
         _make_room(client, sum(int(_nbytes(a)) for a in todo.values()), pinned)
         futs = client.scatter(list(todo.values()), broadcast=True, hash=False)
+        SCATTER_STATS["scatters"] += 1
+        SCATTER_STATS["bytes"] += _workers(client)[0] * sum(int(_nbytes(a)) for a in todo.values())
         for (k, a), f in zip(todo.items(), futs, strict=True):
             _SCATTER_CACHE[k] = (f, int(_nbytes(a)))
     for k in keys:  # most recently used last
@@ -625,6 +631,8 @@ def _scattered_blocks(b, client):
         _make_room(client, -(-b.nbytes // n_workers), pinned)
         blocks = [b.source[int(s) : int(e)] for s, e in zip(b.bounds[:-1], b.bounds[1:])]
         _SCATTER_CACHE[key] = (client.scatter(blocks, hash=False), -(-b.nbytes // n_workers))
+        SCATTER_STATS["scatters"] += 1
+        SCATTER_STATS["bytes"] += int(b.nbytes)
         with contextlib.suppress(TypeError):  # released with the input's data, not later
             weakref.finalize(b.source, _SCATTER_CACHE.pop, key, None)
     _SCATTER_CACHE[key] = _SCATTER_CACHE.pop(key)

@@ -324,3 +324,16 @@ def test_check_block_counts_repeated_pairs_like_unique(rng):
         assert _blocks.check_block(start, blk, n, False)[4] == want
     empty = sp.csr_matrix((3, n))
     assert _blocks.check_block(0, empty, n, False)[4] == 0
+
+
+def test_packed_columns_packs_once_per_pair():
+    rng = np.random.default_rng(3)
+    V, v, w = rng.standard_normal((7, 2)), rng.standard_normal(7), rng.standard_normal(7)
+    a = _blocks.packed_columns(V, v)
+    np.testing.assert_array_equal(a, pack(V, v))
+    assert _blocks.packed_columns(V, v) is a  # the blocks of one pass share one pack
+    b = _blocks.packed_columns(V, w)
+    assert b is not a and np.array_equal(b, pack(V, w))
+    assert _blocks.packed_columns(V, v.copy()) is not b  # another object: packed again
+    del v, w, a, b
+    assert _blocks._PACKED[0] is None  # freed with its vectors

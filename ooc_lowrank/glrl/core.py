@@ -85,6 +85,7 @@ REFIT_SOLVERS = ("auto", "exact", "lbfgs")
 #: Kinds of passes counted in :attr:`GreedyResult.pass_kinds`, by block function.
 PASS_KINDS = {
     "power_block": "power",
+    "power_split_block": "power",
     "refit_full_block": "refit",
     "refit_econ_block": "refit",
     "refit_gram_block": "refit",
@@ -389,7 +390,8 @@ def greedy_pursuit(
     gl2, gl1 = float(o.greedy_l2), float(o.greedy_l1)
 
     def power_pass(U, V, theta, u, v):
-        return run(_blocks.power_block, (U, _blocks.pack_columns(V, v), theta, code, delta, u))
+        # V apart from v: unchanged over the step's passes, shipped to a cluster once
+        return run(_blocks.power_split_block, (U, V, theta, code, delta, u, v))
 
     def step_matvec(U, V, theta):
         """The power method's ``matvec`` for this step: from the gradient cache if one is
