@@ -113,12 +113,18 @@ def main(argv=None):
                     default=["demo", "bibtex", "yahoo-arts", "yahoo-business", "mfeat", "segment"])
     ap.add_argument("--gamma-scales", nargs="+", type=float, default=[0.125, 1.0])
     ap.add_argument("--demo-rows", type=int, default=40_000)
+    ap.add_argument("--loo-rows", type=int, default=None,
+                    help="rows scored by alpha='auto' (default: core.LOO_ROWS)")
     ap.add_argument("--workdir", default=None)
     ap.add_argument("--json", default=str(REPO / "benchmarks" / "results" / "imc_rff_alpha.json"))
     a = ap.parse_args(argv)
+    from ooc_lowrank.gimc import core
+
+    if a.loo_rows:
+        core.LOO_ROWS = int(a.loo_rows)
     res = {"note": "test scores only reported; alpha='auto' selects on training rows; seconds "
                    "are wall time on a busy machine (other jobs running), CPU seconds beside",
-           "datasets": {}}  # fmt: skip
+           "loo_rows": core.LOO_ROWS, "datasets": {}}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.datasets:
             res["datasets"][name] = run(name, a.gamma_scales, a.workdir or tmp, a.demo_rows,

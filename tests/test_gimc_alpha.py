@@ -89,3 +89,10 @@ def test_auto_alpha_refused_by_the_core_for_learned_features():
 def test_bad_alpha_string_names_the_fix():
     with pytest.raises(TypeError, match='alpha.*alpha="auto"'):
         GIMC(alpha="best").fit(np.zeros((4, 2)) + np.arange(4)[:, None], np.array([0, 1, 0, 1]))
+
+
+def test_auto_alpha_above_the_budget_takes_the_fallback(rng, monkeypatch):
+    monkeypatch.setattr(core, "LOO_MAX_BYTES", 8 * 20 * 9 - 1)  # D = 20 features x 9 labels
+    X, Y = _data(rng, n=80)
+    g = GIMC(n_features_map=10, learn_features=False, random_state=0).fit(X, Y)
+    assert g.alpha_ == core.AUTO_ALPHA_FALLBACK and g.alpha_scores_ == {} and g.n_passes_ == 1

@@ -181,8 +181,14 @@ def _cho_ridge(S_PP, alpha):
 #: 1e-5 .. 0.3 of it (benchmarks/results/imc_rff_alpha.json).
 LOO_RELATIVE_ALPHAS = np.logspace(-6.0, 0.0, 13)
 #: Rows scored by the leave-one-out selection (every ``ceil(n / LOO_ROWS)``-th row): its cost
-#: is ``LOO_ROWS x D x L`` per candidate, independent of ``n``.
-LOO_ROWS = 2048
+#: is ``LOO_ROWS x D x (D + 13 L)``, independent of ``n``.  1024 and 2048 chose alphas of the
+#: same test score on the six datasets of benchmarks/imc_rff_alpha.py (five the same alpha).
+LOO_ROWS = 1024
+#: ``alpha="auto"`` selects only when the float64 (D, L) matrix ``Q^T S_AP^T`` it ships to the
+#: blocks takes at most this many bytes; above (the Delicious-large shape: 2.5 GB) the fit
+#: takes :data:`AUTO_ALPHA_FALLBACK` and logs it.
+LOO_MAX_BYTES = 2**28
+AUTO_ALPHA_FALLBACK = 1.0
 
 
 def loo_alphas(S_PP):
@@ -681,6 +687,10 @@ def _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key):
             'alpha="auto" selects the ridge weight of frozen features (learn_features=False); '
             "with learned features pass a number, e.g. alpha=1.0"
         )
+    if 8 * S_PP.shape[0] * S_AP.shape[0] > LOO_MAX_BYTES:
+        logger.info("GIMC alpha='auto': %d labels x %d features is above the selection's "
+                    "budget; alpha %g", S_AP.shape[0], S_PP.shape[0], AUTO_ALPHA_FALLBACK)
+        return AUTO_ALPHA_FALLBACK, {}
     alphas = loo_alphas(S_PP)
     ((hits,),) = engine.compute(loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas,
                                            phi_key=phi_key))  # fmt: skip
@@ -781,7 +791,7 @@ def _fit_gimc(
         scores = {}
         if alpha == "auto":  # frozen features: one more pass, leave-one-out over alphas
             alpha, scores = _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key)
-            n_passes += 1
+            n_passes += 1 if scores else 0
         if big:
             W, f = reduced_objective_t(S_PP, S_AP, a2, alpha)
             W = W.T

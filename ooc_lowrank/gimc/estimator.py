@@ -234,9 +234,10 @@ class GIMC(_base.Loadable, ClassifierMixin, BaseEstimator, _SharedParams):
         Ridge weight ``lambda`` on ``W`` (> 0).  ``"auto"``: with ``learn_features=False``
         (IMC-RFF / IMC-NYS, one ridge solve) the candidate of ``1e-6 .. 1`` times the mean
         eigenvalue of ``Phi^T Phi`` (two per decade) with the most leave-one-out top-1 hits
-        (P@1, or accuracy) on up to 2048 training rows, computed exactly from one
+        (P@1, or accuracy) on up to 1024 training rows, computed exactly from one
         eigendecomposition of the (D, D) Gram in one more pass over the data (the ties go to
-        the larger alpha); the choice is ``alpha_``, the rates ``alpha_scores_``.  Against
+        the larger alpha); the choice is ``alpha_``, the rates ``alpha_scores_``.  Beyond
+        ``n_phi x n_labels = 2^25`` (``core.LOO_MAX_BYTES``) it takes 1.0 (logged).  Against
         ``alpha=1`` it raised test P@1 / accuracy on all six datasets of
         ``benchmarks/imc_rff_alpha.py`` (Bibtex 50.7 -> 56.5, demo shape 74.2 -> 80.8,
         Segment 89.9 -> 95.2; ``benchmarks/results/imc_rff_alpha.json``): ``alpha=1`` on
