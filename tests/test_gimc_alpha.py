@@ -96,3 +96,28 @@ def test_auto_alpha_above_the_budget_takes_the_fallback(rng, monkeypatch):
     X, Y = _data(rng, n=80)
     g = GIMC(n_features_map=10, learn_features=False, random_state=0).fit(X, Y)
     assert g.alpha_ == core.AUTO_ALPHA_FALLBACK and g.alpha_scores_ == {} and g.n_passes_ == 1
+
+
+def test_auto_alpha_with_frozen_nystrom_features(rng, monkeypatch):
+    monkeypatch.setattr(core, "LOO_ROWS", 50)  # every 3rd of 150 rows
+    X, Y = _data(rng, n=150)
+    g = GIMC(features="nystrom", n_features_map=12, learn_features=False, random_state=0).fit(X, Y)
+    Phi, A = nv.phi_spec(X, g.components_, g.spec_), Y.toarray()
+    alphas = np.array(sorted(g.alpha_scores_))
+    naive = _loo_rates_naive(Phi, A, alphas, stride=3)
+    np.testing.assert_allclose([g.alpha_scores_[a] for a in alphas], naive, atol=1e-12)
+    W = np.linalg.solve(Phi.T @ Phi + g.alpha_ * np.eye(Phi.shape[1]), Phi.T @ A)
+    np.testing.assert_allclose(g.coef_, W, rtol=1e-6, atol=1e-8)
+
+
+def test_auto_alpha_sparse_float32_rows_normalized_same_for_any_chunking(rng):
+    X, Y = _data(rng, n=200)
+    Xs = sp.csr_matrix(np.where(X > 0.5, X, 0.0).astype(np.float32))
+    kw = dict(n_features_map=10, learn_features=False, normalize_rows=True, random_state=0)
+    ref = GIMC(**kw).fit(Xs, Y)
+    g = GIMC(block_rows=61, **kw).fit(Xs, Y)
+    # float32 blocks: the Gram (hence the candidates' scale) differs by rounding per chunking
+    assert g.alpha_ == pytest.approx(ref.alpha_, rel=1e-6) and ref.alpha_scores_
+    np.testing.assert_allclose(list(g.alpha_scores_), list(ref.alpha_scores_), rtol=1e-6)
+    np.testing.assert_array_equal(list(g.alpha_scores_.values()), list(ref.alpha_scores_.values()))
+    np.testing.assert_allclose(g.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
