@@ -534,6 +534,9 @@ def _gimc_runs(Xtr, Ytr, Xte, Yte, *, m, max_iter, nystroem, extra_fit=None, cal
     def score(g):
         return g.evaluate(Xte, ["p@1", "p@3", "p@5"], Y=Yte)
 
+    def rff_score(g):  # alpha="auto": the weight chosen on the training rows
+        return {**score(g), "alpha_": g.alpha_}
+
     def warm(learn):
         return lambda: GIMC(n_features_map=8, learn_features=learn, max_iter=2,
                             random_state=0).fit(Xtr[:300], Ytr[:300])  # fmt: skip
@@ -541,8 +544,11 @@ def _gimc_runs(Xtr, Ytr, Xte, Yte, *, m, max_iter, nystroem, extra_fit=None, cal
     ours = {
         "GIMC-LFF": Run(lambda: gimc(True, callback=callback).fit(Xtr, Ytr), score,
                         lambda g: g.n_passes_, warm=warm(True)),
-        "IMC-RFF": Run(lambda: gimc(False).fit(Xtr, Ytr), score, lambda g: g.n_passes_,
+        "IMC-RFF": Run(lambda: gimc(False).fit(Xtr, Ytr), rff_score, lambda g: g.n_passes_,
                        warm=warm(False)),
+        # issue 24: the fixed weight of before alpha="auto" (the default), for the same run
+        "IMC-RFF (alpha=1)": Run(lambda: gimc(False, alpha=1.0).fit(Xtr, Ytr), score,
+                                 lambda g: g.n_passes_),
     }  # fmt: skip
     ours.update(extra_fit or {})
     gamma = median_gamma(sample_rows(Xtr, 1000, np.random.default_rng(0)))

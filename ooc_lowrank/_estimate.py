@@ -431,6 +431,13 @@ def _refault_rate(nbytes=2**28, repeats=2):
     return rate
 
 
+def _gimc_alpha(est):
+    """A GIMC's ridge weight for the calibration's W-step timing (``"auto"``: its default)."""
+    from ooc_lowrank.gimc.estimator import DEFAULT_ALPHA
+
+    return DEFAULT_ALPHA if isinstance(est.alpha, str) else float(est.alpha)
+
+
 def _gimc_time_calibration(est, XB, AB, n_labels, codes, e, n_windows=8, seed=0):
     """:func:`ooc_lowrank.gimc.core.pass_calibration` on rows of the input itself: at most
     one row block (the fit's ``block_rows``) and :func:`calibration_rows` of the input's bytes,
@@ -487,7 +494,7 @@ def _gimc_time_calibration(est, XB, AB, n_labels, codes, e, n_windows=8, seed=0)
         U[a : a + tile.shape[0]] = tile[: d - a]
     t_fill = time.perf_counter() - t
     refault = _refault_rate()
-    cal = core.pass_calibration(Xs, Ys, U, spec, n_labels=L, codes=codes, alpha=float(est.alpha),
+    cal = core.pass_calibration(Xs, Ys, U, spec, n_labels=L, codes=codes, alpha=_gimc_alpha(est),
                                 n_trials=T, seed=seed)  # fmt: skip
     del U
     cal["windows"] = {"starts": starts.tolist(), "rows": int(w)}

@@ -170,7 +170,7 @@ def test_fit_objective_monotone_and_callback(rng, features, learn):
         assert g.objective_[-1] < g.objective_[0]
         assert g.n_iter_ >= 1
     else:
-        assert g.n_passes_ == 1 and g.n_iter_ == 0
+        assert g.n_passes_ == 2 and g.n_iter_ == 0  # statistics, alpha="auto" selection
     D = {"fourier": 24, "nystrom": 12, "both": 36}[features]
     assert g.coef_.shape == (D, Y.shape[1])
 
@@ -603,7 +603,9 @@ def test_default_values_are_the_benchmarked_rule():
     p = GIMC().get_params()
     assert p["gamma"] is None and p["normalize_rows"] is False
     assert p["gamma_scale"] == estimator.DEFAULT_GAMMA_SCALE
-    assert p["alpha"] == estimator.DEFAULT_ALPHA
+    assert p["alpha"] == "auto"  # learned features: DEFAULT_ALPHA; frozen: selected (issue 24)
+    assert GIMC()._fit_alpha() == estimator.DEFAULT_ALPHA
+    assert GIMC(learn_features=False)._fit_alpha() == "auto"
     assert p["max_iter"] == estimator.DEFAULT_MAX_ITER
     # the benchmark that chose the rule classifies the datasets with the same threshold
     import benchmarks.gimc_defaults as bench

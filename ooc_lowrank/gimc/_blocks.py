@@ -593,3 +593,56 @@ def topk_from_phi(Phi, W, k):
         out[s : s + step, :k] = idx
         out[s : s + step, k:] = np.take_along_axis(sc, order, axis=1)
     return out
+
+
+def loo_hits_block(start, Xb, Ab, U, spec, n_labels, codes, Q, inv, B, stride, phi_key=None):
+    """Leave-one-out top-1 hits of the ridge solve for each candidate alpha, on the rows of
+    the block whose global index is a multiple of ``stride`` (``offset=True``: the same rows
+    whatever the chunking).
+
+    With ``S_PP = Q diag(s) Q^T`` the Gram of all rows, ``inv[j] = 1 / (s + alpha_j)`` and
+    ``B = Q^T S_AP^T``, row ``i``'s fitted scores are ``t_i diag(inv[j]) B`` with
+    ``t_i = phi_i Q``, its leverage ``h_i = t_i diag(inv[j]) t_i^T``, and the scores of the
+    fit without row ``i`` are ``(yhat_i - h_i a_i) / (1 - h_i)`` (the ridge leave-one-out
+    identity that ``sklearn.linear_model.RidgeCV`` uses).  A hit: the top-scored label of the
+    left-out fit is one of the row's labels (P@1 / accuracy).
+
+    Parameters
+    ----------
+    start : int
+    Xb, Ab : the blocks (as in :func:`stats_block`)
+    Q : ndarray of shape (D, D)
+    inv : ndarray of shape (n_alphas, D)
+    B : ndarray of shape (D, L)
+    stride : int
+    phi_key : the key of the statistics pass's kept features, or None
+
+    Returns
+    -------
+    hits : ndarray of shape (n_alphas,)
+    """
+    rows = np.arange((-int(start)) % stride, Xb.shape[0], stride)
+    hits = np.zeros(inv.shape[0])
+    if rows.size == 0:
+        return (hits,)
+    Phi = _phi_get(phi_key, start) if phi_key is not None else None
+    if Phi is None:
+        Phi = features_block(Xb[rows], U, spec)
+    else:
+        Phi = Phi[rows]
+    A = label_block(Ab[rows], n_labels, codes, np.float64)
+    T = np.asarray(Phi, dtype=np.float64) @ Q
+    r = np.arange(rows.size)
+    for j, w in enumerate(inv):
+        Tw = T * w
+        keep = 1.0 / np.maximum(1.0 - np.einsum("ik,ik->i", Tw, T), 1e-12)
+        best = np.full(rows.size, -np.inf)
+        arg = np.zeros(rows.size, dtype=np.int64)
+        for c in range(0, B.shape[1], 8192):  # label slices: no (rows, L) array for many labels
+            Ac = A[:, c : c + 8192].toarray()
+            S = (Tw @ B[:, c : c + 8192] - (1.0 - 1.0 / keep)[:, None] * Ac) * keep[:, None]
+            i = np.argmax(S, axis=1)
+            better = S[r, i] > best
+            best[better], arg[better] = S[r, i][better], i[better] + c
+        hits[j] = float(np.asarray(A[r, arg]).sum())
+    return (hits,)

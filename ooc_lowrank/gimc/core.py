@@ -144,6 +144,8 @@ class FitResult:
     converged: bool = False
     step_sizes: list = field(default_factory=list)
     trials: list = field(default_factory=list)  # Armijo trials evaluated per iteration
+    alpha: float | None = None  # the ridge weight used (alpha="auto": the one chosen)
+    alpha_scores: dict = field(default_factory=dict)  # alpha="auto": {alpha: LOO top-1 rate}
 
 
 def w_step(S_PP, S_AP, alpha):
@@ -171,6 +173,48 @@ def _cho_ridge(S_PP, alpha):
     except np.linalg.LinAlgError:
         jitter = 1e-10 * max(np.trace(K) / D, 1.0)
         return cho_factor(K + jitter * np.eye(D), lower=False, check_finite=False)
+
+
+#: ``alpha="auto"`` (frozen features): the candidates, relative to the mean eigenvalue
+#: ``trace(S_PP) / D`` of the Gram (``n / D`` for Fourier features, whose rows have unit
+#: norm), 1e-6 .. 1, two per decade.  The alphas chosen on the benchmark datasets lay at
+#: 1e-5 .. 0.3 of it (benchmarks/results/imc_rff_alpha.json).
+LOO_RELATIVE_ALPHAS = np.logspace(-6.0, 0.0, 13)
+#: Rows scored by the leave-one-out selection (every ``ceil(n / LOO_ROWS)``-th row): its cost
+#: is ``LOO_ROWS x D x (D + 13 L)``, independent of ``n``.  1024 and 2048 chose alphas of the
+#: same test score on the six datasets of benchmarks/imc_rff_alpha.py (five the same alpha).
+LOO_ROWS = 1024
+#: ``alpha="auto"`` selects only when the float64 (D, L) matrix ``Q^T S_AP^T`` it ships to the
+#: blocks takes at most this many bytes; above (the Delicious-large shape: 2.5 GB) the fit
+#: takes :data:`AUTO_ALPHA_FALLBACK` and logs it.
+LOO_MAX_BYTES = 2**28
+AUTO_ALPHA_FALLBACK = 1.0
+
+
+def loo_alphas(S_PP):
+    """The candidates of ``alpha="auto"`` for the Gram ``S_PP`` (:data:`LOO_RELATIVE_ALPHAS`)."""
+    scale = max(float(np.trace(S_PP)) / S_PP.shape[0], np.finfo(np.float64).tiny)
+    return scale * LOO_RELATIVE_ALPHAS
+
+
+def loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas, phi_key=None):
+    """The lazy pass of ``alpha="auto"``: leave-one-out top-1 hits of the ridge solve for
+    each of ``alphas`` on every ``ceil(n / LOO_ROWS)``-th row (:func:`_blocks.loo_hits_block`),
+    from one eigendecomposition of the (D, D) Gram of all rows."""
+    s, Q = np.linalg.eigh(np.asarray(S_PP, dtype=np.float64))
+    inv = 1.0 / (np.maximum(s, 0.0)[None, :] + np.asarray(alphas, dtype=np.float64)[:, None])
+    B = Q.T @ np.asarray(S_AP, dtype=np.float64).T
+    stride = max(1, -(-int(X.shape[0]) // LOO_ROWS))
+    args = (U.astype(np.dtype(X.dtype), copy=False), spec, n_labels, codes, Q, inv, B, stride,
+            phi_key)  # fmt: skip
+    return engine.reduce_blocks(_blocks.loo_hits_block, X, A, args=args, offset=True,
+                                shapes=[(len(alphas),)])  # fmt: skip
+
+
+def pick_alpha(alphas, hits):
+    """The candidate with the most hits; on ties the largest (the most regularized)."""
+    hits = np.asarray(hits)
+    return float(alphas[len(alphas) - 1 - int(np.argmax(hits[::-1]))])
 
 
 #: Label columns of ``W`` per slice of :func:`objective` above this many labels: its
@@ -578,8 +622,10 @@ def fit_gimc(
     U0 : ndarray of shape (n_features, m_total)
         Initial feature parameters.
     spec : _blocks.FeatureSpec
-    alpha : float
-        Ridge weight ``lambda`` (> 0).
+    alpha : float or "auto"
+        Ridge weight ``lambda`` (> 0).  ``"auto"`` (frozen features only): chosen by
+        leave-one-out top-1 hits over :func:`loo_alphas` (:func:`loo_reduction`, one more
+        pass after the statistics pass); the result's ``alpha`` and ``alpha_scores``.
     n_labels : int
     codes : bool
     max_iter, tol : int, float
@@ -630,6 +676,29 @@ def fit_gimc(
             )
         finally:
             _blocks.clear_phi_cache()
+
+
+def _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key):
+    """``alpha="auto"``: ``(alpha, {alpha: leave-one-out top-1 rate})`` by one
+    :func:`loo_reduction` pass (frozen features only: with learned features the best alpha
+    depends on where the features go)."""
+    if spec.learns:
+        raise ValueError(
+            'alpha="auto" selects the ridge weight of frozen features (learn_features=False); '
+            "with learned features pass a number, e.g. alpha=1.0"
+        )
+    if 8 * S_PP.shape[0] * S_AP.shape[0] > LOO_MAX_BYTES:
+        logger.info("GIMC alpha='auto': %d labels x %d features is above the selection's "
+                    "budget; alpha %g", S_AP.shape[0], S_PP.shape[0], AUTO_ALPHA_FALLBACK)
+        return AUTO_ALPHA_FALLBACK, {}
+    alphas = loo_alphas(S_PP)
+    ((hits,),) = engine.compute(loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas,
+                                           phi_key=phi_key))  # fmt: skip
+    n_scored = -(-int(X.shape[0]) // max(1, -(-int(X.shape[0]) // LOO_ROWS)))
+    rates = np.asarray(hits) / max(n_scored, 1)
+    best = pick_alpha(alphas, hits)
+    logger.info("GIMC alpha='auto': alpha %.3g (leave-one-out top-1 %.4f)", best, rates.max())
+    return best, {float(a): float(r) for a, r in zip(alphas, rates, strict=True)}
 
 
 def _fit_gimc(
@@ -719,6 +788,10 @@ def _fit_gimc(
             raise no_label_error()
         S_PP, S_AP = _unpack_stats(res, 1)[0]
         _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
+        scores = {}
+        if alpha == "auto":  # frozen features: one more pass, leave-one-out over alphas
+            alpha, scores = _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key)
+            n_passes += 1 if scores else 0
         if big:
             W, f = reduced_objective_t(S_PP, S_AP, a2, alpha)
             W = W.T
@@ -727,7 +800,7 @@ def _fit_gimc(
             f = objective(W, S_PP, S_AP, a2, alpha)
         del res, S_AP
         _check_finite("the objective or W", "at the initialization", f, W)
-        result = FitResult(U=U, W=W, objective=[f])
+        result = FitResult(U=U, W=W, objective=[f], alpha=float(alpha), alpha_scores=scores)
         if callback is not None:
             callback(0, time.perf_counter() - t0, f)
         if monitor is not None:

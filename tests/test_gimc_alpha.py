@@ -1,0 +1,123 @@
+"""GIMC ``alpha="auto"`` (issue 24): the ridge weight of frozen features (IMC-RFF / IMC-NYS)
+chosen by leave-one-out top-1 hits on the training rows, against a brute-force NumPy twin."""
+
+from __future__ import annotations
+
+import naive_gimc as nv
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from ooc_lowrank.gimc import GIMC, core
+
+
+def _data(rng, n=240, d=6, L=9):
+    X = rng.standard_normal((n, d))
+    S = np.cos(X @ rng.standard_normal((d, L))) + 0.5 * rng.standard_normal((n, L))
+    A = (S > 0.7).astype(float)
+    A[3] = 0.0  # a row without labels
+    return X, sp.csr_matrix(A)
+
+
+def _loo_rates_naive(Phi, A, alphas, stride):
+    """Leave-one-out top-1 rate per alpha by refitting the ridge without each scored row."""
+    G, B = Phi.T @ Phi, Phi.T @ A
+    rows = np.arange(0, Phi.shape[0], stride)
+    rates = []
+    for a in alphas:
+        hits = 0.0
+        for i in rows:
+            p = Phi[i]
+            W = np.linalg.solve(G - np.outer(p, p) + a * np.eye(G.shape[0]), B - np.outer(p, A[i]))
+            hits += A[i, np.argmax(p @ W)]
+        rates.append(hits / rows.size)
+    return np.array(rates)
+
+
+@pytest.mark.parametrize("block_rows", [None, 67])
+def test_auto_alpha_is_the_loo_best_of_a_naive_refit(rng, monkeypatch, block_rows):
+    monkeypatch.setattr(core, "LOO_ROWS", 80)  # every 3rd of 240 rows; blocks of 67 rows
+    X, Y = _data(rng)                           # start off the stride
+    g = GIMC(n_features_map=15, learn_features=False, alpha="auto", random_state=0,
+             block_rows=block_rows).fit(X, Y)  # fmt: skip
+    Phi, A = nv.phi_lff(X, g.components_), Y.toarray()
+    alphas = np.array(sorted(g.alpha_scores_))
+    np.testing.assert_allclose(alphas, core.loo_alphas(Phi.T @ Phi), rtol=1e-10)
+    naive = _loo_rates_naive(Phi, A, alphas, stride=3)
+    np.testing.assert_allclose([g.alpha_scores_[a] for a in alphas], naive, atol=1e-12)
+    assert len(set(naive)) > 1  # the candidates differ: the choice means something
+    best = alphas[len(alphas) - 1 - np.argmax(naive[::-1])]  # ties: the largest alpha
+    assert g.alpha_ == pytest.approx(best, rel=1e-12)
+    W = np.linalg.solve(Phi.T @ Phi + g.alpha_ * np.eye(Phi.shape[1]), Phi.T @ A)
+    np.testing.assert_allclose(g.coef_, W, rtol=1e-6, atol=1e-8)
+    assert g.n_passes_ == 2  # statistics, then the selection pass
+
+
+def test_auto_alpha_multiclass_and_chunk_invariance(rng):
+    X, Y = _data(rng, n=200)
+    y = np.asarray(Y.argmax(axis=1)).ravel() + 10  # class labels, not positions
+    ref = GIMC(n_features_map=10, learn_features=False, alpha="auto", random_state=0).fit(X, y)
+    g = GIMC(n_features_map=10, learn_features=False, alpha="auto", random_state=0,
+             block_rows=53).fit(X, y)  # fmt: skip
+    assert g.alpha_ == ref.alpha_ and g.alpha_scores_ == pytest.approx(ref.alpha_scores_)
+    Phi = nv.phi_lff(X, g.components_)
+    onehot = (y[:, None] == np.unique(y)[None, :]).astype(float)
+    naive = _loo_rates_naive(Phi, onehot, sorted(g.alpha_scores_), stride=1)
+    np.testing.assert_allclose([g.alpha_scores_[a] for a in sorted(g.alpha_scores_)], naive,
+                               atol=1e-12)  # fmt: skip
+
+
+def test_auto_alpha_with_learned_features_is_the_default_weight(rng):
+    X, Y = _data(rng, n=150)
+    kw = dict(n_features_map=8, max_iter=3, random_state=0)
+    g = GIMC(alpha="auto", **kw).fit(X, Y)
+    ref = GIMC(alpha=1.0, **kw).fit(X, Y)
+    assert g.alpha_ == 1.0 and g.alpha_scores_ == {}
+    np.testing.assert_array_equal(g.coef_, ref.coef_)
+
+
+class _Learns:
+    learns = True
+
+
+def test_auto_alpha_refused_by_the_core_for_learned_features():
+    with pytest.raises(ValueError, match='alpha="auto".*learn_features=False'):
+        core._select_alpha(None, None, None, _Learns(), 2, False, np.eye(2), np.zeros((1, 2)),
+                           None)  # fmt: skip
+
+
+def test_bad_alpha_string_names_the_fix():
+    with pytest.raises(TypeError, match='alpha.*alpha="auto"'):
+        GIMC(alpha="best").fit(np.zeros((4, 2)) + np.arange(4)[:, None], np.array([0, 1, 0, 1]))
+
+
+def test_auto_alpha_above_the_budget_takes_the_fallback(rng, monkeypatch):
+    monkeypatch.setattr(core, "LOO_MAX_BYTES", 8 * 20 * 9 - 1)  # D = 20 features x 9 labels
+    X, Y = _data(rng, n=80)
+    g = GIMC(n_features_map=10, learn_features=False, random_state=0).fit(X, Y)
+    assert g.alpha_ == core.AUTO_ALPHA_FALLBACK and g.alpha_scores_ == {} and g.n_passes_ == 1
+
+
+def test_auto_alpha_with_frozen_nystrom_features(rng, monkeypatch):
+    monkeypatch.setattr(core, "LOO_ROWS", 50)  # every 3rd of 150 rows
+    X, Y = _data(rng, n=150)
+    g = GIMC(features="nystrom", n_features_map=12, learn_features=False, random_state=0).fit(X, Y)
+    Phi, A = nv.phi_spec(X, g.components_, g.spec_), Y.toarray()
+    alphas = np.array(sorted(g.alpha_scores_))
+    naive = _loo_rates_naive(Phi, A, alphas, stride=3)
+    np.testing.assert_allclose([g.alpha_scores_[a] for a in alphas], naive, atol=1e-12)
+    W = np.linalg.solve(Phi.T @ Phi + g.alpha_ * np.eye(Phi.shape[1]), Phi.T @ A)
+    np.testing.assert_allclose(g.coef_, W, rtol=1e-6, atol=1e-8)
+
+
+def test_auto_alpha_sparse_float32_rows_normalized_same_for_any_chunking(rng):
+    X, Y = _data(rng, n=200)
+    Xs = sp.csr_matrix(np.where(X > 0.5, X, 0.0).astype(np.float32))
+    kw = dict(n_features_map=10, learn_features=False, normalize_rows=True, random_state=0)
+    ref = GIMC(**kw).fit(Xs, Y)
+    g = GIMC(block_rows=61, **kw).fit(Xs, Y)
+    # float32 blocks: the Gram (hence the candidates' scale) differs by rounding per chunking
+    assert g.alpha_ == pytest.approx(ref.alpha_, rel=1e-6) and ref.alpha_scores_
+    np.testing.assert_allclose(list(g.alpha_scores_), list(ref.alpha_scores_), rtol=1e-6)
+    np.testing.assert_array_equal(list(g.alpha_scores_.values()), list(ref.alpha_scores_.values()))
+    np.testing.assert_allclose(g.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
