@@ -29,7 +29,7 @@ def run_demo(
     n_labels=50,
     n_components=200,
     max_iter=15,
-    alpha=1.0,
+    alpha="auto",
     seed=0,
     quiet=False,
 ):
@@ -42,7 +42,9 @@ def run_demo(
     n_rows : int
         Rows generated in total (80% train, 20% test).
     n_features, n_labels, n_components, max_iter, alpha, seed
-        Data shape and model settings (same ``m`` for both methods).
+        Data shape and model settings (same ``m`` for both methods; ``alpha="auto"`` is
+        :class:`~ooc_lowrank.gimc.GIMC`'s default: 1.0 for GIMC-LFF, chosen by leave-one-out on
+        the training rows for IMC-RFF).
     quiet : bool
         Print nothing.
 
