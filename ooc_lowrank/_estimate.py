@@ -852,9 +852,10 @@ def _mvm_sgd_calibration(est, views, yb, store_bytes):
     cal["bytes"] = int(store_bytes * cal["rows"] / max(n, 1))
     cal["source"] = (
         f"SGD timed on {cal['rows']} rows of the store ({cal['bytes'] / 2**20:.0f} MiB, "
-        f"{len(cal['starts'])} windows spread over it; kernel {cal['kernel_seconds']:.3f} s, "
-        f"reader {cal['reader_seconds']:.3f} s from memory), scaled by non-zeros and rows; "
-        "the reader overlaps the kernel on a second core, the machine as busy as now"
+        f"{len(cal['starts'])} windows spread over it; kernel {cal['kernel_cpu_seconds']:.3f} "
+        f"CPU s ({cal['kernel_seconds']:.3f} s wall), reader {cal['reader_cpu_seconds']:.3f} "
+        "CPU s from memory), scaled by non-zeros and rows; the reader overlaps the kernel on "
+        "a second core; CPU time: the fit's time on cores other processes leave free"
     )
     return cal
 

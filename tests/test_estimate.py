@@ -488,7 +488,7 @@ def test_mvm_sgd_estimate_calibrates_on_the_stores_own_rows(tmp_path, monkeypatc
     nnz = sum(v[s:t].nnz for v in views for s, t in slices)
     assert cal["nnz"] == nnz and cal["updates"] == (nnz + 3 * cal["rows"]) * 4
     assert cal["updates_per_second"] == pytest.approx(
-        cal["updates"] / max(cal["kernel_seconds"], cal["reader_seconds"]))
+        cal["updates"] / max(cal["kernel_cpu_seconds"], cal["reader_cpu_seconds"]))
     t = rough_time(e, machine=MACHINE, cores=2)
     assert t["compute_seconds_by_kind"]["sgd"] == pytest.approx(
         work_per_pass(e)["sgd"] / cal["updates_per_second"])
@@ -498,6 +498,41 @@ def test_mvm_sgd_estimate_calibrates_on_the_stores_own_rows(tmp_path, monkeypatc
     assert "sgd_calibration" not in mem and not reads
     assert rough_time(mem, machine=MACHINE, cores=2)["compute_seconds_by_kind"]["sgd"] == \
         pytest.approx(work_per_pass(mem)["sgd"] / MACHINE["sgd_updates_per_second"])
+
+
+def test_mvm_sgd_calibration_rate_from_cpu_time_not_wall(tmp_path, monkeypatch):
+    """The SGD calibration's rate counts the kernel's and the reader's CPU seconds, not wall
+    seconds: a one-second sweep samples other processes' load at one moment (busy machine:
+    0.25 CPU s of sweep took 2.5 s of wall).  Fake clocks, the wall 10x the CPU: the rate
+    follows the CPU clock (no timing asserted)."""
+    import types
+
+    from ooc_lowrank.mvm import core
+
+    clocks = {"perf_counter": 0.0, "thread_time": 0.0, "process_time": 0.0}
+    step = {"perf_counter": 10.0, "thread_time": 1.0, "process_time": 0.5}
+
+    def clock(name):
+        def tick():
+            clocks[name] += step[name]
+            return clocks[name]
+
+        return tick
+
+    monkeypatch.setattr(core, "SHUFFLE_ROWS", 256)
+    rng = np.random.default_rng(0)
+    n = 2000
+    views = [sp.random(n, 30, density=0.1, format="csr", random_state=i, dtype=np.float32)
+             for i in range(2)]
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"X0": views[0], "X1": views[1],
+                                                 "y": rng.standard_normal((n, 1))},
+                      block_rows=500)  # fmt: skip
+    monkeypatch.setattr(core, "time", types.SimpleNamespace(**{k: clock(k) for k in clocks}))
+    cal = MultiViewMachineRegressor(solver="sgd", n_components=3).estimate(ds)["sgd_calibration"]
+    assert cal["kernel_cpu_seconds"] == 1.0 and cal["kernel_seconds"] == 10.0
+    assert cal["reader_cpu_seconds"] == 0.5 and cal["reader_seconds"] == 10.0
+    assert cal["updates_per_second"] == pytest.approx(cal["updates"] / 1.0)
+    assert cal["updates_per_second_wall"] == pytest.approx(cal["updates"] / 10.0)
 
 
 def test_machine_constants_cached_or_defaults(tmp_path, monkeypatch):

@@ -503,10 +503,14 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     ``updates`` (``(nnz + rows x views) x k x models``: the unit of
     :func:`ooc_lowrank._estimate.work_per_pass`), ``kernel_seconds`` (wall) and
     ``kernel_cpu_seconds`` (the sweeping thread's CPU time: below the wall time on a busy
-    machine), ``reader_seconds`` (the second read), ``first_read_seconds``,
-    ``updates_per_second`` (the updates over the slower of the kernel and the reader, wall
-    time: the fit overlaps them on two threads) and ``seconds`` (the calibration's own wall
-    time)."""
+    machine), ``reader_seconds`` (the second read) and ``reader_cpu_seconds`` (the process's
+    CPU time meanwhile: a store decodes on its own threads),
+    ``first_read_seconds``, ``updates_per_second`` (the updates over the slower of the kernel
+    and the reader in CPU seconds: the fit overlaps them on two threads; a calibration of a
+    second or so samples other processes' load at one moment, which wall time turns into
+    noise: on a machine loaded ~3.5x a 0.25 CPU-second sweep took 2.5 s of wall, 10x, while the
+    fit's next minute ran at 3.6x), ``updates_per_second_wall`` (the same in wall time, for
+    reference) and ``seconds`` (the calibration's own wall time)."""
     t_all = time.perf_counter()
     n = int(views[0].shape[0])
     rows = int(min(n, max(1, rows)))
@@ -517,10 +521,10 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     t = time.perf_counter()
     windows = [read(int(s), int(s) + w) for s in starts]
     first = time.perf_counter() - t
-    t = time.perf_counter()
+    t, rcpu = time.perf_counter(), time.process_time()  # the store's own reader threads too
     for s in starts:
         read(int(s), int(s) + w)
-    reader = time.perf_counter() - t
+    reader, rcpu = time.perf_counter() - t, time.process_time() - rcpu
     rng = np.random.RandomState(seed)
     K, k = int(n_models), int(n_components)
     theta = rng.normal(0.0, init_std, (K, layout.n_feat + layout.n_views, k))
@@ -537,8 +541,9 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     return {"rows": int(n_win * w), "nnz": nnz,
             "starts": starts.tolist(), "window_rows": int(w), "updates": updates,
             "kernel_seconds": kernel, "kernel_cpu_seconds": cpu, "reader_seconds": reader,
-            "first_read_seconds": first,
-            "updates_per_second": updates / max(kernel, reader, 1e-9),
+            "reader_cpu_seconds": rcpu, "first_read_seconds": first,
+            "updates_per_second": updates / max(cpu, rcpu, 1e-9),
+            "updates_per_second_wall": updates / max(kernel, reader, 1e-9),
             "seconds": time.perf_counter() - t_all}
 
 
