@@ -535,6 +535,52 @@ def test_mvm_sgd_calibration_rate_from_cpu_time_not_wall(tmp_path, monkeypatch):
     assert cal["updates_per_second_wall"] == pytest.approx(cal["updates"] / 10.0)
 
 
+def test_mvm_lbfgs_estimate_times_the_pass_block_function_on_the_store(tmp_path, monkeypatch):
+    """L-BFGS on a store: estimate() times the pass's own block function
+    (``_blocks.loss_grad``, called on windows of rows read from the store, the fit's factor
+    shape) and the time model's compute is its CPU seconds per row x rows over one block task
+    per core, instead of flops at the generic GEMM / sparse rates (which said 0.05 s per pass
+    where a 1M-row store's passes took 1.15 CPU s).  In memory: no calibration."""
+    from ooc_lowrank import _estimate
+    from ooc_lowrank._estimate import rough_time
+    from ooc_lowrank.mvm import _blocks
+
+    monkeypatch.setattr(_estimate, "CALIBRATION_MIN_BYTES", 0)
+    monkeypatch.setattr(_estimate, "CALIBRATION_FRACTION", 0.3)
+    rng = np.random.default_rng(0)
+    n = 3000
+    views = [rng.standard_normal((n, w)).astype(np.float32) for w in (5, 7, 4)]
+    y = rng.standard_normal(n)
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"X0": views[0], "X1": views[1],
+                                                 "X2": views[2], "y": y[:, None]},
+                      block_rows=700)  # fmt: skip
+    calls = []
+    orig = _blocks.loss_grad
+
+    def loss_grad(*items, **kw):
+        calls.append((items[0].shape[0], items[4].shape, kw["n_views_in"]))
+        return orig(*items, **kw)
+
+    monkeypatch.setattr(_blocks, "loss_grad", loss_grad)
+    est = MultiViewMachineRegressor(n_components=6, solver="lbfgs", max_iter=3)
+    e = est.estimate(ds)
+    cal = e["lbfgs_calibration"]
+    w, starts = cal["window_rows"], cal["starts"]
+    assert 0 < cal["rows"] == w * len(starts) < n and starts[-1] == n - w
+    timed = [c for c in calls if c[0] == w]  # the windows, twice (and a small warm-up call)
+    assert len(timed) == 2 * len(starts) and all(c[1:] == ((5 + 7 + 4 + 3, 6), 3) for c in timed)
+    assert cal["cpu_seconds_per_row"] == pytest.approx(
+        (cal["read_cpu_seconds"] + cal["block_cpu_seconds"]) / cal["rows"])
+    t = rough_time(e, machine=MACHINE, cores=2)
+    by = t["compute_seconds_by_kind"]
+    assert by["gemm"] == by["sparse"] == 0.0
+    assert by["calibrated"] == pytest.approx(cal["cpu_seconds_per_row"] * n / 2)
+    assert "L-BFGS block function timed" in t["assumptions"]
+    mem = est.estimate(views, y)
+    assert "lbfgs_calibration" not in mem
+    assert rough_time(mem, machine=MACHINE, cores=2)["compute_seconds_by_kind"]["calibrated"] == 0
+
+
 def test_machine_constants_cached_or_defaults(tmp_path, monkeypatch):
     """No cache and no calibration: the stated defaults; a cached calibration is used (and
     missing keys fall back to the defaults)."""
