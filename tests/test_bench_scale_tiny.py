@@ -32,6 +32,7 @@ def test_bench_scale_scenarios_tiny(tmp_path):
     assert r["estimate"]["time_calibration"]["rows"] > 0  # the passes timed on the store
     assert vs["seconds_fit_measured_passes"]["measured"] == r["total_seconds"]
     assert r["line_search"]["trials"]
+    assert r["cpu_seconds_fit"] >= r["fit_thread_cpu_seconds"] > 0
     assert r["peak_rss_bytes_fit"] >= r["rss_bytes_fit_start"] > 0
     assert not list((tmp_path / "w").glob("*.zarr"))  # stores deleted
 
