@@ -36,7 +36,10 @@ Each scenario prints ``estimate()`` and its time model (``_estimate.rough_time``
 machine's GEMM / sparse / SGD rates measured in the same run, and the disk scenarios' measured
 direct-read bandwidth) before its fit, and stores ``estimate_vs_measured`` (fit seconds, passes,
 the fit's own memory: its peak RSS above the RSS it started from, ``FitPeakRSS``; goal: within
-1.5x).  The disk scenarios check that every pass read each array it touched whole (rows and
+1.5x; the disk scenarios also seconds per pass, GIMC's like-with-like comparisons and, for
+multi-view SGD, the model against the fit thread's CPU seconds: the kernel's thread, whose
+calibration counts CPU time, so a busy machine's wall time can be told apart).  The disk
+scenarios check that every pass read each array it touched whole (rows and
 non-zeros equal to the store's; exit status 1 otherwise).  The multi-view store is sized from a
 generated sample's bytes per row.
 Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
