@@ -36,7 +36,10 @@ Each scenario prints ``estimate()`` and its time model (``_estimate.rough_time``
 machine's GEMM / sparse / SGD rates measured in the same run, and the disk scenarios' measured
 direct-read bandwidth) before its fit, and stores ``estimate_vs_measured`` (fit seconds, passes,
 the fit's own memory: its peak RSS above the RSS it started from, ``FitPeakRSS``; goal: within
-1.5x).  The disk scenarios check that every pass read each array it touched whole (rows and
+1.5x; the disk scenarios also seconds per pass, GIMC's like-with-like comparisons and, for
+multi-view SGD, the model against the fit thread's CPU seconds: the kernel's thread, whose
+calibration counts CPU time, so a busy machine's wall time can be told apart).  The disk
+scenarios check that every pass read each array it touched whole (rows and
 non-zeros equal to the store's; exit status 1 otherwise).  The multi-view store is sized from a
 generated sample's bytes per row.
 Results: ``benchmarks/results/scale_<scenario>.json`` (overwritten).
@@ -869,9 +872,10 @@ def run_disk(a, kind):
             log("estimate's SGD calibration on the store:",
                 json.dumps(_jsonable(e["sgd_calibration"])))
         tm = predict(e, mc)
-        # the same model with the machine's synthetic SGD rate (what estimate() used before it
-        # timed the store's own rows)
-        tm_synthetic = rough_time({k: v for k, v in e.items() if k != "sgd_calibration"},
+        # the same model with the machine's synthetic rates (what estimate() used before it
+        # timed the store's own rows: SGD's sweep, GIMC's passes)
+        tm_synthetic = rough_time({k: v for k, v in e.items()
+                                   if k not in ("sgd_calibration", "time_calibration")},
                                   machine=mc)
         if a.estimate_only:
             return _estimate_only(a, kind, e, mc, tm, tm_synthetic, t_est, size, bw)
@@ -893,11 +897,13 @@ def run_disk(a, kind):
         hook = PassHook(url, a.cold, counter)
         fit_rss = FitPeakRSS().start()
         r0 = process_read_bytes()
-        t = time.perf_counter()
+        t, cpu, cpu_main = time.perf_counter(), time.process_time(), time.thread_time()
         est = make(cb)
         counter.mark([])
-        est.fit(ds)
+        with gimc_fit_result() as got:
+            est.fit(ds)
         total = time.perf_counter() - t
+        cpu, cpu_main = time.process_time() - cpu, time.thread_time() - cpu_main
         r1 = process_read_bytes()
         rss_fit = fit_rss.stop()
         counter.close()
@@ -943,9 +949,21 @@ def run_disk(a, kind):
     disk_pass = size / bw["bytes_per_second"] if bw else None
     per_pass = total / passes
     bound = max(compute_pass, disk_pass or 0.0)
+    # the time model printed before the fit (tm) against the fit: the whole fit, a pass, and
+    # for GIMC like with like (the measured iterations and trials; tol may stop a fit early)
+    time_vs = {"seconds_fit": versus(tm["seconds_per_fit"], total),
+               "seconds_per_pass": versus(tm["seconds_per_pass"], per_pass),
+               "seconds_fit_synthetic_rate": versus(tm_synthetic["seconds_per_fit"], total)}
+    if kind == "gimc":
+        g = gimc_time_vs_measured(e, mc, total, int(est.n_iter_), passes)
+        time_vs.update({k: v for k, v in g.items() if k != "time_model"})
+    else:  # on a busy machine: the SGD kernel runs on the fit's own thread, so its CPU
+        # seconds are the fit's time had other processes left it a core
+        time_vs["seconds_fit_vs_fit_thread_cpu"] = versus(tm["seconds_per_fit"], cpu_main)
     out = {
         "args": vars(a), "kind": kind, "n_rows": n, "store_bytes": size,
         "total_seconds": total, "n_passes": passes, "seconds_per_pass": per_pass,
+        "cpu_seconds_fit": cpu, "fit_thread_cpu_seconds": cpu_main,
         "tick_seconds": np.diff(np.array(ticks)).tolist(),
         "read_bytes_per_pass": read_pass, "read_bytes_total": None if r0 is None else r1 - r0,
         "read_bytes_per_iteration": read_ticks, "direct_read": bw,
@@ -966,8 +984,7 @@ def run_disk(a, kind):
         "estimate": est_summary(e), "estimate_seconds": t_est,
         "time_model": tm,
         "estimate_vs_measured": {
-            "seconds_fit": versus(tm["seconds_per_fit"], total),
-            "seconds_fit_synthetic_rate": versus(tm_synthetic["seconds_per_fit"], total),
+            **time_vs,
             "fit_memory_bytes": versus(_fit_memory_estimate(e), rss_fit - fit_rss.rss_start),
             "passes_typical": [e["passes_init"] + e["passes_per_iteration"]["typical"]
                                * (a.iters if kind == "gimc" else a.epochs), passes],
@@ -978,6 +995,7 @@ def run_disk(a, kind):
             "read_bytes_per_pass": [e.get("read_bytes_per_pass"), read_pass],
             "worker_bytes_vs_peak_rss": [e.get("worker_bytes"), rss],
         },
+        "line_search": search_record(got["result"]) if "result" in got else None,
         "cold_every_pass": bool(a.cold),
         "goal": "ratio_pass_to_bound <= 1.3; peak RSS of the fit <= 2 GiB; every pass reads "
                 "the store's rows and non-zeros; estimate within 1.5x of time and memory",

@@ -859,9 +859,31 @@ def _mvm_sgd_calibration(est, views, yb, store_bytes):
     cal["bytes"] = int(store_bytes * cal["rows"] / max(n, 1))
     cal["source"] = (
         f"SGD timed on {cal['rows']} rows of the store ({cal['bytes'] / 2**20:.0f} MiB, "
-        f"{len(cal['starts'])} windows spread over it; kernel {cal['kernel_seconds']:.3f} s, "
-        f"reader {cal['reader_seconds']:.3f} s from memory), scaled by non-zeros and rows; "
-        "the reader overlaps the kernel on a second core, the machine as busy as now"
+        f"{len(cal['starts'])} windows spread over it; kernel {cal['kernel_cpu_seconds']:.3f} "
+        f"CPU s ({cal['kernel_seconds']:.3f} s wall), reader {cal['reader_cpu_seconds']:.3f} "
+        "CPU s from memory), scaled by non-zeros and rows; the reader overlaps the kernel on "
+        "a second core; CPU time: the fit's time on cores other processes leave free"
+    )
+    return cal
+
+
+def _mvm_lbfgs_calibration(est, views, yb, store_bytes):
+    """:func:`ooc_lowrank.mvm.core.lbfgs_calibration` on rows of the store itself: the pass's
+    block function is kernel-bound on narrow factors (1M x 3 dense views of 20, k = 10: the
+    GEMM-rate model said 0.05 s of compute per pass, the fit's passes took 1.15 CPU s each)."""
+    from .mvm.core import _Layout, lbfgs_calibration
+
+    n = int(views[0].shape[0])
+    cal = lbfgs_calibration(
+        views, yb, _Layout([int(v.shape[1]) for v in views]), loss=est._check_params(),
+        task=est._task, n_components=int(est.n_components), init_std=float(est.init_std),
+        n_models=1, rows=calibration_rows(store_bytes, n),
+    )
+    cal["source"] = (
+        f"the L-BFGS block function timed on {cal['rows']} rows of the store "
+        f"({len(cal['starts'])} windows spread over it; reads {cal['read_cpu_seconds']:.3f} "
+        f"and block function {cal['block_cpu_seconds']:.3f} CPU s), scaled by rows, one block "
+        "task per core"
     )
     return cal
 
@@ -870,8 +892,10 @@ def mvm_estimate(est, views, yb, *, client=None, calibrate=False):
     """The estimate dict of ``MultiViewMachine*(...).estimate`` for blocked ``views``, ``yb``.
 
     ``calibrate``: SGD on a store times the fit's own window sweep on a slice of the store
-    (:func:`_mvm_sgd_calibration`, ``sgd_calibration`` in the result), which the time model
-    (:func:`rough_time`) then uses instead of the machine's synthetic SGD rate."""
+    (:func:`_mvm_sgd_calibration`, ``sgd_calibration`` in the result), L-BFGS on a store (local
+    scheduler) its pass's block function (:func:`_mvm_lbfgs_calibration`,
+    ``lbfgs_calibration``), which the time model (:func:`rough_time`) then uses instead of the
+    machine's synthetic SGD / GEMM / sparse rates."""
     n_rows = int(views[0].shape[0])
     widths = [int(v.shape[1]) for v in views]
     if len(views) == 1 and est.view_sizes is not None:
@@ -940,8 +964,11 @@ def mvm_estimate(est, views, yb, *, client=None, calibrate=False):
         "client_bytes": client,
         "detail": f"n_components={k}, {P} factor rows, block_rows={rows_max}",
     }
-    if sgd and calibrate and all(v.reads is not None for v in (*views, yb)):
-        out["sgd_calibration"] = _mvm_sgd_calibration(est, views, yb, store_bytes)
+    if calibrate and all(v.reads is not None for v in (*views, yb)):
+        if sgd:
+            out["sgd_calibration"] = _mvm_sgd_calibration(est, views, yb, store_bytes)
+        elif n_workers is None:  # L-BFGS on the local scheduler (a cluster's tasks: not here)
+            out["lbfgs_calibration"] = _mvm_lbfgs_calibration(est, views, yb, store_bytes)
     return _finish(out, lambda rw, kk: worker_bytes(rw, kk)[0], limit, rows_max, "n_components", k)
 
 
@@ -1308,8 +1335,13 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
     sgd_rate = float(cal["updates_per_second"] if cal else mc["sgd_updates_per_second"])
     t_sgd = w["sgd"] / sgd_rate
     t_other = w["other"] / (cores * gf * 1e9)
-    t_flops = t_gemm + t_sparse + t_sgd + t_other
     tasks = TASKS_PER_BLOCK * int(e.get("n_blocks") or 1)
+    lcal = e.get("lbfgs_calibration")  # the L-BFGS block task timed on the store's own rows
+    t_cal = 0.0
+    if lcal:  # replaces the flop count at generic rates: one block task per core
+        t_gemm = t_sparse = 0.0
+        t_cal = lcal["cpu_seconds_per_row"] * int(e["n_rows"]) / max(1, min(int(cores), int(tasks)))
+    t_flops = t_gemm + t_sparse + t_sgd + t_other + t_cal
     n_readers = (e["n_workers"] or 1) if dist else 1
     t_read = read / (bw * n_readers)
     t_sched = tasks * per_task
@@ -1333,7 +1365,7 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
         "read_seconds_per_pass": t_read,
         "compute_seconds_per_pass": t_flops,
         "compute_seconds_by_kind": {"gemm": t_gemm, "sparse": t_sparse, "sgd": t_sgd,
-                                    "other": t_other},  # fmt: skip
+                                    "other": t_other, "calibrated": t_cal},  # fmt: skip
         "driver_seconds_per_iteration": t_driver,
         "scheduler_seconds_per_pass": t_sched,
         "flops_per_pass": int(w["gemm"] + w["sparse"] + w["other"]) or int(w["sgd"]),
@@ -1347,7 +1379,8 @@ def rough_time(e, *, disk_bytes_per_s=None, gflops_per_core=None, cores=None, ma
             f"(generic), GEMM {gemm_rate:.3g} x {GEMM_EFFICIENCY:g} and sparse "
             f"{float(mc['sparse_gflops_per_core']):.3g} GFLOP/s per core, SGD {sgd_rate:.3g} "
             f"updates/s on one core ({cal['source'] if cal else mc.get('source')}); "
-            f"{per_task * 1e3:g} ms per task on "
+            + (f"{lcal['source']}; " if lcal else "")
+            + f"{per_task * 1e3:g} ms per task on "
             f"{where}, {TASKS_PER_BLOCK} tasks per block; reading and compute overlap; "
             f"{passes} passes ({init} setup + {iters} iterations x "
             f"{ppi.get('typical', 1)} typical); a rough guide from measured constants"

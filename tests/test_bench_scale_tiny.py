@@ -27,6 +27,12 @@ def test_bench_scale_scenarios_tiny(tmp_path):
     assert r["compute_seconds_per_pass"] > 0
     vs = r["estimate_vs_measured"]
     assert vs["seconds_fit"]["estimate"] > 0 and vs["seconds_fit"]["measured"] > 0
+    # the GIMC time model, printed before the fit, per pass and like with like
+    assert vs["seconds_per_pass"]["measured"] == pytest.approx(r["seconds_per_pass"])
+    assert r["estimate"]["time_calibration"]["rows"] > 0  # the passes timed on the store
+    assert vs["seconds_fit_measured_passes"]["measured"] == r["total_seconds"]
+    assert r["line_search"]["trials"]
+    assert r["cpu_seconds_fit"] >= r["fit_thread_cpu_seconds"] > 0
     assert r["peak_rss_bytes_fit"] >= r["rss_bytes_fit_start"] > 0
     assert not list((tmp_path / "w").glob("*.zarr"))  # stores deleted
 

@@ -488,7 +488,7 @@ def test_mvm_sgd_estimate_calibrates_on_the_stores_own_rows(tmp_path, monkeypatc
     nnz = sum(v[s:t].nnz for v in views for s, t in slices)
     assert cal["nnz"] == nnz and cal["updates"] == (nnz + 3 * cal["rows"]) * 4
     assert cal["updates_per_second"] == pytest.approx(
-        cal["updates"] / max(cal["kernel_seconds"], cal["reader_seconds"]))
+        cal["updates"] / max(cal["kernel_cpu_seconds"], cal["reader_cpu_seconds"]))
     t = rough_time(e, machine=MACHINE, cores=2)
     assert t["compute_seconds_by_kind"]["sgd"] == pytest.approx(
         work_per_pass(e)["sgd"] / cal["updates_per_second"])
@@ -498,6 +498,87 @@ def test_mvm_sgd_estimate_calibrates_on_the_stores_own_rows(tmp_path, monkeypatc
     assert "sgd_calibration" not in mem and not reads
     assert rough_time(mem, machine=MACHINE, cores=2)["compute_seconds_by_kind"]["sgd"] == \
         pytest.approx(work_per_pass(mem)["sgd"] / MACHINE["sgd_updates_per_second"])
+
+
+def test_mvm_sgd_calibration_rate_from_cpu_time_not_wall(tmp_path, monkeypatch):
+    """The SGD calibration's rate counts the kernel's and the reader's CPU seconds, not wall
+    seconds: a one-second sweep samples other processes' load at one moment (busy machine:
+    0.25 CPU s of sweep took 2.5 s of wall).  Fake clocks, the wall 10x the CPU: the rate
+    follows the CPU clock (no timing asserted)."""
+    import types
+
+    from ooc_lowrank.mvm import core
+
+    clocks = {"perf_counter": 0.0, "thread_time": 0.0, "process_time": 0.0}
+    step = {"perf_counter": 10.0, "thread_time": 1.0, "process_time": 0.5}
+
+    def clock(name):
+        def tick():
+            clocks[name] += step[name]
+            return clocks[name]
+
+        return tick
+
+    monkeypatch.setattr(core, "SHUFFLE_ROWS", 256)
+    rng = np.random.default_rng(0)
+    n = 2000
+    views = [sp.random(n, 30, density=0.1, format="csr", random_state=i, dtype=np.float32)
+             for i in range(2)]
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"X0": views[0], "X1": views[1],
+                                                 "y": rng.standard_normal((n, 1))},
+                      block_rows=500)  # fmt: skip
+    monkeypatch.setattr(core, "time", types.SimpleNamespace(**{k: clock(k) for k in clocks}))
+    cal = MultiViewMachineRegressor(solver="sgd", n_components=3).estimate(ds)["sgd_calibration"]
+    assert cal["kernel_cpu_seconds"] == 1.0 and cal["kernel_seconds"] == 10.0
+    assert cal["reader_cpu_seconds"] == 0.5 and cal["reader_seconds"] == 10.0
+    assert cal["updates_per_second"] == pytest.approx(cal["updates"] / 1.0)
+    assert cal["updates_per_second_wall"] == pytest.approx(cal["updates"] / 10.0)
+
+
+def test_mvm_lbfgs_estimate_times_the_pass_block_function_on_the_store(tmp_path, monkeypatch):
+    """L-BFGS on a store: estimate() times the pass's own block function
+    (``_blocks.loss_grad``, called on windows of rows read from the store, the fit's factor
+    shape) and the time model's compute is its CPU seconds per row x rows over one block task
+    per core, instead of flops at the generic GEMM / sparse rates (which said 0.05 s per pass
+    where a 1M-row store's passes took 1.15 CPU s).  In memory: no calibration."""
+    from ooc_lowrank import _estimate
+    from ooc_lowrank._estimate import rough_time
+    from ooc_lowrank.mvm import _blocks
+
+    monkeypatch.setattr(_estimate, "CALIBRATION_MIN_BYTES", 0)
+    monkeypatch.setattr(_estimate, "CALIBRATION_FRACTION", 0.3)
+    rng = np.random.default_rng(0)
+    n = 3000
+    views = [rng.standard_normal((n, w)).astype(np.float32) for w in (5, 7, 4)]
+    y = rng.standard_normal(n)
+    ds = write_arrays(str(tmp_path / "s.zarr"), {"X0": views[0], "X1": views[1],
+                                                 "X2": views[2], "y": y[:, None]},
+                      block_rows=700)  # fmt: skip
+    calls = []
+    orig = _blocks.loss_grad
+
+    def loss_grad(*items, **kw):
+        calls.append((items[0].shape[0], items[4].shape, kw["n_views_in"]))
+        return orig(*items, **kw)
+
+    monkeypatch.setattr(_blocks, "loss_grad", loss_grad)
+    est = MultiViewMachineRegressor(n_components=6, solver="lbfgs", max_iter=3)
+    e = est.estimate(ds)
+    cal = e["lbfgs_calibration"]
+    w, starts = cal["window_rows"], cal["starts"]
+    assert 0 < cal["rows"] == w * len(starts) < n and starts[-1] == n - w
+    timed = [c for c in calls if c[0] == w]  # the windows, twice (and a small warm-up call)
+    assert len(timed) == 2 * len(starts) and all(c[1:] == ((5 + 7 + 4 + 3, 6), 3) for c in timed)
+    assert cal["cpu_seconds_per_row"] == pytest.approx(
+        (cal["read_cpu_seconds"] + cal["block_cpu_seconds"]) / cal["rows"])
+    t = rough_time(e, machine=MACHINE, cores=2)
+    by = t["compute_seconds_by_kind"]
+    assert by["gemm"] == by["sparse"] == 0.0
+    assert by["calibrated"] == pytest.approx(cal["cpu_seconds_per_row"] * n / 2)
+    assert "L-BFGS block function timed" in t["assumptions"]
+    mem = est.estimate(views, y)
+    assert "lbfgs_calibration" not in mem
+    assert rough_time(mem, machine=MACHINE, cores=2)["compute_seconds_by_kind"]["calibrated"] == 0
 
 
 def test_machine_constants_cached_or_defaults(tmp_path, monkeypatch):

@@ -490,6 +490,63 @@ def _window_sweep(theta, accum, bias, layout, loss, reg, reg_weight, learning_ra
     return sweep
 
 
+def _spread_windows(n, rows, n_windows, min_window):
+    """``(starts, w)``: ``rows`` of ``n`` rows as up to ``n_windows`` windows of ``w`` rows
+    (at least ``min_window`` rows each when ``rows`` allows) spread evenly to the last row."""
+    rows = int(min(n, max(1, rows)))
+    n_win = int(max(1, min(n_windows, -(-rows // max(int(min_window), 1)), rows)))
+    w = rows // n_win
+    return np.linspace(0, n - w, n_win).astype(np.int64), int(w)
+
+
+def lbfgs_calibration(views, y, layout, *, loss, task, n_components, init_std, n_models=1,
+                      rows, n_windows=8, seed=0):
+    """Time an L-BFGS pass's own block task on a slice of the input: ``rows`` rows in up to
+    ``n_windows`` windows spread evenly over it, each read twice (the second read timed: a
+    block task's decoding, the page cache warm) and given once to :func:`_blocks.loss_grad`
+    (the fit's block function, float64 products: a store's; one BLAS thread, as the engine
+    runs it) at factors drawn as the fit draws them (after a call on a few rows that loads
+    the compiled kernel; the better of two sweeps).
+
+    Returns a dict: ``rows``, ``starts``, ``window_rows``, ``read_cpu_seconds`` (the
+    process's CPU time of the reads: a store decodes on its own threads),
+    ``block_cpu_seconds`` (the calling thread's CPU time in the block function),
+    ``block_seconds`` (wall, for reference), ``cpu_seconds_per_row`` (reads and block
+    function: a block task does both, one task per core) and ``seconds`` (the calibration's
+    own wall time).  CPU time, not wall: a short timing samples other processes' load at one
+    moment (see :func:`sgd_calibration`)."""
+    t_all = time.perf_counter()
+    starts, w = _spread_windows(int(views[0].shape[0]), rows, n_windows, 1)
+    nv = len(views)
+
+    def read(s):
+        return [engine.read_rows(v, int(s), int(s) + w) for v in (*views, y)]
+
+    [read(s) for s in starts]  # the page cache warm: the disk is the time model's own term
+    t = time.process_time()
+    windows = [read(s) for s in starts]
+    rcpu = time.process_time() - t
+    rng = np.random.RandomState(seed)
+    K, k = int(n_models), int(n_components)
+    theta = rng.normal(0.0, init_std, (layout.n_feat + layout.n_views, K * k))
+    b0 = np.zeros(K)
+    fn = functools.partial(_blocks.loss_grad, **layout.kw(nv), loss=LOSS_CODES[loss],
+                           task=task, n_models=K)  # fmt: skip
+    wall = cpu = np.inf
+    with engine.one_blas_thread():  # as the engine runs block tasks
+        fn(*(b[:16] for b in windows[0]), theta, b0)  # loads the compiled kernels
+        for _ in range(2):  # the better of two sweeps (the first may touch memory first)
+            t, c = time.perf_counter(), time.thread_time()
+            for blocks in windows:
+                fn(*blocks, theta, b0)
+            wall, cpu = min(wall, time.perf_counter() - t), min(cpu, time.thread_time() - c)
+    n_rows = int(len(starts) * w)
+    return {"rows": n_rows, "starts": starts.tolist(), "window_rows": w,
+            "read_cpu_seconds": rcpu, "block_cpu_seconds": cpu, "block_seconds": wall,
+            "cpu_seconds_per_row": (rcpu + cpu) / max(n_rows, 1),
+            "seconds": time.perf_counter() - t_all}
+
+
 def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_rate,
                     n_components, init_std, n_models=1, rows, n_windows=8, seed=0):
     """Time :func:`fit_sgd`'s own work on a slice of the input: ``rows`` rows in up to
@@ -503,24 +560,25 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     ``updates`` (``(nnz + rows x views) x k x models``: the unit of
     :func:`ooc_lowrank._estimate.work_per_pass`), ``kernel_seconds`` (wall) and
     ``kernel_cpu_seconds`` (the sweeping thread's CPU time: below the wall time on a busy
-    machine), ``reader_seconds`` (the second read), ``first_read_seconds``,
-    ``updates_per_second`` (the updates over the slower of the kernel and the reader, wall
-    time: the fit overlaps them on two threads) and ``seconds`` (the calibration's own wall
-    time)."""
+    machine), ``reader_seconds`` (the second read) and ``reader_cpu_seconds`` (the process's
+    CPU time meanwhile: a store decodes on its own threads),
+    ``first_read_seconds``, ``updates_per_second`` (the updates over the slower of the kernel
+    and the reader in CPU seconds: the fit overlaps them on two threads; a calibration of a
+    second or so samples other processes' load at one moment, which wall time turns into
+    noise: on a machine loaded ~3.5x a 0.25 CPU-second sweep took 2.5 s of wall, 10x, while the
+    fit's next minute ran at 3.6x), ``updates_per_second_wall`` (the same in wall time, for
+    reference) and ``seconds`` (the calibration's own wall time)."""
     t_all = time.perf_counter()
-    n = int(views[0].shape[0])
-    rows = int(min(n, max(1, rows)))
-    n_win = int(max(1, min(n_windows, -(-rows // SHUFFLE_ROWS), rows)))
-    w = rows // n_win
-    starts = np.linspace(0, n - w, n_win).astype(np.int64)
+    starts, w = _spread_windows(int(views[0].shape[0]), rows, n_windows, SHUFFLE_ROWS)
+    n_win = len(starts)
     read = _window_reader(views, y, task, n_models)
     t = time.perf_counter()
     windows = [read(int(s), int(s) + w) for s in starts]
     first = time.perf_counter() - t
-    t = time.perf_counter()
+    t, rcpu = time.perf_counter(), time.process_time()  # the store's own reader threads too
     for s in starts:
         read(int(s), int(s) + w)
-    reader = time.perf_counter() - t
+    reader, rcpu = time.perf_counter() - t, time.process_time() - rcpu
     rng = np.random.RandomState(seed)
     K, k = int(n_models), int(n_components)
     theta = rng.normal(0.0, init_std, (K, layout.n_feat + layout.n_views, k))
@@ -537,8 +595,9 @@ def sgd_calibration(views, y, layout, *, loss, task, reg, reg_weight, learning_r
     return {"rows": int(n_win * w), "nnz": nnz,
             "starts": starts.tolist(), "window_rows": int(w), "updates": updates,
             "kernel_seconds": kernel, "kernel_cpu_seconds": cpu, "reader_seconds": reader,
-            "first_read_seconds": first,
-            "updates_per_second": updates / max(kernel, reader, 1e-9),
+            "reader_cpu_seconds": rcpu, "first_read_seconds": first,
+            "updates_per_second": updates / max(cpu, rcpu, 1e-9),
+            "updates_per_second_wall": updates / max(kernel, reader, 1e-9),
             "seconds": time.perf_counter() - t_all}
 
 

@@ -375,9 +375,11 @@ class _BaseMVM(_base.SparseInput, _base.Loadable, BaseEstimator, _base.RunContro
     def estimate(self, X, y=None, *, client=None):
         """Passes, per-worker memory and store size of ``fit(X, y)``, before fitting.
 
-        Reads no data block, except that SGD on a store times its window sweep on a slice of
+        Reads no data block, except that on a store SGD times its window sweep on a slice of
         the store (at most 64 MiB, about 1 %; ``sgd_calibration``: rows, seconds, updates per
-        second, its own cost), which the time model (``ooc-lowrank estimate``) uses.  Returns
+        second, its own cost) and L-BFGS (local scheduler) its pass's block function
+        (``lbfgs_calibration``: CPU seconds per row), which the time model
+        (``ooc-lowrank estimate``) uses.  Returns
         a dict: ``passes_per_iteration`` (SGD: one per epoch; L-BFGS: one per evaluation,
         ``max`` 20 in a line search), ``max_passes``,
         ``store_bytes``, ``task_bytes`` (one block task: its blocks, the joined CSR and the
