@@ -1,9 +1,11 @@
 """External sort of (row, column) entries: spill to row-range buckets, then sort a bucket.
 
-Used by the table converter (``ooc_lowrank.io.tables``, kind ``interactions``).  Both kernels
+Used by the table converter (``ooc_lowrank.io.tables``, kind ``interactions``).  The kernels
 are O(n) counting sorts plus short per-row sorts, instead of an O(n log n) sort of 64-bit keys
-(about 6x faster at a few million entries here).  NumPy twins live in ``tests/test_tables.py``
-(``naive_scatter_buckets``, ``naive_sort_bucket``).
+(about 6x faster at a few million entries here); a bucket with long rows (16 entries or more
+per row on average) is sorted by counting sorts only (:func:`radix_sort_pairs`: the column's
+digits, then the row).  NumPy twins live in ``tests/test_tables.py`` (``naive_bucket_csr``,
+stable lexsorts, argsorts by bucket).
 """
 
 from __future__ import annotations
