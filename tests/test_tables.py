@@ -958,6 +958,28 @@ def test_bench_tables_body_at_tiny_size(tmp_path):
         assert ds["obs"].nnz <= 3000 and ds.n_rows == len(read_vocabulary(ds, "rows"))
 
 
+def test_bench_tables_stages_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables_stages.py at tiny size, both paths of integer keys and string
+    keys (structure only; no timing is asserted): every timed function still exists, the hot
+    stages are seen, the stages add up to the total, and the wrappers are removed after."""
+    from benchmarks import bench_tables_stages
+
+    from ooc_lowrank.io import tables
+    from ooc_lowrank.kernels import buckets
+
+    before = (tables.Vocabulary.index, buckets.bucket_csr, tables._KEEP_ENTRIES_BYTES)
+    for args in (["--keys", "int64", "--read-twice"], ["--keys", "string"]):
+        res = bench_tables_stages.main(
+            ["--rows", "5000", "--files", "2", "--quiet", "--workdir", str(tmp_path / "w")]
+            + args
+        )
+        st = res["stages_cpu_seconds"]
+        assert res["rows"] == 5000 and {"key mapping", "sort + merge (bucket_csr)"} <= set(st)
+        assert abs(sum(st.values()) - res["convert_cpu_seconds"]) < 1e-6
+    assert before == (tables.Vocabulary.index, buckets.bucket_csr, tables._KEEP_ENTRIES_BYTES)
+    assert not (tmp_path / "w").exists()
+
+
 def test_csv_files_whose_inferred_types_differ(tmp_path):
     """CSV type inference gives int64 for '2' and double for '2.5': one numeric class, the
     value read as float64 from both files; a key column of int in one and string in the
