@@ -958,6 +958,28 @@ def test_bench_tables_body_at_tiny_size(tmp_path):
         assert ds["obs"].nnz <= 3000 and ds.n_rows == len(read_vocabulary(ds, "rows"))
 
 
+def test_bench_tables_stages_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables_stages.py at tiny size, both paths of integer keys and string
+    keys (structure only; no timing is asserted): every timed function still exists, the hot
+    stages are seen, the stages add up to the total, and the wrappers are removed after."""
+    from benchmarks import bench_tables_stages
+
+    from ooc_lowrank.io import tables
+    from ooc_lowrank.kernels import buckets
+
+    before = (tables.Vocabulary.index, buckets.bucket_csr, tables._KEEP_ENTRIES_BYTES)
+    for args in (["--keys", "int64", "--read-twice"], ["--keys", "string"]):
+        res = bench_tables_stages.main(
+            ["--rows", "5000", "--files", "2", "--quiet", "--workdir", str(tmp_path / "w")]
+            + args
+        )
+        st = res["stages_cpu_seconds"]
+        assert res["rows"] == 5000 and {"key mapping", "sort + merge (bucket_csr)"} <= set(st)
+        assert abs(sum(st.values()) - res["convert_cpu_seconds"]) < 1e-6
+    assert before == (tables.Vocabulary.index, buckets.bucket_csr, tables._KEEP_ENTRIES_BYTES)
+    assert not (tmp_path / "w").exists()
+
+
 def test_csv_files_whose_inferred_types_differ(tmp_path):
     """CSV type inference gives int64 for '2' and double for '2.5': one numeric class, the
     value read as float64 from both files; a key column of int in one and string in the
@@ -1077,6 +1099,8 @@ def test_bucket_csr_matches_its_numpy_twin(policy):
 
     rng = np.random.default_rng(3)
     shapes = ((400, 6, 5, True), (3000, 7, 2**40, False), (0, 3, 4, True), (900, 6, 10**6, True))
+    # >= 4096 entries, >= 16 per row: the radix sort (radix_sort_pairs), packed and not
+    shapes += ((6000, 40, 10**6, True), (5000, 9, 2**30, False))
     for n, n_rows, n_cols, packed in shapes:
         r0 = 10
         rows, cols = rng.integers(0, n_rows, n), rng.integers(0, min(n_cols, 50), n)
@@ -1109,6 +1133,27 @@ def test_bucket_csr_matches_its_numpy_twin(policy):
             assert m32 == m and np.array_equal(out32[0][:m], out_cols[:m])
             assert np.array_equal(out32[1][:, :m], out_vals[:, :m].astype(np.float32))
         assert n == 0 or m < n  # repeats were merged
+
+
+def test_radix_sort_pairs_matches_a_stable_lexsort():
+    """Kernel radix_sort_pairs (counting sorts by the column's digits, then by row) equals its
+    NumPy twin, a stable lexsort by (row, column, read order), with the CSR row pointer: one to
+    three digit passes (columns up to 2**31 - 1), one column, empty rows, repeated pairs."""
+    from ooc_lowrank.kernels.buckets import radix_sort_pairs
+
+    rng = np.random.default_rng(5)
+    for n, n_rows, n_cols in ((5000, 30, 1), (5000, 30, 200), (7000, 3, 2**21), (4000, 50, 2**31)):
+        rows, cols = rng.integers(0, n_rows, n), rng.integers(0, n_cols, n)
+        cols[:50] = cols[50:100]  # repeats (same column, other rows / the same row)
+        rows[rows == 1] = 2  # an empty row
+        key = (cols << 32) | np.arange(n)
+        scratch = [np.full(n, -3, np.int64) for _ in range(2)]
+        ptr = np.full(n_rows + 1, -1, np.int64)
+        perm, got = radix_sort_pairs(key, rows.copy(), *scratch, int(cols.max()), n_rows, ptr)
+        want = np.lexsort((cols, rows))
+        np.testing.assert_array_equal(perm, want)
+        np.testing.assert_array_equal(got, cols[want])
+        np.testing.assert_array_equal(ptr, np.r_[0, np.cumsum(np.bincount(rows, minlength=n_rows))])
 
 
 def test_bucket_kernels_match_their_numpy_twins(tmp_path):

@@ -43,8 +43,8 @@ Four targets (``kind``):
     spills the records (8-24 bytes each: row and column packed in one int64) with a counting
     sort (kernels ``kernels.buckets``; a thread writes a batch's records while the next is
     built); then every bucket is read once, sorted by a counting
-    sort by row and a short sort per row (the next bucket in a thread while one is written),
-    and written.  Duplicate
+    sort by row and a short sort per row, or (16 entries per row or more) by a radix sort on
+    the column then the row (the next bucket in a thread while one is written), and written.  Duplicate
     ``(row, column)`` pairs are an error naming them, unless ``duplicates`` is ``"last"`` (the
     last one read: files in the order given, a glob's or a folder's in sorted path order, rows
     in file order), ``"sum"`` or ``"mean"`` (the weights follow the same rule).
