@@ -374,7 +374,7 @@ def _convert(opt: _Option, text):
         return items
     # choices listed in a docstring are shown in --help but not enforced here: the estimator
     # validates its own values (a docstring may lag behind it) before reading any data
-    if opt.kind == "str" and opt.item in ("int", "float") and _NUMBER.fullmatch(text):
+    if opt.kind == "str" and opt.item in ("int", "float") and _numeric(text):
         return _number(opt.flag, text, opt.item)  # a word or a number, e.g. lam "auto" | 0.5
     if opt.kind == "any":
         val = _parse_value(text)
@@ -384,7 +384,16 @@ def _convert(opt: _Option, text):
     return text
 
 
-_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _numeric(text):
+    """Whether ``text`` reads as a number, ``inf`` and ``nan`` included (so that a word-or-number
+    option refuses them as numbers instead of passing them on as words)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _number(flag, text, kind):

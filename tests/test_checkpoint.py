@@ -138,7 +138,7 @@ def test_gimc_checkpoint_of_another_fit_is_refused(tmp_path):
     X, Y = _gimc_data()
     ck = tmp_path / "c"
     GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X, Y, checkpoint=ck)
-    with pytest.raises(CheckpointMismatchError, match=r"params\.alpha is 1\.0 there and 2\.0 here"):
+    with pytest.raises(CheckpointMismatchError, match=r"params\.alpha is 'auto' there and 2\.0 here"):
         GIMC(n_features_map=6, max_iter=2, random_state=0, alpha=2.0).fit(X, Y, checkpoint=ck)
     with pytest.raises(CheckpointMismatchError, match=r"data\.X\.shape is \[120, 6\] there and"):
         GIMC(n_features_map=6, max_iter=2, random_state=0).fit(X[:100], Y[:100], checkpoint=ck)
