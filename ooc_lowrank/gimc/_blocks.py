@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 from ooc_lowrank.kernels.csr import csr_t_dense_add
 from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
-from ooc_lowrank.kernels.rbf import lnys_t, rbf_from_dot
+from ooc_lowrank.kernels.rbf import col_sq_add, lnys_t, rbf_from_dot
 
 
 @dataclass(frozen=True)
@@ -190,11 +190,18 @@ def col_sq(U, dtype=None):
     (``diag(C^T G)``, about 70x smaller than their terms near the W-step's optimum) came out
     1-50 % wrong: the large-state float32 gradient 28 % off at a tenth of Delicious-large
     (issue 25, ``benchmarks/gimc_grad_precision.py``)."""
-    out = np.zeros(U.shape[1], dtype=np.float64)
-    for s in range(0, U.shape[0], _ROWS):
-        u = U[s : s + _ROWS].astype(np.float64)
-        out += np.einsum("ij,ij->j", u, u)
+    out = col_sq_add(U, np.zeros(U.shape[1], dtype=np.float64))  # no float64 copy of U
     return out.astype(U.dtype if dtype is None else dtype)
+
+
+def landmark_sq(U, spec, dtype):
+    """The ``usq`` of :func:`features_block`: :func:`col_sq` of the Nystrom parts' columns of
+    ``U`` (d, m_total), zeros for the other parts (whose features need none)."""
+    usq = np.zeros(U.shape[1], dtype=dtype)
+    for p in spec.parts:
+        if p.kind == "nystrom":
+            usq[p.start : p.stop] = col_sq(U[:, p.start : p.stop], dtype)
+    return usq
 
 
 def features_block(Xb, U, spec, prepped=False, keep_z=None, usq=None):
@@ -209,7 +216,7 @@ def features_block(Xb, U, spec, prepped=False, keep_z=None, usq=None):
         keep_z(Z)
     xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
     if _needs_xsq(spec):
-        usq = col_sq(U, dt) if usq is None else np.asarray(usq, dtype=dt)
+        usq = landmark_sq(U, spec, dt) if usq is None else np.asarray(usq, dtype=dt)
     Phi = np.empty((Z.shape[0], spec.n_features), dtype=dt)
     _phi_from_dots(Z, xsq, usq, spec, Phi)
     return Phi
@@ -321,7 +328,7 @@ def _trial_stats(Z, xsq, Ut, spec, Phi, AT, out):
     """One trial of :func:`stats_block`: its features ``Phi`` (written in place) from the dots
     ``Z = X U_t`` (``xsq``: the rows' squared norms, None unless a Nystrom part needs them),
     then ``tril(Phi^T Phi)`` and ``A^T Phi`` appended to ``out``."""
-    usq = col_sq(Ut, Phi.dtype) if xsq is not None else None
+    usq = landmark_sq(Ut, spec, Phi.dtype) if xsq is not None else None
     _phi_from_dots(Z, xsq, usq, spec, Phi)
     out.append(_gram(Phi))
     out.append(np.asarray(AT @ Phi))

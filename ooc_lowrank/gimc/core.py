@@ -379,7 +379,7 @@ def grad_reduction(X, A, U, W, spec, n_labels, codes, *, big, phi_key=None, z_ke
         grad_fn = _blocks.grad_block_into
     # the landmark norms once per pass, summed in float64 (a float32 sum per block made the
     # large-state gradient 28 % off, issue 25)
-    usq = _blocks.col_sq(Ud, dt) if _blocks._needs_xsq(spec) else None
+    usq = _blocks.landmark_sq(Ud, spec, dt) if _blocks._needs_xsq(spec) else None
     return engine.reduce_blocks(
         _timed(grad_fn, wrap),
         X,
