@@ -13,8 +13,9 @@ summed in float32 over the d rows of ``U`` in every gradient block (off 1e-5 rel
 d = 30,000) while the statistics pass used float64 sums, so the LNYS column sums ``1^T T``,
 which cancel about 70-fold, came out wrong.  ``--norms float32`` reruns the old sums (the
 code before the fix, emulated by replacing ``_blocks.col_sq``) for a before/after in one
-file: each run writes its record under ``runs[<norms>]`` of ``--out`` and keeps the others.  The fit runs in the large-state mode
-at any size (``core.LARGE_STATE_BYTES = 0``), so small sizes test the full shape's code.
+file: each run writes its record under ``runs[<norms>]`` of ``--out`` and keeps the others.
+The fit runs in the large-state mode at any size (``core.LARGE_STATE_BYTES = 0``), so small
+sizes test the full shape's code.
 
     python benchmarks/gimc_grad_precision.py --iters 8                 # tenth size, ~10 min busy
     python benchmarks/gimc_grad_precision.py --iters 8 --norms float32 # the same, before the fix
@@ -121,8 +122,11 @@ NOTE = ("runs.float64: the fit and its float32 gradient pass with the landmark n
         "sums of before the fix (emulated). relative_error, cosine: the float32 gradient "
         "pass against the same pass in float64 at the fit's U, W. grad_pass_cpu_seconds: "
         "process CPU of the float32 pass, twice (first call pays compilation), on a busy "
-        "machine (about 7 processes on 2 cores). before_fix_first_run: the record of the "
-        "session that found the error (3 iterations).")
+        "machine (about 7 processes on 2 cores); the two runs ran at different times, so their "
+        "CPU seconds are no same-run ratio (the fix's own cost: one float64 sum over the "
+        "Nystrom columns of U per pass, 0.05 s CPU at the tenth shape, instead of a float32 "
+        "einsum over all of U in every block, 0.02 s each). before_fix_first_run: the record "
+        "of the session that found the error (3 iterations).")
 
 
 if __name__ == "__main__":
