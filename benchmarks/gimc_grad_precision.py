@@ -49,16 +49,25 @@ def main(argv=None):
                    help="float32: the landmark norms as before the fix (per block, float32)")
     p.add_argument("--out", default=os.path.join(HERE, "results", "gimc_grad_precision.json"))
     a = p.parse_args(argv)
+    from ooc_lowrank.gimc import _blocks, core
+
+    saved = core.LARGE_STATE_BYTES, _blocks.col_sq  # restored: a test runs main() in-process
+    try:
+        core.LARGE_STATE_BYTES = 0  # the large-state mode at any size (the full shape's mode)
+        if a.norms == "float32":  # the code before the fix: a float32 sum over d rows
+            _blocks.col_sq = lambda U, dtype=None: np.einsum("ij,ij->j", U, U).astype(
+                U.dtype if dtype is None else dtype)  # fmt: skip
+        return _run(a)
+    finally:
+        core.LARGE_STATE_BYTES, _blocks.col_sq = saved
+
+
+def _run(a):
     import scipy.sparse as sp
 
     from benchmarks.bench_scale import delicious_chunk, gimc_fit_result
     from ooc_lowrank import engine
     from ooc_lowrank.gimc import GIMC, _blocks, core
-
-    core.LARGE_STATE_BYTES = 0  # the large-state mode at any size (the full shape's mode)
-    if a.norms == "float32":  # the code before the fix: a float32 sum over d rows
-        _blocks.col_sq = lambda U, dtype=None: np.einsum("ij,ij->j", U, U).astype(
-            U.dtype if dtype is None else dtype)  # fmt: skip
 
     rng = np.random.default_rng([0, 0, 0])
     X, Y = delicious_chunk(rng, a.rows, a.features, a.labels, 300, 75.0, a.topics, 0)
