@@ -5,6 +5,8 @@
   float32 path uses a vectorizable exponential (range reduction ``t = k ln2 + x``, degree-7
   polynomial, ``2^k`` built from exponent bits; max relative error about 2e-7); float64 uses
   ``exp``.
+* :func:`col_sq_add` adds the squared column norms of a float32/float64 ``U`` into a float64
+  vector: the landmark norms ``||u_r||^2`` summed in float64 without a float64 copy of ``U``.
 * :func:`lnys_t` writes ``T = G o C`` and accumulates its column sums ``1^T T`` in float64, the
   two pieces of ``grad_U = 2 gamma (X^T T - U diag(1^T T))``.
 
@@ -109,6 +111,38 @@ def rbf_from_dot(XU, xsq, usq, gamma, out=None):
         _rbf_f32(XU, xsq, usq, float(gamma), out, np.empty(m, dtype=np.int32))
     else:
         _rbf_f64(XU, xsq, usq, float(gamma), out)
+    return out
+
+
+@njit
+def _col_sq_add(U, out):
+    d, m = U.shape
+    for i in range(d):
+        ui = U[i]
+        for r in range(m):
+            v = np.float64(ui[r])
+            out[r] += v * v
+
+
+def col_sq_add(U, out):
+    """``out += (U * U).sum(0)`` with every product and sum in float64.
+
+    Parameters
+    ----------
+    U : ndarray of shape (d, m), float32 or float64
+        Read only; may be a column slice of a wider C-ordered array (a view).
+    out : ndarray of shape (m,), float64
+
+    Returns
+    -------
+    out
+    """
+    if out.dtype != np.float64 or out.shape != (U.shape[1],):
+        raise ValueError(
+            f"col_sq_add: out has dtype {out.dtype} and shape {out.shape}, U has shape "
+            f"{U.shape}; expected a float64 out of shape ({U.shape[1]},)"
+        )
+    _col_sq_add(U, out)
     return out
 
 

@@ -40,6 +40,12 @@ def rbf_from_dot(XU, xsq, usq, gamma):
     return np.exp(-gamma * np.maximum(d2, 0.0))
 
 
+def col_sq(U):
+    """Squared column norms in float64 (twin of ``kernels.rbf.col_sq_add`` on zeros)."""
+    U = np.asarray(U, np.float64)
+    return (U * U).sum(0)
+
+
 def lnys_t(G, C):
     T = np.asarray(G, float) * np.asarray(C, float)
     return T, T.sum(0)

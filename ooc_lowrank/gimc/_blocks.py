@@ -25,7 +25,7 @@ import scipy.sparse as sp
 
 from ooc_lowrank.kernels.csr import csr_t_dense_add
 from ooc_lowrank.kernels.fourier import fourier_features, lff_xi
-from ooc_lowrank.kernels.rbf import lnys_t, rbf_from_dot
+from ooc_lowrank.kernels.rbf import col_sq_add, lnys_t, rbf_from_dot
 
 
 @dataclass(frozen=True)
@@ -178,17 +178,45 @@ def _needs_xsq(spec):
     return any(p.kind == "nystrom" for p in spec.parts)
 
 
-def features_block(Xb, U, spec, prepped=False, keep_z=None):
+def col_sq(U, dtype=None):
+    """Squared column norms of ``U`` (d, m), summed in float64 by row slices and rounded once
+    to ``dtype`` (default ``U``'s): the landmark norms ``||u_r||^2`` of the RBF kernel.
+
+    A float32 sum over the d rows (``np.einsum`` accumulates sequentially) is off by about
+    ``d eps`` relatively: 1e-5 at d = 30,000, i.e. ``d^2 = ||x||^2 + ||u||^2 - 2 x.u`` off by
+    2e-4 for ``||u||^2 = 22``, a per-column factor ``exp(-gamma 2e-4)`` on the kernel block.
+    The statistics pass used precise norms (:func:`stats_block_into`), so the gradient pass saw
+    other features than the ones ``W`` was fitted to, and the LNYS column sums ``1^T T``
+    (``diag(C^T G)``, about 70x smaller than their terms near the W-step's optimum) came out
+    1-50 % wrong: the large-state float32 gradient 28 % off at a tenth of Delicious-large
+    (issue 25, ``benchmarks/gimc_grad_precision.py``)."""
+    out = col_sq_add(U, np.zeros(U.shape[1], dtype=np.float64))  # no float64 copy of U
+    return out.astype(U.dtype if dtype is None else dtype)
+
+
+def landmark_sq(U, spec, dtype):
+    """The ``usq`` of :func:`features_block`: :func:`col_sq` of the Nystrom parts' columns of
+    ``U`` (d, m_total), zeros for the other parts (whose features need none)."""
+    usq = np.zeros(U.shape[1], dtype=dtype)
+    for p in spec.parts:
+        if p.kind == "nystrom":
+            usq[p.start : p.stop] = col_sq(U[:, p.start : p.stop], dtype)
+    return usq
+
+
+def features_block(Xb, U, spec, prepped=False, keep_z=None, usq=None):
     """``Phi`` of one block, shape (n_b, D), dtype of ``Xb`` (``prepped``: ``Xb`` is already
     row-normalized as the spec asks).  ``keep_z``: called with the projections ``X U``, which
-    the feature map then leaves intact (see :func:`z_keepable`)."""
+    the feature map then leaves intact (see :func:`z_keepable`).  ``usq``: the squared column
+    norms of ``U`` (:func:`col_sq`; computed here when None and a Nystrom part needs them)."""
     Xb = Xb if prepped else _prep(Xb, spec)
     dt = Xb.dtype
     Z = _dot(Xb, U)
     if keep_z is not None:
         keep_z(Z)
     xsq = _row_sq(Xb, dt) if _needs_xsq(spec) else None
-    usq = np.einsum("ij,ij->j", U, U).astype(dt) if _needs_xsq(spec) else None
+    if _needs_xsq(spec):
+        usq = landmark_sq(U, spec, dt) if usq is None else np.asarray(usq, dtype=dt)
     Phi = np.empty((Z.shape[0], spec.n_features), dtype=dt)
     _phi_from_dots(Z, xsq, usq, spec, Phi)
     return Phi
@@ -300,7 +328,7 @@ def _trial_stats(Z, xsq, Ut, spec, Phi, AT, out):
     """One trial of :func:`stats_block`: its features ``Phi`` (written in place) from the dots
     ``Z = X U_t`` (``xsq``: the rows' squared norms, None unless a Nystrom part needs them),
     then ``tril(Phi^T Phi)`` and ``A^T Phi`` appended to ``out``."""
-    usq = np.einsum("ij,ij->j", Ut, Ut).astype(Phi.dtype) if xsq is not None else None
+    usq = landmark_sq(Ut, spec, Phi.dtype) if xsq is not None else None
     _phi_from_dots(Z, xsq, usq, spec, Phi)
     out.append(_gram(Phi))
     out.append(np.asarray(AT @ Phi))
@@ -329,7 +357,7 @@ def grad_block(Xb, Ab, U, spec, WWt, Wt, n_labels, codes):
 
 
 def grad_block_into(
-    acc, start, Xb, Ab, U, spec, WWt, Wt, n_labels, codes, phi_key=None, z_key=None
+    acc, start, Xb, Ab, U, spec, WWt, Wt, n_labels, codes, phi_key=None, z_key=None, usq=None
 ):
     """:func:`grad_block` added into ``acc``, the flat float64 accumulator of an engine chain
     (``X^T Xi`` (d, m_total) then the column sums, C order): an accumulating block function
@@ -339,13 +367,16 @@ def grad_block_into(
     :func:`stats_block_at` under that key (the accepted trial's ``U``) are used, not recomputed
     (the same bits; computed as usual when this process has none).  ``z_key``: the block's
     projections ``X U`` are kept under ``(z_key, start)`` for the line search that follows
-    (:func:`stats_block_into`)."""
+    (:func:`stats_block_into`).  ``usq``: the squared column norms of ``U`` (:func:`col_sq`,
+    the driver's, once per pass; computed per block when None)."""
     d, mt = Xb.shape[1], spec.n_params
     Phi = None if phi_key is None else _phi_take(phi_key, start)
     keep_z = None
     if z_key is not None:
         keep_z = lambda Z: _phi_put(z_key, start, Z)  # noqa: E731
-    Xb, Phi, G = _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=Phi, keep_z=keep_z)
+    Xb, Phi, G = _grad_parts(
+        Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=Phi, keep_z=keep_z, usq=usq
+    )
     backprop_block(Xb, Phi, G, spec, out=(acc[: d * mt].reshape(d, mt), acc[d * mt :]))
 
 
@@ -462,14 +493,14 @@ def clear_phi_cache():
         _PHI["key"], _PHI["blocks"] = None, {}
 
 
-def _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=None, keep_z=None):
+def _grad_parts(Xb, Ab, U, spec, WWt, Wt, n_labels, codes, Phi=None, keep_z=None, usq=None):
     """The block as the features see it, its features ``Phi`` (computed unless given) and
     ``G = df/dPhi`` (n_b, D)."""
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
     A = label_block(Ab, n_labels, codes, dt)
     if Phi is None:
-        Phi = features_block(Xb, U, spec, prepped=True, keep_z=keep_z)
+        Phi = features_block(Xb, U, spec, prepped=True, keep_z=keep_z, usq=usq)
     if WWt is None:  # few labels (L < D/2): residual form, transient (n_b, L) block
         R = Phi @ Wt.T
         R -= A.toarray()
