@@ -674,6 +674,46 @@ def _aligned(items):
     ]
 
 
+_ALIGN_LOCK = threading.RLock()
+#: ``id(source) -> (weakref to source, its aligned copy)`` of :func:`_aligned_args`.
+_ALIGNED_ARGS: dict = {}
+
+
+def _aligned_args(items):
+    """:func:`_aligned` for a pass's arguments, each misaligned one copied once per object in
+    this process: a distributed worker hands every task the one object it holds for a scattered
+    key, and scattered arrays arrive misaligned there (every one of 8 probed, 2026-11-26), so
+    copying per task copied the factors of a pass once per block (GLRL's ``V``, 33 MB at 1.37M
+    columns, and then packed it again per block).  The copy lives as long as its source."""
+    return [
+        _aligned_once(a) if isinstance(a, np.ndarray) and not a.flags.aligned else a
+        for a in items
+    ]
+
+
+def _aligned_once(a):
+    key = id(a)
+    with _ALIGN_LOCK:
+        hit = _ALIGNED_ARGS.get(key)
+        if hit is not None and hit[0]() is a:
+            return hit[1]
+    c = a.copy(order="K")
+    try:
+        ref = weakref.ref(a, functools.partial(_forget_aligned, key))
+    except TypeError:  # an ndarray subclass without weak references: a copy per call
+        return c
+    with _ALIGN_LOCK:
+        _ALIGNED_ARGS[key] = (ref, c)
+    return c
+
+
+def _forget_aligned(key, ref):
+    with _ALIGN_LOCK:
+        hit = _ALIGNED_ARGS.get(key)
+        if hit is not None and hit[0] is ref:
+            del _ALIGNED_ARGS[key]
+
+
 def _setting(name, default, cast):
     """``(raw, cast(raw) or None when it does not cast)`` of dask config ``ooc_lowrank.<name>``,
     else env ``OOC_LOWRANK_<NAME>``, else ``default``."""
@@ -762,7 +802,7 @@ class _TaskThreads:
 
 
 def _call_block(fn, blocks, args, offset, bounds, block_id):
-    blocks, args = _aligned(blocks), _aligned(args)
+    blocks, args = _aligned(blocks), _aligned_args(args)
     with _TaskThreads():
         if offset:
             return fn(int(bounds[block_id[0]]), *blocks, *args)
@@ -949,7 +989,7 @@ def _fold_block(
     for j, h in enumerate(readers):  # store inputs are read here, by the link that uses them
         if h is not None:
             blocks[j] = h.read(start, stop)
-    blocks, args = _aligned(blocks), _aligned(args)
+    blocks, args = _aligned(blocks), _aligned_args(args)
     if _accumulates(fn):  # the block function adds into the chain's accumulator itself
         new = np.zeros(sum(sizes), dtype=_accumulator_dtype(fn)) if acc is None else acc
         new = new if new.flags.writeable else new.copy()  # deserialized: a read-only frame

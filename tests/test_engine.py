@@ -677,3 +677,24 @@ def test_store_tree_pass_is_one_task_per_block_and_bitwise_dasks_sum(tmp_path, s
         ref = engine.compute(engine.reduce_blocks(_noisy_sums, *mem, **kw))[0]
     for a, b in zip(got, ref, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_misaligned_pass_arguments_are_copied_once_per_object():
+    """A scattered argument arrives misaligned on a distributed worker, and every task of the
+    worker gets the same object: its aligned copy is made once and shared (not once per block),
+    with the same values, and forgotten when the source is freed."""
+    import gc
+
+    buf = bytearray(8 * 1000 + 1)
+    a = np.frombuffer(buf, dtype=np.float64, offset=1, count=1000)
+    assert not a.flags.aligned
+    first = engine._aligned_args([a, 3])
+    second = engine._aligned_args([a])
+    assert first[0] is second[0] and first[0].flags.aligned and first[1] == 3
+    np.testing.assert_array_equal(first[0], a)
+    ok = np.arange(4.0)
+    assert engine._aligned_args([ok])[0] is ok
+    key = id(a)
+    del a, first, second
+    gc.collect()
+    assert key not in engine._ALIGNED_ARGS
