@@ -857,6 +857,9 @@ def _fit_gimc(
                     W1 = None if W1 is None else W1.T
                 else:
                     W1, f1 = reduced_objective(spp, sap, a2, alpha)
+                logger.debug("GIMC iteration %d trial %d: step %.4g objective %.10g "
+                             "(Armijo needs <= %.10g; before the step %.10g)", it, n_tried,
+                             eta, f1, f - C1 * eta * gnorm2, f)  # fmt: skip
                 if f1 <= f - C1 * eta * gnorm2:
                     accepted = (eta, W1, f1)
                     break
