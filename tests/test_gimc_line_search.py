@@ -174,3 +174,28 @@ def test_step_rule_and_grad_precision_benchmarks_tiny(tmp_path):
                                   "--out", str(tmp_path / "g.json")])  # fmt: skip
     assert g["relative_error"] < 1e-3 and g["cosine"] > 0.999
     assert set(g["parts"]) == {"fourier", "nystrom"}
+
+
+def test_rejection_bound_holds_on_quadratics_and_is_tight_at_the_armijo_edge():
+    # f(eta) = f0 - eta G + c eta^2 / 2: the best decrease is G^2 / (2c); any rejected trial's
+    # bound is at least that, and the bound at the largest accepted step is within 1 % of it
+    f0 = 10.0
+    for G, c in ((4.0, 4.0), (1e-3, 7.0), (50.0, 0.01)):
+        best = G * G / (2.0 * c)
+        edge = 2.0 * (1.0 - core.C1) * G / c  # Armijo accepts eta <= edge
+        for eta in (edge * 1.0001, edge * 3.0, edge * 1e3):
+            f1 = f0 - eta * G + 0.5 * c * eta * eta
+            assert f1 > f0 - core.C1 * eta * G  # rejected
+            assert core.rejection_bound(eta, G) >= best
+        assert core.rejection_bound(edge, G) == pytest.approx(best, rel=1e-2)
+
+
+def test_a_rejection_whose_bound_is_below_tol_stops_the_fit_without_more_passes(monkeypatch):
+    # wiring: once a rejected trial's bound is <= tol |f| the fit stops (converged, no step);
+    # tol = 0 never stops on it (benchmarks run every iteration with --tol 0)
+    monkeypatch.setattr(core, "rejection_bound", lambda eta, gnorm2: 1e-300)
+    est, res, per_iter = _fit(monkeypatch, first_scale=64.0, tol=1e-12)
+    assert res.converged and est.n_iter_ == 0 and res.trials == []
+    assert est.n_passes_ == 1 + 1 + 1  # the statistics pass, one gradient pass, one trial
+    est0, res0, _ = _fit(monkeypatch, first_scale=64.0, tol=0.0)
+    assert est0.n_iter_ == 5 and res0.trials[0] >= 2
