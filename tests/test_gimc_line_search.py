@@ -23,10 +23,11 @@ def _ml_data(seed=0, n=300, d=6, L=8):
 _ORIG = (core.reduced_objective, core.fit_gimc, core.first_trial)
 
 
-def _fit(monkeypatch, rule="quadratic", n_trials=1, first_scale=None, **kw):
+def _fit(monkeypatch, rule="quadratic", n_trials=1, first_scale=None, capped=False, **kw):
     """A tiny GIMC fit; returns (estimator, FitResult, trials judged per iteration counted
     from outside).  ``first_scale``: the first iteration's first trial is that many times
-    today's (a start far too long)."""
+    today's (a start far too long), then cut to :func:`core.objective_step_cap` only when
+    ``capped``."""
     judged, per_iter, got = [0], [], {}
     orig_ro, orig_fit, orig_first = _ORIG  # not an earlier call's wrappers
 
@@ -43,9 +44,11 @@ def _fit(monkeypatch, rule="quadratic", n_trials=1, first_scale=None, **kw):
         got["res"] = orig_fit(*a, **k)
         return got["res"]
 
-    def first(U, gnorm2, eta_next):
-        eta = orig_first(U, gnorm2, eta_next)
-        return eta * first_scale if eta_next is None else eta
+    def first(U, gnorm2, eta_next, f=None):
+        if eta_next is not None:
+            return orig_first(U, gnorm2, eta_next, f)
+        eta = orig_first(U, gnorm2, eta_next) * first_scale
+        return min(eta, core.objective_step_cap(f, gnorm2)) if capped else eta
 
     monkeypatch.setattr(core, "reduced_objective", counting)
     monkeypatch.setattr(core, "fit_gimc", fit)
@@ -199,3 +202,21 @@ def test_a_rejection_whose_bound_is_below_tol_stops_the_fit_without_more_passes(
     assert est.n_passes_ == 1 + 1 + 1  # the statistics pass, one gradient pass, one trial
     est0, res0, _ = _fit(monkeypatch, first_scale=64.0, tol=0.0)
     assert est0.n_iter_ == 5 and res0.trials[0] >= 2
+
+
+def test_objective_step_cap_bounds_the_minimizer_of_nonnegative_quadratics_and_saves_trials(
+    monkeypatch,
+):
+    # f(eta) = f0 - eta G + c eta^2 / 2 with a minimum >= 0 has its minimizer G / c <= 2 f0 / G
+    for f0, G in ((10.0, 4.0), (3.0, 1e-2), (1e6, 1e8)):
+        c_min = G * G / (2.0 * f0)  # the flattest such quadratic: minimum exactly 0
+        for c in (c_min, 3.0 * c_min, 1e3 * c_min):
+            assert G / c <= core.objective_step_cap(f0, G) * (1 + 1e-12)
+        assert G / c_min == pytest.approx(core.objective_step_cap(f0, G))
+    assert core.first_trial(np.ones((3, 2)), 4.0, 10.0, f=1.0) == 0.5  # capped
+    assert core.first_trial(np.ones((3, 2)), 4.0, 0.1, f=1.0) == 0.1  # below the cap
+    # a first trial 1024x too long: the cap removes most of its halvings, same descent
+    _, long, _ = _fit(monkeypatch, first_scale=1024.0)
+    est, capped, per_iter = _fit(monkeypatch, first_scale=1024.0, capped=True)
+    assert capped.trials == per_iter and capped.trials[0] < long.trials[0]
+    assert np.all(np.diff(est.objective_) <= 0)

@@ -75,15 +75,29 @@ STEP_RULES = {
 STEP_RULE = "quadratic"
 
 
-def first_trial(U, gnorm2, eta_next):
+def first_trial(U, gnorm2, eta_next, f=None):
     """The first Armijo trial step of an iteration (SPEC 5.3, with a model-based start).
 
     ``eta_next`` is :func:`next_trial` of the previous iteration; in the first iteration (None)
-    the step moves ``U`` by a tenth of its norm, ``0.1 ||U|| / ||g||``.
+    the step moves ``U`` by a tenth of its norm, ``0.1 ||U|| / ||g||``.  ``f``: the objective
+    at ``U``; the step is then at most ``2 f / gnorm2`` (:func:`objective_step_cap`).
     """
     if eta_next is not None:
-        return float(eta_next)
-    return float(0.1 * np.linalg.norm(U) / np.sqrt(gnorm2))
+        eta = float(eta_next)
+    else:
+        eta = float(0.1 * np.linalg.norm(U) / np.sqrt(gnorm2))
+    return eta if f is None else min(eta, objective_step_cap(f, gnorm2))
+
+
+def objective_step_cap(f, gnorm2):
+    """``2 f / gnorm2``: the largest minimizer along ``-g`` of a quadratic with value ``f`` and
+    slope ``-gnorm2`` at 0 whose minimum is not negative, as GIMC's objective (a squared loss
+    plus a ridge term) is not: ``f - gnorm2^2 / (2 c) >= 0`` gives ``c >= gnorm2^2 / (2 f)``
+    and the minimizer ``gnorm2 / c <= 2 f / gnorm2``.  Longer first trials are rejected unless
+    the objective is far from its quadratic model: the Delicious-large-shaped fit's first
+    iteration started 70x above it (``0.1 ||U|| / ||g||``), and every halving was a pass over
+    the data (issue 25)."""
+    return float(2.0 * max(float(f), 0.0) / float(gnorm2))
 
 
 def trial_steps(eta0, start, n_trials):
@@ -860,7 +874,7 @@ def _fit_gimc(
             logger.info("GIMC iteration %d: zero gradient, stopping", it)
             result.converged = True
             break
-        eta0 = first_trial(U, gnorm2, eta_next)
+        eta0 = first_trial(U, gnorm2, eta_next, f)
         accepted, n_tried, start = None, 0, eta0
         while accepted is None and n_tried < MAX_TRIALS:
             etas = trial_steps(start, 0, min(n_trials, MAX_TRIALS - n_tried))

@@ -759,7 +759,7 @@ def _on_grad(f):
         if not np.isfinite(gnorm2) or gnorm2 == 0.0:
             f.state = None  # converged at a scored state
             return
-        f.eta0 = core.first_trial(f.U, gnorm2, f.eta_next)
+        f.eta0 = core.first_trial(f.U, gnorm2, f.eta_next, f.f)
         f.grad, f.gnorm2, f.b, f.state = g, gnorm2, 0, "ls"
 
     return handle
@@ -780,7 +780,8 @@ def _on_trials(f, c):
                 f.grad = None
                 return
         f.b += len(f.etas)
-        if f.b >= core.MAX_TRIALS:  # no descent step: the current (scored) state is final
+        bound = core.rejection_bound(f.etas[-1], f.gnorm2) <= c["tol"] * max(abs(f.f), 1e-300)
+        if f.b >= core.MAX_TRIALS or bound:  # no (useful) descent step: the state is final
             f.state = None
 
     return handle
