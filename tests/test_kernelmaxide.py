@@ -1018,6 +1018,42 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())
 
 
+@pytest.mark.parametrize("n_components, ritz", [(None, None), (5, 0)])
+def test_landmark_rows_take_their_features_from_the_nystrom_map(monkeypatch, n_components, ritz):
+    """In-memory X (issue 24): the landmarks' own features ``K_rr M`` come with the Nystrom map
+    (from the eigensolver's products, exact or randomized root), so the cached F computes only
+    the other UT rows; the fit equals the one from a Dask X (every UT row computed, uneven
+    chunks) to rounding, and ``K_rr M`` is the product it replaces."""
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+
+    X, Yobs = _planted()
+    kw = dict(n_features_map=150, random_state=0)
+    if ritz is not None:  # 150 > RANDOMIZED_RATIO (5 + oversample): the randomized root
+        monkeypatch.setattr(est_mod, "RITZ_EXTRA", ritz)
+        kw["n_components"] = n_components
+    computed = []
+    feats = _blocks.features
+    monkeypatch.setattr(
+        _blocks, "features", lambda Xb, *a: computed.append(Xb.shape[0]) or feats(Xb, *a)
+    )
+    a = KernelMaxide(**kw).fit(X, Yobs)
+    n_a, computed[:] = sum(computed), []
+    b = KernelMaxide(**kw).fit(_dask(X, 97), Yobs)
+    n_b = sum(computed)
+    ut = np.diff(Yobs.indptr) > 0
+    np.testing.assert_array_equal(a.landmarks_, b.landmarks_)
+    rows = np.flatnonzero(ut)
+    n_land_ut = np.count_nonzero((X[rows][:, None, :] == a.landmarks_[None]).all(-1).any(1))
+    assert n_b == ut.sum() and n_a == ut.sum() - n_land_ut > 0
+    Sa, Sb = a.decision_function(X), b.decision_function(X)
+    np.testing.assert_allclose(Sa, Sb, atol=1e-8 * np.abs(Sb).max())
+    U, g = np.ascontiguousarray(a.landmarks_.T), a.gamma_
+    k = 200 if ritz is None else 5
+    M, KM = est_mod.nystrom_map(U, g, k, return_product=True)
+    np.testing.assert_array_equal(M, est_mod.nystrom_map(U, g, k))
+    np.testing.assert_allclose(KM, _kernel(a.landmarks_, g) @ M, atol=1e-9 * np.abs(KM).max())
+
+
 @pytest.mark.parametrize("density", [0.05, 0.5])
 def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density, monkeypatch):
     """``features`` (issue 24): dense rows with few nonzeros (``SPARSE_DENSITY``) take the

@@ -181,11 +181,22 @@ def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
     return out
 
 
-def features_rows_block(row_start, Xb, ut, kind, U, M, gamma):
-    """``F`` for the cache: the block's UT rows computed, the other rows zero."""
+def features_rows_block(row_start, Xb, ut, kind, U, M, gamma, known=None, F_known=None):
+    """``F`` for the cache: the block's UT rows computed, the other rows zero.
+
+    ``known`` (int, one per row of ``X``): for a row whose features are known already (a
+    landmark: its kernel row is ``K_rr``'s, so its features are the Nystrom map's ``K_rr M``,
+    formed when ``M`` was), the row of ``F_known`` (r_known x r) that holds them, else -1;
+    those rows are copied, not computed (issue 24).  Which rows are known does not depend on
+    the blocks, so neither does ``F``."""
     rows = np.flatnonzero(ut[row_start : row_start + Xb.shape[0]])
     dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     out = np.zeros((Xb.shape[0], U.shape[1] if M is None else M.shape[1]), dtype=dt)
+    if known is not None and rows.size:
+        pos = known[row_start + rows]
+        have = pos >= 0
+        out[rows[have]] = F_known[pos[have]]
+        rows = rows[~have]
     if rows.size:
         out[rows] = features(Xb[rows], kind, U, M, gamma)
     return out
