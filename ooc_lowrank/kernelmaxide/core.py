@@ -213,7 +213,9 @@ def randomized_orthonormal_root(
     GQ = gram_times(Q)
     T = matmul_rows(Q.T, GQ)
     try:
-        ev, V = scipy.linalg.eigh(0.5 * (T + T.T), Q.T @ Q, check_finite=False)
+        # the divide-and-conquer driver: 5.8 ms against 11.5 for scipy's default ("gv") at
+        # l = 220 on one thread (issue 24)
+        ev, V = scipy.linalg.eigh(0.5 * (T + T.T), Q.T @ Q, driver="gvd", check_finite=False)
     except np.linalg.LinAlgError:  # a (numerically) rank-deficient block: orthonormal basis
         Q = np.linalg.qr(Q)[0]
         GQ = gram_times(Q)

@@ -979,8 +979,10 @@ class KernelMaxide(_MaxideBase):
         on_landmarks = self.gamma is None and r >= _SAMPLE
         if not on_landmarks:
             self.gamma_ = self._gamma(src, rng)
-        else:  # the heuristic's former row sample, drawn and unused: the landmarks stay the
-            sample_rows(src, _SAMPLE, rng)  # rows of earlier versions' fits for a given seed
+        elif XB.in_memory:  # the heuristic's former row sample, drawn and unused: the
+            sample_row_indices(n, _SAMPLE, rng)  # landmarks stay the rows of earlier versions'
+        else:  # fits for a given seed (in memory: the draw only, no rows gathered)
+            sample_rows(src, _SAMPLE, rng)
         if XB.in_memory:  # the rows sample_rows takes, with their indices
             rows = sample_row_indices(n, r, rng)
             L = sp.csr_matrix(src)[rows] if sp.issparse(src) else np.asarray(src)[rows]
