@@ -52,13 +52,14 @@ def one(X, Y, omega, landmarks, repeat, tol):
 
             est, cpu = cpu_fit(make, X, Yobs, repeat)
             val = make().fit(X, Yfit).observed_ranking_loss(X, Yval)
+            S = est.decision_function(X[~train])
             out[name] = {
-                "test_ranking_loss": float(metrics.ranking_loss(Y[~train], est.decision_function(X[~train]))),
+                "test_ranking_loss": float(metrics.ranking_loss(Y[~train], S)),
                 "validation_ranking_loss": float(val),
                 "n_iter": int(est.n_iter_),
                 "cpu_seconds": cpu,
                 "coef": est.coef_,
-            }  # fmt: skip
+            }
     finally:
         _blocks.F32_TOL = saved
     a, b = out["float32"].pop("coef"), out["float64"].pop("coef")

@@ -965,8 +965,8 @@ class KernelMaxide(_MaxideBase):
             self.landmarks_ = _take_rows(XB, np.flatnonzero(_ut_mask(YB)))
             _check_sample(self.landmarks_, "a row with an observed label")
             self.normalization_ = None
-            fmap = _blocks.FeatureMap("kernel", np.ascontiguousarray(self.landmarks_.T), None, self.gamma_)
-            return fmap, None
+            U = np.ascontiguousarray(self.landmarks_.T)
+            return _blocks.FeatureMap("kernel", U, None, self.gamma_), None
         else:
             r = int(self.n_features_map)
             if r > n:
