@@ -1100,8 +1100,14 @@ def test_float32_rank_k_features_fall_back_to_float64(rng):
         got = _blocks.features(Xs, "nystrom", np.ascontiguousarray(Ls.T), Ms, gamma)
         np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-7 * np.abs(want).max())
     L = X[:8]
-    got32 = _blocks.features(X.astype(np.float32), "nystrom", np.ascontiguousarray(L.T), M, 0.1)
+    U = np.ascontiguousarray(L.T)
+    got32 = _blocks.features(X.astype(np.float32), "nystrom", U, M, 0.1)
     assert got32.dtype == np.float32
+    # the float32 path itself: CSR rows give the dense rows' bits, float32 rounding of the twin
+    dense = _blocks.features(X, "nystrom", U, M, 0.1)
+    np.testing.assert_array_equal(_blocks.features(sp.csr_matrix(X), "nystrom", U, M, 0.1), dense)
+    want = naive.rbf(X, L, 0.1) @ M
+    np.testing.assert_allclose(dense, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
