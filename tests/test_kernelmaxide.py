@@ -1018,6 +1018,42 @@ def test_kernelmaxide_many_landmarks_use_the_randomized_basis(monkeypatch):
     np.testing.assert_allclose(Sa, Sb, atol=1e-2 * np.abs(Sb).max())
 
 
+@pytest.mark.parametrize("n_components, ritz", [(None, None), (5, 0)])
+def test_landmark_rows_take_their_features_from_the_nystrom_map(monkeypatch, n_components, ritz):
+    """In-memory X (issue 24): the landmarks' own features ``K_rr M`` come with the Nystrom map
+    (from the eigensolver's products, exact or randomized root), so the cached F computes only
+    the other UT rows; the fit equals the one from a Dask X (every UT row computed, uneven
+    chunks) to rounding, and ``K_rr M`` is the product it replaces."""
+    from ooc_lowrank.kernelmaxide import estimator as est_mod
+
+    X, Yobs = _planted()
+    kw = dict(n_features_map=150, random_state=0)
+    if ritz is not None:  # 150 > RANDOMIZED_RATIO (5 + oversample): the randomized root
+        monkeypatch.setattr(est_mod, "RITZ_EXTRA", ritz)
+        kw["n_components"] = n_components
+    computed = []
+    feats = _blocks.features
+    monkeypatch.setattr(
+        _blocks, "features", lambda Xb, *a: computed.append(Xb.shape[0]) or feats(Xb, *a)
+    )
+    a = KernelMaxide(**kw).fit(X, Yobs)
+    n_a, computed[:] = sum(computed), []
+    b = KernelMaxide(**kw).fit(_dask(X, 97), Yobs)
+    n_b = sum(computed)
+    ut = np.diff(Yobs.indptr) > 0
+    np.testing.assert_array_equal(a.landmarks_, b.landmarks_)
+    rows = np.flatnonzero(ut)
+    n_land_ut = np.count_nonzero((X[rows][:, None, :] == a.landmarks_[None]).all(-1).any(1))
+    assert n_b == ut.sum() and n_a == ut.sum() - n_land_ut > 0
+    Sa, Sb = a.decision_function(X), b.decision_function(X)
+    np.testing.assert_allclose(Sa, Sb, atol=1e-8 * np.abs(Sb).max())
+    U, g = np.ascontiguousarray(a.landmarks_.T), a.gamma_
+    k = 200 if ritz is None else 5
+    M, KM = est_mod.nystrom_map(U, g, k, return_product=True)
+    np.testing.assert_array_equal(M, est_mod.nystrom_map(U, g, k))
+    np.testing.assert_allclose(KM, _kernel(a.landmarks_, g) @ M, atol=1e-9 * np.abs(KM).max())
+
+
 @pytest.mark.parametrize("density", [0.05, 0.5])
 def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density, monkeypatch):
     """``features`` (issue 24): dense rows with few nonzeros (``SPARSE_DENSITY``) take the
@@ -1031,14 +1067,47 @@ def test_features_of_mostly_zero_dense_rows_and_rank_k_map_vs_twin(rng, density,
         kind = "kernel" if M is None else "nystrom"
         want = K if M is None else K @ M
         got = _blocks.features(X, kind, U, M, gamma)
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+        # the rank-k map of mostly-zero rows: float32 inside (F32_TOL), float64 out
+        f32 = M is not None and M.shape[1] < 12 and density <= _blocks.SPARSE_DENSITY
+        tol = 1e-5 if f32 else 1e-12
+        assert got.dtype == np.float64
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+        if f32:  # float32 rounding, not float64's
+            assert np.abs(got - want).max() > 1e-12 * np.abs(want).max()
         parts = np.vstack([_blocks.features(X[a:b], kind, U, M, gamma)
                            for a, b in [(0, 1), (1, 17), (17, 40)]])  # fmt: skip
         np.testing.assert_allclose(parts, got, rtol=1e-14, atol=1e-14 * np.abs(got).max())
         monkeypatch.setattr(_blocks, "SPARSE_DENSITY", -1.0)  # the dense BLAS path
         dense = _blocks.features(X, kind, U, M, gamma)
         monkeypatch.undo()
-        np.testing.assert_allclose(dense, got, rtol=1e-12, atol=1e-12 * np.abs(got).max())
+        np.testing.assert_allclose(dense, got, rtol=tol, atol=tol * np.abs(got).max())
+
+
+def test_float32_rank_k_features_fall_back_to_float64(rng):
+    """``features`` of the rank-k map (issue 24) runs in float32 only within ``F32_TOL``: rows
+    far from the origin (the exponent from ``||x||^2 + ||u||^2 - 2 x.u`` cancels) or a map
+    whose columns' norms spread over decades (a steep kernel spectrum) take float64, equal to
+    the twin to float64 rounding; float32 rows stay float32."""
+    X = rng.standard_normal((30, 20)) * (rng.random((30, 20)) < 0.1)
+    far = X.copy()
+    far[:, 0] = 1e4  # every row far from the origin along one column, as close as before
+    M = rng.standard_normal((8, 3))
+    for Xs, Ms in [(far, M), (X, M * np.array([1.0, 1e3, 1.0]))]:
+        Ls = Xs[:8]
+        d2 = ((Xs[:, None, :] - Ls[None]) ** 2).sum(-1)  # no cancellation
+        gamma = 1.0 / np.median(d2)
+        want = np.exp(-gamma * d2) @ Ms
+        got = _blocks.features(Xs, "nystrom", np.ascontiguousarray(Ls.T), Ms, gamma)
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-7 * np.abs(want).max())
+    L = X[:8]
+    U = np.ascontiguousarray(L.T)
+    got32 = _blocks.features(X.astype(np.float32), "nystrom", U, M, 0.1)
+    assert got32.dtype == np.float32
+    # the float32 path itself: CSR rows give the dense rows' bits, float32 rounding of the twin
+    dense = _blocks.features(X, "nystrom", U, M, 0.1)
+    np.testing.assert_array_equal(_blocks.features(sp.csr_matrix(X), "nystrom", U, M, 0.1), dense)
+    want = naive.rbf(X, L, 0.1) @ M
+    np.testing.assert_allclose(dense, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])

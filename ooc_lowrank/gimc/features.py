@@ -42,8 +42,7 @@ def sample_rows(X, n_samples, rng):
         parts = [X.read(int(b * B), int(min(n, (b + 1) * B))) for b in pick]
         S = sp.vstack(parts, format="csr") if sp.issparse(parts[0]) else np.vstack(parts)
         return sample_rows(S, n_samples, rng)
-    n = X.shape[0]
-    idx = np.sort(rng.choice(n, size=min(n, n_samples), replace=False))
+    idx = sample_row_indices(X.shape[0], n_samples, rng)
     try:
         import dask.array as da
 
@@ -55,6 +54,12 @@ def sample_rows(X, n_samples, rng):
     if sp.issparse(X):
         return sp.csr_matrix(X)[idx]
     return np.asarray(X)[idx]
+
+
+def sample_row_indices(n, n_samples, rng):
+    """The sorted row indices :func:`sample_rows` takes from an in-memory ``X`` of ``n`` rows
+    (the same draws from ``rng``): ``min(n, n_samples)`` distinct rows, uniformly."""
+    return np.sort(rng.choice(n, size=min(n, n_samples), replace=False))
 
 
 def median_gamma(S):

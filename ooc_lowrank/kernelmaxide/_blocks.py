@@ -67,6 +67,19 @@ class FeatureMap:
 #: nonzeros against 92 for BLAS + exp at any density (issue 24; was 0.1 with scipy's CSR x dense)
 SPARSE_DENSITY = 0.25
 
+#: float64 rows of the rank-k Nystrom map (KernelMaxide's orthonormal basis) take their kernel
+#: block, its ``exp`` and the product ``K M`` in float32 (issue 24: 14 + 19 ms in place of 32 +
+#: 39 for Arts' 4,486 UT rows against 1,000 landmarks, one thread) when the float32 rounding is
+#: bounded below this relative size: the kernel's exponent, ``gamma ||x - u||^2`` from
+#: ``||x||^2 + ||u||^2 - 2 x.u``, errs by at most ``eps32 gamma (max ||x||^2 + max ||u||^2)
+#: (nnz + 2)`` (nnz: nonzeros of the widest row), and the columns of ``K M`` (M's columns
+#: ``v_j / sqrt(l_j)``) by about ``eps32 (max_j ||M_j||^2 / min_j ||M_j||^2)`` = ``eps32
+#: l_max / l_min``.  Yahoo Arts / Business / Health: 2e-5 and 4e-5; far-from-zero rows or a
+#: steep spectrum fall back to float64.  F is returned in float64; ranking loss unchanged to
+#: six digits, coefficients within 7e-6 (benchmarks/results/kernelmaxide_f32_features.json)
+F32_TOL = 1e-4
+_EPS32 = float(np.finfo(np.float32).eps)
+
 #: ``args`` of a cached F (the first input already holds F).
 CACHED = (None, None, None, 0.0)
 
@@ -77,8 +90,39 @@ def mostly_zero(Xb):
     return sp.issparse(Xb) or np.count_nonzero(Xb) <= SPARSE_DENSITY * Xb.size
 
 
+def _float32_map(M):
+    """``M`` in float32 when the product ``K M`` may run in float32 (:data:`F32_TOL`), else
+    None: a rank-k Nystrom map (r x k, k < r) whose column norms spread little."""
+    if M is None or M.shape[0] == M.shape[1] or M.shape[1] == 0:
+        return None
+    cn = np.einsum("ij,ij->j", M, M)
+    if not (cn.min() > 0 and _EPS32 * cn.max() / cn.min() <= F32_TOL):
+        return None
+    return M.astype(np.float32)
+
+
+def _float32_features(Xb, U, M32, gamma):
+    """``K(Xb, U) M`` of mostly-zero float64 rows computed in float32 (:data:`F32_TOL`),
+    returned in float64; None when the kernel's rounding bound fails (or it overflows)."""
+    if sp.issparse(Xb):
+        X32 = sp.csr_matrix(Xb, dtype=np.float32)
+        width = int(np.diff(X32.indptr).max()) if X32.shape[0] else 0
+    else:
+        X32, width = Xb.astype(np.float32), Xb.shape[1]
+    U32 = np.ascontiguousarray(U, dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        K, xsq = kernels.rbf_sparse_rows(X32, U32, gamma)
+        usq = np.einsum("ij,ij->j", U32, U32, dtype=np.float64)
+        big = float(xsq.max(initial=0.0)) + float(usq.max(initial=0.0))
+    if not (np.isfinite(big) and _EPS32 * gamma * big * (width + 2) <= F32_TOL):
+        return None
+    return (K @ M32).astype(np.float64)
+
+
 def features(Xb, kind, U, M, gamma):
-    """``F`` of one block, shape (n_b, r), in ``Xb``'s float dtype (float64 for integers)."""
+    """``F`` of one block, shape (n_b, r), in ``Xb``'s float dtype (float64 for integers).
+    The rank-k Nystrom map of mostly-zero float64 rows runs in float32 when its rounding is
+    bounded (:data:`F32_TOL`)."""
     dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     if Xb.dtype != dt:
         Xb = Xb.astype(dt)
@@ -94,6 +138,11 @@ def features(Xb, kind, U, M, gamma):
             if not Xb.has_canonical_format:  # duplicates would add their squares apart
                 Xb = Xb.copy()
                 Xb.sum_duplicates()
+        M32 = _float32_map(M) if dt == np.float64 and kind == "nystrom" else None
+        if M32 is not None:
+            F = _float32_features(Xb, U, M32, gamma)
+            if F is not None:
+                return F
         K, xsq = kernels.rbf_sparse_rows(Xb, U, gamma)
         if not np.isfinite(xsq).all():
             gimc_blocks._row_sq(Xb, dt)  # raises the overflow error naming the row
@@ -181,11 +230,22 @@ def loss_block(Xb, Yb, kind, U, M, gamma, Ws):
     return out
 
 
-def features_rows_block(row_start, Xb, ut, kind, U, M, gamma):
-    """``F`` for the cache: the block's UT rows computed, the other rows zero."""
+def features_rows_block(row_start, Xb, ut, kind, U, M, gamma, known=None, F_known=None):
+    """``F`` for the cache: the block's UT rows computed, the other rows zero.
+
+    ``known`` (int, one per row of ``X``): for a row whose features are known already (a
+    landmark: its kernel row is ``K_rr``'s, so its features are the Nystrom map's ``K_rr M``,
+    formed when ``M`` was), the row of ``F_known`` (r_known x r) that holds them, else -1;
+    those rows are copied, not computed (issue 24).  Which rows are known does not depend on
+    the blocks, so neither does ``F``."""
     rows = np.flatnonzero(ut[row_start : row_start + Xb.shape[0]])
     dt = Xb.dtype if Xb.dtype in (np.float32, np.float64) else np.dtype(np.float64)
     out = np.zeros((Xb.shape[0], U.shape[1] if M is None else M.shape[1]), dtype=dt)
+    if known is not None and rows.size:
+        pos = known[row_start + rows]
+        have = pos >= 0
+        out[rows[have]] = F_known[pos[have]]
+        rows = rows[~have]
     if rows.size:
         out[rows] = features(Xb[rows], kind, U, M, gamma)
     return out

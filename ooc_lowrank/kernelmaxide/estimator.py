@@ -40,6 +40,7 @@ from ooc_lowrank.gimc.features import (
     gamma_from_sq_dists,
     median_gamma,
     nystrom_normalization,
+    sample_row_indices,
     sample_rows,
 )
 from ooc_lowrank.kernelmaxide import _blocks, core
@@ -124,23 +125,29 @@ def rbf_gram(U, gamma):
 
 def landmark_sq_dists(U):
     """Squared distances ``max(||u_i - u_j||^2, 0)`` between the landmarks (columns of ``U``):
-    r x r, float64, symmetric; from each landmark's nonzeros when they are mostly zero."""
+    r x r, float64; from each landmark's nonzeros when they are mostly zero.  Symmetric to
+    rounding, not bitwise (entry ``(i, j)`` sums over landmark i's nonzeros, ``(j, i)`` over
+    j's): its consumers read one triangle (the median heuristic) or take products and
+    symmetrize their own small matrices (the Nystrom map's eigensolvers), so the r x r
+    symmetrization (2.6 ms at r = 1000) is not paid (issue 24)."""
     U = np.asarray(U, dtype=np.float64)
     L = np.ascontiguousarray(U.T)
     if _blocks.mostly_zero(L):
-        return _symmetrized(_sparse_row_kernel(L, U, sq_dists_sparse_rows))
+        return _sparse_row_kernel(L, U, sq_dists_sparse_rows)
     sq = np.einsum("ij,ij->j", U, U)
-    return _symmetrized(np.maximum(sq[:, None] + sq[None, :] - 2.0 * (U.T @ U), 0.0))
+    return np.maximum(sq[:, None] + sq[None, :] - 2.0 * (U.T @ U), 0.0)
 
 
-def nystrom_map(U, gamma, k, K=None):
+def nystrom_map(U, gamma, k, K=None, *, return_product=False):
     """The rank-``k`` Nystrom map ``M = V_k diag(l_k)^-1/2`` (r x k', ``k' <= k``) of the top
     ``k`` eigenpairs ``(l, V)`` of the landmarks' kernel ``K_rr`` (those ``<= 1e-13 l_max``
     dropped): ``F = K(X, landmarks) M`` has ``F F^T = K_{n,r} V_k diag(l_k)^-1 V_k^T K_{r,n}``,
     the rank-k Nystrom kernel (Williams & Seeger 2001).  Above ``RANDOMIZED_RATIO (k +
     RANDOMIZED_OVERSAMPLE)`` landmarks the eigenpairs come from subspace iteration with a fixed
     seed (``M^T K_rr M = I`` exactly on the returned directions).  ``K``: ``K_rr`` when the
-    caller has it (computed here otherwise)."""
+    caller has it (computed here otherwise).  ``return_product=True``: ``(M, K_rr M)``, the
+    second (r x k', the features of the landmarks themselves) from the eigensolver's own
+    products (:func:`core.randomized_orthonormal_root`)."""
     K = rbf_gram(U, gamma) if K is None else K
     r = K.shape[0]
     if r > RANDOMIZED_RATIO * (k + RANDOMIZED_OVERSAMPLE):
@@ -152,9 +159,13 @@ def nystrom_map(U, gamma, k, K=None):
             oversample=RANDOMIZED_OVERSAMPLE,
             n_iter=RANDOMIZED_ITER,
             sketch_dtype=np.float32,
+            return_product=return_product,
         )
     else:
-        R = core.orthonormal_root(K, k)
+        R = core.orthonormal_root(K, k, return_product=return_product)
+    if return_product:
+        R, KM = R
+        return np.ascontiguousarray(R.T), np.ascontiguousarray(KM)
     return np.ascontiguousarray(R.T)
 
 
@@ -311,7 +322,8 @@ class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator, _SharedParam
         raise NotImplementedError
 
     def _make_feature_map(self, XB, YB, X, rng):  # pragma: no cover - abstract
-        """Return ``fmap`` (and set fitted feature attributes)."""
+        """Return ``(fmap, known)`` (and set fitted feature attributes): ``known`` None or
+        ``(rows, F_rows)``, rows of ``X`` whose features ``F_rows`` are known already."""
         raise NotImplementedError
 
     def _root(self, passes, fmap, M=None):  # pragma: no cover - abstract
@@ -387,9 +399,12 @@ class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator, _SharedParam
             )
         return int(stats[1]), float(per.sum())
 
-    def _saved_feature_map(self, fmap):
-        """``(extra, extra_arrays)`` of a checkpoint: the fitted feature map."""
+    def _saved_feature_map(self, fmap, known=None):
+        """``(extra, extra_arrays)`` of a checkpoint: the fitted feature map (and the rows with
+        known features, so a resumed fit caches the same ``F``)."""
         arrays = {"fmap_U": fmap.U}
+        if known is not None:
+            arrays["known_rows"], arrays["known_features"] = known
         if fmap.kind in ("nystrom", "kernel"):
             if fmap.M is not None:
                 arrays["fmap_M"] = fmap.M
@@ -398,17 +413,22 @@ class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator, _SharedParam
         return {"kind": fmap.kind}, arrays
 
     def _restore_feature_map(self, extra, arrays):
-        """The feature map (and its fitted attributes) saved by :meth:`_saved_feature_map`."""
+        """``(fmap, known)`` saved by :meth:`_saved_feature_map` (and the map's fitted
+        attributes)."""
         U = np.ascontiguousarray(arrays["fmap_U"], dtype=np.float64)
+        known = None
+        if "known_rows" in arrays:
+            known = (np.asarray(arrays["known_rows"], dtype=np.int64),
+                     np.asarray(arrays["known_features"], dtype=np.float64))  # fmt: skip
         if extra.get("kind") in ("nystrom", "kernel"):
             self.gamma_ = float(extra["gamma"])
             self.landmarks_ = np.ascontiguousarray(U.T)
             M = arrays["fmap_M"] if extra["kind"] == "nystrom" else None
             self.normalization_ = None if M is None else np.asarray(M, dtype=np.float64)
-            return _blocks.FeatureMap(extra["kind"], U, self.normalization_, self.gamma_)
+            return _blocks.FeatureMap(extra["kind"], U, self.normalization_, self.gamma_), known
         self.projection_ = U
         self.singular_values_ = np.asarray(arrays["singular_values"], dtype=np.float64)
-        return _blocks.FeatureMap("linear", U)
+        return _blocks.FeatureMap("linear", U), known
 
     def fit(self, X, Y=None, *, checkpoint=None, checkpoint_every=5):
         """Fit on features ``X`` (n_samples, n_features) and observed labels ``Y``.
@@ -489,12 +509,12 @@ class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator, _SharedParam
         ckpt = _checkpoint.open_checkpoint(checkpoint, checkpoint_every, self, X=XB, Y=YB)
         restored = ckpt.load() if ckpt is not None else None
         if restored is None:
-            fmap = self._make_feature_map(XB, YB, X, rng)
+            fmap, known = self._make_feature_map(XB, YB, X, rng)
         else:  # the saved feature map: no sampling, no X^T X pass
-            fmap = self._restore_feature_map(restored[2], restored[3])
+            fmap, known = self._restore_feature_map(restored[2], restored[3])
         attrs = {k: getattr(self, k) for k in ("n_features_in_", "n_labels_", *self._feature_attrs)}
         if ckpt is not None:
-            ckpt.extra, ckpt.extra_arrays = self._saved_feature_map(fmap)
+            ckpt.extra, ckpt.extra_arrays = self._saved_feature_map(fmap, known)
         r = fmap.n_features
         dt = _float_dtype(XB)
         f_bytes = XB.shape[0] * r * dt.itemsize
@@ -503,8 +523,13 @@ class _MaxideBase(_base.SparseInput, _base.Loadable, BaseEstimator, _SharedParam
             # reads without a graph per pass, on every core (no longer one block: that ran
             # every pass on one core)
             ut = _ut_mask(YB)
+            fargs = (ut, *fmap.args())
+            if known is not None:  # landmark rows: their features came with the map
+                pos = np.full(XB.shape[0], -1, dtype=np.int64)
+                pos[known[0]] = np.arange(known[0].size)
+                fargs += (pos, np.asarray(known[1], dtype=dt))
             FB = engine.map_rows_persisted(
-                _blocks.features_rows_block, XB, args=(ut, *fmap.args()), n_cols=r, offset=True
+                _blocks.features_rows_block, XB, args=fargs, n_cols=r, offset=True
             )
             logger.info("caching F (%.1f MB) in memory", f_bytes / 2**20)
             passes = core.Passes(FB, YB, None)
@@ -940,7 +965,8 @@ class KernelMaxide(_MaxideBase):
             self.landmarks_ = _take_rows(XB, np.flatnonzero(_ut_mask(YB)))
             _check_sample(self.landmarks_, "a row with an observed label")
             self.normalization_ = None
-            return _blocks.FeatureMap("kernel", np.ascontiguousarray(self.landmarks_.T), None, self.gamma_)
+            U = np.ascontiguousarray(self.landmarks_.T)
+            return _blocks.FeatureMap("kernel", U, None, self.gamma_), None
         else:
             r = int(self.n_features_map)
             if r > n:
@@ -957,9 +983,15 @@ class KernelMaxide(_MaxideBase):
         on_landmarks = self.gamma is None and r >= _SAMPLE
         if not on_landmarks:
             self.gamma_ = self._gamma(src, rng)
-        else:  # the heuristic's former row sample, drawn and unused: the landmarks stay the
-            sample_rows(src, _SAMPLE, rng)  # rows of earlier versions' fits for a given seed
-        L = sample_rows(src, r, rng)
+        elif XB.in_memory:  # the heuristic's former row sample, drawn and unused: the
+            sample_row_indices(n, _SAMPLE, rng)  # landmarks stay the rows of earlier versions'
+        else:  # fits for a given seed (in memory: the draw only, no rows gathered)
+            sample_rows(src, _SAMPLE, rng)
+        if XB.in_memory:  # the rows sample_rows takes, with their indices
+            rows = sample_row_indices(n, r, rng)
+            L = sp.csr_matrix(src)[rows] if sp.issparse(src) else np.asarray(src)[rows]
+        else:
+            rows, L = None, sample_rows(src, r, rng)
         L = L.toarray() if sp.issparse(L) else np.asarray(L)
         _check_sample(L, "a landmark row")
         self.landmarks_ = np.ascontiguousarray(L, dtype=np.float64)
@@ -975,10 +1007,16 @@ class KernelMaxide(_MaxideBase):
             # the UT rows, orthonormal there (one pass, a (k + RITZ_EXTRA)^2 Gram)
             if K is not None:
                 np.exp(np.multiply(K, -self.gamma_, out=K), out=K)  # K_rr, in place
-            self.normalization_ = nystrom_map(U, self.gamma_, k + RITZ_EXTRA, K)
+            self.normalization_, KM = nystrom_map(
+                U, self.gamma_, k + RITZ_EXTRA, K, return_product=True
+            )
+            # the landmarks' own features K_rr M came with the map: in-memory X knows which
+            # rows they are, and the cached F copies them instead of computing their kernel
+            # rows and products (issue 24)
+            known = None if rows is None else (rows, KM)
         else:
-            self.normalization_ = nystrom_normalization(U, self.gamma_)
-        return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_)
+            self.normalization_, known = nystrom_normalization(U, self.gamma_), None
+        return _blocks.FeatureMap("nystrom", U, self.normalization_, self.gamma_), known
 
     def _gamma(self, src, rng):
         """``gamma`` or, for ``gamma=None``, the median heuristic on a checked row sample."""
@@ -1179,7 +1217,7 @@ class Maxide(_MaxideBase):
         s = np.sqrt(ev[:k])
         self.singular_values_ = s
         self.projection_ = np.ascontiguousarray(V[:, :k] / s)
-        return _blocks.FeatureMap("linear", self.projection_)
+        return _blocks.FeatureMap("linear", self.projection_), None
 
     def _orthonormal_basis(self):
         return False  # A = X projection_ is orthonormal already
