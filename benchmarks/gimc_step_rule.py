@@ -130,12 +130,22 @@ PROBLEMS = {
 }
 
 
+#: ``--rules quadratic-uncapped``: a rule without ``core.objective_step_cap`` (the first trial
+#: at most 2 f / ||g||^2) and without ``core.rejection_bound``'s stop (issue 25).
+UNCAPPED = "-uncapped"
+
+
 def fit_one(X, Y, Xv, Yv, kw, metric, rule, max_iter):
     from ooc_lowrank.gimc import GIMC, core
 
     from benchmarks.bench_scale import gimc_fit_result, search_record
 
-    old_rule, core.STEP_RULE = core.STEP_RULE, rule
+    uncapped = rule.endswith(UNCAPPED)  # the rule without the first-trial cap and the stop
+    old = (core.STEP_RULE, core.objective_step_cap, core.rejection_bound)
+    core.STEP_RULE = rule.removesuffix(UNCAPPED)
+    if uncapped:
+        core.objective_step_cap = lambda f, gnorm2: np.inf
+        core.rejection_bound = lambda eta, gnorm2: np.inf
     try:
         kw = dict(kw)
         if max_iter is not None:
@@ -146,7 +156,7 @@ def fit_one(X, Y, Xv, Yv, kw, metric, rule, max_iter):
             g.fit(X, Y)
         wall, cpu = time.perf_counter() - t, time.process_time() - c
     finally:
-        core.STEP_RULE = old_rule
+        core.STEP_RULE, core.objective_step_cap, core.rejection_bound = old
     res = got["result"]
     score = g.evaluate(Xv, [metric], Y=Yv)[metric]
     return {
@@ -164,7 +174,9 @@ def fit_one(X, Y, Xv, Yv, kw, metric, rule, max_iter):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--only", default=",".join(PROBLEMS))
-    p.add_argument("--rules", default=None, help="comma list (default: all STEP_RULES)")
+    p.add_argument("--rules", default=None,
+                   help="comma list (default: all STEP_RULES); a rule + '-uncapped': without "
+                        "the first-trial cap and the rejection-bound stop")
     p.add_argument("--max-iter", type=int, default=None, help="default: the estimator's")
     p.add_argument("--del-rows", type=int, default=20_000)
     p.add_argument("--del-features", type=int, default=78_259)
