@@ -230,3 +230,21 @@ def test_remap_packed_kernel_vs_numpy():
     remap_packed(words, row_of, col_of)
     np.testing.assert_array_equal(words[:, 0], (row_of[r] << 32) | col_of[c])
     np.testing.assert_array_equal(words[:, 1], extra)
+
+
+def test_bench_tables_spill_body_at_tiny_size(tmp_path):
+    """benchmarks/bench_tables_spill.py at tiny size (structure only; no timing is asserted):
+    both paths measured for both key types, the forced limit restored, nothing left behind."""
+    from benchmarks import bench_tables_spill
+
+    keep = tables._KEEP_ENTRIES_BYTES
+    out = tmp_path / "r.json"
+    res = bench_tables_spill.main(
+        ["--rows", "3000", "--files", "2", "--repeat", "1", "--quiet", "--out", str(out)]
+        + ["--workdir", str(tmp_path / "w")]
+    )
+    assert tables._KEEP_ENTRIES_BYTES == keep and out.exists()
+    for keys in ("int64", "string"):
+        for path in ("replay", "spill"):
+            assert res[keys][path]["cpu_seconds"] > 0 and res[keys][path]["ratio_to_scan"] > 0
+    assert not (tmp_path / "w").exists()

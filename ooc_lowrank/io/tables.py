@@ -29,12 +29,20 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
     also for labels and classes).  The input may come in any order: an external sort buckets
     entries by row range into temporary files and sorts each bucket (entries of a row end up
-    sorted by column).  Without ``vocabulary_from``: one read of the table, string keys
-    numbered in first-seen order by a hash table (kernel ``kernels.hashing.intern_strings``),
-    integer keys counted (both key columns side by side), the values validated and the
-    entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.  (Integer
-    keys on both sides and more entries than fit ``_KEEP_ENTRIES_BYTES``, the row count read
-    from the Parquet footers: two reads, as below.)
+    sorted by column).  Without ``vocabulary_from``: one read of the table.  Tables whose row
+    count is known without a read (Parquet footers, Arrow tables) and whose entries take more
+    than ``_KEEP_ENTRIES_BYTES`` spill in that read (``_SpillOnce``): both key columns
+    numbered in first-seen order side by side (integers through a dense table of ids,
+    ``kernels.buckets.intern_dense``, or a hash table when their span is too wide; strings by
+    a hash table, ``kernels.hashing.intern_strings``), every entry written at once to the file
+    of its row's bucket, a range of an order key of the row keys (the integer, or a string's
+    first 8 bytes) cut at quantiles of the first batch, so that a bucket holds a contiguous
+    range of the sorted row indices; each bucket's ids are mapped to sorted indices when it is
+    loaded (``kernels.buckets.remap_packed``), and a bucket that came out larger than
+    ``bucket_nnz`` (a first batch unlike the rest) is re-spilled once into smaller row ranges.
+    Smaller tables and tables of unknown size (CSV, DataFrames): the keys interned or counted
+    the same way, the values validated and the entries kept in a scratch file; pass 2
+    replays them mapped to the sorted indices into the spill below.
     With ``vocabulary_from``: two reads: pass 1 reads the key columns only,
     validates them and builds the vocabularies (dense integer keys counted in an array, Parquet
     string keys read dictionary-encoded and counted per dictionary), pass 2 validates the
@@ -621,8 +629,13 @@ class Vocabulary:
     def __init__(self, keys: pa.Array):
         self.keys = _norm_keys(_decode(keys))
         self._int = pa.types.is_integer(self.keys.type)
-        self._lut = None
         self._last_dictionary = None  # (dictionary, its indices) of the last batch
+        self._lookup = False  # the lookup structures, built by the first index()
+
+    def _build_lookup(self) -> None:
+        """The table, binary search or hash table that :meth:`index` probes (built once, on
+        first use: a vocabulary only written or read by index needs none)."""
+        self._lookup, self._lut = True, None
         if self._int:
             k = self.keys.to_numpy()
             if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
@@ -649,6 +662,8 @@ class Vocabulary:
 
     def index(self, arr) -> np.ndarray:
         """int64 index of every key of ``arr``; -1 for a key not in the vocabulary."""
+        if not self._lookup:
+            self._build_lookup()
         if pa.types.is_dictionary(arr.type) and not arr.null_count:
             # each distinct key searched once per dictionary (a Parquet row group's, shared by
             # its batches; it never holds more keys than the row group has rows)
@@ -1449,11 +1464,14 @@ def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles
     return rows[starts], cols[starts], out
 
 
-#: Interactions with integer keys on both sides and no training vocabularies keep their
-#: entries for pass 2 (24-40 bytes each) only up to this many bytes; a larger table whose row
-#: count is known (Parquet, Arrow) is read twice instead: past the page cache's dirty limit
-#: the kept entries go to disk and back, which costs more than a second read of the integer
-#: columns (200M rows: 4.8 GB written and read, against one scan of 2.2 GB of Parquet).
+#: Interactions without training vocabularies keep their entries for a replay (24-40 bytes
+#: each, :class:`_PairsOnce`) only up to this many bytes; a larger table whose row count is
+#: known (Parquet, Arrow) spills its entries to their row buckets in its one read instead
+#: (:class:`_SpillOnce`): past the page cache's dirty limit the kept entries go to disk and
+#: back (200M rows: 4.8 GB written and read), the spill is written and read once either way.
+#: Below it the two cost about the same (20M rows, busy machine, min of 3 CPU-s:
+#: int64 keys replay 3.06 / spill 3.22, string keys 7.45 / 7.01;
+#: ``benchmarks/bench_tables_spill.py``, ``benchmarks/results/tables_spill.json``).
 _KEEP_ENTRIES_BYTES = 1 << 30
 
 
@@ -1522,10 +1540,11 @@ def _convert_pairs(
     builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
     counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
     offset = dropped = 0
-    # without training vocabularies: the table read once, pass 2 replays its entries (with
+    # without training vocabularies: the table read once; pass 2 replays its entries (with
     # the replay in cache-sized chunks and one spill kernel, keeping the entries of int64 keys
     # costs no more than a second read: 20M rows, busy machine, 4.1-4.5 vs 4.3-5.8 CPU-s),
-    # unless both keys are integers and the kept entries would outgrow _KEEP_ENTRIES_BYTES
+    # unless the row count is known and the kept entries would outgrow _KEEP_ENTRIES_BYTES:
+    # then the entries are spilled to their buckets in that read (_SpillOnce)
     once = spill = None
     if not known:
         n_known = _spill_once_rows(src, len(cols) - 2)
