@@ -406,7 +406,8 @@ def string_order_keys(data, offsets, i0, i1, out):
 @njit
 def remap_packed(words, row_of, col_of):
     """Packed records ``(n, k)`` (word 0: ``row << 32 | column``) mapped in place to
-    ``row_of[row] << 32 | col_of[column]`` (int64 tables: first-seen id -> final index)."""
+    ``row_of[row] << 32 | col_of[column]`` (integer tables, int32 to halve what is read at
+    random: first-seen id -> final index)."""
     for i in range(words.shape[0]):
         w = words[i, 0]
-        words[i, 0] = (row_of[w >> 32] << 32) | col_of[w & 0xFFFFFFFF]
+        words[i, 0] = (np.int64(row_of[w >> 32]) << 32) | np.int64(col_of[w & 0xFFFFFFFF])

@@ -248,3 +248,19 @@ def test_bench_tables_spill_body_at_tiny_size(tmp_path):
         for path in ("replay", "spill"):
             assert res[keys][path]["cpu_seconds"] > 0 and res[keys][path]["ratio_to_scan"] > 0
     assert not (tmp_path / "w").exists()
+
+
+def test_string_interner_uncounted_keeps_keys_seen_after_an_unused_dictionary_key():
+    """add(count=False) marks new keys seen without counting; a dictionary's unused key stays
+    out of the vocabulary unless a later batch holds it (then counted, not lost)."""
+    it = tables._StringInterner()
+    d = pa.DictionaryArray.from_arrays(pa.array([0, 2, 0], pa.int32()), pa.array(["b", "x", "a"]))
+    np.testing.assert_array_equal(it.add(d, False), [0, 2, 0])
+    np.testing.assert_array_equal(it.add(pa.array(["c", "x"]), False), [3, 1])
+    voc, _, where = it.finish()
+    assert voc.keys.to_pylist() == ["a", "b", "c", "x"]
+    np.testing.assert_array_equal(where, [1, 3, 0, 2])
+    it = tables._StringInterner()
+    it.add(d, False)
+    voc, _, where = it.finish()  # "x" never seen: left out
+    assert voc.keys.to_pylist() == ["a", "b"] and where[1] == -1

@@ -824,12 +824,16 @@ class _StringInterner:
         self._hashes = np.empty(1 << 12, np.uint64)
         self._slots = np.zeros((1 << 13, 4), np.uint64)
         self.counts = np.zeros(1 << 12, np.int64)
+        self._counting = False  # whether add(count=False) must count all the same
         self._last_dictionary = None  # (dictionary, ids of its keys)
 
-    def add(self, keys: pa.Array) -> np.ndarray:
-        """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings)."""
+    def add(self, keys: pa.Array, count: bool = True) -> np.ndarray:
+        """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings).
+        ``count=False``: the keys' counts are not kept (a random increment per key saved);
+        :meth:`finish` then reports 1 for every key seen."""
         from ooc_lowrank.kernels.buckets import count_into
 
+        n0 = self.n
         if pa.types.is_dictionary(keys.type):  # each dictionary interned once (a row group's)
             d, last = keys.dictionary, self._last_dictionary
             if last is None or not _same_array(last[0], d):
@@ -839,7 +843,12 @@ class _StringInterner:
             ids = self._intern(keys)
         if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
             raise _err("more than 2**31 - 1 distinct string keys", self.n)
-        count_into(ids, 0, self.counts)
+        if pa.types.is_dictionary(keys.type):  # a dictionary's keys may go unused: counted
+            self._counting = True  # from now on (a key interned unused, seen later plain)
+        if count or self._counting:
+            count_into(ids, 0, self.counts)
+        else:  # every new key was seen
+            self.counts[n0 : self.n] = 1
         return ids
 
     def _grow(self, n_bytes: int) -> None:
@@ -918,8 +927,9 @@ class _IntInterner:
         self._lo, self._lut = 0, None
         self._hash = None  # a _StringInterner of the keys' bytes, once the span is too wide
 
-    def add(self, keys: pa.Array) -> np.ndarray:
-        """First-seen ids (int64) of ``keys`` (int64, or a dictionary of integers)."""
+    def add(self, keys: pa.Array, count: bool = True) -> np.ndarray:
+        """First-seen ids (int64) of ``keys`` (int64, or a dictionary of integers); with
+        ``count=False`` as :meth:`_StringInterner.add`."""
         from ooc_lowrank.kernels.buckets import count_into, intern_dense
 
         k = np.ascontiguousarray(_decode(keys).to_numpy(), np.int64)
@@ -955,7 +965,10 @@ class _IntInterner:
             self._key_of[n0 : self.n] = self._hash._data[8 * n0 : 8 * self.n].view(np.int64)
         if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
             raise _err("more than 2**31 - 1 distinct integer keys", self.n)
-        count_into(out, 0, self.counts)
+        if count:
+            count_into(out, 0, self.counts)
+        else:
+            self.counts[n0 : self.n] = 1
         return out
 
     def _intern_hashed(self, k: np.ndarray) -> np.ndarray:
@@ -1235,7 +1248,9 @@ class _SpillOnce:
                             integer = _type_class(keys[k].type) == "integer"
                             sides[k] = _IntInterner() if integer else _StringInterner()
                     n0 = sides[0].n
-                    ids = [pool.submit(sides[k].add, keys[k]) for k in (0, 1)]
+                    # no counts kept: the row counts of a bucket are taken from its records
+                    # only when it must be re-spilled (at 200M rows, 8 bytes per key at random)
+                    ids = [pool.submit(sides[k].add, keys[k], False) for k in (0, 1)]
                     vbits = np.empty((len(vfields), batch.num_rows), np.float64)
                     if value is not None:
                         vbits[0] = _values(batch, value, "value", offset, src)
@@ -1268,11 +1283,10 @@ class _SpillOnce:
             self._raw.close_files()
         self.vocabularies, self._where, self.counts = [], [], None
         for side in sides if offset else ():
-            voc, counts, where = side.finish()
+            voc, _, where = side.finish()
             self.vocabularies.append(voc)
-            self._where.append(where)
-            if self.counts is None:
-                self.counts = counts
+            # id -> sorted index, 4 bytes per key (read at random per record by remap_packed)
+            self._where.append(where.astype(np.int32))
         if offset:
             # the sorted rows of every bucket: a contiguous range (the order keys never
             # contradict the key order), found from the bucket of every row in sorted order
@@ -1304,7 +1318,7 @@ class _SpilledBuckets:
     def __init__(self, once: _SpillOnce):
         self._once, self._buf = once, None
         self._row_of, self._col_of = once._where
-        raw, first, counts = once._raw, once.first_row, once.counts
+        raw, first = once._raw, once.first_row
         starts, self._items = [0], []
         for b in range(once.n_buckets):
             r0, r1 = int(first[b]), int(first[b + 1])
@@ -1314,7 +1328,11 @@ class _SpilledBuckets:
                 self._items.append(("raw", b))
                 starts.append(r1)
                 continue
-            sub = bucket_starts(counts[r0:r1], once.bucket_nnz) + r0
+            counts = np.zeros(r1 - r0, np.int64)  # its rows' entries, from its records
+            for rec in self._chunks(raw.files[b], once.bucket_nnz):
+                self._remap(rec)
+                counts += np.bincount((rec["rc"] >> 32) - r0, minlength=r1 - r0)
+            sub = bucket_starts(counts, once.bucket_nnz) + r0
             split = RowBuckets(_mkdir(os.path.join(once._tmp, f"split{b}")), sub, once.rec_dtype)
             try:
                 for rec in self._chunks(raw.files[b], once.bucket_nnz):
