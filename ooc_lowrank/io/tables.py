@@ -984,8 +984,12 @@ class _IntInterner:
         """As :meth:`_StringInterner.finish`: (the sorted vocabulary, the count of each of its
         keys, the sorted index of each id)."""
         n = self.n
+        if self._lut is not None:  # the table lists the ids in key order: no sort
+            valid = self._lut >= 0
+            order = self._lut[valid].astype(np.int64)
+        else:
+            order = np.argsort(self._key_of[:n], kind="stable")
         self._lut = self._hash = None
-        order = np.argsort(self._key_of[:n], kind="stable")
         where = np.empty(n, np.int64)
         where[order] = np.arange(n)
         return Vocabulary(pa.array(self._key_of[order])), self.counts[order], where
