@@ -264,3 +264,18 @@ def test_string_interner_uncounted_keeps_keys_seen_after_an_unused_dictionary_ke
     it.add(d, False)
     voc, _, where = it.finish()  # "x" never seen: left out
     assert voc.keys.to_pylist() == ["a", "b"] and where[1] == -1
+
+
+def test_sort_strings_equals_byte_order():
+    """_sort_strings (a sort of the first 8 bytes, Arrow's sort within runs of equal ones) is
+    the byte order of the strings: long shared prefixes, short keys, NUL bytes, non-ASCII."""
+    rng = np.random.default_rng(4)
+    words = ["user_0000" + str(x) for x in rng.integers(0, 500, 200)] + ["", "a", "a\x00", "\u00e9"]
+    words += ["".join(rng.choice(list("ab\x00\u00e9z"), rng.integers(0, 11))) for _ in range(400)]
+    words = list(dict.fromkeys(words))
+    arr = pa.array(words, pa.large_string())
+    data, offsets = tables._string_parts(arr)
+    prefix = np.empty(len(words), np.int64)
+    string_order_keys(data, offsets, 0, len(words), prefix)
+    perm = tables._sort_strings(arr, prefix)
+    assert [words[k] for k in perm] == sorted(words, key=lambda w: w.encode())

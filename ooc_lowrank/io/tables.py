@@ -907,10 +907,28 @@ class _StringInterner:
             n, pa.py_buffer(self._offsets[: n + 1].copy()), pa.py_buffer(self._data.copy())
         )
         seen = np.flatnonzero(self.counts[:n])
-        order = seen[pc.array_sort_indices(keys.take(pa.array(seen))).to_numpy()]
+        order = seen[_sort_strings(keys.take(pa.array(seen)), self.order_keys(0, n)[seen])]
         where = np.full(n, -1, np.int64)
         where[order] = np.arange(order.size)
         return Vocabulary(keys.take(pa.array(order))), self.counts[order], where
+
+
+def _sort_strings(keys: pa.Array, prefix: np.ndarray) -> np.ndarray:
+    """The permutation sorting the strings ``keys`` by their UTF-8 bytes, given ``prefix``
+    (int64, their :func:`kernels.buckets.string_order_keys`): a NumPy sort of the prefixes,
+    then Arrow's string sort only for runs of equal prefixes (4M keys of up to 8 bytes:
+    0.5 s instead of 3.5 s for Arrow's sort of them all)."""
+    perm = np.argsort(prefix, kind="stable")
+    p = prefix[perm]
+    tie = p[1:] == p[:-1]
+    if tie.any():  # runs of equal first 8 bytes, contiguous in this order: sorted in place
+        run = np.zeros(p.size, bool)
+        run[1:] |= tie
+        run[:-1] |= tie
+        at = np.flatnonzero(run)
+        sub = pa.table({"p": p[at], "k": keys.take(pa.array(perm[at]))})
+        perm[at] = perm[at][pc.sort_indices(sub, [("p", "ascending"), ("k", "ascending")])]
+    return perm
 
 
 class _IntInterner:
