@@ -250,18 +250,18 @@ def test_bench_tables_spill_body_at_tiny_size(tmp_path):
     assert not (tmp_path / "w").exists()
 
 
-def test_string_interner_uncounted_keeps_keys_seen_after_an_unused_dictionary_key():
-    """add(count=False) marks new keys seen without counting; a dictionary's unused key stays
-    out of the vocabulary unless a later batch holds it (then counted, not lost)."""
-    it = tables._StringInterner()
+def test_string_interner_uncounted_keeps_a_dictionary_key_seen_later():
+    """_StringInterner(count=False) flags keys seen without counting; a dictionary's unused
+    key stays out of the vocabulary unless a later batch holds it (then flagged, not lost)."""
+    it = tables._StringInterner(count=False)
     d = pa.DictionaryArray.from_arrays(pa.array([0, 2, 0], pa.int32()), pa.array(["b", "x", "a"]))
-    np.testing.assert_array_equal(it.add(d, False), [0, 2, 0])
-    np.testing.assert_array_equal(it.add(pa.array(["c", "x"]), False), [3, 1])
-    voc, _, where = it.finish()
-    assert voc.keys.to_pylist() == ["a", "b", "c", "x"]
+    np.testing.assert_array_equal(it.add(d), [0, 2, 0])
+    np.testing.assert_array_equal(it.add(pa.array(["c", "x"])), [3, 1])
+    voc, counts, where = it.finish()
+    assert voc.keys.to_pylist() == ["a", "b", "c", "x"] and counts.tolist() == [1, 1, 1, 1]
     np.testing.assert_array_equal(where, [1, 3, 0, 2])
-    it = tables._StringInterner()
-    it.add(d, False)
+    it = tables._StringInterner(count=False)
+    it.add(d)
     voc, _, where = it.finish()  # "x" never seen: left out
     assert voc.keys.to_pylist() == ["a", "b"] and where[1] == -1
 

@@ -815,22 +815,23 @@ class _StringInterner:
     """Distinct string keys of a stream numbered in first-seen order, with the count of each
     (kernel ``kernels.hashing.intern_strings``: a 64-bit hash per key and one probe of a hash
     table per row; no Python object, no dictionary encoding per batch).  :meth:`finish` sorts
-    the keys: the vocabulary and the sorted index of every first-seen id."""
+    the keys: the vocabulary and the sorted index of every first-seen id.  ``count=False``:
+    no counts, only a byte per key flagging it seen (no random increment per row, 7 bytes
+    less per key); :meth:`finish` then reports 1 for every key."""
 
-    def __init__(self):
+    def __init__(self, count: bool = True):
         self.n = 0
         self._data = np.empty(1 << 16, np.uint8)
         self._offsets = np.zeros((1 << 12) + 1, np.int64)
         self._hashes = np.empty(1 << 12, np.uint64)
         self._slots = np.zeros((1 << 13, 4), np.uint64)
-        self.counts = np.zeros(1 << 12, np.int64)
-        self._counting = False  # whether add(count=False) must count all the same
+        self._count = count
+        self.counts = np.zeros(1 << 12, np.int64 if count else np.uint8)
+        self._unused = False  # whether a key may have been interned unseen (a dictionary's)
         self._last_dictionary = None  # (dictionary, ids of its keys)
 
-    def add(self, keys: pa.Array, count: bool = True) -> np.ndarray:
-        """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings).
-        ``count=False``: the keys' counts are not kept (a random increment per key saved);
-        :meth:`finish` then reports 1 for every key seen."""
+    def add(self, keys: pa.Array) -> np.ndarray:
+        """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings)."""
         from ooc_lowrank.kernels.buckets import count_into
 
         n0 = self.n
@@ -843,10 +844,11 @@ class _StringInterner:
             ids = self._intern(keys)
         if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
             raise _err("more than 2**31 - 1 distinct string keys", self.n)
-        if pa.types.is_dictionary(keys.type):  # a dictionary's keys may go unused: counted
-            self._counting = True  # from now on (a key interned unused, seen later plain)
-        if count or self._counting:
+        self._unused |= pa.types.is_dictionary(keys.type)  # its keys may go unused
+        if self._count:
             count_into(ids, 0, self.counts)
+        elif self._unused:  # a key interned unused may be seen now
+            self.counts[ids] = 1
         else:  # every new key was seen
             self.counts[n0 : self.n] = 1
         return ids
@@ -857,7 +859,8 @@ class _StringInterner:
         if n + 1 >= self._hashes.size:
             cap = 2 * self._hashes.size
             self._hashes = np.resize(self._hashes, cap)
-            self.counts = np.concatenate([self.counts, np.zeros(cap - self.counts.size, np.int64)])
+            more = np.zeros(cap - self.counts.size, self.counts.dtype)
+            self.counts = np.concatenate([self.counts, more])
             self._offsets = np.resize(self._offsets, cap + 1)
         used = int(self._offsets[n])
         if used + n_bytes > self._data.size:
@@ -865,7 +868,9 @@ class _StringInterner:
         if 2 * (n + 1) > self._slots.shape[0]:
             from ooc_lowrank.kernels.hashing import rehash_slots
 
-            self._slots = np.zeros((2 * self._slots.shape[0], 4), np.uint64)
+            size = 2 * self._slots.shape[0]
+            self._slots = None  # freed first (the keys are rehashed from their own arrays)
+            self._slots = np.zeros((size, 4), np.uint64)
             rehash_slots(self._data, self._offsets, self._hashes, n, self._slots)
 
     def _intern(self, arr: pa.Array) -> np.ndarray:
@@ -936,18 +941,19 @@ class _IntInterner:
     as :class:`_StringInterner` does for strings: keys within a span of ``_MAX_DENSE_SPAN``
     values through a dense table of ids (kernel ``kernels.buckets.intern_dense``: one array
     read per key, 4 bytes per value of the span), wider spans through the string interner's
-    hash table over the keys' 8 bytes (the ids kept)."""
+    hash table over the keys' 8 bytes (the ids kept).  ``count=False`` as for
+    :class:`_StringInterner`."""
 
-    def __init__(self):
+    def __init__(self, count: bool = True):
         self.n = 0
         self._key_of = np.empty(1 << 12, np.int64)
-        self.counts = np.zeros(1 << 12, np.int64)
+        self._count = count
+        self.counts = np.zeros(1 << 12, np.int64 if count else np.uint8)
         self._lo, self._lut = 0, None
         self._hash = None  # a _StringInterner of the keys' bytes, once the span is too wide
 
-    def add(self, keys: pa.Array, count: bool = True) -> np.ndarray:
-        """First-seen ids (int64) of ``keys`` (int64, or a dictionary of integers); with
-        ``count=False`` as :meth:`_StringInterner.add`."""
+    def add(self, keys: pa.Array) -> np.ndarray:
+        """First-seen ids (int64) of ``keys`` (int64, or a dictionary of integers)."""
         from ooc_lowrank.kernels.buckets import count_into, intern_dense
 
         k = np.ascontiguousarray(_decode(keys).to_numpy(), np.int64)
@@ -957,7 +963,8 @@ class _IntInterner:
         if n0 + k.size > self._key_of.size:  # room for every key of the batch being new
             cap = max(2 * self._key_of.size, n0 + k.size)
             self._key_of = np.resize(self._key_of, cap)
-            self.counts = np.concatenate([self.counts, np.zeros(cap - self.counts.size, np.int64)])
+            more = np.zeros(cap - self.counts.size, self.counts.dtype)
+            self.counts = np.concatenate([self.counts, more])
         if self._hash is None:
             lo, hi = int(k.min()), int(k.max())
             if self._lut is not None:
@@ -976,16 +983,16 @@ class _IntInterner:
                 self.n = intern_dense(k, self._lo, self._lut, n0, self._key_of, out)
             else:  # too wide: the ids so far re-interned in order (0, 1, ...) in a hash table
                 self._lut = None
-                self._hash = _StringInterner()
+                self._hash = _StringInterner(count=False)
                 self._intern_hashed(self._key_of[:n0].copy())
         if self._hash is not None:
             out = self._intern_hashed(k)
             self._key_of[n0 : self.n] = self._hash._data[8 * n0 : 8 * self.n].view(np.int64)
         if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
             raise _err("more than 2**31 - 1 distinct integer keys", self.n)
-        if count:
+        if self._count:
             count_into(out, 0, self.counts)
-        else:
+        else:  # every key interned is seen
             self.counts[n0 : self.n] = 1
         return out
 
@@ -1268,11 +1275,11 @@ class _SpillOnce:
                     for k in (0, 1):
                         if sides[k] is None:
                             integer = _type_class(keys[k].type) == "integer"
-                            sides[k] = _IntInterner() if integer else _StringInterner()
+                            sides[k] = (_IntInterner if integer else _StringInterner)(False)
                     n0 = sides[0].n
-                    # no counts kept: the row counts of a bucket are taken from its records
-                    # only when it must be re-spilled (at 200M rows, 8 bytes per key at random)
-                    ids = [pool.submit(sides[k].add, keys[k], False) for k in (0, 1)]
+                    # interners without counts: the row counts of a bucket are taken from its
+                    # records only when it must be re-spilled (no random increment per row)
+                    ids = [pool.submit(sides[k].add, keys[k]) for k in (0, 1)]
                     vbits = np.empty((len(vfields), batch.num_rows), np.float64)
                     if value is not None:
                         vbits[0] = _values(batch, value, "value", offset, src)
@@ -1304,6 +1311,9 @@ class _SpillOnce:
         finally:
             self._raw.close_files()
         self.vocabularies, self._where, self.counts = [], [], None
+        for side in sides:  # both hash tables freed before either vocabulary is sorted
+            if isinstance(side, _StringInterner):
+                side._slots = None
         for side in sides if offset else ():
             voc, _, where = side.finish()
             self.vocabularies.append(voc)
