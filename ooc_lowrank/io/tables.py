@@ -111,6 +111,7 @@ import copy
 import glob as _glob
 import inspect
 import os
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -631,11 +632,18 @@ class Vocabulary:
         self._int = pa.types.is_integer(self.keys.type)
         self._last_dictionary = None  # (dictionary, its indices) of the last batch
         self._lookup = False  # the lookup structures, built by the first index()
+        self._lookup_lock = threading.Lock()
 
     def _build_lookup(self) -> None:
         """The table, binary search or hash table that :meth:`index` probes (built once, on
-        first use: a vocabulary only written or read by index needs none)."""
-        self._lookup, self._lut = True, None
+        first use: a vocabulary only written or read by index needs none); thread-safe."""
+        with self._lookup_lock:
+            if not self._lookup:
+                self._build_lookup_once()
+                self._lookup = True
+
+    def _build_lookup_once(self) -> None:
+        self._lut = None
         if self._int:
             k = self.keys.to_numpy()
             if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
