@@ -1527,10 +1527,11 @@ def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles
 #: known (Parquet, Arrow) spills its entries to their row buckets in its one read instead
 #: (:class:`_SpillOnce`): past the page cache's dirty limit the kept entries go to disk and
 #: back (200M rows: 4.8 GB written and read), the spill is written and read once either way.
-#: Below it the two cost about the same (20M rows, busy machine, min of 3 CPU-s:
-#: int64 keys replay 3.06 / spill 3.22, string keys 7.45 / 7.01;
-#: ``benchmarks/bench_tables_spill.py``, ``benchmarks/results/tables_spill.json``).
-_KEEP_ENTRIES_BYTES = 1 << 30
+#: At 20M rows (480 MB of kept entries) the spill costs less already (busy machine, min of 3
+#: CPU-s: int64 keys replay 3.12 / spill 2.90, string keys 6.18 / 5.86, scans 0.71 / 1.60;
+#: ``benchmarks/bench_tables_spill.py``, ``benchmarks/results/tables_spill.json``); below
+#: 256 MB (about 10M ratings) the kept entries stay in the page cache and both are alike.
+_KEEP_ENTRIES_BYTES = 1 << 28
 
 
 def _spill_once_rows(src: TableSource, n_fields: int) -> int | None:
