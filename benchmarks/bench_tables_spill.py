@@ -98,9 +98,9 @@ def main(argv=None):
                 print(
                     f"{keys} keys, {a.rows} rows: scan {r['scan_cpu_seconds']:.2f} CPU-s; "
                     + "; ".join(
-                        f"{path} {r[path]['cpu_seconds']:.2f} CPU-s "
-                        f"({r[path]['cpu_ratio_to_scan']:.1f}x, wall {r[path]['ratio_to_scan']:.1f}x)"
-                        for path in PATHS
+                        f"{path} {m['cpu_seconds']:.2f} CPU-s ({m['cpu_ratio_to_scan']:.1f}x, "
+                        f"wall {m['ratio_to_scan']:.1f}x)"
+                        for path, m in ((path, r[path]) for path in PATHS)
                     )
                 )
     finally:

@@ -980,8 +980,9 @@ class _IntInterner:
             if hi - lo < _MAX_DENSE_SPAN:
                 if self._lut is None or lo < self._lo or hi >= self._lo + self._lut.size:
                     # grown geometrically (O(batch) per batch), the ids moved along
-                    size = hi - lo + 1 if self._lut is None else max(hi - lo + 1, 2 * self._lut.size)
-                    size = min(size, _MAX_DENSE_SPAN)
+                    size = hi - lo + 1
+                    if self._lut is not None:
+                        size = min(max(size, 2 * self._lut.size), _MAX_DENSE_SPAN)
                     lo = max(lo - (size - (hi - lo + 1)) // 2, -(2**63))  # room on both sides
                     lut = np.full(size, -1, np.int32)
                     if self._lut is not None:
