@@ -279,3 +279,20 @@ def test_sort_strings_equals_byte_order():
     string_order_keys(data, offsets, 0, len(words), prefix)
     perm = tables._sort_strings(arr, prefix)
     assert [words[k] for k in perm] == sorted(words, key=lambda w: w.encode())
+
+
+@pytest.mark.parametrize("policy", ["last", "mean"])
+def test_spill_once_weights_and_no_value_column(tmp_path, monkeypatch, policy):
+    """A weight column (a second coo array, same entries) and a table without a value column
+    (ones): the spill-once stores equal the replay path's, array by array."""
+    t, _, _ = _table("string", policy, n=1500, seed=6)
+    t = t.append_column("w", pa.array(np.random.default_rng(6).random(t.num_rows)))
+    for extra in (dict(weight="w"), dict(value=None)):
+        kw = _kw(policy, **extra)
+        convert_table(t, str(tmp_path / "replay.zarr"), overwrite=True, **kw)
+        monkeypatch.setattr(tables, "_KEEP_ENTRIES_BYTES", 0)
+        convert_table(t, str(tmp_path / "spill.zarr"), overwrite=True, **kw)
+        monkeypatch.setattr(tables, "_KEEP_ENTRIES_BYTES", 1 << 30)
+        for a in ("obs", "weight") if "weight" in extra else ("obs",):
+            got = _chunk_bytes(tmp_path / "spill.zarr", a)
+            assert got == _chunk_bytes(tmp_path / "replay.zarr", a) and len(got) > 2
