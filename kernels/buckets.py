@@ -367,3 +367,47 @@ def lookup_dense(keys, lo, lut, out):
     for i in range(keys.size):
         j = keys[i] - lo
         out[i] = lut[j] if 0 <= j < size else -1
+
+
+@njit
+def intern_dense(keys, lo, lut, n_keys, key_of, out):
+    """Ids of integer keys in first-seen order through a dense table: ``lut`` (int32 or int64)
+    holds the id of key ``lo + j`` at slot ``j``, or -1; a key seen first gets id ``n_keys``
+    (then ``n_keys + 1``, ...) and ``key_of[id] = key``.  The caller makes ``lut`` cover every
+    key and ``key_of`` hold ``n_keys + keys.size`` ids.  Writes ``out[i]``, the id of
+    ``keys[i]``; returns the number of keys now."""
+    for i in range(keys.size):
+        j = keys[i] - lo
+        k = lut[j]
+        if k < 0:
+            k = n_keys
+            lut[j] = k
+            key_of[k] = keys[i]
+            n_keys += 1
+        out[i] = k
+    return n_keys
+
+
+@njit
+def string_order_keys(data, offsets, i0, i1, out):
+    """``out[i - i0]`` (int64) for the strings ``i0 .. i1 - 1`` of ``data`` / ``offsets``: their
+    first 8 bytes read big-endian (zero-padded) with the top bit flipped, so that the int64
+    order of the results never contradicts the byte order of the strings (equal results for
+    strings sharing their first 8 bytes)."""
+    for i in range(i0, i1):
+        s0, sn = offsets[i], offsets[i + 1] - offsets[i]
+        w = np.uint64(0)
+        for j in range(8):
+            b = np.uint64(data[s0 + j]) if j < sn else np.uint64(0)
+            w = (w << np.uint64(8)) | b
+        out[i - i0] = np.int64(w ^ np.uint64(1 << 63))
+
+
+@njit
+def remap_packed(words, row_of, col_of):
+    """Packed records ``(n, k)`` (word 0: ``row << 32 | column``) mapped in place to
+    ``row_of[row] << 32 | col_of[column]`` (integer tables, int32 to halve what is read at
+    random: first-seen id -> final index)."""
+    for i in range(words.shape[0]):
+        w = words[i, 0]
+        words[i, 0] = (np.int64(row_of[w >> 32]) << 32) | np.int64(col_of[w & 0xFFFFFFFF])

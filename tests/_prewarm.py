@@ -133,6 +133,13 @@ def _tables():
     with tempfile.TemporaryDirectory() as d:
         convert_table(df, f"{d}/t.zarr", kind="interactions", row_key="u", col_key="i",
                       value="r", duplicates="last")  # fmt: skip
+        # the spill-once path (tables above _KEEP_ENTRIES_BYTES): its kernels, both key types
+        from ooc_lowrank.io import tables
+
+        tables._KEEP_ENTRIES_BYTES = 0  # this process only
+        for u, i in (("u", "i"), ("i", "u")):
+            convert_table(df, f"{d}/s{u}.zarr", kind="interactions", row_key=u, col_key=i,
+                          value="r", duplicates="sum", batch_rows=100, bucket_nnz=50)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -29,12 +29,20 @@ Four targets (``kind``):
     the same matrix; an unseen key is an error naming it, or left out with ``unseen="drop"``;
     also for labels and classes).  The input may come in any order: an external sort buckets
     entries by row range into temporary files and sorts each bucket (entries of a row end up
-    sorted by column).  Without ``vocabulary_from``: one read of the table, string keys
-    numbered in first-seen order by a hash table (kernel ``kernels.hashing.intern_strings``),
-    integer keys counted (both key columns side by side), the values validated and the
-    entries kept in a scratch file; pass 2 replays them mapped to the sorted indices.  (Integer
-    keys on both sides and more entries than fit ``_KEEP_ENTRIES_BYTES``, the row count read
-    from the Parquet footers: two reads, as below.)
+    sorted by column).  Without ``vocabulary_from``: one read of the table.  Tables whose row
+    count is known without a read (Parquet footers, Arrow tables) and whose entries take more
+    than ``_KEEP_ENTRIES_BYTES`` spill in that read (``_SpillOnce``): both key columns
+    numbered in first-seen order side by side (integers through a dense table of ids,
+    ``kernels.buckets.intern_dense``, or a hash table when their span is too wide; strings by
+    a hash table, ``kernels.hashing.intern_strings``), every entry written at once to the file
+    of its row's bucket, a range of an order key of the row keys (the integer, or a string's
+    first 8 bytes) cut at quantiles of the first batch, so that a bucket holds a contiguous
+    range of the sorted row indices; each bucket's ids are mapped to sorted indices when it is
+    loaded (``kernels.buckets.remap_packed``), and a bucket that came out larger than
+    ``bucket_nnz`` (a first batch unlike the rest) is re-spilled once into smaller row ranges.
+    Smaller tables and tables of unknown size (CSV, DataFrames): the keys interned or counted
+    the same way, the values validated and the entries kept in a scratch file; pass 2
+    replays them mapped to the sorted indices into the spill below.
     With ``vocabulary_from``: two reads: pass 1 reads the key columns only,
     validates them and builds the vocabularies (dense integer keys counted in an array, Parquet
     string keys read dictionary-encoded and counted per dictionary), pass 2 validates the
@@ -103,6 +111,7 @@ import copy
 import glob as _glob
 import inspect
 import os
+import threading
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -621,8 +630,20 @@ class Vocabulary:
     def __init__(self, keys: pa.Array):
         self.keys = _norm_keys(_decode(keys))
         self._int = pa.types.is_integer(self.keys.type)
-        self._lut = None
         self._last_dictionary = None  # (dictionary, its indices) of the last batch
+        self._lookup = False  # the lookup structures, built by the first index()
+        self._lookup_lock = threading.Lock()
+
+    def _build_lookup(self) -> None:
+        """The table, binary search or hash table that :meth:`index` probes (built once, on
+        first use: a vocabulary only written or read by index needs none); thread-safe."""
+        with self._lookup_lock:
+            if not self._lookup:
+                self._build_lookup_once()
+                self._lookup = True
+
+    def _build_lookup_once(self) -> None:
+        self._lut = None
         if self._int:
             k = self.keys.to_numpy()
             if k.size and int(k.max()) - int(k.min()) < 8 * k.size + 4096:  # dense ids: a table
@@ -649,6 +670,8 @@ class Vocabulary:
 
     def index(self, arr) -> np.ndarray:
         """int64 index of every key of ``arr``; -1 for a key not in the vocabulary."""
+        if not self._lookup:
+            self._build_lookup()
         if pa.types.is_dictionary(arr.type) and not arr.null_count:
             # each distinct key searched once per dictionary (a Parquet row group's, shared by
             # its batches; it never holds more keys than the row group has rows)
@@ -800,21 +823,26 @@ class _StringInterner:
     """Distinct string keys of a stream numbered in first-seen order, with the count of each
     (kernel ``kernels.hashing.intern_strings``: a 64-bit hash per key and one probe of a hash
     table per row; no Python object, no dictionary encoding per batch).  :meth:`finish` sorts
-    the keys: the vocabulary and the sorted index of every first-seen id."""
+    the keys: the vocabulary and the sorted index of every first-seen id.  ``count=False``:
+    no counts, only a byte per key flagging it seen (no random increment per row, 7 bytes
+    less per key); :meth:`finish` then reports 1 for every key."""
 
-    def __init__(self):
+    def __init__(self, count: bool = True):
         self.n = 0
         self._data = np.empty(1 << 16, np.uint8)
         self._offsets = np.zeros((1 << 12) + 1, np.int64)
         self._hashes = np.empty(1 << 12, np.uint64)
         self._slots = np.zeros((1 << 13, 4), np.uint64)
-        self.counts = np.zeros(1 << 12, np.int64)
+        self._count = count
+        self.counts = np.zeros(1 << 12, np.int64 if count else np.uint8)
+        self._unused = False  # whether a key may have been interned unseen (a dictionary's)
         self._last_dictionary = None  # (dictionary, ids of its keys)
 
     def add(self, keys: pa.Array) -> np.ndarray:
         """First-seen ids (int64) of ``keys`` (large_string, or a dictionary of strings)."""
         from ooc_lowrank.kernels.buckets import count_into
 
+        n0 = self.n
         if pa.types.is_dictionary(keys.type):  # each dictionary interned once (a row group's)
             d, last = keys.dictionary, self._last_dictionary
             if last is None or not _same_array(last[0], d):
@@ -824,7 +852,13 @@ class _StringInterner:
             ids = self._intern(keys)
         if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
             raise _err("more than 2**31 - 1 distinct string keys", self.n)
-        count_into(ids, 0, self.counts)
+        self._unused |= pa.types.is_dictionary(keys.type)  # its keys may go unused
+        if self._count:
+            count_into(ids, 0, self.counts)
+        elif self._unused:  # a key interned unused may be seen now
+            self.counts[ids] = 1
+        else:  # every new key was seen
+            self.counts[n0 : self.n] = 1
         return ids
 
     def _grow(self, n_bytes: int) -> None:
@@ -833,7 +867,8 @@ class _StringInterner:
         if n + 1 >= self._hashes.size:
             cap = 2 * self._hashes.size
             self._hashes = np.resize(self._hashes, cap)
-            self.counts = np.concatenate([self.counts, np.zeros(cap - self.counts.size, np.int64)])
+            more = np.zeros(cap - self.counts.size, self.counts.dtype)
+            self.counts = np.concatenate([self.counts, more])
             self._offsets = np.resize(self._offsets, cap + 1)
         used = int(self._offsets[n])
         if used + n_bytes > self._data.size:
@@ -841,25 +876,40 @@ class _StringInterner:
         if 2 * (n + 1) > self._slots.shape[0]:
             from ooc_lowrank.kernels.hashing import rehash_slots
 
-            self._slots = np.zeros((2 * self._slots.shape[0], 4), np.uint64)
+            size = 2 * self._slots.shape[0]
+            self._slots = None  # freed first (the keys are rehashed from their own arrays)
+            self._slots = np.zeros((size, 4), np.uint64)
             rehash_slots(self._data, self._offsets, self._hashes, n, self._slots)
 
     def _intern(self, arr: pa.Array) -> np.ndarray:
+        return self._intern_parts(*_string_parts(arr))  # string or large_string: no cast
+
+    def _intern_parts(self, data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        """First-seen ids of the byte strings ``data`` / ``offsets`` ``(n + 1,)`` (not counted)."""
         from ooc_lowrank.kernels.hashing import hash_strings, intern_strings
 
-        data, offsets = _string_parts(arr)  # string or large_string: no cast
-        hashes = np.empty(len(arr), np.uint64)
+        n_arr = offsets.size - 1
+        hashes = np.empty(n_arr, np.uint64)
         hash_strings(data, offsets, np.uint64(0), hashes)  # = hash_keys(arr)
-        out = np.empty(len(arr), np.int64)
+        out = np.empty(n_arr, np.int64)
         i = 0
         while True:
             self.n, i = intern_strings(
                 data, offsets, hashes, i, self._slots, self._data, self._offsets, self._hashes,
                 self.n, out,
             )  # fmt: skip
-            if i == len(arr):
+            if i == n_arr:
                 return out
             self._grow(int(offsets[i + 1] - offsets[i]))
+
+    def order_keys(self, i0: int, i1: int) -> np.ndarray:
+        """int64 ``(i1 - i0,)``: a key of ids ``i0 .. i1 - 1`` whose order never contradicts
+        the sorted order of the strings (kernel ``string_order_keys``: the first 8 bytes)."""
+        from ooc_lowrank.kernels.buckets import string_order_keys
+
+        out = np.empty(i1 - i0, np.int64)
+        string_order_keys(self._data, self._offsets, i0, i1, out)
+        return out
 
     def finish(self) -> tuple[Vocabulary, np.ndarray, np.ndarray]:
         """(the sorted vocabulary, the count of each of its keys, sorted index of each id);
@@ -870,10 +920,113 @@ class _StringInterner:
             n, pa.py_buffer(self._offsets[: n + 1].copy()), pa.py_buffer(self._data.copy())
         )
         seen = np.flatnonzero(self.counts[:n])
-        order = seen[pc.array_sort_indices(keys.take(pa.array(seen))).to_numpy()]
+        order = seen[_sort_strings(keys.take(pa.array(seen)), self.order_keys(0, n)[seen])]
         where = np.full(n, -1, np.int64)
         where[order] = np.arange(order.size)
         return Vocabulary(keys.take(pa.array(order))), self.counts[order], where
+
+
+def _sort_strings(keys: pa.Array, prefix: np.ndarray) -> np.ndarray:
+    """The permutation sorting the strings ``keys`` by their UTF-8 bytes, given ``prefix``
+    (int64, their :func:`kernels.buckets.string_order_keys`): a NumPy sort of the prefixes,
+    then Arrow's string sort only for runs of equal prefixes (4M keys of up to 8 bytes:
+    0.5 s instead of 3.5 s for Arrow's sort of them all)."""
+    perm = np.argsort(prefix, kind="stable")
+    p = prefix[perm]
+    tie = p[1:] == p[:-1]
+    if tie.any():  # runs of equal first 8 bytes, contiguous in this order: sorted in place
+        run = np.zeros(p.size, bool)
+        run[1:] |= tie
+        run[:-1] |= tie
+        at = np.flatnonzero(run)
+        sub = pa.table({"p": p[at], "k": keys.take(pa.array(perm[at]))})
+        perm[at] = perm[at][pc.sort_indices(sub, [("p", "ascending"), ("k", "ascending")])]
+    return perm
+
+
+class _IntInterner:
+    """Distinct integer keys of a stream numbered in first-seen order, with the count of each,
+    as :class:`_StringInterner` does for strings: keys within a span of ``_MAX_DENSE_SPAN``
+    values through a dense table of ids (kernel ``kernels.buckets.intern_dense``: one array
+    read per key, 4 bytes per value of the span), wider spans through the string interner's
+    hash table over the keys' 8 bytes (the ids kept).  ``count=False`` as for
+    :class:`_StringInterner`."""
+
+    def __init__(self, count: bool = True):
+        self.n = 0
+        self._key_of = np.empty(1 << 12, np.int64)
+        self._count = count
+        self.counts = np.zeros(1 << 12, np.int64 if count else np.uint8)
+        self._lo, self._lut = 0, None
+        self._hash = None  # a _StringInterner of the keys' bytes, once the span is too wide
+
+    def add(self, keys: pa.Array) -> np.ndarray:
+        """First-seen ids (int64) of ``keys`` (int64, or a dictionary of integers)."""
+        from ooc_lowrank.kernels.buckets import count_into, intern_dense
+
+        k = np.ascontiguousarray(_decode(keys).to_numpy(), np.int64)
+        if not k.size:
+            return np.empty(0, np.int64)
+        n0 = self.n
+        if n0 + k.size > self._key_of.size:  # room for every key of the batch being new
+            cap = max(2 * self._key_of.size, n0 + k.size)
+            self._key_of = np.resize(self._key_of, cap)
+            more = np.zeros(cap - self.counts.size, self.counts.dtype)
+            self.counts = np.concatenate([self.counts, more])
+        if self._hash is None:
+            lo, hi = int(k.min()), int(k.max())
+            if self._lut is not None:
+                lo, hi = min(lo, self._lo), max(hi, self._lo + self._lut.size - 1)
+            if hi - lo < _MAX_DENSE_SPAN:
+                if self._lut is None or lo < self._lo or hi >= self._lo + self._lut.size:
+                    # grown geometrically (O(batch) per batch), the ids moved along
+                    size = hi - lo + 1
+                    if self._lut is not None:
+                        size = min(max(size, 2 * self._lut.size), _MAX_DENSE_SPAN)
+                    lo = max(lo - (size - (hi - lo + 1)) // 2, -(2**63))  # room on both sides
+                    lut = np.full(size, -1, np.int32)
+                    if self._lut is not None:
+                        lut[self._lo - lo : self._lo - lo + self._lut.size] = self._lut
+                    self._lo, self._lut = lo, lut
+                out = np.empty(k.size, np.int64)
+                self.n = intern_dense(k, self._lo, self._lut, n0, self._key_of, out)
+            else:  # too wide: the ids so far re-interned in order (0, 1, ...) in a hash table
+                self._lut = None
+                self._hash = _StringInterner(count=False)
+                self._intern_hashed(self._key_of[:n0].copy())
+        if self._hash is not None:
+            out = self._intern_hashed(k)
+            self._key_of[n0 : self.n] = self._hash._data[8 * n0 : 8 * self.n].view(np.int64)
+        if self.n >= 2**31:  # pragma: no cover - 2**31 distinct keys do not fit in memory here
+            raise _err("more than 2**31 - 1 distinct integer keys", self.n)
+        if self._count:
+            count_into(out, 0, self.counts)
+        else:  # every key interned is seen
+            self.counts[n0 : self.n] = 1
+        return out
+
+    def _intern_hashed(self, k: np.ndarray) -> np.ndarray:
+        ids = self._hash._intern_parts(k.view(np.uint8), np.arange(0, 8 * k.size + 1, 8))
+        self.n = self._hash.n
+        return ids
+
+    def order_keys(self, i0: int, i1: int) -> np.ndarray:
+        """The keys of ids ``i0 .. i1 - 1`` (their own order)."""
+        return self._key_of[i0:i1]
+
+    def finish(self) -> tuple[Vocabulary, np.ndarray, np.ndarray]:
+        """As :meth:`_StringInterner.finish`: (the sorted vocabulary, the count of each of its
+        keys, the sorted index of each id)."""
+        n = self.n
+        if self._lut is not None:  # the table lists the ids in key order: no sort
+            valid = self._lut >= 0
+            order = self._lut[valid].astype(np.int64)
+        else:
+            order = np.argsort(self._key_of[:n], kind="stable")
+        self._lut = self._hash = None
+        where = np.empty(n, np.int64)
+        where[order] = np.arange(n)
+        return Vocabulary(pa.array(self._key_of[order])), self.counts[order], where
 
 
 def _exact_in_float32(t: pa.DataType) -> bool:
@@ -1060,6 +1213,239 @@ class _PairsOnce:
             self._scratch = None
 
 
+def _pair_records(n_rows, n_cols, value, weight, duplicates) -> np.dtype:
+    """The spilled record of an interactions entry: (row, col) packed in one word when both
+    fit 31 bits, values unless all ones (and not summed), weights if any; 8-byte words."""
+    packed = n_rows < 2**31 and n_cols < 2**31
+    fields = [("rc", "<i8")] if packed else [("row", "<i8"), ("col", "<i8")]
+    if value is not None or duplicates in ("sum", "mean"):
+        fields.append(("val", "<f8"))
+    if weight is not None:
+        fields.append(("w", "<f8"))
+    return np.dtype(fields)
+
+
+class _SpillOnce:
+    """Interactions without training vocabularies, the table read once and spilled in that read.
+
+    Every key column is numbered in first-seen order while reading (:class:`_IntInterner`,
+    :class:`_StringInterner`) and every entry goes straight to the spill file of its row's
+    bucket as a packed record ``row id << 32 | column id`` plus its values (kernel
+    ``spill_pairs``).  A bucket is a range of an order key of the row keys (integers: the key;
+    strings: their first 8 bytes, kernel ``string_order_keys``) cut at quantiles of the first
+    batch's rows, so that every bucket holds a contiguous range of the final, sorted row
+    indices, whatever the first-seen ids are.  After the read (:meth:`buckets`) the ids are
+    mapped to sorted indices when a bucket is loaded (kernel ``remap_packed``, in place); a
+    bucket that came out larger than ``bucket_nnz`` (a first batch unlike the rest, e.g. a
+    table sorted by key) is re-spilled once, mapped, into row ranges of at most ``bucket_nnz``
+    entries.  Compared with :class:`_PairsOnce` it writes and reads the entries once instead
+    of twice (no replay file).  Memory: a batch, the interners (ids and counts per key), one
+    bucket.
+    """
+
+    def __init__(self, src, keys_of, cols, value, weight, duplicates, bucket_nnz, n_rows, tmpdir):
+        from ..storage import scratch_dir
+
+        self.bucket_nnz = int(bucket_nnz)
+        self.rec_dtype = _pair_records(0, 0, value, weight, duplicates)  # ids: 31 bits
+        # buckets of 3/4 of the limit on average: a few percent of sampling error stays below it
+        self.n_buckets = max(1, -(-4 * int(n_rows) // (3 * self.bucket_nnz)))
+        self._scratch = scratch_dir("ooc_lowrank_table_", tmpdir)
+        self._tmp = self._scratch.__enter__()
+        try:
+            self._raw = RowBuckets(
+                self._tmp, np.arange(self.n_buckets + 1, dtype=np.int64), self.rec_dtype
+            )
+            self._held = [] if self.n_buckets == 1 else None  # one bucket: kept in memory
+            self.offset = self._read(src, keys_of, cols, value, weight)
+        except BaseException:
+            self._raw.close_files()
+            self.close()
+            raise
+
+    def _read(self, src, keys_of, cols, value, weight) -> int:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from ooc_lowrank.kernels.buckets import spill_pairs
+
+        sides, offset, bounds = [None, None], 0, None
+        vfields = [f for f in self.rec_dtype.names if f in ("val", "w")]
+        self.totals = np.zeros(self.n_buckets, np.int64)  # records per bucket
+        bucket_of = np.empty(1 << 12, np.int32)  # the bucket of every row id
+        try:
+            # the two key columns interned side by side (the kernels release the GIL); a
+            # batch's records written to their files while the next is read
+            with (
+                ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool,
+                _Behind("ooc_lowrank_spill") as behind,
+            ):
+                for batch in src.batches(cols):
+                    keys = keys_of(batch, offset, large=False)  # the interner reads 32-bit offsets
+                    for k in (0, 1):
+                        if sides[k] is None:
+                            integer = _type_class(keys[k].type) == "integer"
+                            sides[k] = (_IntInterner if integer else _StringInterner)(False)
+                    n0 = sides[0].n
+                    # interners without counts: the row counts of a bucket are taken from its
+                    # records only when it must be re-spilled (no random increment per row)
+                    ids = [pool.submit(sides[k].add, keys[k]) for k in (0, 1)]
+                    vbits = np.empty((len(vfields), batch.num_rows), np.float64)
+                    if value is not None:
+                        vbits[0] = _values(batch, value, "value", offset, src)
+                    elif "val" in vfields:
+                        vbits[0] = 1.0
+                    if weight is not None:
+                        vbits[-1] = _values(batch, weight, "weight", offset, src)
+                    ri, ci = ids[0].result(), ids[1].result()
+                    n1 = sides[0].n
+                    if n1 > bucket_of.size:
+                        bucket_of = np.resize(bucket_of, max(2 * bucket_of.size, n1))
+                    order = sides[0].order_keys(n0, n1)
+                    if bounds is None and ri.size:  # cut at quantiles of the first batch's rows
+                        sample = np.sort(order[ri - n0])
+                        cut = (np.arange(1, self.n_buckets) * sample.size) // self.n_buckets
+                        bounds = sample[cut] if sample.size else np.zeros(0, np.int64)
+                    if n1 > n0:
+                        bucket_of[n0:n1] = np.searchsorted(bounds, order, side="right")
+                    out = np.empty((ri.size, self.rec_dtype.itemsize // 8), np.int64)
+                    part = np.empty(self.n_buckets, np.int64)
+                    spill_pairs(ri, ci, True, vbits.view(np.int64), bucket_of, out, part)
+                    rec = out.view(self.rec_dtype).reshape(ri.size)
+                    self.totals += part
+                    if self._held is not None:
+                        self._held.append(rec)
+                    else:
+                        behind.put(self._raw.append_parts, rec, part)
+                    offset += batch.num_rows
+        finally:
+            self._raw.close_files()
+        self.vocabularies, self._where, self.counts = [], [], None
+        for side in sides:  # both hash tables freed before either vocabulary is sorted
+            if isinstance(side, _StringInterner):
+                side._slots = None
+        for side in sides if offset else ():
+            voc, _, where = side.finish()
+            self.vocabularies.append(voc)
+            # id -> sorted index, 4 bytes per key (read at random per record by remap_packed)
+            self._where.append(where.astype(np.int32))
+        if offset:
+            # the sorted rows of every bucket: a contiguous range (the order keys never
+            # contradict the key order), found from the bucket of every row in sorted order
+            where = self._where[0]
+            seen = np.flatnonzero(where >= 0)
+            in_order = np.empty(len(self.vocabularies[0]), np.int64)
+            in_order[where[seen]] = bucket_of[seen]
+            if in_order.size > 1 and (np.diff(in_order) < 0).any():  # pragma: no cover
+                raise AssertionError("row buckets out of key order")
+            self.first_row = np.searchsorted(in_order, np.arange(self.n_buckets + 1))
+        return offset
+
+    def buckets(self) -> _SpilledBuckets:
+        """The buckets by final row range (oversized ones re-spilled), as :class:`RowBuckets`
+        serves them to the sort: ``starts``, ``len``, ``load(bi, sort=False)``, ``store``."""
+        return _SpilledBuckets(self)
+
+    def close(self) -> None:
+        if self._scratch is not None:
+            self._scratch.__exit__(None, None, None)
+            self._scratch = None
+
+
+class _SpilledBuckets:
+    """The buckets of a :class:`_SpillOnce` read by final row range: ``(source, remap)`` per
+    bucket, the source a raw bucket's file (ids mapped to indices when loaded), a part of a
+    re-spilled bucket, or a bucket written back by :meth:`store` (already mapped)."""
+
+    def __init__(self, once: _SpillOnce):
+        self._once, self._buf = once, None
+        self._row_of, self._col_of = once._where
+        raw, first = once._raw, once.first_row
+        starts, self._items = [0], []
+        for b in range(once.n_buckets):
+            r0, r1 = int(first[b]), int(first[b + 1])
+            if r0 == r1:
+                continue
+            if once.totals[b] <= once.bucket_nnz or r1 - r0 == 1 or once._held is not None:
+                self._items.append(("raw", b))
+                starts.append(r1)
+                continue
+            counts = np.zeros(r1 - r0, np.int64)  # its rows' entries, from its records
+            for rec in self._chunks(raw.files[b], once.bucket_nnz):
+                self._remap(rec)
+                counts += np.bincount((rec["rc"] >> 32) - r0, minlength=r1 - r0)
+            sub = bucket_starts(counts, once.bucket_nnz) + r0
+            split = RowBuckets(_mkdir(os.path.join(once._tmp, f"split{b}")), sub, once.rec_dtype)
+            try:
+                for rec in self._chunks(raw.files[b], once.bucket_nnz):
+                    self._remap(rec)
+                    split.spill(rec, rows=rec["rc"] >> 32)
+            finally:
+                split.close_files()
+            os.remove(raw.files[b])
+            for j in range(len(split)):
+                self._items.append(("split", split, j))
+                starts.append(int(sub[j + 1]))
+        self.starts = np.array(starts, np.int64)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _remap(self, rec) -> None:
+        from ooc_lowrank.kernels.buckets import remap_packed
+
+        if rec.size:
+            remap_packed(rec.view(np.int64).reshape(rec.size, -1), self._row_of, self._col_of)
+
+    def _chunks(self, path, n) -> Iterator[np.ndarray]:
+        buf = np.empty(max(n, 1), self._once.rec_dtype)
+        with open(path, "rb") as fh:
+            while got := fh.readinto(memoryview(buf.view(np.uint8))):
+                yield buf[: got // buf.itemsize]
+
+    def load(self, bi: int, sort: bool = False) -> np.ndarray:
+        """Bucket ``bi``'s records, rows and columns as final indices, in read order (a view of
+        a buffer reused by the next call)."""
+        assert not sort
+        item = self._items[bi]
+        if item[0] == "split":
+            return self._load(item[1], item[2])
+        if item[0] == "stored":
+            rec = np.fromfile(item[1], self._once.rec_dtype)
+            os.remove(item[1])
+            return rec
+        once = self._once
+        if once._held is not None:
+            rec = np.concatenate([np.empty(0, once.rec_dtype)] + once._held)
+            once._held = []
+        else:
+            rec = self._load(once._raw, item[1])
+        self._remap(rec)
+        return rec
+
+    def _load(self, buckets: RowBuckets, b: int) -> np.ndarray:
+        """``buckets.load(b)`` into the one buffer shared by every load (fresh pages are slow
+        and a buffer per re-spilled bucket would add up)."""
+        buckets._buf, self._buf = self._buf, None
+        try:
+            return buckets.load(b, sort=False)
+        finally:
+            self._buf, buckets._buf = buckets._buf, None
+
+    def store(self, bi: int, rec: np.ndarray) -> None:
+        """Write bucket ``bi`` back (mapped, e.g. checked for duplicates), replacing its file."""
+        path = os.path.join(self._once._tmp, f"stored{bi:06d}.bin")
+        rec.tofile(path)
+        self._items[bi] = ("stored", path)
+
+    def close_files(self) -> None:
+        pass
+
+
+def _mkdir(path: str) -> str:
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def read_vocabulary(store, name: str) -> pa.Array:
     """The keys of vocabulary ``name`` (``"rows"``, ``"cols"``, ``"labels"``) of a store written
     by a table converter: element ``i`` is the key of index ``i``."""
@@ -1137,22 +1523,25 @@ def _merge_pairs(rows, cols, vals, policy, rv: Vocabulary, cv: Vocabulary, roles
     return rows[starts], cols[starts], out
 
 
-#: Interactions with integer keys on both sides and no training vocabularies keep their
-#: entries for pass 2 (24-40 bytes each) only up to this many bytes; a larger table whose row
-#: count is known (Parquet, Arrow) is read twice instead: past the page cache's dirty limit
-#: the kept entries go to disk and back, which costs more than a second read of the integer
-#: columns (200M rows: 4.8 GB written and read, against one scan of 2.2 GB of Parquet).
-_KEEP_ENTRIES_BYTES = 1 << 30
+#: Interactions without training vocabularies keep their entries for a replay (24-40 bytes
+#: each, :class:`_PairsOnce`) only up to this many bytes; a larger table whose row count is
+#: known (Parquet, Arrow) spills its entries to their row buckets in its one read instead
+#: (:class:`_SpillOnce`): past the page cache's dirty limit the kept entries go to disk and
+#: back (200M rows: 4.8 GB written and read), the spill is written and read once either way.
+#: At 20M rows (480 MB of kept entries) the spill costs less already (busy machine, min of 3
+#: CPU-s: int64 keys replay 3.12 / spill 2.90, string keys 6.18 / 5.86, scans 0.71 / 1.60;
+#: ``benchmarks/bench_tables_spill.py``, ``benchmarks/results/tables_spill.json``); below
+#: 256 MB (about 10M ratings) the kept entries stay in the page cache and both are alike.
+_KEEP_ENTRIES_BYTES = 1 << 28
 
 
-def _read_twice(src: TableSource, key_cols, n_fields: int) -> bool:
-    """Whether interactions without training vocabularies read ``src`` twice (see
-    :data:`_KEEP_ENTRIES_BYTES`); ``n_fields``: value and weight columns read."""
-    schema = src.schema
-    if any(_type_class(schema.field(c).type) != "integer" for c in key_cols):
-        return False
+def _spill_once_rows(src: TableSource, n_fields: int) -> int | None:
+    """The row count when interactions without training vocabularies spill in their one read
+    (:class:`_SpillOnce`: the row count known without a read, and more entries than
+    :data:`_KEEP_ENTRIES_BYTES` to keep), else None (:class:`_PairsOnce`); ``n_fields``: value
+    and weight columns read."""
     n = src.known_rows()
-    return n is not None and n * (16 + 8 * n_fields) > _KEEP_ENTRIES_BYTES
+    return n if n is not None and n * (16 + 8 * n_fields) > _KEEP_ENTRIES_BYTES else None
 
 
 #: Pass 2 of interactions reads a key column dictionary-encoded only up to this many keys.
@@ -1211,18 +1600,25 @@ def _convert_pairs(
     builders = {k: _VocabBuilder() for k in (0, 1) if k not in known}
     counts = np.zeros(len(known[0]), np.int64) if 0 in known else None
     offset = dropped = 0
-    # without training vocabularies: the table read once, pass 2 replays its entries (with
+    # without training vocabularies: the table read once; pass 2 replays its entries (with
     # the replay in cache-sized chunks and one spill kernel, keeping the entries of int64 keys
     # costs no more than a second read: 20M rows, busy machine, 4.1-4.5 vs 4.3-5.8 CPU-s),
-    # unless both keys are integers and the kept entries would outgrow _KEEP_ENTRIES_BYTES
-    once = None
-    if not known and not _read_twice(src, (row, col), len(cols) - 2):
-        once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir, (row, col))
+    # unless the row count is known and the kept entries would outgrow _KEEP_ENTRIES_BYTES:
+    # then the entries are spilled to their buckets in that read (_SpillOnce)
+    once = spill = None
+    if not known:
+        n_known = _spill_once_rows(src, len(cols) - 2)
+        if n_known is not None:
+            spill = _SpillOnce(
+                src, keys_of, cols, value, weight, duplicates, bucket_nnz, n_known, tmpdir
+            )
+        else:
+            once = _PairsOnce(src, keys_of, cols, value, weight, bucket_nnz, tmpdir, (row, col))
     from concurrent.futures import ThreadPoolExecutor
 
     # the two key columns counted or looked up side by side (the kernels release the GIL)
     with ThreadPoolExecutor(2, thread_name_prefix="ooc_lowrank_keys") as pool:
-        for batch in () if once else src.batches([row, col], dictionary=(row, col)):
+        for batch in () if once or spill else src.batches([row, col], dictionary=(row, col)):
             keys = keys_of(batch, offset)
             idx = {k: voc.index(keys[k]) for k, voc in known.items()}
             ok = np.logical_and.reduce([i >= 0 for i in idx.values()]) if idx else None
@@ -1248,36 +1644,34 @@ def _convert_pairs(
             if counts is not None:
                 count_into(idx[0], 0, counts)
             offset += batch.num_rows
-    if once is not None:
-        offset, counts = once.offset, once.counts
+    pass1 = once or spill
+    if pass1 is not None:
+        offset, counts = pass1.offset, pass1.counts
     if offset == 0:
-        if once is not None:
-            once.close()
+        if pass1 is not None:
+            pass1.close()
         raise _err("the table has no rows", None, "check the source", src.name)
-    if once is not None:
-        rv, cv = once.vocabularies
+    if pass1 is not None:
+        rv, cv = pass1.vocabularies
     else:
         rv, counts = builders[0].finish() if 0 in builders else (known[0], counts)
         cv = builders[1].finish()[0] if 1 in builders else known[1]
     builders.clear()  # their count arrays (up to 8 bytes per key in the span) freed
     n_rows, n_cols = len(rv), len(cv)
     dt = as_dtype(dtype)
-    starts = bucket_starts(counts, bucket_nnz)
-    # records hold only what is read: (row, col) packed in one word when both fit 31 bits,
-    # values unless all ones (and not summed), weights if any
-    packed = n_rows < 2**31 and n_cols < 2**31
-    fields = [("rc", "<i8")] if packed else [("row", "<i8"), ("col", "<i8")]
-    if value is not None or duplicates in ("sum", "mean"):
-        fields.append(("val", "<f8"))
-    if weight is not None:
-        fields.append(("w", "<f8"))
-    rec_dtype = np.dtype(fields)
+    rec_dtype = _pair_records(n_rows, n_cols, value, weight, duplicates)
+    packed = rec_dtype.names[0] == "rc"
     vfields = [f for f in rec_dtype.names if f in ("val", "w")]
-    with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp:
-        buckets = RowBuckets(tmp, starts, rec_dtype)
+    with scratch_dir("ooc_lowrank_table_", tmpdir) as tmp, _closing(spill):
+        if spill is not None:  # spilled in the read: its buckets by final row range
+            buckets = spill.buckets()
+            starts = buckets.starts
+        else:
+            starts = bucket_starts(counts, bucket_nnz)
+            buckets = RowBuckets(tmp, starts, rec_dtype)
         # one bucket (at most bucket_nnz entries, or one row): its records stay in memory, as
         # loading its file would hold them anyway; no spill file written and read back
-        kept = [] if len(buckets) == 1 else None
+        kept = [] if len(buckets) == 1 and spill is None else None
         # pass 2: values validated, every entry spilled to its row range's file (the store
         # is opened only after this pass: bad values leave nothing behind); without training
         # vocabularies, the entries of pass 1 replayed (already validated)
@@ -1290,6 +1684,8 @@ def _convert_pairs(
 
         def entries():
             """(row indices, column indices, values or None, weights or None) per batch."""
+            if spill is not None:  # spilled already
+                return
             if once is not None:
                 yield from once.entries()
                 return
@@ -1464,6 +1860,21 @@ def _convert_pairs(
 
 # ----------------------------------------------------------------------------------------------
 # row-aligned tables: features and labels
+
+
+class _closing:
+    """``close()`` of an object (or None) at the end of a ``with`` block."""
+
+    def __init__(self, obj):
+        self.obj = obj
+
+    def __enter__(self):
+        return self.obj
+
+    def __exit__(self, *exc):
+        if self.obj is not None:
+            self.obj.close()
+        return False
 
 
 def _list_parts(arr, col, role, offset, src, allow_null_items=False):
