@@ -626,54 +626,57 @@ def topk_from_phi(Phi, W, k):
     return out
 
 
-def loo_hits_block(start, Xb, Ab, U, spec, n_labels, codes, Q, inv, B, stride, phi_key=None):
-    """Leave-one-out top-1 hits of the ridge solve for each candidate alpha, on the rows of
-    the block whose global index is a multiple of ``stride`` (``offset=True``: the same rows
-    whatever the chunking).
+def loo_hits_block(start, Xb, Ab, Us, spec, n_labels, codes, Qs, invs, Bs, stride, phi_key=None):
+    """Leave-one-out top-1 hits of the ridge solve for each candidate kernel width and alpha,
+    on the rows of the block whose global index is a multiple of ``stride`` (``offset=True``:
+    the same rows whatever the chunking).
 
-    With ``S_PP = Q diag(s) Q^T`` the Gram of all rows, ``inv[j] = 1 / (s + alpha_j)`` and
-    ``B = Q^T S_AP^T``, row ``i``'s fitted scores are ``t_i diag(inv[j]) B`` with
-    ``t_i = phi_i Q``, its leverage ``h_i = t_i diag(inv[j]) t_i^T``, and the scores of the
-    fit without row ``i`` are ``(yhat_i - h_i a_i) / (1 - h_i)`` (the ridge leave-one-out
-    identity that ``sklearn.linear_model.RidgeCV`` uses).  A hit: the top-scored label of the
-    left-out fit is one of the row's labels (P@1 / accuracy).
+    For width ``k`` (parameters ``Us[k]``), with ``S_PP = Q diag(s) Q^T`` the Gram of all rows,
+    ``inv[j] = 1 / (s + alpha_j)`` and ``B = Q^T S_AP^T``, row ``i``'s fitted scores are
+    ``t_i diag(inv[j]) B`` with ``t_i = phi_i Q``, its leverage ``h_i = t_i diag(inv[j])
+    t_i^T``, and the scores of the fit without row ``i`` are ``(yhat_i - h_i a_i) / (1 - h_i)``
+    (the ridge leave-one-out identity that ``sklearn.linear_model.RidgeCV`` uses).  A hit: the
+    top-scored label of the left-out fit is one of the row's labels (P@1 / accuracy).  The
+    positive factor ``1 / (1 - h_i)`` of a row does not move its top label, so it is not
+    applied.  The products run in the block's dtype (float32 data: float32 GEMMs, as the
+    statistics pass's Gram); the leverages are summed in float64.
 
     Parameters
     ----------
     start : int
     Xb, Ab : the blocks (as in :func:`stats_block`)
-    Q : ndarray of shape (D, D)
-    inv : ndarray of shape (n_alphas, D)
-    B : ndarray of shape (D, L)
+    Us : sequence of K ndarrays of shape (d, m_total), dtype of Xb
+    Qs : sequence of K ndarrays of shape (D, D)
+    invs : sequence of K ndarrays of shape (n_alphas, D)
+    Bs : sequence of K ndarrays of shape (D, L)
     stride : int
-    phi_key : the key of the statistics pass's kept features, or None
+    phi_key : the key of the statistics pass's kept features (a single width), or None
 
     Returns
     -------
-    hits : ndarray of shape (n_alphas,)
+    hits : ndarray of shape (K, n_alphas)
     """
     rows = np.arange((-int(start)) % stride, Xb.shape[0], stride)
-    hits = np.zeros(inv.shape[0])
+    hits = np.zeros((len(Qs), invs[0].shape[0]))
     if rows.size == 0:
         return (hits,)
-    Phi = _phi_get(phi_key, start) if phi_key is not None else None
-    if Phi is None:
-        Phi = features_block(Xb[rows], U, spec)
-    else:
-        Phi = Phi[rows]
+    kept = _phi_get(phi_key, start) if phi_key is not None and len(Qs) == 1 else None
+    Xr = Xb[rows] if kept is None else None
     A = label_block(Ab[rows], n_labels, codes, np.float64)
-    T = np.asarray(Phi, dtype=np.float64) @ Q
     r = np.arange(rows.size)
-    for j, w in enumerate(inv):
-        Tw = T * w
-        keep = 1.0 / np.maximum(1.0 - np.einsum("ik,ik->i", Tw, T), 1e-12)
-        best = np.full(rows.size, -np.inf)
-        arg = np.zeros(rows.size, dtype=np.int64)
-        for c in range(0, B.shape[1], 8192):  # label slices: no (rows, L) array for many labels
-            Ac = A[:, c : c + 8192].toarray()
-            S = (Tw @ B[:, c : c + 8192] - (1.0 - 1.0 / keep)[:, None] * Ac) * keep[:, None]
-            i = np.argmax(S, axis=1)
-            better = S[r, i] > best
-            best[better], arg[better] = S[r, i][better], i[better] + c
-        hits[j] = float(np.asarray(A[r, arg]).sum())
+    for k, (Q, inv, B) in enumerate(zip(Qs, invs, Bs, strict=True)):
+        Phi = kept[rows] if kept is not None else features_block(Xr, Us[k], spec)
+        dt = Phi.dtype
+        T = Phi @ Q.astype(dt, copy=False)
+        H = np.square(T, dtype=np.float64) @ inv.T  # (rows, n_alphas) leverages
+        for j, w in enumerate(inv):
+            best = np.full(rows.size, -np.inf)
+            arg = np.zeros(rows.size, dtype=np.int64)
+            for c in range(0, B.shape[1], 8192):  # label slices: no (rows, L) array for many labels
+                S = T @ (B[:, c : c + 8192] * w[:, None]).astype(dt)
+                S = S.astype(np.float64) - H[:, j : j + 1] * A[:, c : c + 8192].toarray()
+                i = np.argmax(S, axis=1)
+                better = S[r, i] > best
+                best[better], arg[better] = S[r, i][better], i[better] + c
+            hits[k, j] = float(np.asarray(A[r, arg]).sum())
     return (hits,)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+import scipy.linalg
 from scipy.linalg import cho_factor, cho_solve
 
 from ooc_lowrank import engine
@@ -146,6 +147,8 @@ class FitResult:
     trials: list = field(default_factory=list)  # Armijo trials evaluated per iteration
     alpha: float | None = None  # the ridge weight used (alpha="auto": the one chosen)
     alpha_scores: dict = field(default_factory=dict)  # alpha="auto": {alpha: LOO top-1 rate}
+    gamma_factor: float = 1.0  # alpha="auto" with gamma_factors: the kernel width factor chosen
+    gamma_scores: dict = field(default_factory=dict)  # {factor: best LOO top-1 rate}
 
 
 def w_step(S_PP, S_AP, alpha):
@@ -197,18 +200,52 @@ def loo_alphas(S_PP):
     return scale * LOO_RELATIVE_ALPHAS
 
 
-def loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas, phi_key=None):
-    """The lazy pass of ``alpha="auto"``: leave-one-out top-1 hits of the ridge solve for
-    each of ``alphas`` on every ``ceil(n / LOO_ROWS)``-th row (:func:`_blocks.loo_hits_block`),
-    from one eigendecomposition of the (D, D) Gram of all rows."""
-    s, Q = np.linalg.eigh(np.asarray(S_PP, dtype=np.float64))
-    inv = 1.0 / (np.maximum(s, 0.0)[None, :] + np.asarray(alphas, dtype=np.float64)[:, None])
-    B = Q.T @ np.asarray(S_AP, dtype=np.float64).T
+#: ``alpha="auto"`` with frozen Fourier features and ``gamma=None`` (the estimator passes
+#: the factors, see :func:`fit_gimc`) also scores a second kernel width by leave-one-out,
+#: jointly with alpha, when the data have at least this many rows per column of the selection's
+#: fixed work ``D + LOO_ROWS`` (the eigendecomposition, ``D^3``, and the scored rows,
+#: ``LOO_ROWS x D^2``): there the second width costs about one more Gram in the statistics
+#: pass, below it mostly fixed work (the Bibtex shape: 4,880 rows, D = 1,000).  The width the
+#: leave-one-out rate prefers is data-specific, not a matter of size: the median heuristic
+#: itself on the demo shape, 1/8 of it on eleven real datasets at any n / D
+#: (benchmarks/imc_rff_width.py, benchmarks/results/imc_rff_width.json).
+WIDTH_ROWS_PER_COST = 10
+
+
+def width_selection(n, D):
+    """Whether ``alpha="auto"`` scores the extra kernel widths for ``n`` rows and ``D``
+    features (:data:`WIDTH_ROWS_PER_COST`)."""
+    return int(n) >= WIDTH_ROWS_PER_COST * (int(D) + LOO_ROWS)
+
+
+def eigh_gram(S_PP, dtype):
+    """``(s, Q)`` of the symmetric ``S_PP`` (D, D) in the data-path ``dtype``: float32 data
+    give a Gram summed from float32 block products, whose small eigenvalues are only that
+    accurate, so a float32 eigendecomposition (LAPACK ``syevd``: 0.09 s against 0.15 s in
+    float64 at D = 1,000 on one core) loses nothing the data had; float64 data: float64."""
+    dt = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+    s, Q = scipy.linalg.eigh(np.asarray(S_PP, dtype=dt), driver="evd", check_finite=False,
+                             overwrite_a=True)  # fmt: skip
+    return s.astype(np.float64), Q
+
+
+def loo_reduction(X, A, Us, spec, n_labels, codes, grams, alphas, phi_key=None):
+    """The lazy pass of ``alpha="auto"``: leave-one-out top-1 hits of the ridge solve for each
+    kernel width (parameters ``Us[k]``, statistics ``grams[k] = (S_PP, S_AP)``) and each of
+    ``alphas[k]`` on every ``ceil(n / LOO_ROWS)``-th row (:func:`_blocks.loo_hits_block`),
+    from one eigendecomposition (:func:`eigh_gram`) of each (D, D) Gram of all rows."""
+    dt = np.dtype(X.dtype)
+    Qs, invs, Bs = [], [], []
+    for (S_PP, S_AP), al in zip(grams, alphas, strict=True):
+        s, Q = eigh_gram(S_PP, dt)
+        invs.append(1.0 / (np.maximum(s, 0.0)[None, :] + np.asarray(al, np.float64)[:, None]))
+        Bs.append(Q.T @ np.asarray(S_AP, dtype=Q.dtype).T)
+        Qs.append(Q)
     stride = max(1, -(-int(X.shape[0]) // LOO_ROWS))
-    args = (U.astype(np.dtype(X.dtype), copy=False), spec, n_labels, codes, Q, inv, B, stride,
-            phi_key)  # fmt: skip
+    args = (tuple(U.astype(dt, copy=False) for U in Us), spec, n_labels, codes, tuple(Qs),
+            tuple(invs), tuple(Bs), stride, phi_key)  # fmt: skip
     return engine.reduce_blocks(_blocks.loo_hits_block, X, A, args=args, offset=True,
-                                shapes=[(len(alphas),)])  # fmt: skip
+                                shapes=[(len(Us), len(alphas[0]))])  # fmt: skip
 
 
 def pick_alpha(alphas, hits):
@@ -612,6 +649,7 @@ def fit_gimc(
     client=None,
     checkpoint=None,
     own_U0=False,
+    gamma_factors=None,
 ):
     """Fit GIMC (or IMC when no part of ``spec`` learns) out of core.
 
@@ -650,6 +688,12 @@ def fit_gimc(
         The caller gives ``U0`` away: in the large-state mode (:func:`large_state`) a C-ordered
         writable ``U0`` of the state's dtype becomes the fit's ``U`` and is stepped in place
         (no second (d, m_total) array).
+    gamma_factors : sequence of float or None
+        ``alpha="auto"`` with frozen Fourier features only: kernel widths to score besides
+        the given one, as factors of its ``gamma`` (``U`` scaled by ``sqrt(factor)``), jointly
+        with alpha by the same leave-one-out pass, when :func:`width_selection` allows (one
+        GEMM, feature map and Gram more per width in the statistics pass, no extra pass).  The
+        result's ``U`` is the chosen width's and ``gamma_factor`` its factor.
 
     Returns
     -------
@@ -676,32 +720,40 @@ def fit_gimc(
                 monitor=monitor,
                 checkpoint=checkpoint,
                 own_U0=own_U0,
+                gamma_factors=gamma_factors,
             )
         finally:
             _blocks.clear_phi_cache()
 
 
-def _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key):
-    """``alpha="auto"``: ``(alpha, {alpha: leave-one-out top-1 rate})`` by one
-    :func:`loo_reduction` pass (frozen features only: with learned features the best alpha
-    depends on where the features go)."""
+def _select_alpha(X, A, Us, spec, n_labels, codes, grams, phi_key):
+    """``alpha="auto"``: ``(k, alpha, {alpha: leave-one-out top-1 rate}, {k: best rate})`` by
+    one :func:`loo_reduction` pass over the kernel widths ``Us[k]`` with statistics
+    ``grams[k]`` (frozen features only: with learned features the best alpha depends on where
+    the features go).  The most hits win; ties go to the first width (the default) and the
+    largest alpha (the most regularized)."""
     if spec.learns:
         raise ValueError(
             'alpha="auto" selects the ridge weight of frozen features (learn_features=False); '
             "with learned features pass a number, e.g. alpha=1.0"
         )
+    S_PP, S_AP = grams[0]
     if 8 * S_PP.shape[0] * S_AP.shape[0] > LOO_MAX_BYTES:
         logger.info("GIMC alpha='auto': %d labels x %d features is above the selection's "
                     "budget; alpha %g", S_AP.shape[0], S_PP.shape[0], AUTO_ALPHA_FALLBACK)
-        return AUTO_ALPHA_FALLBACK, {}
-    alphas = loo_alphas(S_PP)
-    ((hits,),) = engine.compute(loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas,
-                                           phi_key=phi_key))  # fmt: skip
+        return 0, AUTO_ALPHA_FALLBACK, {}, {}
+    alphas = [loo_alphas(g[0]) for g in grams]
+    ((hits,),) = engine.compute(loo_reduction(X, A, Us, spec, n_labels, codes, grams, alphas,
+                                              phi_key=phi_key))  # fmt: skip
     n_scored = -(-int(X.shape[0]) // max(1, -(-int(X.shape[0]) // LOO_ROWS)))
     rates = np.asarray(hits) / max(n_scored, 1)
-    best = pick_alpha(alphas, hits)
-    logger.info("GIMC alpha='auto': alpha %.3g (leave-one-out top-1 %.4f)", best, rates.max())
-    return best, {float(a): float(r) for a, r in zip(alphas, rates, strict=True)}
+    k = int(np.argmax(rates.max(axis=1)))  # ties: the first width
+    best = pick_alpha(alphas[k], hits[k])
+    logger.info("GIMC alpha='auto': width %d of %d, alpha %.3g (leave-one-out top-1 %.4f)",
+                k + 1, len(Us), best, rates[k].max())  # fmt: skip
+    scores = {float(a): float(r) for a, r in zip(alphas[k], rates[k], strict=True)}
+    widths = {i: float(rates[i].max()) for i in range(len(Us))} if len(Us) > 1 else {}
+    return k, best, scores, widths
 
 
 def _fit_gimc(
@@ -720,6 +772,7 @@ def _fit_gimc(
     monitor,
     checkpoint,
     own_U0=False,
+    gamma_factors=None,
 ):
     """:func:`fit_gimc` under the caller's BLAS thread limit."""
     dt = np.dtype(X.dtype)
@@ -785,16 +838,37 @@ def _fit_gimc(
             result.n_passes = n_passes
             return result
     else:
-        res, phi_key = stats_pass(U, None, (0.0,), True)
+        factors = (1.0,)
+        if (alpha == "auto" and gamma_factors and not big and not spec.learns
+                and all(p.kind == "fourier" for p in spec.parts)
+                and width_selection(X.shape[0], spec.n_features)):  # fmt: skip
+            factors = (1.0, *(float(c) for c in gamma_factors))
+        if len(factors) == 1:
+            res, phi_key = stats_pass(U, None, (0.0,), True)
+            Us = [U]
+        else:  # one pass, one GEMM X U_k per width (Fourier: U_k = sqrt(c_k) U)
+            Us = [U * np.sqrt(c) for c in factors]
+            (res,) = engine.compute(engine.reduce_blocks(
+                _blocks.stats_block_at, X, A, offset=True,
+                args=(np.stack([u.astype(dt) for u in Us]), None, (0.0,) * len(Us), spec,
+                      n_labels, codes, True, None),
+                shapes=_blocks.stats_shapes(spec, n_labels, len(Us), True)))  # fmt: skip
+            n_passes += 1
+            phi_key = None
         a2 = float(res[-1])
         if a2 == 0.0 and not codes:  # lazy labels: known after this first pass, at no cost
             raise no_label_error()
-        S_PP, S_AP = _unpack_stats(res, 1)[0]
-        _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
-        scores = {}
+        grams = _unpack_stats(res, len(Us))
+        for S_PP, S_AP in grams:
+            _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP,
+                          S_AP)  # fmt: skip
+        scores, width_scores, k = {}, {}, 0
         if alpha == "auto":  # frozen features: one more pass, leave-one-out over alphas
-            alpha, scores = _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key)
+            k, alpha, scores, width_scores = _select_alpha(X, A, Us, spec, n_labels, codes, grams,
+                                                           phi_key)  # fmt: skip
             n_passes += 1 if scores else 0
+        U, (S_PP, S_AP) = Us[k], grams[k]
+        del grams, Us
         if big:
             W, f = reduced_objective_t(S_PP, S_AP, a2, alpha)
             W = W.T
@@ -803,7 +877,9 @@ def _fit_gimc(
             f = objective(W, S_PP, S_AP, a2, alpha)
         del res, S_AP
         _check_finite("the objective or W", "at the initialization", f, W)
-        result = FitResult(U=U, W=W, objective=[f], alpha=float(alpha), alpha_scores=scores)
+        result = FitResult(U=U, W=W, objective=[f], alpha=float(alpha), alpha_scores=scores,
+                           gamma_factor=factors[k],
+                           gamma_scores={factors[i]: v for i, v in width_scores.items()})
         if callback is not None:
             callback(0, time.perf_counter() - t0, f)
         if monitor is not None:
