@@ -663,20 +663,45 @@ def loo_hits_block(start, Xb, Ab, Us, spec, n_labels, codes, Qs, invs, Bs, strid
     kept = _phi_get(phi_key, start) if phi_key is not None and len(Qs) == 1 else None
     Xr = Xb[rows] if kept is None else None
     A = label_block(Ab[rows], n_labels, codes, np.float64)
-    r = np.arange(rows.size)
     for k, (Q, inv, B) in enumerate(zip(Qs, invs, Bs, strict=True)):
         Phi = kept[rows] if kept is not None else features_block(Xr, Us[k], spec)
         dt = Phi.dtype
         T = Phi @ Q.astype(dt, copy=False)
         H = np.square(T, dtype=np.float64) @ inv.T  # (rows, n_alphas) leverages
-        for j, w in enumerate(inv):
-            best = np.full(rows.size, -np.inf)
-            arg = np.zeros(rows.size, dtype=np.int64)
-            for c in range(0, B.shape[1], 8192):  # label slices: no (rows, L) array for many labels
-                S = T @ (B[:, c : c + 8192] * w[:, None]).astype(dt)
-                S = S.astype(np.float64) - H[:, j : j + 1] * A[:, c : c + 8192].toarray()
-                i = np.argmax(S, axis=1)
-                better = S[r, i] > best
-                best[better], arg[better] = S[r, i][better], i[better] + c
-            hits[k, j] = float(np.asarray(A[r, arg]).sum())
+        hits[k] = _loo_top_hits(T, H, inv, B, A)
     return (hits,)
+
+
+#: Score columns per product in :func:`_loo_top_hits`: several alphas of few labels in one
+#: GEMM (Bibtex: 13 alphas x 159 labels), label slices of many labels (no (rows, L) array).
+LOO_COLS = 8192
+
+
+def _loo_top_hits(T, H, inv, B, A):
+    """Hits of :func:`loo_hits_block` for one width: for each alpha ``j`` the left-out top
+    label of row ``i`` is the argmax of ``T_i diag(inv[j]) B - H_ij a_i`` (the positive factor
+    ``1 / (1 - H_ij)`` dropped).  ``T`` (rows, D) in the data dtype, ``H`` (rows, n_alphas),
+    ``inv`` (n_alphas, D), ``B`` (D, L), ``A`` CSR (rows, L) -> (n_alphas,) float64.
+
+    Alphas go ``max(1, LOO_COLS // L)`` at a time through one GEMM ``T [w_j B ...]``."""
+    rows, (D, L) = T.shape[0], B.shape
+    group, width = max(1, LOO_COLS // L), min(L, LOO_COLS)
+    r = np.arange(rows)
+    out = np.zeros(inv.shape[0])
+    for j0 in range(0, inv.shape[0], group):
+        w = inv[j0 : j0 + group]  # (g, D)
+        best = np.full((rows, w.shape[0]), -np.inf)
+        arg = np.zeros((rows, w.shape[0]), dtype=np.int64)
+        for c in range(0, L, width):
+            Bc = B[:, c : c + width]
+            Bw = (w[:, :, None] * Bc[None]).transpose(1, 0, 2).reshape(D, -1).astype(T.dtype)
+            Ac = A[:, c : c + width].toarray()
+            S = (T @ Bw).reshape(rows, w.shape[0], -1).astype(np.float64)
+            S -= H[:, j0 : j0 + w.shape[0], None] * Ac[:, None, :]
+            i = np.argmax(S, axis=2)
+            v = np.take_along_axis(S, i[:, :, None], axis=2)[:, :, 0]
+            better = v > best
+            best[better], arg[better] = v[better], (i + c)[better]
+        for j in range(w.shape[0]):
+            out[j0 + j] = float(np.asarray(A[r, arg[:, j]]).sum())
+    return out
