@@ -185,7 +185,10 @@ def _cho_ridge(S_PP, alpha):
 LOO_RELATIVE_ALPHAS = np.logspace(-6.0, 0.0, 13)
 #: Rows scored by the leave-one-out selection (every ``ceil(n / LOO_ROWS)``-th row): its cost
 #: is ``LOO_ROWS x D x (D + 13 L)``, independent of ``n``.  1024 and 2048 chose alphas of the
-#: same test score on the six datasets of benchmarks/imc_rff_alpha.py (five the same alpha).
+#: same test score on the six datasets of benchmarks/imc_rff_alpha.py (five the same alpha);
+#: 512 (``--loo-rows 512``, 2026-12-07) chose other alphas on 7 of its 11 datasets and scored
+#: lower on 4 (Bibtex 56.5 -> 56.3, yahoo Business 88.1 -> 87.9, mfeat 99.2 -> 98.7, Segment
+#: 95.2 -> 95.1 at the default width), higher on none by more than 0.3.
 LOO_ROWS = 1024
 #: ``alpha="auto"`` selects only when the float64 (D, L) matrix ``Q^T S_AP^T`` it ships to the
 #: blocks takes at most this many bytes; above (the Delicious-large shape: 2.5 GB) the fit
@@ -204,11 +207,16 @@ def loo_alphas(S_PP):
 #: the factors, see :func:`fit_gimc`) also scores a second kernel width by leave-one-out,
 #: jointly with alpha, when the data have at least this many rows per column of the selection's
 #: fixed work ``D + LOO_ROWS`` (the eigendecomposition, ``D^3``, and the scored rows,
-#: ``LOO_ROWS x D^2``): there the second width costs about one more Gram in the statistics
-#: pass, below it mostly fixed work (the Bibtex shape: 4,880 rows, D = 1,000).  The width the
-#: leave-one-out rate prefers is data-specific, not a matter of size: the median heuristic
-#: itself on the demo shape, 1/8 of it on eleven real datasets at any n / D
-#: (benchmarks/imc_rff_width.py, benchmarks/results/imc_rff_width.json).
+#: ``LOO_ROWS x D^2``).  The gate is about cost only: a second width costs one more Gram in
+#: the statistics pass plus that fixed work again, which on the Bibtex shape (4,880 rows,
+#: D = 1,000) is most of the fit's time.  It is not a rule for the width itself: the width the
+#: leave-one-out rate prefers is a property of the data, not of n / D (benchmarks/
+#: imc_rff_width.py: gamma scale 0.125 .. 0.5 in 48 of the 50 (dataset, n / D) cells of ten
+#: real datasets at n / D from 0.3 to 100; 1 .. 2 on the demo shape at n / D 32 .. 160, 0.5
+#: at 320 and 640), so where it is scored it decides.  With the gate
+#: open on every dataset (benchmarks/imc_rff_alpha.py, "widths scored") the choice changed
+#: only on scene (test accuracy 75.1 -> 75.8); on the demo shape it takes the median
+#: heuristic's width, test P@1 80.8 -> 84.2 (the peer RBFSampler + Ridge: 83.1).
 WIDTH_ROWS_PER_COST = 10
 
 
