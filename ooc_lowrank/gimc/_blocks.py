@@ -261,7 +261,8 @@ def grad_shapes(spec, d):
     return [(d, spec.n_params), (spec.n_params,)]
 
 
-def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=None):
+def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=None,
+                scales=None):
     """Statistics pass: for each trial ``U_t = U - eta_t * direction`` return
     ``tril(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
 
@@ -281,6 +282,10 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep
     etas : tuple of float
     keep : callable(Phi) or None
         Called with the features of a single trial (see :func:`stats_block_at`).
+    scales : tuple of float or None
+        Fourier parts only, ``direction`` None: trial ``t`` is ``U_t = scales[t] U`` (the
+        kernel widths ``gamma scales[t]^2`` of one draw), its projections ``scales[t] X U``
+        from the one GEMM ``X U`` (the same to rounding).
     """
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
@@ -297,8 +302,11 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep
     # the feature map may overwrite Z: a single trial at U uses Z0 itself (no copy)
     Z = Z0 if len(etas) == 1 and (Zg is None or etas[0] == 0.0) else np.empty_like(Z0)
     out = []
-    for eta in etas:
-        if Zg is None or eta == 0.0:
+    for t, eta in enumerate(etas):
+        if scales is not None:
+            np.multiply(Z0, dt.type(scales[t]), out=Z)
+            Ut = None  # read by Nystrom parts only
+        elif Zg is None or eta == 0.0:
             if Z is not Z0:
                 Z[...] = Z0
             Ut = U
@@ -451,14 +459,16 @@ stats_block_into32.accumulates = True
 stats_block_into32.accumulator_dtype = np.float32
 
 
-def stats_block_at(start, Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, phi_key):
+def stats_block_at(start, Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, phi_key,
+                   scales=None):
     """:func:`stats_block` of the block whose first row is ``start`` (``offset=True``); with a
     single trial and ``phi_key`` not None its features are kept in this process under
     ``(phi_key, start)`` for the next gradient pass (:func:`grad_block_into`)."""
     keep = None
     if phi_key is not None and len(etas) == 1:
         keep = lambda Phi: _phi_put(phi_key, start, Phi)  # noqa: E731
-    return stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=keep)
+    return stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=keep,
+                       scales=scales)
 
 
 # The features of the last single-trial statistics pass, per block start: one generation (key)
@@ -686,12 +696,11 @@ def _loo_top_hits(T, H, inv, B, A):
     Alphas go ``max(1, LOO_COLS // L)`` at a time through one GEMM ``T [w_j B ...]``."""
     rows, (D, L) = T.shape[0], B.shape
     group, width = max(1, LOO_COLS // L), min(L, LOO_COLS)
-    r = np.arange(rows)
     out = np.zeros(inv.shape[0])
     for j0 in range(0, inv.shape[0], group):
         w = inv[j0 : j0 + group]  # (g, D)
         best = np.full((rows, w.shape[0]), -np.inf)
-        arg = np.zeros((rows, w.shape[0]), dtype=np.int64)
+        hit = np.zeros((rows, w.shape[0]))  # the label value at the best score so far
         for c in range(0, L, width):
             Bc = B[:, c : c + width]
             Bw = (w[:, :, None] * Bc[None]).transpose(1, 0, 2).reshape(D, -1).astype(T.dtype)
@@ -701,7 +710,7 @@ def _loo_top_hits(T, H, inv, B, A):
             i = np.argmax(S, axis=2)
             v = np.take_along_axis(S, i[:, :, None], axis=2)[:, :, 0]
             better = v > best
-            best[better], arg[better] = v[better], (i + c)[better]
-        for j in range(w.shape[0]):
-            out[j0 + j] = float(np.asarray(A[r, arg[:, j]]).sum())
+            best[better] = v[better]
+            hit[better] = np.take_along_axis(Ac, i, axis=1)[better]
+        out[j0 : j0 + w.shape[0]] = hit.sum(axis=0)
     return out

@@ -699,8 +699,8 @@ def fit_gimc(
     gamma_factors : sequence of float or None
         ``alpha="auto"`` with frozen Fourier features only: kernel widths to score besides
         the given one, as factors of its ``gamma`` (``U`` scaled by ``sqrt(factor)``), jointly
-        with alpha by the same leave-one-out pass, when :func:`width_selection` allows (one
-        GEMM, feature map and Gram more per width in the statistics pass, no extra pass).  The
+        with alpha by the same leave-one-out pass, when :func:`width_selection` allows (a
+        feature map and a Gram more per width in the statistics pass, no extra pass).  The
         result's ``U`` is the chosen width's and ``gamma_factor`` its factor.
 
     Returns
@@ -854,12 +854,12 @@ def _fit_gimc(
         if len(factors) == 1:
             res, phi_key = stats_pass(U, None, (0.0,), True)
             Us = [U]
-        else:  # one pass, one GEMM X U_k per width (Fourier: U_k = sqrt(c_k) U)
+        else:  # one pass, one GEMM X U for all widths (Fourier: U_k = sqrt(c_k) U)
             Us = [U * np.sqrt(c) for c in factors]
             (res,) = engine.compute(engine.reduce_blocks(
                 _blocks.stats_block_at, X, A, offset=True,
-                args=(np.stack([u.astype(dt) for u in Us]), None, (0.0,) * len(Us), spec,
-                      n_labels, codes, True, None),
+                args=(U.astype(dt), None, (0.0,) * len(Us), spec, n_labels, codes, True, None,
+                      tuple(float(np.sqrt(c)) for c in factors)),
                 shapes=_blocks.stats_shapes(spec, n_labels, len(Us), True)))  # fmt: skip
             n_passes += 1
             phi_key = None
