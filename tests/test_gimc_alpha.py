@@ -189,3 +189,16 @@ def test_width_selection_size_gate():
     assert core.width_selection(n_min, 400) and not core.width_selection(n_min - 1, 400)
     assert not core.width_selection(4880, 1000)  # the Bibtex shape: fixed work dominates
     assert core.width_selection(32_000, 400)  # the demo shape
+
+
+def test_estimate_counts_the_widths_statistics(rng, monkeypatch):
+    X, Y = _data(rng, n=120)
+    kw = dict(n_features_map=20, learn_features=False, random_state=0)
+    closed = GIMC(**kw).estimate(X, Y)
+    monkeypatch.setattr(core, "WIDTH_ROWS_PER_COST", 0)
+    opened = GIMC(**kw).estimate(X, Y)
+    D, L = 40, Y.shape[1]  # the first pass's accumulator: a (D, D) Gram and (L, D) per width
+    assert opened["reduce_bytes_per_worker"] - closed["reduce_bytes_per_worker"] == (
+        8 * (D * D + L * D)
+    )
+    assert opened["n_trials"] == closed["n_trials"] and opened["max_passes"] == closed["max_passes"]
