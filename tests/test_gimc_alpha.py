@@ -202,3 +202,15 @@ def test_estimate_counts_the_widths_statistics(rng, monkeypatch):
         8 * (D * D + L * D)
     )
     assert opened["n_trials"] == closed["n_trials"] and opened["max_passes"] == closed["max_passes"]
+
+
+def test_eigh_gram_leaves_the_gram_intact(rng):
+    P = rng.standard_normal((30, 6))
+    for dt in (np.float64, np.float32):
+        G = P.T @ P
+        ref = G.copy()
+        s, Q = core.eigh_gram(G, dt)
+        np.testing.assert_array_equal(G, ref)
+        assert Q.dtype == dt and s.dtype == np.float64
+        np.testing.assert_allclose((Q.astype(float) * s) @ Q.T.astype(float), ref,
+                                   rtol=0, atol=1e-4 * np.abs(ref).max())  # fmt: skip

@@ -232,7 +232,8 @@ def eigh_gram(S_PP, dtype):
     accurate, so a float32 eigendecomposition (LAPACK ``syevd``: 0.09 s against 0.15 s in
     float64 at D = 1,000 on one core) loses nothing the data had; float64 data: float64."""
     dt = np.float32 if np.dtype(dtype) == np.float32 else np.float64
-    s, Q = scipy.linalg.eigh(np.asarray(S_PP, dtype=dt), driver="evd", check_finite=False,
+    # a copy (np.array): the fit reads S_PP again (the large-state W-step)
+    s, Q = scipy.linalg.eigh(np.array(S_PP, dtype=dt), driver="evd", check_finite=False,
                              overwrite_a=True)  # fmt: skip
     return s.astype(np.float64), Q
 
