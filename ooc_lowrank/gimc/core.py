@@ -39,8 +39,8 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 import scipy.linalg
+import scipy.sparse as sp
 from scipy.linalg import cho_factor, cho_solve
 
 from ooc_lowrank import engine
