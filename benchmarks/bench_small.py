@@ -243,7 +243,10 @@ def _group(code):
         return "driver"
     if "/dask/" in f:
         return "dask"
-    if any(s in f for s in ("/numpy/linalg/", "/scipy/linalg/", "/scipy/sparse/linalg/")):
+    # scipy/_lib/_util.py: the batching wrapper scipy (>= 1.15) puts around scipy.linalg
+    # functions (eigh, ...), so that the driver's call edge enters the group through it
+    if any(s in f for s in ("/numpy/linalg/", "/scipy/linalg/", "/scipy/sparse/linalg/",
+                            "/scipy/_lib/_util.py")):  # fmt: skip
         return "linalg"
     return None
 

@@ -5,10 +5,15 @@ RBFSampler(2m, median-heuristic gamma) + Ridge(alpha=1), on the datasets of issu
 Per dataset and gamma scale (multiplier of the median heuristic; 0.125 is the library default):
 test P@1 (multi-label) or accuracy (multi-class) and fit seconds of IMC-RFF with ``alpha=1``
 and ``alpha="auto"`` (the chosen alpha and its leave-one-out rate, computed on training rows
-only; the test rows are only scored), and of the peer.  Seconds are wall time of one fit after
-a warm-up; on a busy machine they are noise (the file records the CPU seconds too).
+only; the test rows are only scored), and of the peer.  ``alpha="auto"`` at the default
+gamma scale also scores the median heuristic's width (gamma scale 1) where
+``core.width_selection`` allows it (the demo shape); the run "widths scored" scores it on
+every dataset, to show what the size gate skips: ``gamma_scale_`` is the width chosen,
+``loo_top1_per_gamma_scale`` the best leave-one-out rate of each width.  Seconds are wall
+time of one fit after a warm-up; on a busy machine they are noise (the file records the CPU
+seconds too).
 
-    python benchmarks/imc_rff_alpha.py --datasets demo bibtex yahoo-arts yahoo-business mfeat segment
+    python benchmarks/imc_rff_alpha.py   # the six datasets of issue 24 and five more
 
 Data: ``$OOC_LOWRANK_DATA`` (default ``../shared/data``); the demo shape is generated
 (32,000 training rows x 100, 50 labels, m = 200, as ``bench_small.py``'s ``gimc_demo``).
@@ -80,18 +85,33 @@ def run(name, gamma_scales, workdir, demo_rows, log):
     GIMC(n_features_map=8, learn_features=False, alpha="auto").fit(Xtr[:300], Ytr[:300])  # JIT
     out = {"n_train": int(Xtr.shape[0]), "n_test": int(Xte.shape[0]), "d": int(Xtr.shape[1]),
            "m": m, "metric": "accuracy" if classes is not None else "p@1", "runs": {}}  # fmt: skip
-    for gs in gamma_scales:
-        for alpha in (1.0, "auto"):
+    from ooc_lowrank.gimc import core
+
+    gate = core.WIDTH_ROWS_PER_COST
+    g0 = None
+    for gs, alpha, widths in [(gs, a, False) for gs in gamma_scales for a in (1.0, "auto")] + [
+        (min(gamma_scales), "auto", True)
+    ]:
+        # widths: the extra kernel width of alpha="auto" scored on every dataset, whatever
+        # core.width_selection says (what the size gate skips on the small ones)
+        core.WIDTH_ROWS_PER_COST = 0 if widths else gate
+        try:
             g, wall, cpu = timed(lambda: GIMC(n_features_map=m, learn_features=False,  # noqa: B023
                                               gamma_scale=gs, alpha=alpha,  # noqa: B023
                                               random_state=0).fit(Xtr, Ytr))  # fmt: skip
-            r = {"test": top1(Yte, g.decision_function(Xte), classes), "seconds_busy": wall,
-                 "cpu_seconds": cpu, "alpha_": g.alpha_, "n_passes": g.n_passes_,
-                 "loo_top1": max(g.alpha_scores_.values()) if g.alpha_scores_ else None}  # fmt: skip
-            key = f"IMC-RFF gamma_scale={gs} alpha={alpha}"
-            out["runs"][key] = r
-            log(f"{name} {key}: test {r['test']:.4f} alpha_ {r['alpha_']:.3g} "
-                f"{wall:.2f}s ({cpu:.2f} CPU s)")  # fmt: skip
+        finally:
+            core.WIDTH_ROWS_PER_COST = gate
+        g0 = g0 or g.gamma_[0] / gs  # the median heuristic's gamma
+        r = {"test": top1(Yte, g.decision_function(Xte), classes), "seconds_busy": wall,
+             "cpu_seconds": cpu, "alpha_": g.alpha_, "n_passes": g.n_passes_,
+             "gamma_scale_": g.gamma_[0] / g0,
+             "loo_top1": max(g.alpha_scores_.values()) if g.alpha_scores_ else None,
+             "loo_top1_per_gamma_scale": {round(k / g0, 6): v
+                                          for k, v in g.gamma_scores_.items()}}  # fmt: skip
+        key = f"IMC-RFF gamma_scale={gs} alpha={alpha}" + (" widths scored" if widths else "")
+        out["runs"][key] = r
+        log(f"{name} {key}: test {r['test']:.4f} alpha_ {r['alpha_']:.3g} gamma_scale_ "
+            f"{r['gamma_scale_']:.3g} {wall:.2f}s ({cpu:.2f} CPU s)")  # fmt: skip
     gamma = median_gamma(sample_rows(Xtr, 1000, np.random.default_rng(0)))
     Ad = (Ytr[:, None] == classes[None, :]).astype(float) if classes is not None else Ytr.toarray()
 
@@ -110,7 +130,8 @@ def run(name, gamma_scales, workdir, demo_rows, log):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", nargs="+",
-                    default=["demo", "bibtex", "yahoo-arts", "yahoo-business", "mfeat", "segment"])
+                    default=["demo", "bibtex", "yahoo-arts", "yahoo-business", "mfeat", "segment",
+                             "scene", "yeast", "emotions", "medical", "enron"])
     ap.add_argument("--gamma-scales", nargs="+", type=float, default=[0.125, 1.0])
     ap.add_argument("--demo-rows", type=int, default=40_000)
     ap.add_argument("--loo-rows", type=int, default=None,

@@ -243,6 +243,13 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None, codes=False, calibrate=
         budget = min(budget, int(0.5 * limit * n_workers))
     resident = in_memory or store_bytes <= budget
     n_trials = int(est.n_trials) if est.n_trials is not None else DEFAULT_N_TRIALS
+    stats_trials = n_trials  # output pairs of a statistics pass
+    widths = est._gamma_factors() if hasattr(est, "_gamma_factors") else None
+    if widths:  # alpha="auto" scores the widths in the first statistics pass, a pair each
+        from .gimc import core
+
+        if core.width_selection(n_rows, D):
+            stats_trials = max(n_trials, 1 + len(widths))
 
     def worker_bytes(rows, m_):
         M_ = m_ * len(kinds)
@@ -259,7 +266,7 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None, codes=False, calibrate=
             D_,
             L,
             s,
-            n_trials,
+            stats_trials,
             x_bytes=xb,
             a_bytes=ab,
             transposed_a=L > 4 * n,
@@ -270,7 +277,7 @@ def gimc_estimate(est, XB, AB, n_labels, *, client=None, codes=False, calibrate=
         n_blocks = XB.n_blocks if rows is None else math.ceil(n_rows / max(int(rows), 1))
         if large:
             return _gimc_large_bytes(t, xb, ab, n_blocks, n_rows, d, M_, D_, L, s, n_trials)
-        out64 = n_trials * (D_ * D_ + L * D_) * 8
+        out64 = stats_trials * (D_ * D_ + L * D_) * 8
         task = xb + ab + max(t["stats"] + out64, t["grad"])
         chains = engine._n_chains(n_blocks, out64 // 8) if out64 >= engine.CHAIN_BYTES else 1
         per_worker_chains = math.ceil(chains / max(n_workers or 1, 1))

@@ -231,3 +231,24 @@ def test_bench_small_tiny_without_optional_peers(tmp_path, monkeypatch):
         (r,) = case["ours"].values()
         assert "breakdown" not in r and r["passes"] >= 1
         assert set(r["time_ratio_to_peer"]) <= set(case["peers"])
+
+
+# slow: 8-11 s on the busy 2-core machine (a generated store, nine GIMC fits and the sklearn
+# peer, first imports); the selection the two benchmarks report (widths scored jointly with
+# alpha, the size gate) is tested in the default run by tests/test_gimc_alpha.py
+@pytest.mark.slow
+def test_imc_rff_alpha_and_width_small(tmp_path):
+    from benchmarks import imc_rff_alpha, imc_rff_width
+
+    out = imc_rff_alpha.run("demo", [0.125], str(tmp_path), 1000, lambda s: None)
+    runs = out["runs"]
+    scored = runs["IMC-RFF gamma_scale=0.125 alpha=auto widths scored"]
+    assert set(scored["loo_top1_per_gamma_scale"]) == {0.125, 1.0}
+    assert scored["gamma_scale_"] in (0.125, 1.0) and scored["n_passes"] == 2
+    # 800 training rows, D = 400: below core.width_selection, one width scored
+    assert runs["IMC-RFF gamma_scale=0.125 alpha=auto"]["loo_top1_per_gamma_scale"] == {}
+    assert "RBFSampler(400, median gamma) + Ridge(1)" in runs
+    w = imc_rff_width.run("demo", str(tmp_path), 1000, lambda s: None, sizes=(8,),
+                          scales=(0.125, 1.0))  # fmt: skip
+    assert set(w) == {8} and len(w[8]["loo_top1"]) == len(w[8]["test"]) == 2
+    assert w[8]["loo_best_scale"] in (0.125, 1.0)

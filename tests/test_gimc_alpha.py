@@ -82,7 +82,7 @@ class _Learns:
 
 def test_auto_alpha_refused_by_the_core_for_learned_features():
     with pytest.raises(ValueError, match='alpha="auto".*learn_features=False'):
-        core._select_alpha(None, None, None, _Learns(), 2, False, np.eye(2), np.zeros((1, 2)),
+        core._select_alpha(None, None, None, _Learns(), 2, False, [(np.eye(2), np.zeros((1, 2)))],
                            None)  # fmt: skip
 
 
@@ -121,3 +121,96 @@ def test_auto_alpha_sparse_float32_rows_normalized_same_for_any_chunking(rng):
     np.testing.assert_allclose(list(g.alpha_scores_), list(ref.alpha_scores_), rtol=1e-6)
     np.testing.assert_array_equal(list(g.alpha_scores_.values()), list(ref.alpha_scores_.values()))
     np.testing.assert_allclose(g.coef_, ref.coef_, rtol=1e-4, atol=1e-6)
+
+
+def _widths_fit(X, Y, monkeypatch, **kw):
+    """A fit scoring the extra kernel width (the size gate opened) and the same fit with the
+    gate closed (its ``components_`` are the draw at ``gamma_scale``)."""
+    monkeypatch.setattr(core, "LOO_ROWS", 80)
+    monkeypatch.setattr(core, "WIDTH_ROWS_PER_COST", 0)
+    g = GIMC(n_features_map=15, learn_features=False, random_state=0, **kw).fit(X, Y)
+    monkeypatch.setattr(core, "WIDTH_ROWS_PER_COST", 10**9)
+    base = GIMC(n_features_map=15, learn_features=False, random_state=0, **kw).fit(X, Y)
+    return g, base
+
+
+@pytest.mark.parametrize("block_rows", [None, 67])
+def test_auto_alpha_scores_the_median_width_jointly(rng, monkeypatch, block_rows):
+    X, Y = _data(rng)
+    g, base = _widths_fit(X, Y, monkeypatch, block_rows=block_rows)
+    A = Y.toarray()
+    assert base.gamma_scores_ == {} and base.n_passes_ == g.n_passes_ == 2  # no extra pass
+    g0 = base.gamma_[0]
+    assert sorted(g.gamma_scores_) == pytest.approx([g0, g0 / base.gamma_scale])
+    rates = {}
+    for gam in sorted(g.gamma_scores_):  # U scaled by sqrt(gamma / gamma_0): the same draw
+        Phi = nv.phi_lff(X, base.components_ * np.sqrt(gam / g0))
+        alphas = core.loo_alphas(Phi.T @ Phi)
+        rates[gam] = (alphas, _loo_rates_naive(Phi, A, alphas, stride=3))
+        assert g.gamma_scores_[gam] == pytest.approx(rates[gam][1].max(), abs=1e-12)
+    best = max(rates, key=lambda k: (rates[k][1].max(), -k))  # ties: the default width
+    assert g.gamma_ == pytest.approx([best], rel=1e-12)
+    alphas, naive = rates[best]
+    assert g.alpha_ == pytest.approx(alphas[len(alphas) - 1 - np.argmax(naive[::-1])], rel=1e-12)
+    np.testing.assert_allclose([g.alpha_scores_[a] for a in sorted(g.alpha_scores_)], naive,
+                               atol=1e-12)  # fmt: skip
+    np.testing.assert_allclose(g.components_, base.components_ * np.sqrt(best / g0), rtol=1e-12)
+    Phi = nv.phi_lff(X, g.components_)
+    W = np.linalg.solve(Phi.T @ Phi + g.alpha_ * np.eye(Phi.shape[1]), Phi.T @ A)
+    np.testing.assert_allclose(g.coef_, W, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(g.decision_function(X), Phi @ W, rtol=1e-6, atol=1e-8)
+
+
+def test_the_median_width_wins_when_its_leave_one_out_rate_is_higher(rng, monkeypatch):
+    # labels of a narrow RBF structure: the median heuristic's width beats 1/8 of it
+    X = rng.standard_normal((300, 4))
+    C = rng.standard_normal((12, 4))
+    y = np.argmin(((X[:, None, :] - C[None]) ** 2).sum(-1), axis=1)
+    g, base = _widths_fit(X, y, monkeypatch)
+    assert g.gamma_[0] == pytest.approx(base.gamma_[0] / base.gamma_scale)
+    assert g.gamma_scores_[g.gamma_[0]] > g.gamma_scores_[base.gamma_[0]]
+    assert g.score(X, y) >= base.score(X, y)
+
+
+def test_width_selection_needs_the_median_heuristic_and_frozen_fourier(rng, monkeypatch):
+    monkeypatch.setattr(core, "WIDTH_ROWS_PER_COST", 0)
+    X, Y = _data(rng, n=120)
+    kw = dict(n_features_map=8, random_state=0)
+    for extra in ({"gamma": 0.3}, {"features": "nystrom", "learn_features": False},
+                  {"gamma_scale": 1.0, "learn_features": False}, {"alpha": 0.5,
+                  "learn_features": False}):  # fmt: skip
+        g = GIMC(**kw, **extra).fit(X, Y)
+        assert g.gamma_scores_ == {}, extra
+    assert GIMC(**kw, learn_features=False).fit(X, Y).gamma_scores_  # the gate is open
+
+
+def test_width_selection_size_gate():
+    n_min = core.WIDTH_ROWS_PER_COST * (400 + core.LOO_ROWS)
+    assert core.width_selection(n_min, 400) and not core.width_selection(n_min - 1, 400)
+    assert not core.width_selection(4880, 1000)  # the Bibtex shape: fixed work dominates
+    assert core.width_selection(32_000, 400)  # the demo shape
+
+
+def test_estimate_counts_the_widths_statistics(rng, monkeypatch):
+    X, Y = _data(rng, n=120)
+    kw = dict(n_features_map=20, learn_features=False, random_state=0)
+    closed = GIMC(**kw).estimate(X, Y)
+    monkeypatch.setattr(core, "WIDTH_ROWS_PER_COST", 0)
+    opened = GIMC(**kw).estimate(X, Y)
+    D, L = 40, Y.shape[1]  # the first pass's accumulator: a (D, D) Gram and (L, D) per width
+    assert opened["reduce_bytes_per_worker"] - closed["reduce_bytes_per_worker"] == (
+        8 * (D * D + L * D)
+    )
+    assert opened["n_trials"] == closed["n_trials"] and opened["max_passes"] == closed["max_passes"]
+
+
+def test_eigh_gram_leaves_the_gram_intact(rng):
+    P = rng.standard_normal((30, 6))
+    for dt in (np.float64, np.float32):
+        G = P.T @ P
+        ref = G.copy()
+        s, Q = core.eigh_gram(G, dt)
+        np.testing.assert_array_equal(G, ref)
+        assert Q.dtype == dt and s.dtype == np.float64
+        np.testing.assert_allclose((Q.astype(float) * s) @ Q.T.astype(float), ref,
+                                   rtol=0, atol=1e-4 * np.abs(ref).max())  # fmt: skip

@@ -261,7 +261,8 @@ def grad_shapes(spec, d):
     return [(d, spec.n_params), (spec.n_params,)]
 
 
-def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=None):
+def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=None,
+                scales=None):
     """Statistics pass: for each trial ``U_t = U - eta_t * direction`` return
     ``tril(Phi_t^T Phi_t)`` (D, D) and ``A^T Phi_t`` (L, D); then ``||A_b||_F^2`` if asked.
 
@@ -281,6 +282,10 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep
     etas : tuple of float
     keep : callable(Phi) or None
         Called with the features of a single trial (see :func:`stats_block_at`).
+    scales : tuple of float or None
+        Fourier parts only, ``direction`` None: trial ``t`` is ``U_t = scales[t] U`` (the
+        kernel widths ``gamma scales[t]^2`` of one draw), its projections ``scales[t] X U``
+        from the one GEMM ``X U`` (the same to rounding).
     """
     Xb = _prep(Xb, spec)
     dt = Xb.dtype
@@ -297,8 +302,11 @@ def stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep
     # the feature map may overwrite Z: a single trial at U uses Z0 itself (no copy)
     Z = Z0 if len(etas) == 1 and (Zg is None or etas[0] == 0.0) else np.empty_like(Z0)
     out = []
-    for eta in etas:
-        if Zg is None or eta == 0.0:
+    for t, eta in enumerate(etas):
+        if scales is not None:
+            np.multiply(Z0, dt.type(scales[t]), out=Z)
+            Ut = None  # read by Nystrom parts only
+        elif Zg is None or eta == 0.0:
             if Z is not Z0:
                 Z[...] = Z0
             Ut = U
@@ -451,14 +459,16 @@ stats_block_into32.accumulates = True
 stats_block_into32.accumulator_dtype = np.float32
 
 
-def stats_block_at(start, Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, phi_key):
+def stats_block_at(start, Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, phi_key,
+                   scales=None):
     """:func:`stats_block` of the block whose first row is ``start`` (``offset=True``); with a
     single trial and ``phi_key`` not None its features are kept in this process under
     ``(phi_key, start)`` for the next gradient pass (:func:`grad_block_into`)."""
     keep = None
     if phi_key is not None and len(etas) == 1:
         keep = lambda Phi: _phi_put(phi_key, start, Phi)  # noqa: E731
-    return stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=keep)
+    return stats_block(Xb, Ab, U, direction, etas, spec, n_labels, codes, with_a2, keep=keep,
+                       scales=scales)
 
 
 # The features of the last single-trial statistics pass, per block start: one generation (key)
@@ -626,54 +636,81 @@ def topk_from_phi(Phi, W, k):
     return out
 
 
-def loo_hits_block(start, Xb, Ab, U, spec, n_labels, codes, Q, inv, B, stride, phi_key=None):
-    """Leave-one-out top-1 hits of the ridge solve for each candidate alpha, on the rows of
-    the block whose global index is a multiple of ``stride`` (``offset=True``: the same rows
-    whatever the chunking).
+def loo_hits_block(start, Xb, Ab, Us, spec, n_labels, codes, Qs, invs, Bs, stride, phi_key=None):
+    """Leave-one-out top-1 hits of the ridge solve for each candidate kernel width and alpha,
+    on the rows of the block whose global index is a multiple of ``stride`` (``offset=True``:
+    the same rows whatever the chunking).
 
-    With ``S_PP = Q diag(s) Q^T`` the Gram of all rows, ``inv[j] = 1 / (s + alpha_j)`` and
-    ``B = Q^T S_AP^T``, row ``i``'s fitted scores are ``t_i diag(inv[j]) B`` with
-    ``t_i = phi_i Q``, its leverage ``h_i = t_i diag(inv[j]) t_i^T``, and the scores of the
-    fit without row ``i`` are ``(yhat_i - h_i a_i) / (1 - h_i)`` (the ridge leave-one-out
-    identity that ``sklearn.linear_model.RidgeCV`` uses).  A hit: the top-scored label of the
-    left-out fit is one of the row's labels (P@1 / accuracy).
+    For width ``k`` (parameters ``Us[k]``), with ``S_PP = Q diag(s) Q^T`` the Gram of all rows,
+    ``inv[j] = 1 / (s + alpha_j)`` and ``B = Q^T S_AP^T``, row ``i``'s fitted scores are
+    ``t_i diag(inv[j]) B`` with ``t_i = phi_i Q``, its leverage ``h_i = t_i diag(inv[j])
+    t_i^T``, and the scores of the fit without row ``i`` are ``(yhat_i - h_i a_i) / (1 - h_i)``
+    (the ridge leave-one-out identity that ``sklearn.linear_model.RidgeCV`` uses).  A hit: the
+    top-scored label of the left-out fit is one of the row's labels (P@1 / accuracy).  The
+    positive factor ``1 / (1 - h_i)`` of a row does not move its top label, so it is not
+    applied.  The products run in the block's dtype (float32 data: float32 GEMMs, as the
+    statistics pass's Gram); the leverages are summed in float64.
 
     Parameters
     ----------
     start : int
     Xb, Ab : the blocks (as in :func:`stats_block`)
-    Q : ndarray of shape (D, D)
-    inv : ndarray of shape (n_alphas, D)
-    B : ndarray of shape (D, L)
+    Us : sequence of K ndarrays of shape (d, m_total), dtype of Xb
+    Qs : sequence of K ndarrays of shape (D, D)
+    invs : sequence of K ndarrays of shape (n_alphas, D)
+    Bs : sequence of K ndarrays of shape (D, L)
     stride : int
-    phi_key : the key of the statistics pass's kept features, or None
+    phi_key : the key of the statistics pass's kept features (a single width), or None
 
     Returns
     -------
-    hits : ndarray of shape (n_alphas,)
+    hits : ndarray of shape (K, n_alphas)
     """
     rows = np.arange((-int(start)) % stride, Xb.shape[0], stride)
-    hits = np.zeros(inv.shape[0])
+    hits = np.zeros((len(Qs), invs[0].shape[0]))
     if rows.size == 0:
         return (hits,)
-    Phi = _phi_get(phi_key, start) if phi_key is not None else None
-    if Phi is None:
-        Phi = features_block(Xb[rows], U, spec)
-    else:
-        Phi = Phi[rows]
+    kept = _phi_get(phi_key, start) if phi_key is not None and len(Qs) == 1 else None
+    Xr = Xb[rows] if kept is None else None
     A = label_block(Ab[rows], n_labels, codes, np.float64)
-    T = np.asarray(Phi, dtype=np.float64) @ Q
-    r = np.arange(rows.size)
-    for j, w in enumerate(inv):
-        Tw = T * w
-        keep = 1.0 / np.maximum(1.0 - np.einsum("ik,ik->i", Tw, T), 1e-12)
-        best = np.full(rows.size, -np.inf)
-        arg = np.zeros(rows.size, dtype=np.int64)
-        for c in range(0, B.shape[1], 8192):  # label slices: no (rows, L) array for many labels
-            Ac = A[:, c : c + 8192].toarray()
-            S = (Tw @ B[:, c : c + 8192] - (1.0 - 1.0 / keep)[:, None] * Ac) * keep[:, None]
-            i = np.argmax(S, axis=1)
-            better = S[r, i] > best
-            best[better], arg[better] = S[r, i][better], i[better] + c
-        hits[j] = float(np.asarray(A[r, arg]).sum())
+    for k, (Q, inv, B) in enumerate(zip(Qs, invs, Bs, strict=True)):
+        Phi = kept[rows] if kept is not None else features_block(Xr, Us[k], spec)
+        dt = Phi.dtype
+        T = Phi @ Q.astype(dt, copy=False)
+        H = np.square(T, dtype=np.float64) @ inv.T  # (rows, n_alphas) leverages
+        hits[k] = _loo_top_hits(T, H, inv, B, A)
     return (hits,)
+
+
+#: Score columns per product in :func:`_loo_top_hits`: several alphas of few labels in one
+#: GEMM (Bibtex: 13 alphas x 159 labels), label slices of many labels (no (rows, L) array).
+LOO_COLS = 8192
+
+
+def _loo_top_hits(T, H, inv, B, A):
+    """Hits of :func:`loo_hits_block` for one width: for each alpha ``j`` the left-out top
+    label of row ``i`` is the argmax of ``T_i diag(inv[j]) B - H_ij a_i`` (the positive factor
+    ``1 / (1 - H_ij)`` dropped).  ``T`` (rows, D) in the data dtype, ``H`` (rows, n_alphas),
+    ``inv`` (n_alphas, D), ``B`` (D, L), ``A`` CSR (rows, L) -> (n_alphas,) float64.
+
+    Alphas go ``max(1, LOO_COLS // L)`` at a time through one GEMM ``T [w_j B ...]``."""
+    rows, (D, L) = T.shape[0], B.shape
+    group, width = max(1, LOO_COLS // L), min(L, LOO_COLS)
+    out = np.zeros(inv.shape[0])
+    for j0 in range(0, inv.shape[0], group):
+        w = inv[j0 : j0 + group]  # (g, D)
+        best = np.full((rows, w.shape[0]), -np.inf)
+        hit = np.zeros((rows, w.shape[0]))  # the label value at the best score so far
+        for c in range(0, L, width):
+            Bc = B[:, c : c + width]
+            Bw = (w[:, :, None] * Bc[None]).transpose(1, 0, 2).reshape(D, -1).astype(T.dtype)
+            Ac = A[:, c : c + width].toarray()
+            S = (T @ Bw).reshape(rows, w.shape[0], -1).astype(np.float64)
+            S -= H[:, j0 : j0 + w.shape[0], None] * Ac[:, None, :]
+            i = np.argmax(S, axis=2)
+            v = np.take_along_axis(S, i[:, :, None], axis=2)[:, :, 0]
+            better = v > best
+            best[better] = v[better]
+            hit[better] = np.take_along_axis(Ac, i, axis=1)[better]
+        out[j0 : j0 + w.shape[0]] = hit.sum(axis=0)
+    return out

@@ -39,6 +39,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.linalg
 import scipy.sparse as sp
 from scipy.linalg import cho_factor, cho_solve
 
@@ -174,6 +175,8 @@ class FitResult:
     trials: list = field(default_factory=list)  # Armijo trials evaluated per iteration
     alpha: float | None = None  # the ridge weight used (alpha="auto": the one chosen)
     alpha_scores: dict = field(default_factory=dict)  # alpha="auto": {alpha: LOO top-1 rate}
+    gamma_factor: float = 1.0  # alpha="auto" with gamma_factors: the kernel width factor chosen
+    gamma_scores: dict = field(default_factory=dict)  # {factor: best LOO top-1 rate}
 
 
 def w_step(S_PP, S_AP, alpha):
@@ -210,7 +213,10 @@ def _cho_ridge(S_PP, alpha):
 LOO_RELATIVE_ALPHAS = np.logspace(-6.0, 0.0, 13)
 #: Rows scored by the leave-one-out selection (every ``ceil(n / LOO_ROWS)``-th row): its cost
 #: is ``LOO_ROWS x D x (D + 13 L)``, independent of ``n``.  1024 and 2048 chose alphas of the
-#: same test score on the six datasets of benchmarks/imc_rff_alpha.py (five the same alpha).
+#: same test score on the six datasets of benchmarks/imc_rff_alpha.py (five the same alpha);
+#: 512 (``--loo-rows 512``, 2026-12-07) chose other alphas on 7 of its 11 datasets and scored
+#: lower on 4 (Bibtex 56.5 -> 56.3, yahoo Business 88.1 -> 87.9, mfeat 99.2 -> 98.7, Segment
+#: 95.2 -> 95.1 at the default width), higher on none by more than 0.3.
 LOO_ROWS = 1024
 #: ``alpha="auto"`` selects only when the float64 (D, L) matrix ``Q^T S_AP^T`` it ships to the
 #: blocks takes at most this many bytes; above (the Delicious-large shape: 2.5 GB) the fit
@@ -225,18 +231,75 @@ def loo_alphas(S_PP):
     return scale * LOO_RELATIVE_ALPHAS
 
 
-def loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas, phi_key=None):
-    """The lazy pass of ``alpha="auto"``: leave-one-out top-1 hits of the ridge solve for
-    each of ``alphas`` on every ``ceil(n / LOO_ROWS)``-th row (:func:`_blocks.loo_hits_block`),
-    from one eigendecomposition of the (D, D) Gram of all rows."""
-    s, Q = np.linalg.eigh(np.asarray(S_PP, dtype=np.float64))
-    inv = 1.0 / (np.maximum(s, 0.0)[None, :] + np.asarray(alphas, dtype=np.float64)[:, None])
-    B = Q.T @ np.asarray(S_AP, dtype=np.float64).T
+#: ``alpha="auto"`` with frozen Fourier features and ``gamma=None`` (the estimator passes
+#: the factors, see :func:`fit_gimc`) also scores a second kernel width by leave-one-out,
+#: jointly with alpha, when the data have at least this many rows per column of the selection's
+#: fixed work ``D + LOO_ROWS`` (the eigendecomposition, ``D^3``, and the scored rows,
+#: ``LOO_ROWS x D^2``).  The gate is about cost only: a second width costs one more Gram in
+#: the statistics pass plus that fixed work again, which on the Bibtex shape (4,880 rows,
+#: D = 1,000) is most of the fit's time.  It is not a rule for the width itself: the width the
+#: leave-one-out rate prefers is a property of the data, not of n / D (benchmarks/
+#: imc_rff_width.py: gamma scale 0.125 .. 0.5 in 48 of the 50 (dataset, n / D) cells of ten
+#: real datasets at n / D from 0.3 to 100; 1 .. 2 on the demo shape at n / D 32 .. 160, 0.5
+#: at 320 and 640), so where it is scored it decides.  With the gate
+#: open on every dataset (benchmarks/imc_rff_alpha.py, "widths scored") the choice changed
+#: only on scene (test accuracy 75.1 -> 75.8); on the demo shape it takes the median
+#: heuristic's width, test P@1 80.8 -> 84.2 (the peer RBFSampler + Ridge: 83.1).
+WIDTH_ROWS_PER_COST = 10
+
+
+def width_selection(n, D):
+    """Whether ``alpha="auto"`` scores the extra kernel widths for ``n`` rows and ``D``
+    features (:data:`WIDTH_ROWS_PER_COST`)."""
+    return int(n) >= WIDTH_ROWS_PER_COST * (int(D) + LOO_ROWS)
+
+
+def eigh_gram(S_PP, dtype):
+    """``(s, Q)`` of the symmetric ``S_PP`` (D, D) in the data-path ``dtype``: float32 data
+    give a Gram summed from float32 block products, whose small eigenvalues are only that
+    accurate, so a float32 eigendecomposition (LAPACK ``syevd``: 0.09 s against 0.15 s in
+    float64 at D = 1,000 on one core) loses nothing the data had; float64 data: float64."""
+    dt = np.float32 if np.dtype(dtype) == np.float32 else np.float64
+    # a copy (np.array): the fit reads S_PP again (the large-state W-step)
+    s, Q = scipy.linalg.eigh(np.array(S_PP, dtype=dt), driver="evd", check_finite=False,
+                             overwrite_a=True)  # fmt: skip
+    return s.astype(np.float64), Q
+
+
+def loo_reduction(X, A, Us, spec, n_labels, codes, grams, alphas, phi_key=None):
+    """The lazy pass of ``alpha="auto"``: leave-one-out top-1 hits of the ridge solve for each
+    kernel width (parameters ``Us[k]``, statistics ``grams[k] = (S_PP, S_AP)``) and each of
+    ``alphas[k]`` on every ``ceil(n / LOO_ROWS)``-th row (:func:`_blocks.loo_hits_block`),
+    from one eigendecomposition (:func:`eigh_gram`) of each (D, D) Gram of all rows.
+
+    Returns the reduction and, per width, ``(s, Q, B = Q^T S_AP^T)`` (:func:`eigen_ridge`)."""
+    dt = np.dtype(X.dtype)
+    eigs, Qs, invs, Bs = [], [], [], []
+    for (S_PP, S_AP), al in zip(grams, alphas, strict=True):
+        s, Q = eigh_gram(S_PP, dt)
+        invs.append(1.0 / (np.maximum(s, 0.0)[None, :] + np.asarray(al, np.float64)[:, None]))
+        Bs.append(Q.T.astype(np.float64) @ np.asarray(S_AP, dtype=np.float64).T)
+        Qs.append(Q)
+        eigs.append((s, Q, Bs[-1]))
     stride = max(1, -(-int(X.shape[0]) // LOO_ROWS))
-    args = (U.astype(np.dtype(X.dtype), copy=False), spec, n_labels, codes, Q, inv, B, stride,
-            phi_key)  # fmt: skip
-    return engine.reduce_blocks(_blocks.loo_hits_block, X, A, args=args, offset=True,
-                                shapes=[(len(alphas),)])  # fmt: skip
+    args = (tuple(U.astype(dt, copy=False) for U in Us), spec, n_labels, codes, tuple(Qs),
+            tuple(invs), tuple(Bs), stride, phi_key)  # fmt: skip
+    red = engine.reduce_blocks(_blocks.loo_hits_block, X, A, args=args, offset=True,
+                               shapes=[(len(Us), len(alphas[0]))])  # fmt: skip
+    return red, eigs
+
+
+def eigen_ridge(s, Q, B, a2, alpha):
+    """``(W, f)`` of :func:`reduced_objective` from the eigendecomposition the selection made:
+    ``S_PP = Q diag(s) Q^T`` (``s`` clipped at 0), ``B = Q^T S_AP^T`` (D, L), so
+    ``W = Q diag(w) B`` with ``w = 1 / (s + alpha)`` (one GEMM instead of a Cholesky, its
+    solve and the objective's ``S_PP W``: 0.03 s at D = 1,000, L = 159) and ``f = (||A||^2 -
+    sum_k w_k ||B_k||^2) / 2`` (the Gram-trick objective at the exact W-step, as in
+    :func:`reduced_objective_t`).  ``W`` float64 (D, L)."""
+    w = 1.0 / (np.maximum(np.asarray(s, np.float64), 0.0) + float(alpha))
+    B = np.asarray(B, dtype=np.float64)
+    W = np.asarray(Q, dtype=np.float64) @ (B * w[:, None])
+    return W, 0.5 * (float(a2) - float(np.einsum("k,kl,kl->", w, B, B)))
 
 
 def pick_alpha(alphas, hits):
@@ -640,6 +703,7 @@ def fit_gimc(
     client=None,
     checkpoint=None,
     own_U0=False,
+    gamma_factors=None,
 ):
     """Fit GIMC (or IMC when no part of ``spec`` learns) out of core.
 
@@ -679,6 +743,12 @@ def fit_gimc(
         The caller gives ``U0`` away: in the large-state mode (:func:`large_state`) a C-ordered
         writable ``U0`` of the state's dtype becomes the fit's ``U`` and is stepped in place
         (no second (d, m_total) array).
+    gamma_factors : sequence of float or None
+        ``alpha="auto"`` with frozen Fourier features only: kernel widths to score besides
+        the given one, as factors of its ``gamma`` (``U`` scaled by ``sqrt(factor)``), jointly
+        with alpha by the same leave-one-out pass, when :func:`width_selection` allows (a
+        feature map and a Gram more per width in the statistics pass, no extra pass).  The
+        result's ``U`` is the chosen width's and ``gamma_factor`` its factor.
 
     Returns
     -------
@@ -705,32 +775,41 @@ def fit_gimc(
                 monitor=monitor,
                 checkpoint=checkpoint,
                 own_U0=own_U0,
+                gamma_factors=gamma_factors,
             )
         finally:
             _blocks.clear_phi_cache()
 
 
-def _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key):
-    """``alpha="auto"``: ``(alpha, {alpha: leave-one-out top-1 rate})`` by one
-    :func:`loo_reduction` pass (frozen features only: with learned features the best alpha
-    depends on where the features go)."""
+def _select_alpha(X, A, Us, spec, n_labels, codes, grams, phi_key):
+    """``alpha="auto"``: ``(k, alpha, {alpha: leave-one-out top-1 rate}, {k: best rate},
+    eig)`` by one :func:`loo_reduction` pass over the kernel widths ``Us[k]`` with statistics
+    ``grams[k]`` (frozen features only: with learned features the best alpha depends on where
+    the features go).  The most hits win; ties go to the first width (the default) and the
+    largest alpha (the most regularized).  ``eig``: ``(s, Q, B)`` of width ``k`` for
+    :func:`eigen_ridge` (None with the fallback alpha)."""
     if spec.learns:
         raise ValueError(
             'alpha="auto" selects the ridge weight of frozen features (learn_features=False); '
             "with learned features pass a number, e.g. alpha=1.0"
         )
+    S_PP, S_AP = grams[0]
     if 8 * S_PP.shape[0] * S_AP.shape[0] > LOO_MAX_BYTES:
         logger.info("GIMC alpha='auto': %d labels x %d features is above the selection's "
                     "budget; alpha %g", S_AP.shape[0], S_PP.shape[0], AUTO_ALPHA_FALLBACK)
-        return AUTO_ALPHA_FALLBACK, {}
-    alphas = loo_alphas(S_PP)
-    ((hits,),) = engine.compute(loo_reduction(X, A, U, spec, n_labels, codes, S_PP, S_AP, alphas,
-                                           phi_key=phi_key))  # fmt: skip
+        return 0, AUTO_ALPHA_FALLBACK, {}, {}, None
+    alphas = [loo_alphas(g[0]) for g in grams]
+    red, eigs = loo_reduction(X, A, Us, spec, n_labels, codes, grams, alphas, phi_key=phi_key)
+    ((hits,),) = engine.compute(red)
     n_scored = -(-int(X.shape[0]) // max(1, -(-int(X.shape[0]) // LOO_ROWS)))
     rates = np.asarray(hits) / max(n_scored, 1)
-    best = pick_alpha(alphas, hits)
-    logger.info("GIMC alpha='auto': alpha %.3g (leave-one-out top-1 %.4f)", best, rates.max())
-    return best, {float(a): float(r) for a, r in zip(alphas, rates, strict=True)}
+    k = int(np.argmax(rates.max(axis=1)))  # ties: the first width
+    best = pick_alpha(alphas[k], hits[k])
+    logger.info("GIMC alpha='auto': width %d of %d, alpha %.3g (leave-one-out top-1 %.4f)",
+                k + 1, len(Us), best, rates[k].max())  # fmt: skip
+    scores = {float(a): float(r) for a, r in zip(alphas[k], rates[k], strict=True)}
+    widths = {i: float(rates[i].max()) for i in range(len(Us))} if len(Us) > 1 else {}
+    return k, best, scores, widths, eigs[k]
 
 
 def _fit_gimc(
@@ -749,6 +828,7 @@ def _fit_gimc(
     monitor,
     checkpoint,
     own_U0=False,
+    gamma_factors=None,
 ):
     """:func:`fit_gimc` under the caller's BLAS thread limit."""
     dt = np.dtype(X.dtype)
@@ -814,17 +894,40 @@ def _fit_gimc(
             result.n_passes = n_passes
             return result
     else:
-        res, phi_key = stats_pass(U, None, (0.0,), True)
+        factors = (1.0,)
+        if (alpha == "auto" and gamma_factors and not big and not spec.learns
+                and all(p.kind == "fourier" for p in spec.parts)
+                and width_selection(X.shape[0], spec.n_features)):  # fmt: skip
+            factors = (1.0, *(float(c) for c in gamma_factors))
+        if len(factors) == 1:
+            res, phi_key = stats_pass(U, None, (0.0,), True)
+            Us = [U]
+        else:  # one pass, one GEMM X U for all widths (Fourier: U_k = sqrt(c_k) U)
+            Us = [U * np.sqrt(c) for c in factors]
+            (res,) = engine.compute(engine.reduce_blocks(
+                _blocks.stats_block_at, X, A, offset=True,
+                args=(U.astype(dt), None, (0.0,) * len(Us), spec, n_labels, codes, True, None,
+                      tuple(float(np.sqrt(c)) for c in factors)),
+                shapes=_blocks.stats_shapes(spec, n_labels, len(Us), True)))  # fmt: skip
+            n_passes += 1
+            phi_key = None
         a2 = float(res[-1])
         if a2 == 0.0 and not codes:  # lazy labels: known after this first pass, at no cost
             raise no_label_error()
-        S_PP, S_AP = _unpack_stats(res, 1)[0]
-        _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP, S_AP)
-        scores = {}
+        grams = _unpack_stats(res, len(Us))
+        for S_PP, S_AP in grams:
+            _check_finite("the statistics Phi^T Phi, A^T Phi", "at the initial features", S_PP,
+                          S_AP)  # fmt: skip
+        scores, width_scores, k, eig = {}, {}, 0, None
         if alpha == "auto":  # frozen features: one more pass, leave-one-out over alphas
-            alpha, scores = _select_alpha(X, A, U, spec, n_labels, codes, S_PP, S_AP, phi_key)
+            k, alpha, scores, width_scores, eig = _select_alpha(X, A, Us, spec, n_labels, codes,
+                                                                grams, phi_key)  # fmt: skip
             n_passes += 1 if scores else 0
-        if big:
+        U, (S_PP, S_AP) = Us[k], grams[k]
+        del grams, Us
+        if eig is not None and not big:
+            W, f = eigen_ridge(*eig, a2, alpha)
+        elif big:
             W, f = reduced_objective_t(S_PP, S_AP, a2, alpha)
             W = W.T
         else:
@@ -832,7 +935,9 @@ def _fit_gimc(
             f = objective(W, S_PP, S_AP, a2, alpha)
         del res, S_AP
         _check_finite("the objective or W", "at the initialization", f, W)
-        result = FitResult(U=U, W=W, objective=[f], alpha=float(alpha), alpha_scores=scores)
+        result = FitResult(U=U, W=W, objective=[f], alpha=float(alpha), alpha_scores=scores,
+                           gamma_factor=factors[k],
+                           gamma_scores={factors[i]: v for i, v in width_scores.items()})
         if callback is not None:
             callback(0, time.perf_counter() - t0, f)
         if monitor is not None:
