@@ -1029,13 +1029,14 @@ def _fold_block(
     rows = []
     if rows_at:
         for i in sorted(rows_at):
-            r = np.asarray(outs[i], dtype=np.float64).reshape(-1)
-            if r.size != stop - start:
+            r = np.asarray(outs[i], dtype=np.float64)
+            if r.shape[:1] != (stop - start,):
                 raise ValueError(
-                    f"block function {fn!r} returned {r.size} values for its row output {i} on "
-                    f"rows {start}:{stop}; expected {stop - start} (one per row of the block)"
+                    f"block function {fn!r} returned shape {r.shape} for its row output {i} on "
+                    f"rows {start}:{stop}; expected {stop - start} (one per row of the block) "
+                    "along the first axis"
                 )
-            rows.append(r)
+            rows.append(r.reshape(-1))  # C order: a 2-D row output's rows stay together
         outs = [o for i, o in enumerate(outs) if i not in rows_at]
         sizes = [z for i, z in enumerate(sizes) if i not in rows_at]
         acc, parts = (None, []) if acc is None else acc
@@ -1149,7 +1150,7 @@ def _plan(fn, blocked, ref, args, offset, shapes, chains, split_every):
         single = False
         shapes = [tuple(s) for s in shapes]
     rows_at = _row_outputs(fn)
-    shapes = [(ref.shape[0],) if i in rows_at else s for i, s in enumerate(shapes)]
+    shapes = [(ref.shape[0], *s[1:]) if i in rows_at else s for i, s in enumerate(shapes)]
     sizes = tuple(int(np.prod(s)) for s in shapes)
     if chains is None:
         chains = 8 * int(sum(sizes)) >= CHAIN_BYTES and split_every is None
@@ -1183,9 +1184,10 @@ def reduce_blocks(
 
     Notes
     -----
-    Row outputs: ``fn.row_outputs = (i, ...)`` declares outputs ``i`` as 1-D vectors over the
-    block's rows (``rows_in_block`` values, block order).  Their result is the full-length
-    ``(n_rows,)`` vector that holds each block's values at its rows: a placement, no
+    Row outputs: ``fn.row_outputs = (i, ...)`` declares outputs ``i`` as vectors over the
+    block's rows (``(rows_in_block,)``, or ``(rows_in_block, c)`` for ``c`` values a row, block
+    order).  Their result is the full-length ``(n_rows,)`` (or ``(n_rows, c)``: ``shapes``
+    gives ``c``, or the probe) array that holds each block's values at its rows: a placement, no
     arithmetic, so the other blocks' zeros are never allocated, summed or shipped (a GLRL power
     pass returns ``G v`` this way).  Such reductions always run along chains (``chains`` and
     ``split_every`` do not apply): each chain keeps its blocks' row vectors and the final task

@@ -460,15 +460,18 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
             name="constraints",
         )
         self.alpha_scores_, self.selection_passes_, self.selection_time_ = None, 0, 0.0
+        maps = None  # the feature maps and initial features of the selection, for the refit
         if grid is not None:
             t0 = time.perf_counter()
             split = np.random.default_rng(rs.randint(2**31 - 1))
+            maps = {}
             lam, self.alpha_scores_, self.selection_passes_ = self._select(
-                X, cons, grid, imc_seed, km_seed, split
+                X, cons, grid, imc_seed, km_seed, split, maps
             )
             self.selection_time_ = time.perf_counter() - t0
+            maps["last"] = True
         self.alpha_ = lam
-        imc = self._fit_imc(X, full, lam, imc_seed, int(self.max_iter), prepared)
+        imc = self._fit_imc(X, full, lam, imc_seed, int(self.max_iter), prepared, maps=maps)
         self.labels_, self.kmeans_, self.embedding_ = self._read_out(imc, self.n_init, km_seed)
         self.imc_ = imc
         return self
@@ -495,23 +498,30 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
             )
         )
 
-    def _fit_imc(self, X, cons, lam, seed, max_iter, prepared, precondition=True):
+    def _fit_imc(self, X, cons, lam, seed, max_iter, prepared, precondition=True, maps=None):
         """The IMC fit on ``prepared`` constraints (``_prepare``'s validated, blocked output),
         with preconditioned CG (``precondition``: True or a cache shared by fits at other
-        ``alpha``, see :func:`ooc_lowrank.imc.core.fit_imc`)."""
+        ``alpha``, see :func:`ooc_lowrank.imc.core.fit_imc`); ``maps``: the feature maps and
+        initial features shared by the selection's fits and the refit (see
+        ``InductiveMatrixCompletion._fit_prepared``)."""
         imc = self._imc(lam, seed, max_iter)
-        return imc._fit_prepared(*prepared, precondition=precondition)
+        return imc._fit_prepared(*prepared, precondition=precondition, maps=maps)
 
     def _read_out(self, imc, n_init, seed):
         T = leading_subspace(imc.row_factors_, imc.col_factors_, self.n_clusters, self.readout)
         labels, km, _ = kmeans_blocks(T, self.n_clusters, n_init=n_init, random_state=seed)
         return labels, km, T
 
-    def _select(self, X, cons, grid, imc_seed, km_seed, rng):
+    def _select(self, X, cons, grid, imc_seed, km_seed, rng, maps=None):
         """The paper's selection (SPEC 1.7): fit on 80 % of the constraints for every ``alpha``
         of ``grid`` (``SELECT_ITER`` outer iterations each, the same feature-map seed and
         initialization, the training constraints validated and blocked once), score each
-        clustering by the violated held-out constraints.  Returns ``(alpha, scores, passes)``."""
+        clustering by the violated held-out constraints.  Returns ``(alpha, scores, passes)``.
+
+        The candidates differ only in ``alpha``: the feature maps and their initial features
+        (``maps``, kept for the refit), the initialization, the transposed constraints and the
+        preconditioners are made by the first candidate's fit and reused by the others (the
+        same bits as computing them again)."""
         r, c, v = cons
         tr, va = split_constraints(r.size, HOLDOUT, rng)
         train = self._symmetrized((r[tr], c[tr], v[tr]))
@@ -522,7 +532,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
         scores, passes = {}, 1  # the validation pass of _prepare
         shared = {}  # same maps, initialization and constraints: one preconditioner per side
         for lam in grid:
-            imc = self._fit_imc(X, train, lam, imc_seed, max_iter, prepared, shared)
+            imc = self._fit_imc(X, train, lam, imc_seed, max_iter, prepared, shared, maps)
             labels, _, _ = self._read_out(imc, self.n_init, km_seed)
             scores[lam] = constraint_error(labels, r[va], c[va], v[va])
             passes += int(imc.n_passes_)

@@ -100,6 +100,7 @@ class Problem:
         self.n_passes = 0
         self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         self._held = {}  # id(side) -> (the U its Phi was computed at, Side over the held Phi)
+        self._shared_bytes = 0  # held features kept by a cache outside this problem
 
     @staticmethod
     def _transposed_fits(obs, obs_t):
@@ -139,10 +140,8 @@ class Problem:
             return hit[1]
         dt = np.dtype(side.u_arg().dtype)
         nbytes = int(side.X.shape[0]) * side.spec.n_features * dt.itemsize
-        others = sum(
-            int(h[1].X.shape[0]) * h[1].X.shape[1] * h[1].X.dtype.itemsize
-            for k, h in self._held.items()
-            if k != id(side)
+        others = self._shared_bytes + sum(
+            _held_bytes(h) for k, h in self._held.items() if k != id(side)
         )
         # on a cluster: half the workers' memory, less what the scatter cache may keep there
         # (the observations, P, Q); held feature blocks and those both filled a worker
@@ -161,6 +160,30 @@ class Problem:
         )
         held = Side(X=PhiB, spec=None, U=None)
         self._held[id(side)] = (side.U, held)
+        return held
+
+    def hold_initial_features(self, held=None, kept=True):
+        """The features of both sides at their current (initial) parameters, shared by fits of
+        the same sides on other observations or ``lam`` (a selection's candidates and refit).
+
+        ``held=None``: computed and held (:meth:`features`: one pass per side whose ``Phi``
+        fits the budget) and returned, per side ``(U, Side over Phi)`` or None; else the list
+        returned by an earlier fit, held here at no pass (its ``U`` must be the side's).
+        With ``kept`` (the caller keeps the list for later fits) its bytes count against this
+        problem's budget beside the features it holds itself."""
+        sides = (self.rows, self.cols)
+        if held is None:
+            for side in sides:
+                self.features(side)
+            out = [self._held.get(id(side)) for side in sides]
+            self._shared_bytes = sum(_held_bytes(h) for h in out if h is not None) if kept else 0
+            return out
+        for side, h in zip(sides, held, strict=True):
+            if h is not None:
+                if h[0] is not side.U:
+                    raise ValueError("held features were computed at other feature parameters")
+                self._held[id(side)] = h
+        self._shared_bytes = sum(_held_bytes(h) for h in held if h is not None) if kept else 0
         return held
 
     def preconditioners(self, cache=None):
@@ -255,6 +278,54 @@ class Problem:
             gX, colsum = engine.map_reduce(_blocks.backprop_block, side.X, Z, args=args)
         return _gb.finalize_grad(gX, colsum, side.U, side.spec)
 
+    def obs_of(self, side: Side):
+        """The observations whose rows are ``side``'s rows (``obs`` for the row side, ``obs_t``
+        for the column side), or None (the column side without ``obs_t``)."""
+        return self.obs if side is self.rows else self.obs_t
+
+    def feature_grad_loss(self, side: Side, F, own, other):
+        """``(gradient w.r.t. the side's feature parameters, sum R^2 / 2)`` for ``df/dPhi = (R
+        other) F^T``, ``R`` the residual at the side's factor ``own = Phi F`` (n, k) and the
+        other side's ``other``.  One pass over ``side.X`` and the side's row-aligned
+        observations (:meth:`obs_of`); the column side without ``obs_t`` takes two (``R^T P``
+        scattered, then :meth:`feature_grad`)."""
+        obs = self.obs_of(side)
+        if obs is None:
+            RtP, loss = self.omega_cols(other, own, True)
+            return self.feature_grad(side, RtP, F), loss
+        self.n_passes += 1
+        args = (side.u_arg(), side.spec, np.ascontiguousarray(F.T), other)
+        hit = self._held.get(id(side))
+        if hit is not None and hit[0] is side.U:  # Phi at this U is held: not recomputed
+            gX, colsum, loss = engine.map_reduce(
+                _blocks.grad_loss_held_block, side.X, hit[1].X, obs, own, args=args
+            )
+        else:
+            gX, colsum, loss = engine.map_reduce(
+                _blocks.grad_loss_block, side.X, obs, own, args=args
+            )
+        return _gb.finalize_grad(gX, colsum, side.U, side.spec), float(loss)
+
+    def trial(self, side: Side, U, F, other):
+        """``(sum R^2 / 2, F')`` at the side's trial parameters ``U``: its new factor ``F' =
+        Phi_U F`` (n, k) and the loss with the other side's ``other``.  One pass over
+        ``side.X`` and its row-aligned observations (:func:`_blocks.trial_block`); the column
+        side without ``obs_t`` takes two (an X-pass, then an Omega-pass)."""
+        obs = self.obs_of(side)
+        if obs is None:
+            Fn = self.project(side, F, U)
+            return self.loss(other, Fn), Fn
+        self.n_passes += 1
+        F = np.ascontiguousarray(F, dtype=np.float64)
+        Fn, loss = engine.map_reduce(
+            _blocks.trial_block,
+            side.X,
+            obs,
+            args=(side.u_arg(U), side.spec, F, other),
+            shapes=[(int(side.X.shape[0]), F.shape[1]), ()],
+        )
+        return float(loss), Fn
+
     # Omega-passes --------------------------------------------------------------------
     def omega_rows(self, P, Q, residual):
         """``(E Q, sum E^2 / 2)`` with E = R (residual) or M, one Omega-pass."""
@@ -313,6 +384,12 @@ class Problem:
         S = self.project(self.cols, Delta)
         MtP, _ = self.omega_cols(P, S, False)
         return self.phit(self.cols, MtP) + self.lam * Delta
+
+
+def _held_bytes(hit):
+    """Bytes of a held feature matrix (a :attr:`Problem._held` value)."""
+    X = hit[1].X
+    return int(X.shape[0]) * int(X.shape[1]) * X.dtype.itemsize
 
 
 def cg(x, r, hvp, tol, max_iter, precond=None):
@@ -433,14 +510,13 @@ def _check_finite(what, when, *values):
             )
 
 
-def _feature_step(prob: Problem, side: Side, Z, F, f, eta_prev, objective_of):
-    """One Armijo step on ``side.U`` (SPEC 1.3, 5.3) for ``df/dPhi = Z F^T``.
+def _feature_step(side: Side, g, f, eta_prev, trial):
+    """One Armijo step on ``side.U`` (SPEC 1.3, 5.3) along the gradient ``g``.
 
-    ``objective_of(factor)`` gives ``f`` for the side's new factor ``Phi_new F`` (one
-    Omega-pass); each trial costs one X-pass plus that.  On acceptance ``side.U`` is updated and
+    ``trial(U)`` gives ``(f, the side's new factor)`` at trial parameters ``U``
+    (:meth:`Problem.trial`: one pass).  On acceptance ``side.U`` is updated and
     ``(eta, f_new, new_factor)`` returned; None (U unchanged, logged) if no trial descends.
     """
-    g = prob.feature_grad(side, Z, F)
     gn2 = float(np.sum(g * g))
     if gn2 == 0.0:
         return None
@@ -448,14 +524,23 @@ def _feature_step(prob: Problem, side: Side, Z, F, f, eta_prev, objective_of):
     eta = scale if eta_prev is None else min(2.0 * eta_prev, scale)
     for _ in range(MAX_TRIALS):
         cand = side.U - eta * g
-        Fn = prob.project(side, F, cand)
-        f_new = objective_of(Fn)
+        f_new, Fn = trial(cand)
         if np.isfinite(f_new) and f_new <= f - C1 * eta * gn2:
             side.U = cand
             return eta, f_new, Fn
         eta *= 0.5
     logger.info("IMC: the feature line search found no descent step; parameters kept")
     return None
+
+
+def _trial(prob: Problem, side: Side, F, other, reg):
+    """``U -> (f, the side's new factor)`` for :func:`_feature_step` (``reg``: the penalty)."""
+
+    def trial(U):
+        loss, Fn = prob.trial(side, U, F, other)
+        return reg + loss, Fn
+
+    return trial
 
 
 def init_factors(prob: Problem, k, rng):
@@ -509,7 +594,10 @@ def fit_imc(
     precondition : bool or dict
         Preconditioned CG (:meth:`Problem.preconditioners`, two passes after the
         initialization); sides it does not apply to keep plain CG.  A dict: preconditioned,
-        with that dict as the preconditioners' cache (fits that differ only in ``lam``).
+        with that dict as the cache of fits that differ only in ``lam`` (same observations,
+        sides, feature parameters and ``rng`` state): the first fit stores its preconditioners
+        and its initialization (``W, H, P, Q`` and the loss; they do not depend on ``lam``),
+        the others start from them without a pass.
 
     Returns
     -------
@@ -517,18 +605,25 @@ def fit_imc(
     """
     progress = Progress(verbose, callback)
     rng = np.random.default_rng(0) if rng is None else rng
-    if init is None:
-        W, H, P, Q = init_factors(prob, k, rng)
+    cache = precondition if isinstance(precondition, dict) else None
+    if cache is not None and init is None and "init" in cache:  # another lam's fit made it
+        W, H, P, Q, loss0 = (np.array(a) if isinstance(a, np.ndarray) else a
+                             for a in cache["init"])  # fmt: skip
     else:
-        W, H = (np.array(a, dtype=np.float64) for a in init)
-        P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
-    f = prob.objective(prob.loss(P, Q), W, H)
+        if init is None:
+            W, H, P, Q = init_factors(prob, k, rng)
+        else:
+            W, H = (np.array(a, dtype=np.float64) for a in init)
+            P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
+        loss0 = prob.loss(P, Q)
+        if cache is not None and init is None:
+            cache["init"] = (W.copy(), H.copy(), P.copy(), Q.copy(), loss0)
+    f = prob.objective(loss0, W, H)
     _check_finite("the objective", "at the initialization", f)
     res = FitResult(W=W, H=H, U=prob.rows.U, V=prob.cols.U, P=P, Q=Q, objective=[f])
     progress(0, f, "IMC init: objective %.6g", f)
     pre_w = pre_h = None
     if (precondition or isinstance(precondition, dict)) and max_iter > 0:
-        cache = precondition if isinstance(precondition, dict) else None
         pre_w, pre_h = prob.preconditioners(cache)
     eta_u = eta_v = None
     for it in range(1, max_iter + 1):
@@ -542,21 +637,20 @@ def fit_imc(
         res.cg_iterations.append((nw, nh))
         steps = [0.0, 0.0]
         if prob.rows.learns or prob.cols.learns:
-            RQ, loss = prob.omega_rows(P, Q, True)
-            f_new = prob.objective(loss, W, H)
+            # each side: its gradient and the loss in one pass, one pass per Armijo trial
             reg = prob.objective(0.0, W, H)
+            f_new = None
             if prob.rows.learns:
-                out = _feature_step(
-                    prob, prob.rows, RQ, W, f_new, eta_u, lambda Pn: reg + prob.loss(Pn, Q)
-                )
+                g, loss = prob.feature_grad_loss(prob.rows, W, P, Q)
+                f_new = reg + loss
+                out = _feature_step(prob.rows, g, f_new, eta_u, _trial(prob, prob.rows, W, Q, reg))
                 if out is not None:
                     eta_u, f_new, P = out
                     steps[0] = eta_u
             if prob.cols.learns:
-                RtP, _ = prob.omega_cols(P, Q, True)
-                out = _feature_step(
-                    prob, prob.cols, RtP, H, f_new, eta_v, lambda Qn: reg + prob.loss(P, Qn)
-                )
+                g, loss = prob.feature_grad_loss(prob.cols, H, Q, P)
+                f_new = reg + loss if f_new is None else f_new
+                out = _feature_step(prob.cols, g, f_new, eta_v, _trial(prob, prob.cols, H, P, reg))
                 if out is not None:
                     eta_v, f_new, Q = out
                     steps[1] = eta_v
