@@ -87,6 +87,8 @@ __all__ = [
     "map_rows",
     "map_rows_persisted",
     "maybe_persist",
+    "from_held_blocks",
+    "runs_direct",
     "one_blas_thread",
     "reduce_blocks",
     "task_threads",
@@ -1665,6 +1667,26 @@ def _map_direct(fn, lists, bounds, args, offset):
 
     with one_blas_thread():
         return list(_run_blocks(block, len(bounds) - 1))
+
+
+def runs_direct(*inputs, client=None) -> bool:
+    """A pass over ``inputs`` (row-aligned :class:`Blocked`) would take the direct path: every
+    input is held by this process and the local threaded scheduler would run it, so block
+    functions run in this process (what they keep in a process-local cache, the driver can
+    take afterwards)."""
+    return _direct_blocks(list(inputs), client) is not None
+
+
+def from_held_blocks(blocks, bounds, kind="dense", nnz=None) -> Blocked:
+    """A :class:`Blocked` over row blocks already held by this process (``blocks[i]`` holds
+    rows ``bounds[i]:bounds[i + 1]``), read by later passes like :func:`map_rows_persisted`'s
+    output (the direct path reads the blocks themselves)."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if len(blocks) != len(bounds) - 1 or any(
+        b.shape[0] != e - s for b, s, e in zip(blocks, bounds[:-1], bounds[1:], strict=True)
+    ):
+        raise ValueError("blocks must hold the rows of bounds, one block per row range")
+    return _from_held(blocks, bounds, kind, nnz)
 
 
 def _held_block(_, held=None, block_id=None):

@@ -147,8 +147,9 @@ def _count_costs(monkeypatch):
 def test_feature_steps_cost_one_pass_per_gradient_and_per_trial(monkeypatch):
     """With learned features each outer iteration spends, per side, one pass for the gradient
     and the loss and one per Armijo trial (the former step: an Omega-pass, the gradient's
-    X-pass, then two passes per trial); the rest of the iteration is the two CG steps, the two
-    projections and the features held at the new parameters."""
+    X-pass, then two passes per trial); the rest of the iteration is the two CG steps and the
+    two projections: the features at the accepted parameters are those the trial computed
+    (held, not computed again by the next CG step: one pass per accepted step before)."""
     X, y = _blobs()
     cons = sample_constraints(y, 10 * X.shape[0], random_state=0)
     spent = _count_costs(monkeypatch)
@@ -158,13 +159,11 @@ def test_feature_steps_cost_one_pass_per_gradient_and_per_trial(monkeypatch):
     assert spent["trial"] and set(spent["trial"]) == {1}
     cg = int(imc.cg_iterations_.sum())
     accepted = int(np.count_nonzero(imc.step_sizes_))
+    assert accepted > 0
     # init: 2 held features, 2 projections, the scale's and the objective's Omega-passes;
     # 2 preconditioner Grams; per iteration 2 CG gradients, 2 projections, 2 feature
-    # gradients; one per CG product and per trial; the features again after each accepted step
-    # (held at the new U, computed by the next CG step's first pass)
-    want = 6 + 2 + 6 * imc.n_iter_ + cg + len(spent["trial"])
-    held_again = accepted - int(np.count_nonzero(imc.step_sizes_[-1]))  # the last is not used
-    assert imc.n_passes_ == want + held_again
+    # gradients; one per CG product and per trial
+    assert imc.n_passes_ == 6 + 2 + 6 * imc.n_iter_ + cg + len(spent["trial"])
 
 
 def test_lam_candidates_and_refit_share_maps_initialization_and_features(monkeypatch):
@@ -197,3 +196,19 @@ def test_lam_candidates_and_refit_share_maps_initialization_and_features(monkeyp
     np.testing.assert_array_equal(auto.imc_.objective_, fixed.imc_.objective_)
     np.testing.assert_array_equal(auto.embedding_, fixed.embedding_)
     assert auto.imc_.n_passes_ == fixed.imc_.n_passes_ - 2
+
+
+def test_features_kept_from_the_accepted_trial_are_the_recomputed_ones(monkeypatch):
+    """Holding the accepted trial's features (instead of computing them again in the next CG
+    step's first pass) changes no bit of the fit and saves one pass per accepted step but the
+    last iteration's (no CG step follows them)."""
+    X, y = _blobs()
+    cons = sample_constraints(y, 10 * X.shape[0], random_state=0)
+    kept = GIMCClustering(alpha=1.0, **KW).fit(X, constraints=cons)
+    monkeypatch.setattr(core.Problem, "keep_trial_features", lambda self, side: None)
+    again = GIMCClustering(alpha=1.0, **KW).fit(X, constraints=cons)
+    np.testing.assert_array_equal(kept.imc_.objective_, again.imc_.objective_)
+    np.testing.assert_array_equal(kept.embedding_, again.embedding_)
+    steps = again.imc_.step_sizes_
+    saved = int(np.count_nonzero(steps[:-1]))
+    assert saved > 0 and again.imc_.n_passes_ - kept.imc_.n_passes_ == saved

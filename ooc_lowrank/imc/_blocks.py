@@ -194,15 +194,20 @@ def fused_block(Xb, Ob, U, spec, Delta, Q, residual):
 # ----------------------------------------------------------------------------------------
 
 
-def trial_block(Xb, Ob, U, spec, F, other):
+def trial_block(start, Xb, Ob, U, spec, F, other, key):
     """One Armijo trial of a side whose rows index the observations' rows, in one pass: the
     block's new factor rows ``F'_b = Phi_b(U) F`` (n_b, k) at the trial parameters ``U`` and
     ``sum E_b^2 / 2`` with ``E_ij = f'_i^T other_j - S_ij``.
 
     The trial then needs no X-pass for ``F'`` followed by an Omega-pass for the loss: both
     come from the block in hand (the same bits: :func:`project_block`, and the loss of
-    :func:`omega_loss_block`)."""
-    Fn = project_block(Xb, U, spec, F)
+    :func:`omega_loss_block`).  ``key``: the block's features ``Phi_b(U)`` are kept in this
+    process under ``(key, start)`` (GIMC's one-generation cache), for the driver to hold them
+    if the trial is accepted (:meth:`ooc_lowrank.imc.core.Problem.keep_trial_features`)."""
+    Phi = phi_block(Xb, U, spec)
+    if key is not None:
+        _gb._phi_put(key, start, Phi)
+    Fn = np.asarray(_times(Phi, F), dtype=np.float64)
     e, _, _ = entry_values(Ob, Fn, other, True)
     return Fn, np.array(0.5 * float(e @ e))
 

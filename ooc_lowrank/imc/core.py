@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -101,6 +102,7 @@ class Problem:
         self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         self._held = {}  # id(side) -> (the U its Phi was computed at, Side over the held Phi)
         self._shared_bytes = 0  # held features kept by a cache outside this problem
+        self._trial = None  # (side, U, key) of the last one-pass trial
 
     @staticmethod
     def _transposed_fits(obs, obs_t):
@@ -317,14 +319,33 @@ class Problem:
             return self.loss(other, Fn), Fn
         self.n_passes += 1
         F = np.ascontiguousarray(F, dtype=np.float64)
+        key = None  # the trial's features, kept where the driver can take them
+        if id(side) in self._held and engine.runs_direct(side.X, obs):
+            key = ("imc-trial", id(self), os.urandom(8).hex())
+        self._trial = (side, U, key)
         Fn, loss = engine.map_reduce(
             _blocks.trial_block,
             side.X,
             obs,
-            args=(side.u_arg(U), side.spec, F, other),
+            args=(side.u_arg(U), side.spec, F, other, key),
+            offset=True,
             shapes=[(int(side.X.shape[0]), F.shape[1]), ()],
         )
         return float(loss), Fn
+
+    def keep_trial_features(self, side: Side):
+        """After ``side``'s last trial was accepted (``side.U`` is its ``U``): hold the features
+        it computed (kept in this process on the direct path), so that the next W- or H-step
+        needs no pass to compute them again (the same bits as :meth:`features`)."""
+        trial, self._trial = self._trial, None
+        if trial is None or trial[0] is not side or trial[1] is not side.U or trial[2] is None:
+            return
+        starts = side.X.bounds[:-1]
+        blocks = [_gb._phi_take(trial[2], s) for s in starts]
+        if any(b is None for b in blocks):  # evicted (another fit's trial): computed again
+            return
+        held = engine.from_held_blocks(blocks, side.X.bounds, "dense")
+        self._held[id(side)] = (side.U, Side(X=held, spec=None, U=None))
 
     # Omega-passes --------------------------------------------------------------------
     def omega_rows(self, P, Q, residual):
@@ -647,6 +668,7 @@ def fit_imc(
                 if out is not None:
                     eta_u, f_new, P = out
                     steps[0] = eta_u
+                    prob.keep_trial_features(prob.rows)
             if prob.cols.learns:
                 g, loss = prob.feature_grad_loss(prob.cols, H, Q, P)
                 f_new = reg + loss if f_new is None else f_new
@@ -654,6 +676,7 @@ def fit_imc(
                 if out is not None:
                     eta_v, f_new, Q = out
                     steps[1] = eta_v
+                    prob.keep_trial_features(prob.cols)
         else:
             f_new = prob.objective(prob.loss(P, Q), W, H)
         _check_finite("the objective or the factors", f"after iteration {it}", f_new, W, H)
@@ -666,6 +689,8 @@ def fit_imc(
             res.converged = True
             break
         f = f_new
+    if prob.rows.learns or prob.cols.learns:
+        _gb.clear_phi_cache()  # a rejected last trial's features are not kept past the fit
     res.W, res.H, res.P, res.Q = W, H, P, Q
     res.U, res.V = prob.rows.U, prob.cols.U
     res.n_passes = prob.n_passes
