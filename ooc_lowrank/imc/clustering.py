@@ -323,13 +323,14 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
         **Cost of the selection**: one fit per candidate on 80 % of the constraints with at
         most :data:`SELECT_ITER` = 5 outer iterations (the refit runs ``max_iter`` = 20), each
         with its k-means read-out; the training constraints are validated and blocked once for
-        all candidates, and every candidate starts from the same feature maps and
-        initialization (and shares the CG preconditioner, see ``cg_iter``).  Measured with five
+        all candidates, and every candidate starts from the same feature maps, initial
+        features and initialization, made once (and shares the CG preconditioner, see
+        ``cg_iter``); the refit reuses the maps and initial features.  Measured with five
         candidates on four datasets (busy 2-core machine, docs/imc.md): the selection took
         1.3-1.4 times the refit; with the three Fourier candidates about 0.8 times, so
-        ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha`` (Segment at 10n, with the
-        preconditioned CG: 435 selection passes and 568 for the refit, against 562 for a fit
-        at ``alpha=1.0``).
+        ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha`` (Segment at 10n: 307
+        selection passes and 407 for the refit, against 405 for a fit at ``alpha=1.0``;
+        1,003 in all before issue 24's one-pass feature steps, docs/imc.md).
         ``selection_passes_`` and ``selection_time_`` report it; ``alpha=1.0`` skips it.
     features : {"fourier", "nystrom", "identity"}, default="fourier"
         Feature map of both sides; "identity" is the MCCC stand-in (SPEC 1.6).
