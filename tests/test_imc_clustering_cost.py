@@ -147,9 +147,10 @@ def _count_costs(monkeypatch):
 def test_feature_steps_cost_one_pass_per_gradient_and_per_trial(monkeypatch):
     """With learned features each outer iteration spends, per side, one pass for the gradient
     and the loss and one per Armijo trial (the former step: an Omega-pass, the gradient's
-    X-pass, then two passes per trial); the rest of the iteration is the two CG steps and the
-    two projections: the features at the accepted parameters are those the trial computed
-    (held, not computed again by the next CG step: one pass per accepted step before)."""
+    X-pass, then two passes per trial); the rest of the iteration is the two CG steps: the new
+    factors are the CG's images (no projection pass each, before) and the features at the
+    accepted parameters are those the trial computed (held, not computed again by the next CG
+    step: one pass per accepted step before)."""
     X, y = _blobs()
     cons = sample_constraints(y, 10 * X.shape[0], random_state=0)
     spent = _count_costs(monkeypatch)
@@ -161,9 +162,43 @@ def test_feature_steps_cost_one_pass_per_gradient_and_per_trial(monkeypatch):
     accepted = int(np.count_nonzero(imc.step_sizes_))
     assert accepted > 0
     # init: 2 held features, 2 projections, the scale's and the objective's Omega-passes;
-    # 2 preconditioner Grams; per iteration 2 CG gradients, 2 projections, 2 feature
-    # gradients; one per CG product and per trial
-    assert imc.n_passes_ == 6 + 2 + 6 * imc.n_iter_ + cg + len(spent["trial"])
+    # 2 preconditioner Grams; per iteration 2 CG gradients, 2 feature gradients; one per CG
+    # product and per trial
+    assert imc.n_passes_ == 6 + 2 + 4 * imc.n_iter_ + cg + len(spent["trial"])
+    # the factors followed W and H through the CG images: Phi W to rounding
+    np.testing.assert_allclose(m.imc_.transform_rows(X), imc.row_factors_, rtol=1e-9,
+                               atol=1e-9 * np.abs(imc.row_factors_).max())  # fmt: skip
+    np.testing.assert_allclose(m.imc_.transform_cols(X), imc.col_factors_, rtol=1e-9,
+                               atol=1e-9 * np.abs(imc.col_factors_).max())  # fmt: skip
+
+
+@pytest.mark.parametrize("side", ["rows", "cols", "cols_without_obs_t"])
+@pytest.mark.parametrize("precond", [False, True])
+def test_cg_image_follows_the_iterate(side, precond):
+    """``cg(image=Phi x)`` with products that return the direction's image gives the iterate of
+    the plain CG bit for bit and ``Phi x`` of it to rounding, with no pass beyond the
+    products (the X-pass that projected the CG's result is saved)."""
+    prob, W, H, P, Q = _problem(7, fuse=side != "cols_without_obs_t")
+    prob.lam = 0.3
+    if side == "rows":
+        s, x0, img, grad, hvp = prob.rows, W, P, prob.grad_W(W, P, Q), prob.hvp_W
+        other = {"Q": Q}
+    else:
+        s, x0, img, grad, hvp = prob.cols, H, Q, prob.grad_H(H, P, Q), prob.hvp_H
+        other = {"P": P}
+    pre = None
+    if precond and side != "cols_without_obs_t":
+        pw, ph = prob.preconditioners()
+        pre = (pw.at(Q) if side == "rows" else ph.at(P))
+    x1, it1 = core.cg(x0, -grad, lambda D: hvp(D, **other), 0.0, 4, pre)
+    p0 = prob.n_passes
+    x2, it2, img2 = core.cg(x0, -grad, lambda D: hvp(D, image=True, **other), 0.0, 4, pre,
+                            image=img)  # fmt: skip
+    per_product = 3 if side == "cols_without_obs_t" else 1
+    assert prob.n_passes - p0 == per_product * it2 and it1 == it2 == 4
+    np.testing.assert_array_equal(x1, x2)
+    fresh = prob.project(s, x2)
+    np.testing.assert_allclose(img2, fresh, rtol=1e-11, atol=1e-11 * np.abs(fresh).max())
 
 
 def test_lam_candidates_and_refit_share_maps_initialization_and_features(monkeypatch):

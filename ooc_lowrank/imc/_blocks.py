@@ -184,9 +184,24 @@ def fused_block(Xb, Ob, U, spec, Delta, Q, residual):
     ``residual``).  ``Delta = W`` and ``residual=True`` give the W-gradient's data term; a
     direction and ``residual=False`` the Hessian-vector product, in one pass instead of three.
     """
+    return _fused(Xb, Ob, U, spec, Delta, Q, residual)[1:]
+
+
+def fused_image_block(Xb, Ob, U, spec, Delta, Q, residual):
+    """:func:`fused_block` and, first, the block's image ``Phi_b Delta`` (n_b, k) as a row
+    output: a CG step that updates ``W`` by ``alpha Delta`` updates ``P = Phi W`` by
+    ``alpha Phi Delta`` from it, with no X-pass to project ``W`` afresh."""
+    return _fused(Xb, Ob, U, spec, Delta, Q, residual)
+
+
+fused_image_block.row_outputs = (0,)
+
+
+def _fused(Xb, Ob, U, spec, Delta, Q, residual):
     Phi = phi_block(Xb, U, spec)
-    EQ = omega_rows_block(Ob, project_block(Phi, None, None, Delta), Q, residual)
-    return _t_times(Phi, EQ[:, :-1]), np.array(EQ[:, -1].sum())
+    S = project_block(Phi, None, None, Delta)
+    EQ = omega_rows_block(Ob, S, Q, residual)
+    return S, _t_times(Phi, EQ[:, :-1]), np.array(EQ[:, -1].sum())
 
 
 # ----------------------------------------------------------------------------------------

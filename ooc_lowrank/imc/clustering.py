@@ -328,8 +328,8 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
         ``cg_iter``); the refit reuses the maps and initial features.  Measured with five
         candidates on four datasets (busy 2-core machine, docs/imc.md): the selection took
         1.3-1.4 times the refit; with the three Fourier candidates about 0.8 times, so
-        ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha`` (Segment at 10n: 307
-        selection passes and 407 for the refit, against 405 for a fit at ``alpha=1.0``;
+        ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha`` (Segment at 10n: 277
+        selection passes and 367 for the refit, against 365 for a fit at ``alpha=1.0``;
         1,003 in all before issue 24's one-pass feature steps, docs/imc.md).
         ``selection_passes_`` and ``selection_time_`` report it; ``alpha=1.0`` skips it.
     features : {"fourier", "nystrom", "identity"}, default="fourier"

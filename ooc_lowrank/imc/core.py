@@ -25,6 +25,7 @@ non-increasing.  All small algebra is float64.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import os
 from dataclasses import dataclass, field
@@ -227,18 +228,21 @@ class Problem:
             cache["pre"] = pre
         return pre
 
-    def fused(self, side: Side, obs, Delta, other, residual):
+    def fused(self, side: Side, obs, Delta, other, residual, image=False):
         """``(Phi^T (E other), sum E^2 / 2)`` in one pass over ``side.X`` and ``obs`` (row-aligned):
-        ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``)."""
+        ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``); with ``image``
+        also ``Phi Delta`` (n, k), third."""
         side = self.features(side)
         self.n_passes += 1
-        out, loss = engine.map_reduce(
-            _blocks.fused_block,
-            side.X,
-            obs,
-            args=(side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual)),
-            shapes=[(side.n_features, Delta.shape[1]), ()],
-        )
+        args = (side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual))
+        shapes = [(side.n_features, Delta.shape[1]), ()]
+        if image:
+            S, out, loss = engine.map_reduce(
+                _blocks.fused_image_block, side.X, obs, args=args,
+                shapes=[(int(side.X.shape[0]), Delta.shape[1]), *shapes],
+            )  # fmt: skip
+            return out, float(loss), S
+        out, loss = engine.map_reduce(_blocks.fused_block, side.X, obs, args=args, shapes=shapes)
         return out, float(loss)
 
     # X-passes ------------------------------------------------------------------------
@@ -396,15 +400,23 @@ class Problem:
         RtP, _ = self.omega_cols(P, Q, True)
         return self.phit(self.cols, RtP) + self.lam * H
 
-    def hvp_W(self, Delta, Q):
+    # ``image=True``: ``(H Delta, Phi Delta)``, the direction's image for :func:`cg`'s ``image``
+    def hvp_W(self, Delta, Q, image=False):
+        if image:
+            out, _, S = self.fused(self.rows, self.obs, Delta, Q, False, image=True)
+            return out + self.lam * Delta, S
         return self.fused(self.rows, self.obs, Delta, Q, False)[0] + self.lam * Delta
 
-    def hvp_H(self, Delta, P):
+    def hvp_H(self, Delta, P, image=False):
         if self.obs_t is not None:
+            if image:
+                out, _, S = self.fused(self.cols, self.obs_t, Delta, P, False, image=True)
+                return out + self.lam * Delta, S
             return self.fused(self.cols, self.obs_t, Delta, P, False)[0] + self.lam * Delta
         S = self.project(self.cols, Delta)
         MtP, _ = self.omega_cols(P, S, False)
-        return self.phit(self.cols, MtP) + self.lam * Delta
+        out = self.phit(self.cols, MtP) + self.lam * Delta
+        return (out, S) if image else out
 
 
 def _held_bytes(hit):
@@ -413,21 +425,48 @@ def _held_bytes(hit):
     return int(X.shape[0]) * int(X.shape[1]) * X.dtype.itemsize
 
 
-def cg(x, r, hvp, tol, max_iter, precond=None):
+def cg(x, r, hvp, tol, max_iter, precond=None, image=None):
     """Conjugate gradient on ``H x = b`` from ``x`` with residual ``r = b - H x``.
 
     Stops when ``||r|| <= tol ||r_0||`` or after ``max_iter`` products.  Returns ``x`` and the
     number of iterations.  Each iterate lowers the quadratic (``H`` is positive definite).
     ``precond``: a function ``r -> M^{-1} r`` for a symmetric positive definite ``M``
     (preconditioned CG; the same stopping rule on the unpreconditioned residual).
+    ``image``: ``Phi x`` (n, k) for an ``hvp`` that returns ``(H p, Phi p)``: it is updated
+    with ``x`` (``x += alpha p``, ``image += alpha Phi p``) and returned third, so that the
+    new factor ``Phi x`` needs no X-pass of its own (equal to projecting ``x`` afresh up to
+    rounding).
     """
     x = np.array(x, dtype=np.float64)
     r = np.array(r, dtype=np.float64)
+    img = None if image is None else np.array(image, dtype=np.float64)
+    product = hvp if img is None else _Imaged(hvp, img)
+    x, it = _cg(x, r, product, tol, max_iter, precond)
+    return (x, it) if img is None else (x, it, img)
+
+
+class _Imaged:
+    """An ``hvp`` returning ``(H p, Phi p)`` seen by the CG loops as ``p -> H p``; ``step(alpha)``
+    adds ``alpha Phi p`` of the last product to the image."""
+
+    def __init__(self, hvp, img):
+        self.hvp, self.img, self.last = hvp, img, None
+
+    def __call__(self, p):
+        Hp, self.last = self.hvp(p)
+        return Hp
+
+    def step(self, alpha):
+        self.img += alpha * self.last
+
+
+def _cg(x, r, hvp, tol, max_iter, precond):
     r0 = float(np.sqrt(np.sum(r * r)))
     if r0 == 0.0:
         return x, 0
     if precond is not None:
         return _pcg(x, r, r0, hvp, tol, max_iter, precond)
+    step = getattr(hvp, "step", None)
     p = r.copy()
     rs = r0 * r0
     it = 0
@@ -438,6 +477,8 @@ def cg(x, r, hvp, tol, max_iter, precond=None):
             return x, it
         alpha = rs / curv
         x += alpha * p
+        if step is not None:
+            step(alpha)
         r -= alpha * Hp
         rs_new = float(np.sum(r * r))
         if np.sqrt(rs_new) <= tol * r0:
@@ -449,6 +490,7 @@ def cg(x, r, hvp, tol, max_iter, precond=None):
 
 def _pcg(x, r, r0, hvp, tol, max_iter, precond):
     """:func:`cg` with a preconditioner (``x``, ``r`` float64 copies, ``r0 = ||r|| > 0``)."""
+    step = getattr(hvp, "step", None)
     z = precond(r)
     p = z.copy()
     rz = float(np.sum(r * z))
@@ -460,6 +502,8 @@ def _pcg(x, r, r0, hvp, tol, max_iter, precond):
             return x, it
         alpha = rz / curv
         x += alpha * p
+        if step is not None:
+            step(alpha)
         r -= alpha * Hp
         if np.sqrt(float(np.sum(r * r))) <= tol * r0 or it == max_iter:
             break
@@ -649,12 +693,15 @@ def fit_imc(
     eta_u = eta_v = None
     for it in range(1, max_iter + 1):
         # W-step: r = b - H_W(W) = -grad_W
+        # the CG products also give the directions' images: P = Phi_U W and Q = Phi_V H
+        # follow W and H without an X-pass each (P, Q are Phi W, Phi H here: the initial
+        # projections, the CG's images, or an accepted feature trial's factor)
         mw = None if pre_w is None else pre_w.at(Q)
-        W, nw = cg(W, -prob.grad_W(W, P, Q), lambda D: prob.hvp_W(D, Q), cg_tol, cg_iter, mw)
-        P = prob.project(prob.rows, W)
+        hw = functools.partial(prob.hvp_W, Q=Q, image=True)
+        W, nw, P = cg(W, -prob.grad_W(W, P, Q), hw, cg_tol, cg_iter, mw, image=P)
         mh = None if pre_h is None else pre_h.at(P)
-        H, nh = cg(H, -prob.grad_H(H, P, Q), lambda D: prob.hvp_H(D, P), cg_tol, cg_iter, mh)
-        Q = prob.project(prob.cols, H)
+        hh = functools.partial(prob.hvp_H, P=P, image=True)
+        H, nh, Q = cg(H, -prob.grad_H(H, P, Q), hh, cg_tol, cg_iter, mh, image=Q)
         res.cg_iterations.append((nw, nh))
         steps = [0.0, 0.0]
         if prob.rows.learns or prob.cols.learns:
