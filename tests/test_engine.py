@@ -250,15 +250,25 @@ _rows_and_cols.row_outputs = (0,)
 @pytest.mark.parametrize("scheduler", ["sync", "threads"])
 @pytest.mark.parametrize("chains", [False, True])
 @pytest.mark.parametrize("sparse_x", [False, True])
-def test_row_outputs_are_placed_at_the_block_rows(data, chunking, scheduler, chains, sparse_x):
+@pytest.mark.parametrize("width", [None, 2])
+def test_row_outputs_are_placed_at_the_block_rows(
+    data, chunking, scheduler, chains, sparse_x, width
+):
+    """Row outputs (n_b,) or (n_b, width) come back as (n, ...) with each block's rows at their
+    place (2-D: issue 24, IMC's one-pass line-search trial returns its factor rows this way),
+    the shapes probed or given."""
     X, Xs, _, _ = data
     Xin = Xs if sparse_x else X
     X64 = np.asarray(Xin.toarray() if sparse_x else Xin, np.float64)
-    u = np.arange(X.shape[1], dtype=np.float64)
+    u = np.arange(X.shape[1] * (width or 1), dtype=np.float64).reshape(X.shape[1], -1)
+    u = u[:, 0] if width is None else u
+    shapes = [(X.shape[0], width), (X.shape[1],)] if width and chains else None
     bx = engine.as_blocked(Xin).rechunk(np.array(CHUNKINGS[chunking](X.shape[0])))
     with dask.config.set(scheduler=scheduler):
-        xu, colsum = engine.map_reduce(_rows_and_cols, bx, args=(u,), offset=True, chains=chains)
-    assert xu.shape == (X.shape[0],)  # the probe's one-row output is widened to all rows
+        xu, colsum = engine.map_reduce(
+            _rows_and_cols, bx, args=(u,), offset=True, chains=chains, shapes=shapes
+        )
+    assert xu.shape == (X.shape[0], *u.shape[1:])  # the probe's one row, widened to all
     blocks = zip(bx.bounds[:-1], bx.bounds[1:], strict=True)
     want = np.concatenate([_rows_and_cols(s, X64[s:e], u)[0] for s, e in blocks])
     np.testing.assert_allclose(xu, want, rtol=1e-13)  # each block's own rows, nothing added

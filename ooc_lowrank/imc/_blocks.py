@@ -184,6 +184,70 @@ def fused_block(Xb, Ob, U, spec, Delta, Q, residual):
     ``residual``).  ``Delta = W`` and ``residual=True`` give the W-gradient's data term; a
     direction and ``residual=False`` the Hessian-vector product, in one pass instead of three.
     """
+    return _fused(Xb, Ob, U, spec, Delta, Q, residual)[1:]
+
+
+def fused_image_block(Xb, Ob, U, spec, Delta, Q, residual):
+    """:func:`fused_block` and, first, the block's image ``Phi_b Delta`` (n_b, k) as a row
+    output: a CG step that updates ``W`` by ``alpha Delta`` updates ``P = Phi W`` by
+    ``alpha Phi Delta`` from it, with no X-pass to project ``W`` afresh."""
+    return _fused(Xb, Ob, U, spec, Delta, Q, residual)
+
+
+fused_image_block.row_outputs = (0,)
+
+
+def _fused(Xb, Ob, U, spec, Delta, Q, residual):
     Phi = phi_block(Xb, U, spec)
-    EQ = omega_rows_block(Ob, project_block(Phi, None, None, Delta), Q, residual)
-    return _t_times(Phi, EQ[:, :-1]), np.array(EQ[:, -1].sum())
+    S = project_block(Phi, None, None, Delta)
+    EQ = omega_rows_block(Ob, S, Q, residual)
+    return S, _t_times(Phi, EQ[:, :-1]), np.array(EQ[:, -1].sum())
+
+
+# ----------------------------------------------------------------------------------------
+# the feature step (SPEC 1.3, 5.3) in one pass per gradient and per Armijo trial
+# ----------------------------------------------------------------------------------------
+
+
+def trial_block(start, Xb, Ob, U, spec, F, other, key):
+    """One Armijo trial of a side whose rows index the observations' rows, in one pass: the
+    block's new factor rows ``F'_b = Phi_b(U) F`` (n_b, k) at the trial parameters ``U`` and
+    ``sum E_b^2 / 2`` with ``E_ij = f'_i^T other_j - S_ij``.
+
+    The trial then needs no X-pass for ``F'`` followed by an Omega-pass for the loss: both
+    come from the block in hand (the same bits: :func:`project_block`, and the loss of
+    :func:`omega_loss_block`).  ``key``: the block's features ``Phi_b(U)`` are kept in this
+    process under ``(key, start)`` (GIMC's one-generation cache), for the driver to hold them
+    if the trial is accepted (:meth:`ooc_lowrank.imc.core.Problem.keep_trial_features`)."""
+    Phi = phi_block(Xb, U, spec)
+    if key is not None:
+        _gb._phi_put(key, start, Phi)
+    Fn = np.asarray(_times(Phi, F), dtype=np.float64)
+    e, _, _ = entry_values(Ob, Fn, other, True)
+    return Fn, np.array(0.5 * float(e @ e))
+
+
+trial_block.row_outputs = (0,)
+
+
+def _residual_times(Ob, Fb, other):
+    """``(R_b other, sum R_b^2 / 2)`` with ``R_ij = f_i^T other_j - S_ij`` on the block's
+    entries (``Fb`` the block's factor rows)."""
+    e, indptr, cols = entry_values(Ob, Fb, other, True)
+    E = sp.csr_matrix((e, cols, indptr), shape=(indptr.shape[0] - 1, other.shape[0]))
+    return E @ other, np.array(0.5 * float(e @ e))
+
+
+def grad_loss_block(Xb, Ob, Fb, U, spec, Ft, other):
+    """The feature-parameter gradient pieces of :func:`backprop_block` for ``df/dPhi_b =
+    (R_b other) F^T`` and ``sum R_b^2 / 2``, the residual computed from the block's
+    observations (rows aligned with ``Xb``) and its factor rows ``Fb``: one pass instead of an
+    Omega-pass for ``R other`` followed by the X-pass of the gradient."""
+    Z, loss = _residual_times(Ob, Fb, other)
+    return (*_backprop(Xb, _gb.features_block(Xb, U, spec), Z, spec, Ft), loss)
+
+
+def grad_loss_held_block(Xb, Phib, Ob, Fb, U, spec, Ft, other):
+    """:func:`grad_loss_block` with the block's features ``Phib`` at ``U`` given (held)."""
+    Z, loss = _residual_times(Ob, Fb, other)
+    return (*_backprop(Xb, Phib, Z, spec, Ft), loss)

@@ -323,13 +323,14 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
         **Cost of the selection**: one fit per candidate on 80 % of the constraints with at
         most :data:`SELECT_ITER` = 5 outer iterations (the refit runs ``max_iter`` = 20), each
         with its k-means read-out; the training constraints are validated and blocked once for
-        all candidates, and every candidate starts from the same feature maps and
-        initialization (and shares the CG preconditioner, see ``cg_iter``).  Measured with five
+        all candidates, and every candidate starts from the same feature maps, initial
+        features and initialization, made once (and shares the CG preconditioner, see
+        ``cg_iter``); the refit reuses the maps and initial features.  Measured with five
         candidates on four datasets (busy 2-core machine, docs/imc.md): the selection took
         1.3-1.4 times the refit; with the three Fourier candidates about 0.8 times, so
-        ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha`` (Segment at 10n, with the
-        preconditioned CG: 435 selection passes and 568 for the refit, against 562 for a fit
-        at ``alpha=1.0``).
+        ``alpha="auto"`` costs about 1.8 fits at a fixed ``alpha`` (Segment at 10n: 277
+        selection passes and 367 for the refit, against 365 for a fit at ``alpha=1.0``;
+        1,003 in all before issue 24's one-pass feature steps, docs/imc.md).
         ``selection_passes_`` and ``selection_time_`` report it; ``alpha=1.0`` skips it.
     features : {"fourier", "nystrom", "identity"}, default="fourier"
         Feature map of both sides; "identity" is the MCCC stand-in (SPEC 1.6).
@@ -413,6 +414,15 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
         Values must be 0 or 1; indices in ``[0, n)``.  With ``alpha="auto"`` (or a list) ``alpha``
         is chosen on held-out constraints first (see the class docstring).  Returns ``self``.
         """
+        from ooc_lowrank.engine import one_blas_thread
+
+        # the driver's own algebra is small (QRs of n x k factors, k x k SVDs, k-means of
+        # n x k rows, eigendecompositions run on one thread anyway): two BLAS threads made a
+        # QR of Segment's 2310 x 7 factor 60 ms instead of 0.1 ms (8 per default fit)
+        with one_blas_thread():
+            return self._fit(X, constraints)
+
+    def _fit(self, X, constraints):
         check_scalar(
             self.n_clusters, "n_clusters", kind=numbers.Integral, low=2,
             fix="Clustering needs at least 2 clusters",
@@ -460,15 +470,18 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
             name="constraints",
         )
         self.alpha_scores_, self.selection_passes_, self.selection_time_ = None, 0, 0.0
+        maps = None  # the feature maps and initial features of the selection, for the refit
         if grid is not None:
             t0 = time.perf_counter()
             split = np.random.default_rng(rs.randint(2**31 - 1))
+            maps = {}
             lam, self.alpha_scores_, self.selection_passes_ = self._select(
-                X, cons, grid, imc_seed, km_seed, split
+                X, cons, grid, imc_seed, km_seed, split, maps
             )
             self.selection_time_ = time.perf_counter() - t0
+            maps["last"] = True
         self.alpha_ = lam
-        imc = self._fit_imc(X, full, lam, imc_seed, int(self.max_iter), prepared)
+        imc = self._fit_imc(X, full, lam, imc_seed, int(self.max_iter), prepared, maps=maps)
         self.labels_, self.kmeans_, self.embedding_ = self._read_out(imc, self.n_init, km_seed)
         self.imc_ = imc
         return self
@@ -495,23 +508,30 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
             )
         )
 
-    def _fit_imc(self, X, cons, lam, seed, max_iter, prepared, precondition=True):
+    def _fit_imc(self, X, cons, lam, seed, max_iter, prepared, precondition=True, maps=None):
         """The IMC fit on ``prepared`` constraints (``_prepare``'s validated, blocked output),
         with preconditioned CG (``precondition``: True or a cache shared by fits at other
-        ``alpha``, see :func:`ooc_lowrank.imc.core.fit_imc`)."""
+        ``alpha``, see :func:`ooc_lowrank.imc.core.fit_imc`); ``maps``: the feature maps and
+        initial features shared by the selection's fits and the refit (see
+        ``InductiveMatrixCompletion._fit_prepared``)."""
         imc = self._imc(lam, seed, max_iter)
-        return imc._fit_prepared(*prepared, precondition=precondition)
+        return imc._fit_prepared(*prepared, precondition=precondition, maps=maps)
 
     def _read_out(self, imc, n_init, seed):
         T = leading_subspace(imc.row_factors_, imc.col_factors_, self.n_clusters, self.readout)
         labels, km, _ = kmeans_blocks(T, self.n_clusters, n_init=n_init, random_state=seed)
         return labels, km, T
 
-    def _select(self, X, cons, grid, imc_seed, km_seed, rng):
+    def _select(self, X, cons, grid, imc_seed, km_seed, rng, maps=None):
         """The paper's selection (SPEC 1.7): fit on 80 % of the constraints for every ``alpha``
         of ``grid`` (``SELECT_ITER`` outer iterations each, the same feature-map seed and
         initialization, the training constraints validated and blocked once), score each
-        clustering by the violated held-out constraints.  Returns ``(alpha, scores, passes)``."""
+        clustering by the violated held-out constraints.  Returns ``(alpha, scores, passes)``.
+
+        The candidates differ only in ``alpha``: the feature maps and their initial features
+        (``maps``, kept for the refit), the initialization, the transposed constraints and the
+        preconditioners are made by the first candidate's fit and reused by the others (the
+        same bits as computing them again)."""
         r, c, v = cons
         tr, va = split_constraints(r.size, HOLDOUT, rng)
         train = self._symmetrized((r[tr], c[tr], v[tr]))
@@ -522,7 +542,7 @@ class GIMCClustering(ClusterMixin, BaseEstimator, _SharedParams):
         scores, passes = {}, 1  # the validation pass of _prepare
         shared = {}  # same maps, initialization and constraints: one preconditioner per side
         for lam in grid:
-            imc = self._fit_imc(X, train, lam, imc_seed, max_iter, prepared, shared)
+            imc = self._fit_imc(X, train, lam, imc_seed, max_iter, prepared, shared, maps)
             labels, _, _ = self._read_out(imc, self.n_init, km_seed)
             scores[lam] = constraint_error(labels, r[va], c[va], v[va])
             passes += int(imc.n_passes_)

@@ -25,7 +25,9 @@ non-increasing.  All small algebra is float64.
 from __future__ import annotations
 
 import copy
+import functools
 import logging
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -100,6 +102,8 @@ class Problem:
         self.n_passes = 0
         self.cache_bytes = engine.DEFAULT_CACHE_BYTES if cache_bytes is None else int(cache_bytes)
         self._held = {}  # id(side) -> (the U its Phi was computed at, Side over the held Phi)
+        self._shared_bytes = 0  # held features kept by a cache outside this problem
+        self._trial = None  # (side, U, key) of the last one-pass trial
 
     @staticmethod
     def _transposed_fits(obs, obs_t):
@@ -139,10 +143,8 @@ class Problem:
             return hit[1]
         dt = np.dtype(side.u_arg().dtype)
         nbytes = int(side.X.shape[0]) * side.spec.n_features * dt.itemsize
-        others = sum(
-            int(h[1].X.shape[0]) * h[1].X.shape[1] * h[1].X.dtype.itemsize
-            for k, h in self._held.items()
-            if k != id(side)
+        others = self._shared_bytes + sum(
+            _held_bytes(h) for k, h in self._held.items() if k != id(side)
         )
         # on a cluster: half the workers' memory, less what the scatter cache may keep there
         # (the observations, P, Q); held feature blocks and those both filled a worker
@@ -161,6 +163,30 @@ class Problem:
         )
         held = Side(X=PhiB, spec=None, U=None)
         self._held[id(side)] = (side.U, held)
+        return held
+
+    def hold_initial_features(self, held=None, kept=True):
+        """The features of both sides at their current (initial) parameters, shared by fits of
+        the same sides on other observations or ``lam`` (a selection's candidates and refit).
+
+        ``held=None``: computed and held (:meth:`features`: one pass per side whose ``Phi``
+        fits the budget) and returned, per side ``(U, Side over Phi)`` or None; else the list
+        returned by an earlier fit, held here at no pass (its ``U`` must be the side's).
+        With ``kept`` (the caller keeps the list for later fits) its bytes count against this
+        problem's budget beside the features it holds itself."""
+        sides = (self.rows, self.cols)
+        if held is None:
+            for side in sides:
+                self.features(side)
+            out = [self._held.get(id(side)) for side in sides]
+            self._shared_bytes = sum(_held_bytes(h) for h in out if h is not None) if kept else 0
+            return out
+        for side, h in zip(sides, held, strict=True):
+            if h is not None:
+                if h[0] is not side.U:
+                    raise ValueError("held features were computed at other feature parameters")
+                self._held[id(side)] = h
+        self._shared_bytes = sum(_held_bytes(h) for h in held if h is not None) if kept else 0
         return held
 
     def preconditioners(self, cache=None):
@@ -202,18 +228,21 @@ class Problem:
             cache["pre"] = pre
         return pre
 
-    def fused(self, side: Side, obs, Delta, other, residual):
+    def fused(self, side: Side, obs, Delta, other, residual, image=False):
         """``(Phi^T (E other), sum E^2 / 2)`` in one pass over ``side.X`` and ``obs`` (row-aligned):
-        ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``)."""
+        ``E_ij = (Phi Delta)_i^T other_j`` (minus the value if ``residual``); with ``image``
+        also ``Phi Delta`` (n, k), third."""
         side = self.features(side)
         self.n_passes += 1
-        out, loss = engine.map_reduce(
-            _blocks.fused_block,
-            side.X,
-            obs,
-            args=(side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual)),
-            shapes=[(side.n_features, Delta.shape[1]), ()],
-        )
+        args = (side.u_arg(), side.spec, np.ascontiguousarray(Delta), other, bool(residual))
+        shapes = [(side.n_features, Delta.shape[1]), ()]
+        if image:
+            S, out, loss = engine.map_reduce(
+                _blocks.fused_image_block, side.X, obs, args=args,
+                shapes=[(int(side.X.shape[0]), Delta.shape[1]), *shapes],
+            )  # fmt: skip
+            return out, float(loss), S
+        out, loss = engine.map_reduce(_blocks.fused_block, side.X, obs, args=args, shapes=shapes)
         return out, float(loss)
 
     # X-passes ------------------------------------------------------------------------
@@ -254,6 +283,73 @@ class Problem:
         else:
             gX, colsum = engine.map_reduce(_blocks.backprop_block, side.X, Z, args=args)
         return _gb.finalize_grad(gX, colsum, side.U, side.spec)
+
+    def obs_of(self, side: Side):
+        """The observations whose rows are ``side``'s rows (``obs`` for the row side, ``obs_t``
+        for the column side), or None (the column side without ``obs_t``)."""
+        return self.obs if side is self.rows else self.obs_t
+
+    def feature_grad_loss(self, side: Side, F, own, other):
+        """``(gradient w.r.t. the side's feature parameters, sum R^2 / 2)`` for ``df/dPhi = (R
+        other) F^T``, ``R`` the residual at the side's factor ``own = Phi F`` (n, k) and the
+        other side's ``other``.  One pass over ``side.X`` and the side's row-aligned
+        observations (:meth:`obs_of`); the column side without ``obs_t`` takes two (``R^T P``
+        scattered, then :meth:`feature_grad`)."""
+        obs = self.obs_of(side)
+        if obs is None:
+            RtP, loss = self.omega_cols(other, own, True)
+            return self.feature_grad(side, RtP, F), loss
+        self.n_passes += 1
+        args = (side.u_arg(), side.spec, np.ascontiguousarray(F.T), other)
+        hit = self._held.get(id(side))
+        if hit is not None and hit[0] is side.U:  # Phi at this U is held: not recomputed
+            gX, colsum, loss = engine.map_reduce(
+                _blocks.grad_loss_held_block, side.X, hit[1].X, obs, own, args=args
+            )
+        else:
+            gX, colsum, loss = engine.map_reduce(
+                _blocks.grad_loss_block, side.X, obs, own, args=args
+            )
+        return _gb.finalize_grad(gX, colsum, side.U, side.spec), float(loss)
+
+    def trial(self, side: Side, U, F, other):
+        """``(sum R^2 / 2, F')`` at the side's trial parameters ``U``: its new factor ``F' =
+        Phi_U F`` (n, k) and the loss with the other side's ``other``.  One pass over
+        ``side.X`` and its row-aligned observations (:func:`_blocks.trial_block`); the column
+        side without ``obs_t`` takes two (an X-pass, then an Omega-pass)."""
+        obs = self.obs_of(side)
+        if obs is None:
+            Fn = self.project(side, F, U)
+            return self.loss(other, Fn), Fn
+        self.n_passes += 1
+        F = np.ascontiguousarray(F, dtype=np.float64)
+        key = None  # the trial's features, kept where the driver can take them
+        if id(side) in self._held and engine.runs_direct(side.X, obs):
+            key = ("imc-trial", id(self), os.urandom(8).hex())
+        self._trial = (side, U, key)
+        Fn, loss = engine.map_reduce(
+            _blocks.trial_block,
+            side.X,
+            obs,
+            args=(side.u_arg(U), side.spec, F, other, key),
+            offset=True,
+            shapes=[(int(side.X.shape[0]), F.shape[1]), ()],
+        )
+        return float(loss), Fn
+
+    def keep_trial_features(self, side: Side):
+        """After ``side``'s last trial was accepted (``side.U`` is its ``U``): hold the features
+        it computed (kept in this process on the direct path), so that the next W- or H-step
+        needs no pass to compute them again (the same bits as :meth:`features`)."""
+        trial, self._trial = self._trial, None
+        if trial is None or trial[0] is not side or trial[1] is not side.U or trial[2] is None:
+            return
+        starts = side.X.bounds[:-1]
+        blocks = [_gb._phi_take(trial[2], s) for s in starts]
+        if any(b is None for b in blocks):  # evicted (another fit's trial): computed again
+            return
+        held = engine.from_held_blocks(blocks, side.X.bounds, "dense")
+        self._held[id(side)] = (side.U, Side(X=held, spec=None, U=None))
 
     # Omega-passes --------------------------------------------------------------------
     def omega_rows(self, P, Q, residual):
@@ -304,32 +400,73 @@ class Problem:
         RtP, _ = self.omega_cols(P, Q, True)
         return self.phit(self.cols, RtP) + self.lam * H
 
-    def hvp_W(self, Delta, Q):
+    # ``image=True``: ``(H Delta, Phi Delta)``, the direction's image for :func:`cg`'s ``image``
+    def hvp_W(self, Delta, Q, image=False):
+        if image:
+            out, _, S = self.fused(self.rows, self.obs, Delta, Q, False, image=True)
+            return out + self.lam * Delta, S
         return self.fused(self.rows, self.obs, Delta, Q, False)[0] + self.lam * Delta
 
-    def hvp_H(self, Delta, P):
+    def hvp_H(self, Delta, P, image=False):
         if self.obs_t is not None:
+            if image:
+                out, _, S = self.fused(self.cols, self.obs_t, Delta, P, False, image=True)
+                return out + self.lam * Delta, S
             return self.fused(self.cols, self.obs_t, Delta, P, False)[0] + self.lam * Delta
         S = self.project(self.cols, Delta)
         MtP, _ = self.omega_cols(P, S, False)
-        return self.phit(self.cols, MtP) + self.lam * Delta
+        out = self.phit(self.cols, MtP) + self.lam * Delta
+        return (out, S) if image else out
 
 
-def cg(x, r, hvp, tol, max_iter, precond=None):
+def _held_bytes(hit):
+    """Bytes of a held feature matrix (a :attr:`Problem._held` value)."""
+    X = hit[1].X
+    return int(X.shape[0]) * int(X.shape[1]) * X.dtype.itemsize
+
+
+def cg(x, r, hvp, tol, max_iter, precond=None, image=None):
     """Conjugate gradient on ``H x = b`` from ``x`` with residual ``r = b - H x``.
 
     Stops when ``||r|| <= tol ||r_0||`` or after ``max_iter`` products.  Returns ``x`` and the
     number of iterations.  Each iterate lowers the quadratic (``H`` is positive definite).
     ``precond``: a function ``r -> M^{-1} r`` for a symmetric positive definite ``M``
     (preconditioned CG; the same stopping rule on the unpreconditioned residual).
+    ``image``: ``Phi x`` (n, k) for an ``hvp`` that returns ``(H p, Phi p)``: it is updated
+    with ``x`` (``x += alpha p``, ``image += alpha Phi p``) and returned third, so that the
+    new factor ``Phi x`` needs no X-pass of its own (equal to projecting ``x`` afresh up to
+    rounding).
     """
     x = np.array(x, dtype=np.float64)
     r = np.array(r, dtype=np.float64)
+    img = None if image is None else np.array(image, dtype=np.float64)
+    product = hvp if img is None else _Imaged(hvp, img)
+    x, it = _cg(x, r, product, tol, max_iter, precond)
+    return (x, it) if img is None else (x, it, img)
+
+
+class _Imaged:
+    """An ``hvp`` returning ``(H p, Phi p)`` seen by the CG loops as ``p -> H p``; ``step(alpha)``
+    adds ``alpha Phi p`` of the last product to the image."""
+
+    def __init__(self, hvp, img):
+        self.hvp, self.img, self.last = hvp, img, None
+
+    def __call__(self, p):
+        Hp, self.last = self.hvp(p)
+        return Hp
+
+    def step(self, alpha):
+        self.img += alpha * self.last
+
+
+def _cg(x, r, hvp, tol, max_iter, precond):
     r0 = float(np.sqrt(np.sum(r * r)))
     if r0 == 0.0:
         return x, 0
     if precond is not None:
         return _pcg(x, r, r0, hvp, tol, max_iter, precond)
+    step = getattr(hvp, "step", None)
     p = r.copy()
     rs = r0 * r0
     it = 0
@@ -340,6 +477,8 @@ def cg(x, r, hvp, tol, max_iter, precond=None):
             return x, it
         alpha = rs / curv
         x += alpha * p
+        if step is not None:
+            step(alpha)
         r -= alpha * Hp
         rs_new = float(np.sum(r * r))
         if np.sqrt(rs_new) <= tol * r0:
@@ -351,6 +490,7 @@ def cg(x, r, hvp, tol, max_iter, precond=None):
 
 def _pcg(x, r, r0, hvp, tol, max_iter, precond):
     """:func:`cg` with a preconditioner (``x``, ``r`` float64 copies, ``r0 = ||r|| > 0``)."""
+    step = getattr(hvp, "step", None)
     z = precond(r)
     p = z.copy()
     rz = float(np.sum(r * z))
@@ -362,6 +502,8 @@ def _pcg(x, r, r0, hvp, tol, max_iter, precond):
             return x, it
         alpha = rz / curv
         x += alpha * p
+        if step is not None:
+            step(alpha)
         r -= alpha * Hp
         if np.sqrt(float(np.sum(r * r))) <= tol * r0 or it == max_iter:
             break
@@ -433,14 +575,13 @@ def _check_finite(what, when, *values):
             )
 
 
-def _feature_step(prob: Problem, side: Side, Z, F, f, eta_prev, objective_of):
-    """One Armijo step on ``side.U`` (SPEC 1.3, 5.3) for ``df/dPhi = Z F^T``.
+def _feature_step(side: Side, g, f, eta_prev, trial):
+    """One Armijo step on ``side.U`` (SPEC 1.3, 5.3) along the gradient ``g``.
 
-    ``objective_of(factor)`` gives ``f`` for the side's new factor ``Phi_new F`` (one
-    Omega-pass); each trial costs one X-pass plus that.  On acceptance ``side.U`` is updated and
+    ``trial(U)`` gives ``(f, the side's new factor)`` at trial parameters ``U``
+    (:meth:`Problem.trial`: one pass).  On acceptance ``side.U`` is updated and
     ``(eta, f_new, new_factor)`` returned; None (U unchanged, logged) if no trial descends.
     """
-    g = prob.feature_grad(side, Z, F)
     gn2 = float(np.sum(g * g))
     if gn2 == 0.0:
         return None
@@ -448,14 +589,23 @@ def _feature_step(prob: Problem, side: Side, Z, F, f, eta_prev, objective_of):
     eta = scale if eta_prev is None else min(2.0 * eta_prev, scale)
     for _ in range(MAX_TRIALS):
         cand = side.U - eta * g
-        Fn = prob.project(side, F, cand)
-        f_new = objective_of(Fn)
+        f_new, Fn = trial(cand)
         if np.isfinite(f_new) and f_new <= f - C1 * eta * gn2:
             side.U = cand
             return eta, f_new, Fn
         eta *= 0.5
     logger.info("IMC: the feature line search found no descent step; parameters kept")
     return None
+
+
+def _trial(prob: Problem, side: Side, F, other, reg):
+    """``U -> (f, the side's new factor)`` for :func:`_feature_step` (``reg``: the penalty)."""
+
+    def trial(U):
+        loss, Fn = prob.trial(side, U, F, other)
+        return reg + loss, Fn
+
+    return trial
 
 
 def init_factors(prob: Problem, k, rng):
@@ -509,7 +659,10 @@ def fit_imc(
     precondition : bool or dict
         Preconditioned CG (:meth:`Problem.preconditioners`, two passes after the
         initialization); sides it does not apply to keep plain CG.  A dict: preconditioned,
-        with that dict as the preconditioners' cache (fits that differ only in ``lam``).
+        with that dict as the cache of fits that differ only in ``lam`` (same observations,
+        sides, feature parameters and ``rng`` state): the first fit stores its preconditioners
+        and its initialization (``W, H, P, Q`` and the loss; they do not depend on ``lam``),
+        the others start from them without a pass.
 
     Returns
     -------
@@ -517,49 +670,60 @@ def fit_imc(
     """
     progress = Progress(verbose, callback)
     rng = np.random.default_rng(0) if rng is None else rng
-    if init is None:
-        W, H, P, Q = init_factors(prob, k, rng)
+    cache = precondition if isinstance(precondition, dict) else None
+    if cache is not None and init is None and "init" in cache:  # another lam's fit made it
+        W, H, P, Q, loss0 = (np.array(a) if isinstance(a, np.ndarray) else a
+                             for a in cache["init"])  # fmt: skip
     else:
-        W, H = (np.array(a, dtype=np.float64) for a in init)
-        P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
-    f = prob.objective(prob.loss(P, Q), W, H)
+        if init is None:
+            W, H, P, Q = init_factors(prob, k, rng)
+        else:
+            W, H = (np.array(a, dtype=np.float64) for a in init)
+            P, Q = prob.project(prob.rows, W), prob.project(prob.cols, H)
+        loss0 = prob.loss(P, Q)
+        if cache is not None and init is None:
+            cache["init"] = (W.copy(), H.copy(), P.copy(), Q.copy(), loss0)
+    f = prob.objective(loss0, W, H)
     _check_finite("the objective", "at the initialization", f)
     res = FitResult(W=W, H=H, U=prob.rows.U, V=prob.cols.U, P=P, Q=Q, objective=[f])
     progress(0, f, "IMC init: objective %.6g", f)
     pre_w = pre_h = None
     if (precondition or isinstance(precondition, dict)) and max_iter > 0:
-        cache = precondition if isinstance(precondition, dict) else None
         pre_w, pre_h = prob.preconditioners(cache)
     eta_u = eta_v = None
     for it in range(1, max_iter + 1):
         # W-step: r = b - H_W(W) = -grad_W
+        # the CG products also give the directions' images: P = Phi_U W and Q = Phi_V H
+        # follow W and H without an X-pass each (P, Q are Phi W, Phi H here: the initial
+        # projections, the CG's images, or an accepted feature trial's factor)
         mw = None if pre_w is None else pre_w.at(Q)
-        W, nw = cg(W, -prob.grad_W(W, P, Q), lambda D: prob.hvp_W(D, Q), cg_tol, cg_iter, mw)
-        P = prob.project(prob.rows, W)
+        hw = functools.partial(prob.hvp_W, Q=Q, image=True)
+        W, nw, P = cg(W, -prob.grad_W(W, P, Q), hw, cg_tol, cg_iter, mw, image=P)
         mh = None if pre_h is None else pre_h.at(P)
-        H, nh = cg(H, -prob.grad_H(H, P, Q), lambda D: prob.hvp_H(D, P), cg_tol, cg_iter, mh)
-        Q = prob.project(prob.cols, H)
+        hh = functools.partial(prob.hvp_H, P=P, image=True)
+        H, nh, Q = cg(H, -prob.grad_H(H, P, Q), hh, cg_tol, cg_iter, mh, image=Q)
         res.cg_iterations.append((nw, nh))
         steps = [0.0, 0.0]
         if prob.rows.learns or prob.cols.learns:
-            RQ, loss = prob.omega_rows(P, Q, True)
-            f_new = prob.objective(loss, W, H)
+            # each side: its gradient and the loss in one pass, one pass per Armijo trial
             reg = prob.objective(0.0, W, H)
+            f_new = None
             if prob.rows.learns:
-                out = _feature_step(
-                    prob, prob.rows, RQ, W, f_new, eta_u, lambda Pn: reg + prob.loss(Pn, Q)
-                )
+                g, loss = prob.feature_grad_loss(prob.rows, W, P, Q)
+                f_new = reg + loss
+                out = _feature_step(prob.rows, g, f_new, eta_u, _trial(prob, prob.rows, W, Q, reg))
                 if out is not None:
                     eta_u, f_new, P = out
                     steps[0] = eta_u
+                    prob.keep_trial_features(prob.rows)
             if prob.cols.learns:
-                RtP, _ = prob.omega_cols(P, Q, True)
-                out = _feature_step(
-                    prob, prob.cols, RtP, H, f_new, eta_v, lambda Qn: reg + prob.loss(P, Qn)
-                )
+                g, loss = prob.feature_grad_loss(prob.cols, H, Q, P)
+                f_new = reg + loss if f_new is None else f_new
+                out = _feature_step(prob.cols, g, f_new, eta_v, _trial(prob, prob.cols, H, P, reg))
                 if out is not None:
                     eta_v, f_new, Q = out
                     steps[1] = eta_v
+                    prob.keep_trial_features(prob.cols)
         else:
             f_new = prob.objective(prob.loss(P, Q), W, H)
         _check_finite("the objective or the factors", f"after iteration {it}", f_new, W, H)
@@ -572,6 +736,8 @@ def fit_imc(
             res.converged = True
             break
         f = f_new
+    if prob.rows.learns or prob.cols.learns:
+        _gb.clear_phi_cache()  # a rejected last trial's features are not kept past the fit
     res.W, res.H, res.P, res.Q = W, H, P, Q
     res.U, res.V = prob.rows.U, prob.cols.U
     res.n_passes = prob.n_passes

@@ -10,6 +10,7 @@ Dask or store arrays.  Model ``phi_U(X_row) W H^T phi_V(X_col)^T`` (SPEC 1.5.1),
 
 from __future__ import annotations
 
+import copy
 import numbers
 import os
 
@@ -327,13 +328,38 @@ class InductiveMatrixCompletion(_base.Loadable, BaseEstimator, _SharedParams):
         obs, shape, Br, Bc = self._prepare(X, X_row, X_col, shape)
         return self._fit_prepared(obs, shape, Br, Bc)
 
-    def _fit_prepared(self, obs, shape, Br, Bc, precondition=False):
+    def _fit_prepared(self, obs, shape, Br, Bc, precondition=False, maps=None):
+        """The fit on validated, blocked inputs (:meth:`_prepare`'s output).
+
+        ``precondition``: see :func:`ooc_lowrank.imc.core.fit_imc`; a dict is the cache of fits
+        that differ only in ``alpha`` (same observations, sides and seed): it also keeps the
+        observations' transposed copy.  ``maps``: a dict shared by fits of the same sides and
+        seed on any observations (a selection's candidates and its refit): the feature maps
+        and their features at the initial parameters are made once (no pass after the first
+        fit); the features are handed to the last fit (``maps["last"] = True``), so that they
+        are not held twice while it runs.
+        """
         rs = check_random_state(self.random_state)
         rng = np.random.default_rng(rs.randint(2**31 - 1))
-        rows = self._side(self.row_map, Br, rng)
-        cols = self._side(self.col_map, Bc, rng)
-        prob = core.Problem(obs, rows, cols, self.alpha, transposed(obs, self.block_rows),
-                            cache_bytes=self.cache_bytes)
+        if maps is not None and "sides" in maps:
+            rows, cols = (copy.copy(s) for s in maps["sides"])  # U is replaced, never written
+            rng = copy.deepcopy(maps["rng"])  # as left by the two maps' draws
+        else:
+            rows = self._side(self.row_map, Br, rng)
+            cols = self._side(self.col_map, Bc, rng)
+        cache = precondition if isinstance(precondition, dict) else {}
+        if "obs_t" not in cache:
+            cache["obs_t"] = transposed(obs, self.block_rows)
+        prob = core.Problem(obs, rows, cols, self.alpha, cache["obs_t"],
+                            cache_bytes=self.cache_bytes)  # fmt: skip
+        if maps is not None:
+            if "sides" not in maps:
+                # copies: the fit replaces its sides' U
+                maps["sides"], maps["rng"] = (copy.copy(rows), copy.copy(cols)), copy.deepcopy(rng)
+                maps["held"] = prob.hold_initial_features()
+            else:
+                last = bool(maps.get("last"))
+                prob.hold_initial_features(maps.pop("held") if last else maps["held"], not last)
         res = core.fit_imc(
             prob,
             int(self.n_components),
