@@ -243,8 +243,7 @@ def grad_loss_block(Xb, Ob, Fb, U, spec, Ft, other):
     (R_b other) F^T`` and ``sum R_b^2 / 2``, the residual computed from the block's
     observations (rows aligned with ``Xb``) and its factor rows ``Fb``: one pass instead of an
     Omega-pass for ``R other`` followed by the X-pass of the gradient."""
-    Z, loss = _residual_times(Ob, Fb, other)
-    return (*_backprop(Xb, _gb.features_block(Xb, U, spec), Z, spec, Ft), loss)
+    return grad_loss_held_block(Xb, _gb.features_block(Xb, U, spec), Ob, Fb, U, spec, Ft, other)
 
 
 def grad_loss_held_block(Xb, Phib, Ob, Fb, U, spec, Ft, other):
